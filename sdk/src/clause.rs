@@ -1,0 +1,266 @@
+//! Compiled clauses: each operator's values pre-parsed once per snapshot
+//! (regexes compiled, `in` lists hashed, versions and dates parsed) and the
+//! matching rules of `docs/EVALUATION.md` "Clauses". Matching allocates
+//! nothing.
+
+use std::collections::HashSet;
+
+use regex::Regex;
+use serde_json::Value as Json;
+
+use crate::context::{AttrName, Context, ScalarRef};
+use crate::limit::Limits;
+use crate::model::{Clause, Operator};
+
+/// `in` lists up to this long are scanned; longer ones are hashed. A scan
+/// of a few short strings beats hashing the attribute.
+const SCAN_MAX: usize = 8;
+
+type FastSet = HashSet<Box<str>, foldhash::fast::RandomState>;
+
+/// A set of strings, scanned when small and hashed when large.
+#[derive(Debug)]
+pub(crate) enum StrSet {
+    Small(Box<[Box<str>]>),
+    Large(FastSet),
+}
+
+impl StrSet {
+    pub(crate) fn new(items: Vec<Box<str>>) -> StrSet {
+        if items.len() <= SCAN_MAX {
+            StrSet::Small(items.into_boxed_slice())
+        } else {
+            StrSet::Large(items.into_iter().collect())
+        }
+    }
+
+    #[inline]
+    pub(crate) fn contains(&self, s: &str) -> bool {
+        match self {
+            StrSet::Small(items) => items.iter().any(|i| i.as_ref() == s),
+            StrSet::Large(set) => set.contains(s),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cmp {
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    Eq,
+}
+
+/// An operator with its values in evaluation form.
+#[derive(Debug)]
+pub(crate) enum Op {
+    In {
+        strs: StrSet,
+        nums: Box<[f64]>,
+        bools: [bool; 2],
+    },
+    StartsWith(Box<[Box<str>]>),
+    EndsWith(Box<[Box<str>]>),
+    Contains(Box<[Box<str>]>),
+    Matches(Box<[Regex]>),
+    Num(Cmp, Box<[f64]>),
+    Semver(Cmp, Box<[semver::Version]>),
+    /// `true` = before, `false` = after; instants in Unix milliseconds.
+    Date(bool, Box<[f64]>),
+    /// Segment keys, resolved against the snapshot at evaluation time.
+    Segment(Box<[Box<str>]>),
+}
+
+/// A clause ready to evaluate.
+#[derive(Debug)]
+pub(crate) struct CompiledClause {
+    pub(crate) attr: AttrName,
+    pub(crate) op: Op,
+    pub(crate) negate: bool,
+}
+
+/// Why a clause could not be compiled (only reachable with unvalidated data;
+/// validation reports the same problems with a path).
+#[derive(Debug)]
+pub(crate) struct Uncompilable;
+
+impl CompiledClause {
+    /// Compiles `clause`.
+    pub(crate) fn compile(clause: &Clause, limits: &Limits) -> Result<CompiledClause, Uncompilable> {
+        let strs = || -> Result<Box<[Box<str>]>, Uncompilable> {
+            clause.values.iter().map(|v| v.as_str().map(Box::from).ok_or(Uncompilable)).collect()
+        };
+        let nums = || -> Result<Box<[f64]>, Uncompilable> {
+            clause.values.iter().map(|v| v.as_f64().ok_or(Uncompilable)).collect()
+        };
+        let versions = || -> Result<Box<[semver::Version]>, Uncompilable> {
+            clause.values.iter().map(|v| v.as_str().and_then(parse_semver).ok_or(Uncompilable)).collect()
+        };
+        let dates = || -> Result<Box<[f64]>, Uncompilable> {
+            clause.values.iter().map(|v| json_instant(v).ok_or(Uncompilable)).collect()
+        };
+        let op = match clause.op {
+            Operator::In => {
+                let (mut strs, mut nums, mut bools) = (Vec::new(), Vec::new(), [false; 2]);
+                for v in &clause.values {
+                    match v {
+                        Json::String(s) => strs.push(Box::from(s.as_str())),
+                        Json::Number(n) => nums.push(n.as_f64().ok_or(Uncompilable)?),
+                        Json::Bool(b) => bools[usize::from(*b)] = true,
+                        _ => return Err(Uncompilable),
+                    }
+                }
+                Op::In { strs: StrSet::new(strs), nums: nums.into(), bools }
+            }
+            Operator::StartsWith => Op::StartsWith(strs()?),
+            Operator::EndsWith => Op::EndsWith(strs()?),
+            Operator::Contains => Op::Contains(strs()?),
+            Operator::Matches => Op::Matches(
+                strs()?
+                    .iter()
+                    .map(|p| compile_regex(p, limits).map_err(|_| Uncompilable))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Operator::Lt => Op::Num(Cmp::Lt, nums()?),
+            Operator::Lte => Op::Num(Cmp::Lte, nums()?),
+            Operator::Gt => Op::Num(Cmp::Gt, nums()?),
+            Operator::Gte => Op::Num(Cmp::Gte, nums()?),
+            Operator::Eq => Op::Num(Cmp::Eq, nums()?),
+            Operator::SemverEq => Op::Semver(Cmp::Eq, versions()?),
+            Operator::SemverLt => Op::Semver(Cmp::Lt, versions()?),
+            Operator::SemverGt => Op::Semver(Cmp::Gt, versions()?),
+            Operator::Before => Op::Date(true, dates()?),
+            Operator::After => Op::Date(false, dates()?),
+            Operator::SegmentMatch => Op::Segment(strs()?),
+        };
+        Ok(CompiledClause { attr: AttrName::parse(&clause.attribute), op, negate: clause.negate })
+    }
+
+    /// Does the context satisfy this clause? `in_segment` answers
+    /// `segment_match` for a segment key (false for an unknown one).
+    #[inline]
+    pub(crate) fn matches(&self, ctx: &Context<'_>, in_segment: &dyn Fn(&str) -> bool) -> bool {
+        if let Op::Segment(segs) = &self.op {
+            return segs.iter().any(|s| in_segment(s)) != self.negate;
+        }
+        match ctx.lookup(&self.attr) {
+            // A missing attribute never matches, negated or not.
+            None => false,
+            Some(found) => found.any(|v| self.op.test(v)) != self.negate,
+        }
+    }
+}
+
+impl Op {
+    #[inline]
+    fn test(&self, v: ScalarRef<'_>) -> bool {
+        match (self, v) {
+            (Op::In { strs, .. }, ScalarRef::Str(s)) => strs.contains(s),
+            (Op::In { nums, .. }, ScalarRef::Num(n)) => nums.contains(&n),
+            (Op::In { bools, .. }, ScalarRef::Bool(b)) => bools[usize::from(b)],
+            (Op::StartsWith(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.starts_with(&**p)),
+            (Op::EndsWith(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.ends_with(&**p)),
+            (Op::Contains(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.contains(&**p)),
+            (Op::Matches(res), ScalarRef::Str(s)) => res.iter().any(|r| r.is_match(s)),
+            (Op::Num(cmp, vals), ScalarRef::Num(n)) => vals.iter().any(|v| compare(*cmp, &n, v)),
+            (Op::Semver(cmp, vals), ScalarRef::Str(s)) => match parse_semver(s) {
+                Some(ver) => vals.iter().any(|v| compare(*cmp, &ver, v)),
+                None => false,
+            },
+            (Op::Date(before, vals), v) => match scalar_instant(v) {
+                Some(t) => vals.iter().any(|&d| if *before { t < d } else { t > d }),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+#[inline]
+fn compare<T: PartialOrd + ?Sized>(cmp: Cmp, a: &T, b: &T) -> bool {
+    match cmp {
+        Cmp::Lt => a < b,
+        Cmp::Lte => a <= b,
+        Cmp::Gt => a > b,
+        Cmp::Gte => a >= b,
+        Cmp::Eq => a == b,
+    }
+}
+
+/// Compiles a `matches` pattern under the configured size limit.
+pub(crate) fn compile_regex(pattern: &str, limits: &Limits) -> Result<Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).size_limit(limits.max_regex_compiled).build()
+}
+
+/// Parses a version, reading `1` and `1.2` as `1.0.0` and `1.2.0`.
+/// Comparison ignores build metadata, as SemVer precedence requires.
+pub(crate) fn parse_semver(s: &str) -> Option<semver::Version> {
+    let mut v = match semver::Version::parse(s) {
+        Ok(v) => v,
+        Err(_) => {
+            // Pad a short core ("1", "1.2", optionally with -pre/+build).
+            let end = s.find(['-', '+']).unwrap_or(s.len());
+            let (core, rest) = s.split_at(end);
+            let dots = core.matches('.').count();
+            if dots >= 2 || core.is_empty() || !core.split('.').all(is_numeric) {
+                return None;
+            }
+            let padded = format!("{core}{}{rest}", ".0".repeat(2 - dots));
+            semver::Version::parse(&padded).ok()?
+        }
+    };
+    v.build = semver::BuildMetadata::EMPTY;
+    Some(v)
+}
+
+fn is_numeric(part: &str) -> bool {
+    !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An instant in Unix milliseconds from a number or an RFC 3339 string.
+fn scalar_instant(v: ScalarRef<'_>) -> Option<f64> {
+    match v {
+        ScalarRef::Num(n) if n.is_finite() => Some(n),
+        ScalarRef::Str(s) => {
+            let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+            Some(t.timestamp_millis() as f64 + f64::from(t.timestamp_subsec_nanos() % 1_000_000) / 1e6)
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn json_instant(v: &Json) -> Option<f64> {
+    match v {
+        Json::Number(n) => scalar_instant(ScalarRef::Num(n.as_f64()?)),
+        Json::String(s) => scalar_instant(ScalarRef::Str(s)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short versions are padded; garbage is rejected, not guessed at.
+    #[test]
+    fn semver_parsing() {
+        assert_eq!(parse_semver("1").unwrap(), semver::Version::new(1, 0, 0));
+        assert_eq!(parse_semver("1.2").unwrap(), semver::Version::new(1, 2, 0));
+        assert_eq!(parse_semver("1.2-beta").unwrap().pre.as_str(), "beta");
+        assert!(parse_semver("1.2.3+build").unwrap().build.is_empty());
+        for bad in ["", "v1", "1.x", "1..2", "a.b.c", "1.2.3.4"] {
+            assert!(parse_semver(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    /// Dates compare across numbers and RFC 3339 strings with offsets.
+    #[test]
+    fn instants() {
+        let a = json_instant(&Json::from("2026-01-01T00:00:00Z")).unwrap();
+        let b = json_instant(&Json::from("2026-01-01T01:00:00+01:00")).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, 1_767_225_600_000.0);
+        assert!(json_instant(&Json::from("yesterday")).is_none());
+    }
+}

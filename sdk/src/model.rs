@@ -1,0 +1,318 @@
+//! The flag data model in its plain, editable form: flags, segments, rules,
+//! clauses and rollouts as operators write them in YAML/JSON and as the relay
+//! stores them. Semantics of every field: `docs/EVALUATION.md`.
+//!
+//! This module only describes data. Checking it is [`crate::validate`]'s job,
+//! turning it into the fast evaluation form is [`crate::snapshot`]'s, and the
+//! protobuf mapping lives in [`crate::wire`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+/// Rollout weights are in units of 1/100000: all weights of one rollout sum
+/// to this.
+pub const WEIGHT_TOTAL: u32 = 100_000;
+
+/// The value type shared by every variation of one flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlagType {
+    /// `true` / `false`.
+    Bool,
+    /// A UTF-8 string.
+    String,
+    /// A signed 64-bit integer.
+    Int,
+    /// A finite 64-bit float.
+    Float,
+    /// Any JSON value.
+    Json,
+}
+
+impl FlagType {
+    /// The lower-case name used in files and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlagType::Bool => "bool",
+            FlagType::String => "string",
+            FlagType::Int => "int",
+            FlagType::Float => "float",
+            FlagType::Json => "json",
+        }
+    }
+}
+
+/// A feature flag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flag {
+    /// Unique key within the environment.
+    pub key: String,
+    /// Type of every variation.
+    #[serde(rename = "type")]
+    pub flag_type: FlagType,
+    /// The values this flag can serve; rules refer to them by index.
+    pub variations: Vec<Json>,
+    /// Targeting on? When off, `off_variation` is served.
+    pub on: bool,
+    /// Served when the flag is off or a prerequisite fails. Required, so a
+    /// flag's "safe" value is a decision written down, not an accident.
+    pub off_variation: u32,
+    /// Individual targets, checked before rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<Target>,
+    /// Rules, checked in order; the first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    /// Served when no target or rule matched.
+    pub fallthrough: Serve,
+    /// Flags that must return a given variation before this one is targeted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prerequisites: Vec<Prerequisite>,
+    /// Bucketing salt; empty means the key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub salt: String,
+    /// Bumped by the relay on every change (optimistic concurrency).
+    #[serde(default)]
+    pub version: u64,
+    /// Environment revision that last changed this flag (set by the relay).
+    #[serde(default)]
+    pub revision: u64,
+    /// Free text for humans.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Free-form labels for filtering.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Owning team or person.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+}
+
+impl Flag {
+    /// The salt used for bucketing: `salt`, or the key when it is empty.
+    pub fn effective_salt(&self) -> &str {
+        if self.salt.is_empty() { &self.key } else { &self.salt }
+    }
+}
+
+/// Individual targeting: these context keys get this variation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// Index into the flag's variations.
+    pub variation: u32,
+    /// Context keys, matched exactly.
+    pub values: Vec<String>,
+}
+
+/// A targeting rule: every clause must match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Optional stable id, unique within the flag, reported in `RULE_MATCH`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// Clauses joined by AND.
+    pub clauses: Vec<Clause>,
+    /// What the rule serves when it matches.
+    pub serve: Serve,
+}
+
+/// One test of one context attribute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clause {
+    /// Attribute name; `key` and `kind` name the context's key and kind.
+    #[serde(default)]
+    pub attribute: String,
+    /// The comparison.
+    pub op: Operator,
+    /// Values to compare against (strings, numbers or bools); any may match.
+    pub values: Vec<Json>,
+    /// Invert the result. A missing attribute still never matches.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub negate: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Clause operators; `docs/EVALUATION.md` defines each one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum Operator {
+    In,
+    StartsWith,
+    EndsWith,
+    Contains,
+    Matches,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    Eq,
+    SemverEq,
+    SemverLt,
+    SemverGt,
+    Before,
+    After,
+    SegmentMatch,
+}
+
+impl Operator {
+    /// Every operator, in protobuf enum order.
+    pub const ALL: [Operator; 16] = [
+        Operator::In,
+        Operator::StartsWith,
+        Operator::EndsWith,
+        Operator::Contains,
+        Operator::Matches,
+        Operator::Lt,
+        Operator::Lte,
+        Operator::Gt,
+        Operator::Gte,
+        Operator::Eq,
+        Operator::SemverEq,
+        Operator::SemverLt,
+        Operator::SemverGt,
+        Operator::Before,
+        Operator::After,
+        Operator::SegmentMatch,
+    ];
+
+    /// The snake_case name used in files and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operator::In => "in",
+            Operator::StartsWith => "starts_with",
+            Operator::EndsWith => "ends_with",
+            Operator::Contains => "contains",
+            Operator::Matches => "matches",
+            Operator::Lt => "lt",
+            Operator::Lte => "lte",
+            Operator::Gt => "gt",
+            Operator::Gte => "gte",
+            Operator::Eq => "eq",
+            Operator::SemverEq => "semver_eq",
+            Operator::SemverLt => "semver_lt",
+            Operator::SemverGt => "semver_gt",
+            Operator::Before => "before",
+            Operator::After => "after",
+            Operator::SegmentMatch => "segment_match",
+        }
+    }
+}
+
+/// What a rule or the fallthrough serves: exactly one of the two fields.
+///
+/// A struct rather than an enum so that YAML and JSON read
+/// `{variation: 0}` / `{rollout: {...}}` in every serde format alike.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Serve {
+    /// One fixed variation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variation: Option<u32>,
+    /// A percentage rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+impl Serve {
+    /// Serve one fixed variation.
+    pub fn variation(index: u32) -> Serve {
+        Serve { variation: Some(index), rollout: None }
+    }
+
+    /// Serve a rollout.
+    pub fn rollout(rollout: Rollout) -> Serve {
+        Serve { variation: None, rollout: Some(rollout) }
+    }
+}
+
+/// A percentage split of contexts between variations.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    /// Attribute hashed to choose the bucket; empty means `key`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub bucket_by: String,
+    /// Hash seed; when absent it derives from the flag's salt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Variations in bucket order, weights in 1/100000.
+    pub variations: Vec<WeightedVariation>,
+}
+
+/// One variation's share of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedVariation {
+    /// Index into the flag's variations.
+    pub variation: u32,
+    /// Share in units of 1/100000.
+    pub weight: u32,
+}
+
+/// Another flag that must return a given variation first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prerequisite {
+    /// The prerequisite flag's key.
+    pub key: String,
+    /// The variation index it must return.
+    pub variation: u32,
+}
+
+/// A reusable set of contexts.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Segment {
+    /// Unique key within the environment.
+    pub key: String,
+    /// Context keys always in the segment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub included: Vec<String>,
+    /// Context keys never in it (unless also included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
+    /// A context that matches any rule is in the segment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<SegmentRule>,
+    /// Bumped by the relay on every change.
+    #[serde(default)]
+    pub version: u64,
+    /// Environment revision that last changed this segment.
+    #[serde(default)]
+    pub revision: u64,
+    /// Free text for humans.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// A segment rule: every clause must match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentRule {
+    /// Optional id, for humans and audit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// Clauses joined by AND (`segment_match` not allowed).
+    pub clauses: Vec<Clause>,
+}
+
+/// A whole environment's flags and segments: the file format of `flagctl
+/// export`, offline mode and the test suite.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagSet {
+    /// The flags.
+    #[serde(default)]
+    pub flags: Vec<Flag>,
+    /// The segments.
+    #[serde(default)]
+    pub segments: Vec<Segment>,
+}

@@ -1,0 +1,387 @@
+//! Immutable, compiled flag sets: what the SDK swaps into its `ArcSwap` and
+//! what the relay evaluates with.
+//!
+//! Compiling turns each model flag into the form evaluation wants (variations
+//! typed, targets hashed, clauses pre-parsed, rollout thresholds summed) once
+//! per change, so the hot path only reads. Flags and segments are held behind
+//! `Arc`s, so applying a delta recompiles only what changed and shares the
+//! rest with the previous snapshot. Prerequisites and `segment_match` refer to
+//! other items by key and are resolved at evaluation time, which keeps one
+//! flag's compiled form independent of all others.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::bucket;
+use crate::clause::{CompiledClause, StrSet};
+use crate::context::AttrName;
+use crate::limit::Limits;
+use crate::model::{Flag, FlagSet, FlagType, Segment, Serve};
+use crate::validate::{self, ValidationErrors};
+use crate::value::Value;
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Source of [`Snapshot::generation`]: every snapshot built in this process
+/// gets a distinct number, so a [`crate::FlagHandle`] can tell whether its
+/// cached index still belongs to the snapshot it is handed.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// What a rule or the fallthrough serves, ready to evaluate.
+#[derive(Debug)]
+pub(crate) enum CompiledServe {
+    Variation(u32),
+    Rollout {
+        bucket_by: AttrName,
+        seed: u64,
+        /// `(exclusive end of the bucket range, variation)` in listed order.
+        thresholds: Box<[(u32, u32)]>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct CompiledRule {
+    pub(crate) id: Box<str>,
+    pub(crate) clauses: Box<[CompiledClause]>,
+    pub(crate) serve: CompiledServe,
+}
+
+/// The answer of a flag that does not depend on the context: off, or on with
+/// no prerequisites, targets or rules and a fixed fallthrough. Most flags in a
+/// mature environment are like this (kill switches, finished rollouts).
+#[derive(Debug, Clone)]
+pub(crate) struct Constant {
+    pub(crate) variation: u32,
+    /// `true`: reason OFF; `false`: reason FALLTHROUGH.
+    pub(crate) off: bool,
+    pub(crate) value: Value,
+}
+
+/// What the key index holds per flag: enough to answer a constant flag from
+/// the index entry alone, without touching the compiled flag (one cache miss
+/// fewer on a random lookup).
+#[derive(Debug, Clone)]
+pub(crate) struct Slot {
+    pub(crate) index: u32,
+    pub(crate) flag_type: FlagType,
+    pub(crate) version: u64,
+    pub(crate) constant: Option<Constant>,
+}
+
+/// A flag in evaluation form.
+#[derive(Debug)]
+pub(crate) struct CompiledFlag {
+    /// See [`Constant`]; `None` when evaluation needs the context.
+    pub(crate) constant: Option<Constant>,
+    pub(crate) flag_type: FlagType,
+    pub(crate) variations: Box<[Value]>,
+    pub(crate) on: bool,
+    pub(crate) off_variation: u32,
+    pub(crate) prerequisites: Box<[(Box<str>, u32)]>,
+    /// Context key → variation of the first target listing it; `None` when
+    /// the flag has no targets, so the common case skips hashing the key.
+    pub(crate) targets: Option<FastMap<Box<str>, u32>>,
+    pub(crate) rules: Box<[CompiledRule]>,
+    pub(crate) fallthrough: CompiledServe,
+    pub(crate) version: u64,
+    /// Set when compiling unvalidated data failed: evaluation answers
+    /// `MALFORMED_FLAG` instead of guessing.
+    pub(crate) malformed: bool,
+    /// The model form, for listeners, exports and caches.
+    pub(crate) source: Arc<Flag>,
+}
+
+/// A segment in evaluation form.
+#[derive(Debug)]
+pub(crate) struct CompiledSegment {
+    pub(crate) included: StrSet,
+    pub(crate) excluded: StrSet,
+    pub(crate) rules: Box<[Box<[CompiledClause]>]>,
+    pub(crate) source: Arc<Segment>,
+}
+
+/// An immutable, compiled set of flags and segments at one revision.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub(crate) flags: Vec<Arc<CompiledFlag>>,
+    pub(crate) index: FastMap<Box<str>, Slot>,
+    pub(crate) segments: FastMap<Box<str>, Arc<CompiledSegment>>,
+    pub(crate) max_depth: usize,
+    epoch: Box<str>,
+    revision: u64,
+    generation: u64,
+}
+
+impl Snapshot {
+    /// Validates `set` and compiles it. Nothing is compiled if anything is
+    /// invalid; every problem is reported with its path.
+    pub fn compile(set: &FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
+        validate::flag_set(set, limits)?;
+        Ok(Snapshot::compile_unvalidated(set, limits))
+    }
+
+    /// Compiles without validating. Flags that cannot be compiled are kept
+    /// and evaluate to `MALFORMED_FLAG`; nothing panics. For data already
+    /// validated elsewhere, and for tests of the evaluator's own guards.
+    pub fn compile_unvalidated(set: &FlagSet, limits: &Limits) -> Snapshot {
+        let segments = set
+            .segments
+            .iter()
+            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits))))
+            .collect();
+        let flags: Vec<_> = set.flags.iter().map(|f| Arc::new(compile_flag(f.clone(), limits))).collect();
+        Snapshot::assemble(flags, segments, limits)
+    }
+
+    /// An empty snapshot: every evaluation answers `FLAG_NOT_FOUND`.
+    pub fn empty() -> Snapshot {
+        Snapshot::assemble(Vec::new(), FastMap::default(), &Limits::default())
+    }
+
+    fn assemble(
+        flags: Vec<Arc<CompiledFlag>>,
+        segments: FastMap<Box<str>, Arc<CompiledSegment>>,
+        limits: &Limits,
+    ) -> Snapshot {
+        let mut index = FastMap::with_capacity_and_hasher(flags.len(), Default::default());
+        for (i, f) in flags.iter().enumerate() {
+            // On a duplicate key (unvalidated data) the first one wins.
+            index.entry(Box::from(f.source.key.as_str())).or_insert_with(|| Slot {
+                index: i as u32,
+                flag_type: f.flag_type,
+                version: f.version,
+                constant: f.constant.clone(),
+            });
+        }
+        Snapshot {
+            flags,
+            index,
+            segments,
+            max_depth: limits.max_prerequisite_depth,
+            epoch: Box::from(""),
+            revision: 0,
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Returns this snapshot labelled with a stream cursor.
+    pub fn with_cursor(mut self, epoch: &str, revision: u64) -> Snapshot {
+        self.epoch = epoch.into();
+        self.revision = revision;
+        self
+    }
+
+    /// The store epoch this snapshot came from (empty if none).
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// The environment revision this snapshot is at.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// A process-unique id of this snapshot value.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of flags.
+    pub fn len(&self) -> usize {
+        self.flags.len()
+    }
+
+    /// True when there are no flags.
+    pub fn is_empty(&self) -> bool {
+        self.flags.is_empty()
+    }
+
+    /// A flag's model form.
+    pub fn flag(&self, key: &str) -> Option<&Flag> {
+        self.index.get(key).map(|slot| &*self.flags[slot.index as usize].source)
+    }
+
+    /// All flags in model form, in no particular order.
+    pub fn flags(&self) -> impl Iterator<Item = &Flag> {
+        self.flags.iter().map(|f| &*f.source)
+    }
+
+    /// All segments in model form, in no particular order.
+    pub fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.values().map(|s| &*s.source)
+    }
+
+    /// The whole set in model form, sorted by key.
+    pub fn to_flag_set(&self) -> FlagSet {
+        let mut set =
+            FlagSet { flags: self.flags().cloned().collect(), segments: self.segments().cloned().collect() };
+        set.flags.sort_by(|a, b| a.key.cmp(&b.key));
+        set.segments.sort_by(|a, b| a.key.cmp(&b.key));
+        set
+    }
+
+    /// A new snapshot with the flags and segments of `change` replacing or
+    /// adding to this one's, and the deleted keys removed. Only changed items
+    /// are compiled; unchanged ones are shared. The result is validated as a
+    /// whole, and on error nothing is returned.
+    pub fn apply(
+        &self,
+        change: &FlagSet,
+        deleted_flags: &[String],
+        deleted_segments: &[String],
+        limits: &Limits,
+    ) -> Result<Snapshot, ValidationErrors> {
+        let drop_flag: HashSet<&str> = deleted_flags
+            .iter()
+            .map(String::as_str)
+            .chain(change.flags.iter().map(|f| f.key.as_str()))
+            .collect();
+        let drop_segment: HashSet<&str> = deleted_segments
+            .iter()
+            .map(String::as_str)
+            .chain(change.segments.iter().map(|s| s.key.as_str()))
+            .collect();
+        // Validate the would-be state as a whole (prerequisites and segment
+        // references cross items).
+        let mut next = FlagSet {
+            flags: self.flags().filter(|f| !drop_flag.contains(f.key.as_str())).cloned().collect(),
+            segments: self.segments().filter(|s| !drop_segment.contains(s.key.as_str())).cloned().collect(),
+        };
+        next.flags.extend(change.flags.iter().cloned());
+        next.segments.extend(change.segments.iter().cloned());
+        validate::flag_set(&next, limits)?;
+
+        let mut segments = self.segments.clone();
+        segments.retain(|k, _| !drop_segment.contains(k.as_ref()));
+        for s in &change.segments {
+            segments.insert(Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits)));
+        }
+        let mut flags: Vec<Arc<CompiledFlag>> =
+            self.flags.iter().filter(|f| !drop_flag.contains(f.source.key.as_str())).cloned().collect();
+        flags.extend(change.flags.iter().map(|f| Arc::new(compile_flag(f.clone(), limits))));
+        Ok(Snapshot::assemble(flags, segments, limits).with_cursor(&self.epoch, self.revision))
+    }
+}
+
+fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
+    match (serve.variation, &serve.rollout) {
+        (Some(v), None) => Some(CompiledServe::Variation(v)),
+        (None, Some(r)) => {
+            let mut end = 0u32;
+            let thresholds = r
+                .variations
+                .iter()
+                .map(|wv| {
+                    end = end.saturating_add(wv.weight);
+                    (end, wv.variation)
+                })
+                .collect();
+            Some(CompiledServe::Rollout {
+                bucket_by: AttrName::parse(&r.bucket_by),
+                seed: bucket::seed_for(r.seed, salt),
+                thresholds,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
+    let mut malformed = false;
+    let variations: Box<[Value]> = flag
+        .variations
+        .iter()
+        .map(|v| {
+            Value::from_json(flag.flag_type, v).unwrap_or_else(|| {
+                malformed = true;
+                Value::Json(v.clone())
+            })
+        })
+        .collect();
+    let targets = (!flag.targets.is_empty()).then(|| {
+        let mut map = FastMap::default();
+        for t in &flag.targets {
+            for key in &t.values {
+                map.entry(Box::from(key.as_str())).or_insert(t.variation);
+            }
+        }
+        map
+    });
+    let salt = flag.effective_salt().to_owned();
+    let rules = flag
+        .rules
+        .iter()
+        .map(|r| {
+            let clauses =
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect::<Result<Box<[_]>, _>>();
+            let serve = compile_serve(&r.serve, &salt);
+            match (clauses, serve) {
+                (Ok(clauses), Some(serve)) => CompiledRule { id: r.id.as_str().into(), clauses, serve },
+                _ => {
+                    malformed = true;
+                    CompiledRule {
+                        id: r.id.as_str().into(),
+                        clauses: Box::new([]),
+                        serve: CompiledServe::Variation(u32::MAX),
+                    }
+                }
+            }
+        })
+        .collect();
+    let fallthrough = compile_serve(&flag.fallthrough, &salt).unwrap_or_else(|| {
+        malformed = true;
+        CompiledServe::Variation(u32::MAX)
+    });
+    let constant = if malformed {
+        None
+    } else if !flag.on {
+        Some((flag.off_variation, true))
+    } else if flag.prerequisites.is_empty() && targets.is_none() && flag.rules.is_empty() {
+        match fallthrough {
+            CompiledServe::Variation(v) => Some((v, false)),
+            CompiledServe::Rollout { .. } => None,
+        }
+    } else {
+        None
+    };
+    let constant = constant.and_then(|(variation, off)| {
+        let value = variations.get(variation as usize)?.clone();
+        Some(Constant { variation, off, value })
+    });
+    CompiledFlag {
+        constant,
+        flag_type: flag.flag_type,
+        variations,
+        on: flag.on,
+        off_variation: flag.off_variation,
+        prerequisites: flag.prerequisites.iter().map(|p| (Box::from(p.key.as_str()), p.variation)).collect(),
+        targets,
+        rules,
+        fallthrough,
+        version: flag.version,
+        malformed,
+        source: Arc::new(flag),
+    }
+}
+
+fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
+    let keys = |v: &[String]| StrSet::new(v.iter().map(|k| Box::from(k.as_str())).collect());
+    let rules = segment
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let clauses: Result<Box<[_]>, _> =
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect();
+            // Only unvalidated data gets here. An uncompilable rule, or one
+            // with no clauses, matches nobody rather than everybody.
+            clauses.ok().filter(|c| !c.is_empty())
+        })
+        .collect();
+    CompiledSegment {
+        included: keys(&segment.included),
+        excluded: keys(&segment.excluded),
+        rules,
+        source: Arc::new(segment),
+    }
+}

@@ -1,0 +1,183 @@
+use super::*;
+use crate::model::{Prerequisite, Rule, Serve, Target, WeightedVariation};
+
+fn flag(key: &str) -> Flag {
+    Flag {
+        key: key.into(),
+        flag_type: crate::FlagType::Bool,
+        variations: vec![Json::Bool(true), Json::Bool(false)],
+        on: true,
+        off_variation: 1,
+        targets: vec![],
+        rules: vec![],
+        fallthrough: Serve::variation(0),
+        prerequisites: vec![],
+        salt: String::new(),
+        version: 1,
+        revision: 0,
+        description: String::new(),
+        tags: vec![],
+        owner: String::new(),
+    }
+}
+
+fn rule(attr: &str, op: Operator, values: Vec<Json>) -> Rule {
+    Rule {
+        id: String::new(),
+        clauses: vec![Clause { attribute: attr.into(), op, values, negate: false }],
+        serve: Serve::variation(0),
+    }
+}
+
+fn errors(flags: Vec<Flag>, segments: Vec<Segment>) -> Vec<String> {
+    match flag_set(&FlagSet { flags, segments }, &Limits::default()) {
+        Ok(()) => vec![],
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn assert_error(errs: &[String], want: &str) {
+    assert!(errs.iter().any(|e| e == want), "wanted {want:?} in {errs:#?}");
+}
+
+/// A valid flag passes.
+#[test]
+fn valid_flag_passes() {
+    let mut f = flag("checkout");
+    f.rules.push(rule("country", Operator::In, vec!["US".into(), 1.into(), true.into()]));
+    assert_eq!(errors(vec![f], vec![]), Vec::<String>::new());
+}
+
+/// Each error names the field path and what is wrong or the limit.
+#[test]
+fn errors_name_path_and_limit() {
+    let mut f = flag("checkout");
+    f.off_variation = 2;
+    f.targets.push(Target { variation: 5, values: vec!["u".into()] });
+    f.rules.push(rule("age", Operator::Lt, vec!["ten".into()]));
+    f.rules.push(rule("email", Operator::Matches, vec!["(unclosed".into()]));
+    f.rules.push(rule("v", Operator::SemverGt, vec!["one".into()]));
+    f.rules.push(rule("", Operator::In, vec!["x".into()]));
+    f.rules.push(rule("x", Operator::In, vec![Json::Array(vec![])]));
+    f.rules.push(rule("t", Operator::Before, vec!["soon".into()]));
+    f.rules.push(rule("s", Operator::SegmentMatch, vec!["nope".into()]));
+    f.rules.push(Rule { id: String::new(), clauses: vec![], serve: Serve::variation(0) });
+    f.rules.push(rule("x", Operator::In, (0..10_001).map(Json::from).collect()));
+    f.fallthrough = Serve::rollout(Rollout {
+        bucket_by: String::new(),
+        seed: None,
+        variations: vec![
+            WeightedVariation { variation: 0, weight: 60_000 },
+            WeightedVariation { variation: 1, weight: 30_000 },
+        ],
+    });
+    let errs = errors(vec![f], vec![]);
+    for want in [
+        r#"flags["checkout"].off_variation: variation index 2 out of range: the flag has 2 variations"#,
+        r#"flags["checkout"].targets[0].variation: variation index 5 out of range: the flag has 2 variations"#,
+        r#"flags["checkout"].rules[0].clauses[0].values[0]: "ten": `lt` takes numbers"#,
+        r#"flags["checkout"].rules[2].clauses[0].values[0]: "one": `semver_gt` takes versions like "1.2.3""#,
+        r#"flags["checkout"].rules[3].clauses[0].attribute: must not be empty"#,
+        r#"flags["checkout"].rules[4].clauses[0].values[0]: []: `in` takes strings, numbers or bools"#,
+        r#"flags["checkout"].rules[5].clauses[0].values[0]: "soon": `before` takes Unix milliseconds or RFC 3339 times"#,
+        r#"flags["checkout"].rules[6].clauses[0].values[0]: unknown segment "nope""#,
+        r#"flags["checkout"].rules[7].clauses: at least one clause is required"#,
+        r#"flags["checkout"].rules[8].clauses[0].values: 10001 values, limit 10000"#,
+        r#"flags["checkout"].fallthrough.rollout.variations: weights sum to 90000, must be 100000 (units of 1/100000)"#,
+    ] {
+        assert_error(&errs, want);
+    }
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with(r#"flags["checkout"].rules[1].clauses[0].values[0]: invalid regex"#)),
+        "{errs:#?}"
+    );
+}
+
+/// Keys: charset, length, duplicates.
+#[test]
+fn keys() {
+    let errs = errors(vec![flag("-bad"), flag(&"k".repeat(257)), flag("ok"), flag("ok")], vec![]);
+    assert_error(
+        &errs,
+        r#"flags["-bad"].key: "-bad": use A-Z a-z 0-9 . _ - and start with a letter or digit"#,
+    );
+    assert!(errs.iter().any(|e| e.ends_with(".key: 257 bytes, limit 256")), "{errs:#?}");
+    assert_error(&errs, r#"flags["ok"]: duplicate flag key"#);
+}
+
+/// Variations must match the flag's type.
+#[test]
+fn variation_types() {
+    let mut f = flag("n");
+    f.flag_type = crate::FlagType::Int;
+    f.variations = vec![1.into(), 1.5.into(), "2".into()];
+    let errs = errors(vec![f], vec![]);
+    assert_error(&errs, r#"flags["n"].variations[1]: 1.5 is not a int value"#);
+    assert_error(&errs, r#"flags["n"].variations[2]: "2" is not a int value"#);
+}
+
+/// Prerequisite cycles, self-references, unknown flags and deep chains are
+/// rejected.
+#[test]
+fn prerequisites() {
+    let pre = |k: &str| Prerequisite { key: k.into(), variation: 0 };
+    let mut a = flag("a");
+    a.prerequisites.push(pre("b"));
+    let mut b = flag("b");
+    b.prerequisites.push(pre("a"));
+    let mut c = flag("c");
+    c.prerequisites = vec![pre("c"), pre("zzz")];
+    let errs = errors(vec![a, b, c], vec![]);
+    assert_error(&errs, r#"flags["a"].prerequisites: prerequisite cycle: a -> b -> a"#);
+    assert_error(&errs, r#"flags["c"].prerequisites[0].key: a flag cannot be its own prerequisite"#);
+    assert_error(&errs, r#"flags["c"].prerequisites[1].key: unknown flag "zzz""#);
+
+    // A chain of 10 edges is allowed, 11 is not.
+    let chain = |n: usize| {
+        (0..=n)
+            .map(|i| {
+                let mut f = flag(&format!("f{i}"));
+                if i < n {
+                    f.prerequisites.push(pre(&format!("f{}", i + 1)));
+                }
+                f
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(errors(chain(10), vec![]), Vec::<String>::new());
+    let errs = errors(chain(11), vec![]);
+    assert_error(&errs, r#"flags["f0"].prerequisites: prerequisite chain 11 deep, limit 10"#);
+}
+
+/// Segments cannot nest, and their own fields are checked.
+#[test]
+fn segments() {
+    let seg = Segment {
+        key: "beta".into(),
+        rules: vec![crate::model::SegmentRule {
+            id: String::new(),
+            clauses: vec![Clause {
+                attribute: "k".into(),
+                op: Operator::SegmentMatch,
+                values: vec!["beta".into()],
+                negate: false,
+            }],
+        }],
+        ..Segment::default()
+    };
+    let errs = errors(vec![], vec![seg]);
+    assert_error(
+        &errs,
+        r#"segments["beta"].rules[0].clauses[0].op: segment_match is not allowed in segment rules"#,
+    );
+}
+
+/// Configured limits are enforced, not just the defaults.
+#[test]
+fn custom_limits() {
+    let limits = Limits { max_flags: 1, ..Limits::default() };
+    let err =
+        flag_set(&FlagSet { flags: vec![flag("a"), flag("b")], segments: vec![] }, &limits).unwrap_err();
+    assert_eq!(err.to_string(), "flags: 2 flags, limit 1");
+}

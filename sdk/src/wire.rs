@@ -1,0 +1,332 @@
+//! Mapping between the model ([`crate::model`]) and the `flagstream.v1`
+//! protobuf messages. Reading from the wire checks what the protobuf types
+//! cannot (unknown enum numbers, empty oneofs, unparseable JSON) and reports
+//! it with the same field paths as [`crate::validate`]; everything else is
+//! validation's job.
+
+use flagstream_proto::v1 as pb;
+use serde_json::Value as Json;
+
+use crate::context::{AttrValue, Context, Scalar};
+use crate::model::{
+    Clause, Flag, FlagType, Operator, Prerequisite, Rollout, Rule, Segment, SegmentRule, Serve, Target,
+    WeightedVariation,
+};
+use crate::validate::{ValidationError, ValidationErrors};
+
+fn err(path: String, message: impl Into<String>) -> ValidationErrors {
+    ValidationErrors(vec![ValidationError { path, message: message.into() }])
+}
+
+/// The protobuf form of a flag.
+pub fn flag_to_proto(f: &Flag) -> pb::Flag {
+    pb::Flag {
+        key: f.key.clone(),
+        r#type: flag_type_to_proto(f.flag_type) as i32,
+        variations: f.variations.iter().map(|v| variation_to_proto(f.flag_type, v)).collect(),
+        on: f.on,
+        off_variation: f.off_variation,
+        targets: f
+            .targets
+            .iter()
+            .map(|t| pb::Target { variation: t.variation, values: t.values.clone() })
+            .collect(),
+        rules: f
+            .rules
+            .iter()
+            .map(|r| pb::Rule {
+                id: r.id.clone(),
+                clauses: r.clauses.iter().map(clause_to_proto).collect(),
+                serve: Some(serve_to_proto(&r.serve)),
+            })
+            .collect(),
+        fallthrough: Some(serve_to_proto(&f.fallthrough)),
+        prerequisites: f
+            .prerequisites
+            .iter()
+            .map(|p| pb::Prerequisite { key: p.key.clone(), variation: p.variation })
+            .collect(),
+        salt: f.salt.clone(),
+        version: f.version,
+        revision: f.revision,
+        description: f.description.clone(),
+        tags: f.tags.clone(),
+        owner: f.owner.clone(),
+    }
+}
+
+/// Reads a flag from protobuf. Errors name the field path.
+pub fn flag_from_proto(p: &pb::Flag) -> Result<Flag, ValidationErrors> {
+    let path = format!("flags[{:?}]", p.key);
+    let flag_type = match pb::FlagType::try_from(p.r#type) {
+        Ok(pb::FlagType::Bool) => FlagType::Bool,
+        Ok(pb::FlagType::String) => FlagType::String,
+        Ok(pb::FlagType::Int) => FlagType::Int,
+        Ok(pb::FlagType::Float) => FlagType::Float,
+        Ok(pb::FlagType::Json) => FlagType::Json,
+        _ => {
+            return Err(err(format!("{path}.type"), format!("unknown flag type {}", p.r#type)));
+        }
+    };
+    let variations = p
+        .variations
+        .iter()
+        .enumerate()
+        .map(|(i, v)| variation_from_proto(v).map_err(|m| err(format!("{path}.variations[{i}]"), m)))
+        .collect::<Result<_, _>>()?;
+    let rules = p
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let rpath = format!("{path}.rules[{i}]");
+            Ok(Rule {
+                id: r.id.clone(),
+                clauses: clauses_from_proto(&rpath, &r.clauses)?,
+                serve: serve_from_proto(&format!("{rpath}.serve"), r.serve.as_ref())?,
+            })
+        })
+        .collect::<Result<_, ValidationErrors>>()?;
+    Ok(Flag {
+        key: p.key.clone(),
+        flag_type,
+        variations,
+        on: p.on,
+        off_variation: p.off_variation,
+        targets: p
+            .targets
+            .iter()
+            .map(|t| Target { variation: t.variation, values: t.values.clone() })
+            .collect(),
+        rules,
+        fallthrough: serve_from_proto(&format!("{path}.fallthrough"), p.fallthrough.as_ref())?,
+        prerequisites: p
+            .prerequisites
+            .iter()
+            .map(|q| Prerequisite { key: q.key.clone(), variation: q.variation })
+            .collect(),
+        salt: p.salt.clone(),
+        version: p.version,
+        revision: p.revision,
+        description: p.description.clone(),
+        tags: p.tags.clone(),
+        owner: p.owner.clone(),
+    })
+}
+
+/// The protobuf form of a segment.
+pub fn segment_to_proto(s: &Segment) -> pb::Segment {
+    pb::Segment {
+        key: s.key.clone(),
+        included: s.included.clone(),
+        excluded: s.excluded.clone(),
+        rules: s
+            .rules
+            .iter()
+            .map(|r| pb::SegmentRule {
+                id: r.id.clone(),
+                clauses: r.clauses.iter().map(clause_to_proto).collect(),
+            })
+            .collect(),
+        version: s.version,
+        revision: s.revision,
+        description: s.description.clone(),
+    }
+}
+
+/// Reads a segment from protobuf. Errors name the field path.
+pub fn segment_from_proto(p: &pb::Segment) -> Result<Segment, ValidationErrors> {
+    let path = format!("segments[{:?}]", p.key);
+    let rules = p
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Ok(SegmentRule {
+                id: r.id.clone(),
+                clauses: clauses_from_proto(&format!("{path}.rules[{i}]"), &r.clauses)?,
+            })
+        })
+        .collect::<Result<_, ValidationErrors>>()?;
+    Ok(Segment {
+        key: p.key.clone(),
+        included: p.included.clone(),
+        excluded: p.excluded.clone(),
+        rules,
+        version: p.version,
+        revision: p.revision,
+        description: p.description.clone(),
+    })
+}
+
+/// The protobuf form of a context.
+pub fn context_to_proto(c: &Context<'_>) -> pb::Context {
+    pb::Context {
+        key: c.key().to_owned(),
+        kind: c.context_kind().to_owned(),
+        attributes: c
+            .attributes()
+            .map(|(n, v)| {
+                let value = match v {
+                    AttrValue::Scalar(s) => pb::attribute_value::Value::Scalar(scalar_to_proto(s)),
+                    AttrValue::List(l) => pb::attribute_value::Value::List(pb::ScalarList {
+                        values: l.iter().map(scalar_to_proto).collect(),
+                    }),
+                };
+                (n.to_owned(), pb::AttributeValue { value: Some(value) })
+            })
+            .collect(),
+    }
+}
+
+/// Reads a context from protobuf; attributes without a value are skipped
+/// (a null attribute is a missing one).
+pub fn context_from_proto(p: &pb::Context) -> Context<'static> {
+    let mut ctx = Context::new(p.key.clone());
+    if !p.kind.is_empty() {
+        ctx = ctx.kind(p.kind.clone());
+    }
+    for (name, v) in &p.attributes {
+        let value = match &v.value {
+            Some(pb::attribute_value::Value::Scalar(s)) => scalar_from_proto(s).map(AttrValue::Scalar),
+            Some(pb::attribute_value::Value::List(l)) => {
+                Some(AttrValue::from(l.values.iter().filter_map(scalar_from_proto).collect::<Vec<_>>()))
+            }
+            None => None,
+        };
+        if let Some(value) = value {
+            ctx.set(name.clone(), value);
+        }
+    }
+    ctx
+}
+
+fn scalar_to_proto(s: &Scalar<'_>) -> pb::Scalar {
+    let value = match s {
+        Scalar::Str(v) => pb::scalar::Value::StringValue(v.to_string()),
+        Scalar::Num(n) => pb::scalar::Value::NumberValue(*n),
+        Scalar::Bool(b) => pb::scalar::Value::BoolValue(*b),
+    };
+    pb::Scalar { value: Some(value) }
+}
+
+fn scalar_from_proto(s: &pb::Scalar) -> Option<Scalar<'static>> {
+    Some(match s.value.as_ref()? {
+        pb::scalar::Value::StringValue(v) => Scalar::Str(v.clone().into()),
+        pb::scalar::Value::NumberValue(n) => Scalar::Num(*n),
+        pb::scalar::Value::BoolValue(b) => Scalar::Bool(*b),
+    })
+}
+
+fn flag_type_to_proto(t: FlagType) -> pb::FlagType {
+    match t {
+        FlagType::Bool => pb::FlagType::Bool,
+        FlagType::String => pb::FlagType::String,
+        FlagType::Int => pb::FlagType::Int,
+        FlagType::Float => pb::FlagType::Float,
+        FlagType::Json => pb::FlagType::Json,
+    }
+}
+
+/// Encodes a variation by the flag's type. A value that does not fit the
+/// type (caught by validation) travels as JSON text so nothing is lost.
+fn variation_to_proto(t: FlagType, v: &Json) -> pb::Variation {
+    use pb::variation::Value as V;
+    let value = match (t, v) {
+        (FlagType::Bool, Json::Bool(b)) => V::BoolValue(*b),
+        (FlagType::String, Json::String(s)) => V::StringValue(s.clone()),
+        (FlagType::Int, Json::Number(n)) if n.as_i64().is_some() => V::IntValue(n.as_i64().unwrap_or(0)),
+        (FlagType::Float, Json::Number(n)) if n.as_f64().is_some() => {
+            V::FloatValue(n.as_f64().unwrap_or(0.0))
+        }
+        _ => V::JsonValue(v.to_string()),
+    };
+    pb::Variation { value: Some(value) }
+}
+
+fn variation_from_proto(v: &pb::Variation) -> Result<Json, String> {
+    use pb::variation::Value as V;
+    Ok(match &v.value {
+        None => return Err("variation has no value".into()),
+        Some(V::BoolValue(b)) => Json::Bool(*b),
+        Some(V::StringValue(s)) => Json::String(s.clone()),
+        Some(V::IntValue(i)) => Json::from(*i),
+        Some(V::FloatValue(f)) => serde_json::Number::from_f64(*f)
+            .map(Json::Number)
+            .ok_or_else(|| format!("{f} is not a finite float"))?,
+        Some(V::JsonValue(text)) => serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?,
+    })
+}
+
+fn clause_to_proto(c: &Clause) -> pb::Clause {
+    pb::Clause {
+        attribute: c.attribute.clone(),
+        // Operator::ALL is in protobuf order, starting at 1.
+        op: Operator::ALL.iter().position(|o| *o == c.op).map_or(0, |i| i as i32 + 1),
+        values: c.values.iter().filter_map(|v| Scalar::from_json(v).map(|s| scalar_to_proto(&s))).collect(),
+        negate: c.negate,
+    }
+}
+
+fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, ValidationErrors> {
+    cs.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let cpath = format!("{path}.clauses[{i}]");
+            let op = usize::try_from(c.op - 1)
+                .ok()
+                .and_then(|i| Operator::ALL.get(i).copied())
+                .ok_or_else(|| err(format!("{cpath}.op"), format!("unknown operator {}", c.op)))?;
+            let values = c
+                .values
+                .iter()
+                .enumerate()
+                .map(|(j, s)| {
+                    scalar_from_proto(s)
+                        .map(|s| match s {
+                            Scalar::Str(v) => Json::String(v.into_owned()),
+                            Scalar::Num(n) => {
+                                serde_json::Number::from_f64(n).map_or(Json::Null, Json::Number)
+                            }
+                            Scalar::Bool(b) => Json::Bool(b),
+                        })
+                        .ok_or_else(|| err(format!("{cpath}.values[{j}]"), "value is empty"))
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Clause { attribute: c.attribute.clone(), op, values, negate: c.negate })
+        })
+        .collect()
+}
+
+fn serve_to_proto(s: &Serve) -> pb::Serve {
+    let kind = match (s.variation, &s.rollout) {
+        (Some(v), _) => Some(pb::serve::Kind::Variation(v)),
+        (None, Some(r)) => Some(pb::serve::Kind::Rollout(pb::Rollout {
+            bucket_by: r.bucket_by.clone(),
+            seed: r.seed,
+            variations: r
+                .variations
+                .iter()
+                .map(|w| pb::WeightedVariation { variation: w.variation, weight: w.weight })
+                .collect(),
+        })),
+        (None, None) => None,
+    };
+    pb::Serve { kind }
+}
+
+fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, ValidationErrors> {
+    match s.and_then(|s| s.kind.as_ref()) {
+        Some(pb::serve::Kind::Variation(v)) => Ok(Serve::variation(*v)),
+        Some(pb::serve::Kind::Rollout(r)) => Ok(Serve::rollout(Rollout {
+            bucket_by: r.bucket_by.clone(),
+            seed: r.seed,
+            variations: r
+                .variations
+                .iter()
+                .map(|w| WeightedVariation { variation: w.variation, weight: w.weight })
+                .collect(),
+        })),
+        None => Err(err(path.to_owned(), "set variation or rollout")),
+    }
+}

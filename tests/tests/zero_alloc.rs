@@ -1,0 +1,177 @@
+//! Evaluation performs zero heap allocations: a counting global allocator
+//! watches the evaluating thread while it evaluates every kind of flag.
+#![allow(unsafe_code)] // the counting allocator below, nothing else
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::borrow::Cow;
+use std::cell::Cell;
+
+use flagstream::{Context, FlagHandle, FlagSet, Limits, Snapshot, SnapshotCell};
+
+thread_local! {
+    /// Allocations made by this thread. Const-initialised and without a
+    /// destructor, so reading it never allocates itself.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: forwards every call unchanged to the system allocator; the only
+// addition is bumping a thread-local counter, which cannot allocate or fail.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations `f` makes on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+const FLAGS: &str = r#"
+flags:
+  - {key: plain, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
+  - {key: off, type: bool, variations: [true, false], on: false, off_variation: 1, fallthrough: {variation: 0}}
+  - key: two-clause
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - id: us-enterprise
+        clauses:
+          - {attribute: country, op: in, values: [US, CA]}
+          - {attribute: plan, op: in, values: [enterprise]}
+        serve: {variation: 0}
+    fallthrough: {variation: 1}
+  - key: rollout
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    fallthrough: {rollout: {variations: [{variation: 0, weight: 10000}, {variation: 1, weight: 90000}]}}
+  - key: by-number
+    type: int
+    variations: [1, 2]
+    on: true
+    off_variation: 0
+    fallthrough: {rollout: {bucket_by: org, variations: [{variation: 0, weight: 50000}, {variation: 1, weight: 50000}]}}
+  - key: segmented
+    type: string
+    variations: [gold, plain]
+    on: true
+    off_variation: 1
+    rules:
+      - {clauses: [{attribute: key, op: segment_match, values: [big]}], serve: {variation: 0}}
+    fallthrough: {variation: 1}
+  - key: operators
+    type: float
+    variations: [0.5, 1.5]
+    on: true
+    off_variation: 0
+    targets: [{variation: 1, values: [vip]}]
+    prerequisites: [{key: plain, variation: 0}]
+    rules:
+      - clauses: [{attribute: email, op: matches, values: ["^[a-z]+@example\\.com$"]}, {attribute: email, op: ends_with, values: [".com"]}]
+        serve: {variation: 1}
+      - clauses: [{attribute: age, op: gte, values: [18]}, {attribute: app, op: semver_gt, values: ["2.0.0"]}]
+        serve: {variation: 1}
+      - clauses: [{attribute: signup, op: before, values: ["2026-01-01T00:00:00Z"]}, {attribute: groups, op: contains, values: [ops]}]
+        serve: {variation: 1}
+    fallthrough: {variation: 0}
+  - key: document
+    type: json
+    variations: [{"theme": "dark", "limits": [1, 2]}, null]
+    on: true
+    off_variation: 1
+    fallthrough: {variation: 0}
+segments:
+  - key: big
+    included: []
+"#;
+
+fn snapshot() -> Snapshot {
+    let mut set: FlagSet = serde_yaml_ng::from_str(FLAGS).expect("fixture parses");
+    set.segments[0].included = (0..10_000).map(|i| format!("user-{i}")).collect();
+    Snapshot::compile(&set, &Limits::default()).expect("fixture validates")
+}
+
+/// Bool, string, int, float and JSON flags with targets, prerequisites,
+/// rules of every operator family, segments and rollouts evaluate without a
+/// single allocation, on borrowed and on owned contexts alike; a pre-resolved
+/// handle does too.
+#[test]
+fn evaluation_never_allocates() {
+    let snap = snapshot();
+    let groups =
+        [flagstream::Scalar::Str(Cow::Borrowed("dev")), flagstream::Scalar::Str(Cow::Borrowed("ops"))];
+    let borrowed = Context::new("user-42")
+        .with("country", "US")
+        .with("plan", "enterprise")
+        .with("email", "ann@example.com")
+        .with("age", 30)
+        .with("app", "2.1.0")
+        .with("signup", 1_700_000_000_000i64)
+        .with("groups", &groups[..])
+        .with("org", 1234);
+    let owned = borrowed.clone().into_owned();
+    let handle = FlagHandle::new("plain");
+    let rule_handle = FlagHandle::new("two-clause");
+    let cell = SnapshotCell::new(snapshot());
+
+    let run = |ctx: &Context<'_>| {
+        for _ in 0..1_000 {
+            assert!(snap.bool("plain", ctx, false));
+            assert!(!snap.bool("off", ctx, true));
+            assert!(snap.bool("two-clause", ctx, false));
+            assert!(!snap.bool("two-clause", &Context::new("x").with("country", "FR"), true));
+            std::hint::black_box(snap.bool("rollout", ctx, false));
+            std::hint::black_box(snap.int("by-number", ctx, 0));
+            assert_eq!(snap.string("segmented", ctx, "?"), "gold");
+            assert_eq!(snap.string("segmented", &Context::new("nobody"), "?"), "plain");
+            assert_eq!(snap.float("operators", ctx, 0.0), 1.5);
+            assert_eq!(snap.json("document", ctx, Cow::Owned(serde_json::Value::Null))["theme"], "dark");
+            assert!(!snap.bool("missing", ctx, false));
+            assert!(snap.detail("plain", ctx, false).variation == Some(0));
+            assert!(handle.bool(&cell, ctx, false));
+            assert!(rule_handle.bool(&cell, ctx, false));
+            assert_eq!(rule_handle.detail(&snap, ctx, false).variation, Some(0));
+        }
+    };
+    // Warm up: the regex engine fills its per-thread cache on first use.
+    run(&borrowed);
+    assert_eq!(allocations(|| run(&borrowed)), 0, "allocations while evaluating with a borrowed context");
+    assert_eq!(allocations(|| run(&owned)), 0, "allocations while evaluating with an owned context");
+}
+
+/// A context built from borrowed strings and numbers allocates nothing (up to
+/// four attributes live inline).
+#[test]
+fn borrowed_context_never_allocates() {
+    let n = allocations(|| {
+        let ctx = Context::new("user-1")
+            .with("country", "US")
+            .with("plan", "pro")
+            .with("age", 41)
+            .with("beta", true);
+        std::hint::black_box(&ctx);
+    });
+    assert_eq!(n, 0);
+}
