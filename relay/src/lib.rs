@@ -1,1 +1,40 @@
-//! flagstream relay: the server that holds flags and streams them to SDKs. Built in issue 3; nothing here yet.
+//! flagstream relay: the server that holds the authoritative flags (sled on
+//! the primary), accepts edits over the Admin API, and keeps every
+//! subscriber current over the Subscribe stream.
+//!
+//! Data flow: Admin request → [`admin`] → [`store`] (validate, one sled
+//! transaction, flush) → new in-memory `EnvState` → [`subscribe`] streams
+//! pull deltas/snapshots from it (encoded once, [`encoded`]) → acks →
+//! [`hub`] propagation stats. [`server`] wires it together; [`config`] reads
+//! the options.
+
+pub mod admin;
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod encoded;
+pub mod error;
+pub mod hub;
+pub mod metrics;
+pub mod server;
+pub mod store;
+pub mod subscribe;
+pub mod transport;
+
+/// The relay's server side of `flagstream.v1.Sync` (see `build.rs`).
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod generated {
+    tonic::include_proto!("flagstream.v1");
+}
+
+/// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -202,6 +202,11 @@ impl Snapshot {
         self.index.get(key).map(|slot| &*self.flags[slot.index as usize].source)
     }
 
+    /// A segment's model form.
+    pub fn segment(&self, key: &str) -> Option<&Segment> {
+        self.segments.get(key).map(|s| &*s.source)
+    }
+
     /// All flags in model form, in no particular order.
     pub fn flags(&self) -> impl Iterator<Item = &Flag> {
         self.flags.iter().map(|f| &*f.source)

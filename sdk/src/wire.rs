@@ -298,7 +298,8 @@ fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, Vali
         .collect()
 }
 
-fn serve_to_proto(s: &Serve) -> pb::Serve {
+/// The protobuf form of a serve.
+pub fn serve_to_proto(s: &Serve) -> pb::Serve {
     let kind = match (s.variation, &s.rollout) {
         (Some(v), _) => Some(pb::serve::Kind::Variation(v)),
         (None, Some(r)) => Some(pb::serve::Kind::Rollout(pb::Rollout {
@@ -315,7 +316,8 @@ fn serve_to_proto(s: &Serve) -> pb::Serve {
     pb::Serve { kind }
 }
 
-fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, ValidationErrors> {
+/// Reads a serve; `path` prefixes errors.
+pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, ValidationErrors> {
     match s.and_then(|s| s.kind.as_ref()) {
         Some(pb::serve::Kind::Variation(v)) => Ok(Serve::variation(*v)),
         Some(pb::serve::Kind::Rollout(r)) => Ok(Serve::rollout(Rollout {

@@ -1,0 +1,607 @@
+//! The Admin gRPC service: translates requests into store operations and
+//! store state into responses. Authentication is the interceptor in
+//! `auth.rs`; error mapping is `error.rs`.
+
+use std::borrow::Cow;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flagstream::{Context, Detail, FlagType, FromValue, Reason, wire};
+use flagstream_proto::v1 as pb;
+use flagstream_proto::v1::admin_server::Admin;
+use futures_util::Stream;
+use serde_json::Value as Json;
+use tonic::{Request, Response, Status};
+
+use crate::error::invalid;
+use crate::hub::Hub;
+use crate::store::state::Kind;
+use crate::store::{Env, Op, Store, WriteResult};
+
+/// Largest page a list call returns.
+const MAX_PAGE: usize = 1_000;
+
+/// The Admin service.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    store: Store,
+    hub: Arc<Hub>,
+    started: Instant,
+}
+
+impl AdminService {
+    /// A service over `store`.
+    pub fn new(store: Store, hub: Arc<Hub>) -> AdminService {
+        AdminService { store, hub, started: Instant::now() }
+    }
+}
+
+fn actor<T>(req: &Request<T>) -> String {
+    req.metadata()
+        .get("x-flagstream-actor")
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("admin")
+        .chars()
+        .take(128)
+        .collect()
+}
+
+fn kind_to_proto(k: Kind) -> pb::ItemKind {
+    match k {
+        Kind::Flag => pb::ItemKind::Flag,
+        Kind::Segment => pb::ItemKind::Segment,
+    }
+}
+
+fn result_to_proto(r: &WriteResult) -> pb::WriteResult {
+    pb::WriteResult {
+        revision: r.revision,
+        items: r
+            .items
+            .iter()
+            .map(|i| pb::ItemVersion {
+                kind: kind_to_proto(i.kind) as i32,
+                key: i.key.clone(),
+                version: i.version,
+                deleted: i.deleted,
+            })
+            .collect(),
+    }
+}
+
+fn env_to_proto(env: &Env) -> pb::Environment {
+    let meta = env.meta.load();
+    let state = env.state.load();
+    pb::Environment {
+        name: meta.name.clone(),
+        description: meta.description.clone(),
+        epoch: meta.epoch.clone(),
+        revision: state.revision,
+        flag_count: state.items.keys().filter(|(k, _)| *k == Kind::Flag).count() as u64,
+        segment_count: state.items.keys().filter(|(k, _)| *k == Kind::Segment).count() as u64,
+        created_unix_ms: meta.created_unix_ms,
+    }
+}
+
+fn page_size(n: u32) -> usize {
+    if n == 0 { MAX_PAGE } else { (n as usize).min(MAX_PAGE) }
+}
+
+/// Converts one batch operation.
+fn op_from_proto(i: usize, op: pb::BatchOp) -> Result<Op, Status> {
+    use pb::batch_op::Op as B;
+    let path = format!("ops[{i}]");
+    Ok(match op.op.ok_or_else(|| invalid(&path, "empty operation"))? {
+        B::PutFlag(p) => Op::PutFlag {
+            flag: flag_arg(&format!("{path}.put_flag.flag"), p.flag)?,
+            expected: p.expected_version,
+        },
+        B::DeleteFlag(d) => Op::DeleteFlag { key: d.key, expected: d.expected_version },
+        B::PutSegment(p) => Op::PutSegment {
+            segment: segment_arg(&format!("{path}.put_segment.segment"), p.segment)?,
+            expected: p.expected_version,
+        },
+        B::DeleteSegment(d) => Op::DeleteSegment { key: d.key, expected: d.expected_version },
+        B::PatchFlag(p) => Op::PatchFlag { key: p.key, expected: p.expected_version, patches: p.ops },
+        B::PatchSegment(p) => Op::PatchSegment { key: p.key, expected: p.expected_version, patches: p.ops },
+    })
+}
+
+fn flag_arg(path: &str, f: Option<pb::Flag>) -> Result<flagstream::Flag, Status> {
+    let f = f.ok_or_else(|| invalid(path, "missing"))?;
+    wire::flag_from_proto(&f).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+fn segment_arg(path: &str, s: Option<pb::Segment>) -> Result<flagstream::Segment, Status> {
+    let s = s.ok_or_else(|| invalid(path, "missing"))?;
+    wire::segment_from_proto(&s).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+impl AdminService {
+    async fn write(
+        &self,
+        env: &str,
+        ops: Vec<Op>,
+        expected_revision: Option<u64>,
+        actor: &str,
+        comment: &str,
+    ) -> Result<WriteResult, Status> {
+        if comment.len() > 1024 {
+            return Err(invalid("comment", format!("{} bytes, limit 1024", comment.len())));
+        }
+        Ok(self.store.write(env, ops, expected_revision, actor, comment).await?)
+    }
+
+    fn flag_now(&self, env: &str, key: &str) -> Result<Option<pb::Flag>, Status> {
+        let env = self.store.env(env)?;
+        let state = env.state.load();
+        Ok(state.snapshot.flag(key).map(wire::flag_to_proto))
+    }
+
+    fn propagation(&self, env: &str, revision: Option<u64>) -> Result<pb::Propagation, Status> {
+        let e = self.store.env(env)?;
+        let state = e.state.load();
+        let revision = revision.unwrap_or(state.revision);
+        let p = self.hub.propagation(env, revision);
+        Ok(pb::Propagation {
+            environment: env.to_owned(),
+            epoch: state.epoch.clone(),
+            revision,
+            committed_unix_ms: if p.committed_ms > 0 {
+                p.committed_ms
+            } else {
+                state.log.iter().find(|l| l.revision == revision).map_or(0, |l| l.committed_unix_ms)
+            },
+            subscribers_total: p.subscribers,
+            subscribers_acked: p.acked,
+            latency_p50_ms: p.p50_ms,
+            latency_p99_ms: p.p99_ms,
+            latency_max_ms: p.max_ms,
+            relays_total: 0,
+            relays_reporting: 0,
+        })
+    }
+}
+
+type PropagationStream = Pin<Box<dyn Stream<Item = Result<pb::WatchPropagationResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn create_environment(
+        &self,
+        req: Request<pb::CreateEnvironmentRequest>,
+    ) -> Result<Response<pb::CreateEnvironmentResponse>, Status> {
+        let r = req.into_inner();
+        let (env, sdk_key) = self.store.create_env(&r.name, &r.description).await?;
+        tracing::info!(env = %r.name, "environment created");
+        Ok(Response::new(pb::CreateEnvironmentResponse { environment: Some(env_to_proto(&env)), sdk_key }))
+    }
+
+    async fn list_environments(
+        &self,
+        req: Request<pb::ListEnvironmentsRequest>,
+    ) -> Result<Response<pb::ListEnvironmentsResponse>, Status> {
+        let r = req.into_inner();
+        let size = page_size(r.page_size);
+        let envs: Vec<_> =
+            self.store.envs().into_iter().filter(|e| e.meta.load().name > r.page_token).collect();
+        let next = if envs.len() > size { envs[size - 1].meta.load().name.clone() } else { String::new() };
+        let environments = envs.iter().take(size).map(|e| env_to_proto(e)).collect();
+        Ok(Response::new(pb::ListEnvironmentsResponse { environments, next_page_token: next }))
+    }
+
+    async fn delete_environment(
+        &self,
+        req: Request<pb::DeleteEnvironmentRequest>,
+    ) -> Result<Response<pb::DeleteEnvironmentResponse>, Status> {
+        let r = req.into_inner();
+        self.store.delete_env(&r.name, r.expected_revision).await?;
+        tracing::info!(env = %r.name, "environment deleted");
+        Ok(Response::new(pb::DeleteEnvironmentResponse {}))
+    }
+
+    async fn get_flag(
+        &self,
+        req: Request<pb::GetFlagRequest>,
+    ) -> Result<Response<pb::GetFlagResponse>, Status> {
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let flag = state.snapshot.flag(&r.key).ok_or_else(|| {
+            Status::not_found(format!("flag {:?} not found in environment {:?}", r.key, r.environment))
+        })?;
+        Ok(Response::new(pb::GetFlagResponse {
+            flag: Some(wire::flag_to_proto(flag)),
+            revision: state.revision,
+        }))
+    }
+
+    async fn list_flags(
+        &self,
+        req: Request<pb::ListFlagsRequest>,
+    ) -> Result<Response<pb::ListFlagsResponse>, Status> {
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let size = page_size(r.page_size);
+        let mut flags: Vec<&flagstream::Flag> = state
+            .snapshot
+            .flags()
+            .filter(|f| f.key.starts_with(&r.key_prefix) && f.key > r.page_token)
+            .filter(|f| r.tag.is_empty() || f.tags.contains(&r.tag))
+            .filter(|f| r.on.is_none_or(|on| f.on == on))
+            .collect();
+        flags.sort_by(|a, b| a.key.cmp(&b.key));
+        let next = if flags.len() > size { flags[size - 1].key.clone() } else { String::new() };
+        Ok(Response::new(pb::ListFlagsResponse {
+            flags: flags.into_iter().take(size).map(wire::flag_to_proto).collect(),
+            next_page_token: next,
+            revision: state.revision,
+        }))
+    }
+
+    async fn put_flag(
+        &self,
+        req: Request<pb::PutFlagRequest>,
+    ) -> Result<Response<pb::PutFlagResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let flag = flag_arg("flag", r.flag)?;
+        let key = flag.key.clone();
+        let op = Op::PutFlag { flag, expected: r.expected_version };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        let flag = self.flag_now(&r.environment, &key)?;
+        Ok(Response::new(pb::PutFlagResponse { result: Some(result_to_proto(&result)), flag }))
+    }
+
+    async fn delete_flag(
+        &self,
+        req: Request<pb::DeleteFlagRequest>,
+    ) -> Result<Response<pb::DeleteFlagResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let op = Op::DeleteFlag { key: r.key, expected: r.expected_version };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        Ok(Response::new(pb::DeleteFlagResponse { result: Some(result_to_proto(&result)) }))
+    }
+
+    async fn patch_flag(
+        &self,
+        req: Request<pb::PatchFlagRequest>,
+    ) -> Result<Response<pb::PatchFlagResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let op = Op::PatchFlag { key: r.key.clone(), expected: r.expected_version, patches: r.ops };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        let flag = self.flag_now(&r.environment, &r.key)?;
+        Ok(Response::new(pb::PatchFlagResponse { result: Some(result_to_proto(&result)), flag }))
+    }
+
+    async fn get_segment(
+        &self,
+        req: Request<pb::GetSegmentRequest>,
+    ) -> Result<Response<pb::GetSegmentResponse>, Status> {
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let seg = state.snapshot.segment(&r.key).ok_or_else(|| {
+            Status::not_found(format!("segment {:?} not found in environment {:?}", r.key, r.environment))
+        })?;
+        Ok(Response::new(pb::GetSegmentResponse {
+            segment: Some(wire::segment_to_proto(seg)),
+            revision: state.revision,
+        }))
+    }
+
+    async fn list_segments(
+        &self,
+        req: Request<pb::ListSegmentsRequest>,
+    ) -> Result<Response<pb::ListSegmentsResponse>, Status> {
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let size = page_size(r.page_size);
+        let mut segs: Vec<&flagstream::Segment> = state
+            .snapshot
+            .segments()
+            .filter(|s| s.key.starts_with(&r.key_prefix) && s.key > r.page_token)
+            .collect();
+        segs.sort_by(|a, b| a.key.cmp(&b.key));
+        let next = if segs.len() > size { segs[size - 1].key.clone() } else { String::new() };
+        Ok(Response::new(pb::ListSegmentsResponse {
+            segments: segs.into_iter().take(size).map(wire::segment_to_proto).collect(),
+            next_page_token: next,
+            revision: state.revision,
+        }))
+    }
+
+    async fn put_segment(
+        &self,
+        req: Request<pb::PutSegmentRequest>,
+    ) -> Result<Response<pb::PutSegmentResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let segment = segment_arg("segment", r.segment)?;
+        let key = segment.key.clone();
+        let op = Op::PutSegment { segment, expected: r.expected_version };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        let env = self.store.env(&r.environment)?;
+        let segment = env.state.load().snapshot.segment(&key).map(wire::segment_to_proto);
+        Ok(Response::new(pb::PutSegmentResponse { result: Some(result_to_proto(&result)), segment }))
+    }
+
+    async fn delete_segment(
+        &self,
+        req: Request<pb::DeleteSegmentRequest>,
+    ) -> Result<Response<pb::DeleteSegmentResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let op = Op::DeleteSegment { key: r.key, expected: r.expected_version };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        Ok(Response::new(pb::DeleteSegmentResponse { result: Some(result_to_proto(&result)) }))
+    }
+
+    async fn patch_segment(
+        &self,
+        req: Request<pb::PatchSegmentRequest>,
+    ) -> Result<Response<pb::PatchSegmentResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        let op = Op::PatchSegment { key: r.key, expected: r.expected_version, patches: r.ops };
+        let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
+        Ok(Response::new(pb::PatchSegmentResponse { result: Some(result_to_proto(&result)) }))
+    }
+
+    async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
+        let actor = actor(&req);
+        let r = req.into_inner();
+        const MAX_OPS: usize = 10_000;
+        if r.ops.len() > MAX_OPS {
+            self.store.metrics().limit_hit("batch_ops");
+            return Err(invalid("ops", format!("{} operations, limit {MAX_OPS}", r.ops.len())));
+        }
+        let ops = r
+            .ops
+            .into_iter()
+            .enumerate()
+            .map(|(i, op)| op_from_proto(i, op))
+            .collect::<Result<Vec<_>, _>>()?;
+        let result = self.write(&r.environment, ops, r.expected_revision, &actor, &r.comment).await?;
+        Ok(Response::new(pb::BatchResponse { result: Some(result_to_proto(&result)) }))
+    }
+
+    async fn list_audit(
+        &self,
+        req: Request<pb::ListAuditRequest>,
+    ) -> Result<Response<pb::ListAuditResponse>, Status> {
+        let r = req.into_inner();
+        let kind = match pb::ItemKind::try_from(r.item_kind) {
+            Ok(pb::ItemKind::Segment) => Kind::Segment,
+            _ => Kind::Flag,
+        };
+        let before = if r.page_token.is_empty() {
+            None
+        } else {
+            Some(
+                r.page_token
+                    .parse::<u64>()
+                    .map_err(|_| invalid("page_token", "not a token from this API"))?,
+            )
+        };
+        let limit = if r.limit == 0 { 100 } else { (r.limit as usize).min(MAX_PAGE) };
+        let key = (!r.key.is_empty()).then_some((kind, r.key.as_str()));
+        let records = self.store.audit(&r.environment, key, limit, before)?;
+        let next = if records.len() == limit {
+            records.last().map(|l| l.revision.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let entries = records
+            .into_iter()
+            .map(|a| pb::AuditEntry {
+                revision: a.revision,
+                actor: a.actor,
+                time_unix_ms: a.time_unix_ms,
+                item_kind: kind_to_proto(a.kind) as i32,
+                key: a.key,
+                version_before: a.version_before,
+                version_after: a.version_after,
+                action: match a.action.as_str() {
+                    "create" => pb::AuditAction::Create,
+                    "delete" => pb::AuditAction::Delete,
+                    _ => pb::AuditAction::Update,
+                } as i32,
+                comment: a.comment,
+            })
+            .collect();
+        Ok(Response::new(pb::ListAuditResponse { entries, next_page_token: next }))
+    }
+
+    async fn get_propagation(
+        &self,
+        req: Request<pb::GetPropagationRequest>,
+    ) -> Result<Response<pb::GetPropagationResponse>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(pb::GetPropagationResponse {
+            propagation: Some(self.propagation(&r.environment, r.revision)?),
+        }))
+    }
+
+    type WatchPropagationStream = PropagationStream;
+
+    async fn watch_propagation(
+        &self,
+        req: Request<pb::WatchPropagationRequest>,
+    ) -> Result<Response<PropagationStream>, Status> {
+        let r = req.into_inner();
+        let first = self.propagation(&r.environment, r.revision)?;
+        let revision = first.revision;
+        let interval = Duration::from_millis(u64::from(r.min_interval_ms).max(100));
+        let this = self.clone();
+        let stream = futures_util::stream::unfold((Some(first), this, false), move |(first, this, done)| {
+            let env = r.environment.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                let p = match first {
+                    Some(p) => p,
+                    None => {
+                        tokio::time::sleep(interval).await;
+                        match this.propagation(&env, Some(revision)) {
+                            Ok(p) => p,
+                            Err(e) => return Some((Err(e), (None, this, true))),
+                        }
+                    }
+                };
+                let complete = p.subscribers_acked >= p.subscribers_total;
+                Some((Ok(pb::WatchPropagationResponse { propagation: Some(p) }), (None, this, complete)))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn evaluate(
+        &self,
+        req: Request<pb::EvaluateRequest>,
+    ) -> Result<Response<pb::EvaluateResponse>, Status> {
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let ctx = r.context.as_ref().map(wire::context_from_proto).unwrap_or_else(|| Context::new(""));
+        let snap = &state.snapshot;
+        let default = match &r.default_value {
+            Some(v) => wire_variation_json(v)?,
+            None => Json::Null,
+        };
+        let requested = match pb::FlagType::try_from(r.requested_type) {
+            Ok(pb::FlagType::Bool) => Some(FlagType::Bool),
+            Ok(pb::FlagType::String) => Some(FlagType::String),
+            Ok(pb::FlagType::Int) => Some(FlagType::Int),
+            Ok(pb::FlagType::Float) => Some(FlagType::Float),
+            Ok(pb::FlagType::Json) => Some(FlagType::Json),
+            _ => None,
+        };
+        let bad_default = |t: FlagType| invalid("default_value", format!("not a {} value", t.name()));
+        let (value, variation, reason, version) = match requested {
+            Some(t @ FlagType::Bool) => {
+                parts(snap.detail(&r.flag_key, &ctx, default.as_bool().ok_or(bad_default(t))?), Json::Bool)
+            }
+            Some(t @ FlagType::String) => {
+                parts(snap.detail(&r.flag_key, &ctx, default.as_str().ok_or(bad_default(t))?), Json::from)
+            }
+            Some(t @ FlagType::Int) => {
+                parts(snap.detail(&r.flag_key, &ctx, default.as_i64().ok_or(bad_default(t))?), Json::from)
+            }
+            Some(t @ FlagType::Float) => {
+                parts(snap.detail(&r.flag_key, &ctx, default.as_f64().ok_or(bad_default(t))?), Json::from)
+            }
+            Some(FlagType::Json) | None => {
+                parts(snap.detail(&r.flag_key, &ctx, Cow::Borrowed(&default)), Cow::into_owned)
+            }
+        };
+        let flag_type = snap.flag(&r.flag_key).map(|f| f.flag_type).or(requested).unwrap_or(FlagType::Json);
+        Ok(Response::new(pb::EvaluateResponse {
+            value: Some(json_variation(flag_type, &value)),
+            variation_index: variation,
+            reason: Some(reason),
+            flag_version: version,
+            revision: state.revision,
+            stale: false,
+        }))
+    }
+
+    async fn status(&self, _req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let environments = self
+            .store
+            .envs()
+            .iter()
+            .map(|e| {
+                let s = e.state.load();
+                pb::EnvironmentStatus {
+                    name: s.name.clone(),
+                    epoch: s.epoch.clone(),
+                    head_revision: s.revision,
+                    checksum: s.checksum,
+                    subscribers: self.hub.count(&s.name) as u64,
+                    relay_subscribers: 0,
+                    staleness_ms: 0,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::StatusResponse {
+            role: pb::RelayRole::Primary as i32,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            ready: !self.hub.drain.is_cancelled(),
+            upstream: String::new(),
+            environments,
+            subscribers_total: self.hub.total() as u64,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }))
+    }
+}
+
+fn parts<'s, T: FromValue<'s>>(
+    d: Detail<'s, T>,
+    to_json: impl Fn(T) -> Json,
+) -> (Json, Option<u32>, pb::Reason, u64) {
+    (to_json(d.value), d.variation, reason_to_proto(&d.reason), d.flag_version)
+}
+
+/// The protobuf form of a reason.
+pub fn reason_to_proto(r: &Reason<'_>) -> pb::Reason {
+    use pb::ReasonKind as K;
+    let mut out = pb::Reason::default();
+    match r {
+        Reason::Off => out.kind = K::Off as i32,
+        Reason::TargetMatch => out.kind = K::TargetMatch as i32,
+        Reason::RuleMatch { index, id } => {
+            out.kind = K::RuleMatch as i32;
+            out.rule_index = *index;
+            out.rule_id = (*id).to_owned();
+        }
+        Reason::Fallthrough { .. } => out.kind = K::Fallthrough as i32,
+        Reason::PrerequisiteFailed { key } => {
+            out.kind = K::PrerequisiteFailed as i32;
+            out.prerequisite_key = (*key).to_owned();
+        }
+        Reason::Error(e) => {
+            out.kind = K::Error as i32;
+            out.error = match e {
+                flagstream::ErrorKind::FlagNotFound => pb::ErrorKind::FlagNotFound,
+                flagstream::ErrorKind::WrongType => pb::ErrorKind::WrongType,
+                flagstream::ErrorKind::MalformedFlag => pb::ErrorKind::MalformedFlag,
+                flagstream::ErrorKind::NotReady => pb::ErrorKind::NotReady,
+            } as i32;
+        }
+    }
+    out
+}
+
+fn wire_variation_json(v: &pb::Variation) -> Result<Json, Status> {
+    use pb::variation::Value as V;
+    Ok(match &v.value {
+        None => Json::Null,
+        Some(V::BoolValue(b)) => Json::Bool(*b),
+        Some(V::StringValue(s)) => Json::String(s.clone()),
+        Some(V::IntValue(i)) => Json::from(*i),
+        Some(V::FloatValue(f)) => Json::from(*f),
+        Some(V::JsonValue(t)) => {
+            serde_json::from_str(t).map_err(|e| invalid("default_value.json_value", e))?
+        }
+    })
+}
+
+fn json_variation(t: FlagType, v: &Json) -> pb::Variation {
+    use pb::variation::Value as V;
+    let value = match (t, v) {
+        (FlagType::Bool, Json::Bool(b)) => V::BoolValue(*b),
+        (FlagType::String, Json::String(s)) => V::StringValue(s.clone()),
+        (FlagType::Int, Json::Number(n)) if n.is_i64() => V::IntValue(n.as_i64().unwrap_or(0)),
+        (FlagType::Float, Json::Number(n)) => V::FloatValue(n.as_f64().unwrap_or(0.0)),
+        _ => V::JsonValue(v.to_string()),
+    };
+    pb::Variation { value: Some(value) }
+}

@@ -1,0 +1,352 @@
+//! Relay configuration: command line, `FLAGSTREAM_*` environment variables
+//! and an optional TOML file, in that order of precedence, then defaults.
+//! Everything is validated before any port is bound; a bad value is one
+//! clear line and exit code 64.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+
+/// Exit code for bad configuration (`EX_USAGE`).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// A duration written like `15s`, `500ms` or `30m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl FromStr for Dur {
+    type Err = humantime::DurationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        humantime::parse_duration(s).map(Dur)
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// flagstream relay: holds feature flags and streams them to SDKs.
+#[derive(Debug, Parser)]
+#[command(name = "flagstream-relay", version, about)]
+pub struct Cli {
+    /// What to do (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the relay (the default).
+    Serve(Options),
+}
+
+/// Every relay option. Each is also an environment variable and a
+/// kebab-case key of the TOML file given by `--config`.
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Options {
+    /// TOML file with any of these options (command line and environment win).
+    #[arg(long, env = "FLAGSTREAM_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// gRPC listen address [default: 127.0.0.1:7070].
+    #[arg(long, env = "FLAGSTREAM_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// Prometheus /metrics listen address [default: 127.0.0.1:9090].
+    #[arg(long, env = "FLAGSTREAM_METRICS_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Data directory (sled store, admin token) [default: ./flagstream-data].
+    #[arg(long, env = "FLAGSTREAM_DATA_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Seed a `demo` environment on first start [default: true].
+    #[arg(long, env = "FLAGSTREAM_DEMO")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demo: Option<bool>,
+    /// Heartbeat interval on idle streams [default: 15s].
+    #[arg(long, env = "FLAGSTREAM_HEARTBEAT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Dur>,
+    /// Time a client has to send its Hello [default: 10s].
+    #[arg(long, env = "FLAGSTREAM_HELLO_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hello_timeout: Option<Dur>,
+    /// Streams older than this (±10 %) are asked to reconnect [default: 30m].
+    #[arg(long, env = "FLAGSTREAM_MAX_STREAM_AGE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_stream_age: Option<Dur>,
+    /// Snapshot chunk size bound in bytes, 16 KiB..=4 MiB [default: 1048576].
+    #[arg(long, env = "FLAGSTREAM_CHUNK_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_bytes: Option<usize>,
+    /// Change-log revisions kept for deltas [default: 1024].
+    #[arg(long, env = "FLAGSTREAM_CHANGELOG_REVISIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changelog_revisions: Option<usize>,
+    /// Change-log bytes kept for deltas [default: 8388608].
+    #[arg(long, env = "FLAGSTREAM_CHANGELOG_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changelog_bytes: Option<usize>,
+    /// Most subscribers on this relay [default: 50000].
+    #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_subscribers: Option<usize>,
+    /// Most subscribers per environment [default: 20000].
+    #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS_PER_ENV")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_subscribers_per_env: Option<usize>,
+    /// Most subscribers receiving a full snapshot at once [default: 64].
+    #[arg(long, env = "FLAGSTREAM_SNAPSHOT_CONCURRENCY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_concurrency: Option<usize>,
+    /// A subscriber whose transport pulls nothing for a heartbeat plus this
+    /// is cut off [default: 30s].
+    #[arg(long, env = "FLAGSTREAM_SEND_DEADLINE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_deadline: Option<Dur>,
+    /// On SIGTERM, how long to wait for subscribers to leave [default: 30s].
+    #[arg(long, env = "FLAGSTREAM_DRAIN_GRACE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_grace: Option<Dur>,
+    /// Reconnect delays on drain are spread over 0..this [default: 5s].
+    #[arg(long, env = "FLAGSTREAM_DRAIN_SPREAD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_spread: Option<Dur>,
+    /// HTTP/2 keepalive ping interval [default: 20s].
+    #[arg(long, env = "FLAGSTREAM_KEEPALIVE_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_interval: Option<Dur>,
+    /// HTTP/2 keepalive ping timeout [default: 10s].
+    #[arg(long, env = "FLAGSTREAM_KEEPALIVE_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_timeout: Option<Dur>,
+    /// TCP_USER_TIMEOUT on accepted sockets [default: 30s].
+    #[arg(long, env = "FLAGSTREAM_TCP_USER_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_user_timeout: Option<Dur>,
+    /// Listen backlog [default: 4096].
+    #[arg(long, env = "FLAGSTREAM_BACKLOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u32>,
+    /// HTTP/2 streams per connection [default: 256].
+    #[arg(long, env = "FLAGSTREAM_MAX_CONCURRENT_STREAMS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<u32>,
+    /// Log format: `text` or `json` [default: text].
+    #[arg(long, env = "FLAGSTREAM_LOG_FORMAT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
+}
+
+/// Validated configuration with every default filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+    /// Metrics listen address.
+    pub metrics_listen: SocketAddr,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Seed the demo environment on first start.
+    pub demo: bool,
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Hello timeout.
+    pub hello_timeout: Duration,
+    /// Maximum stream age.
+    pub max_stream_age: Duration,
+    /// Snapshot chunk bound.
+    pub chunk_bytes: usize,
+    /// Change-log revisions.
+    pub changelog_revisions: usize,
+    /// Change-log bytes.
+    pub changelog_bytes: usize,
+    /// Relay subscriber limit.
+    pub max_subscribers: usize,
+    /// Per-environment subscriber limit.
+    pub max_subscribers_per_env: usize,
+    /// Concurrent snapshot sends.
+    pub snapshot_concurrency: usize,
+    /// Send deadline.
+    pub send_deadline: Duration,
+    /// Drain grace period.
+    pub drain_grace: Duration,
+    /// Drain reconnect spread.
+    pub drain_spread: Duration,
+    /// HTTP/2 keepalive interval.
+    pub keepalive_interval: Duration,
+    /// HTTP/2 keepalive timeout.
+    pub keepalive_timeout: Duration,
+    /// TCP_USER_TIMEOUT.
+    pub tcp_user_timeout: Duration,
+    /// Listen backlog.
+    pub backlog: u32,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+    /// JSON logs?
+    pub log_json: bool,
+}
+
+/// A configuration problem: one line for the operator.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Options {
+    /// Fills unset options from the `--config` file, then defaults, and
+    /// validates the result.
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let merged = match &self.config {
+            None => self,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(format!("config file {}: {e}", path.display())))?;
+                let file: Options = toml::from_str(&text)
+                    .map_err(|e| ConfigError(format!("config file {}: {}", path.display(), e.message())))?;
+                self.or(file)?
+            }
+        };
+        merged.finish()
+    }
+
+    /// `self`'s set options, else `other`'s.
+    fn or(self, other: Options) -> Result<Options, ConfigError> {
+        // Through serde: the set fields of `self` overwrite those of `other`.
+        let fail = |e: serde_json::Error| ConfigError(format!("merging configuration: {e}"));
+        let mut base = serde_json::to_value(&other).map_err(fail)?;
+        let top = serde_json::to_value(&self).map_err(fail)?;
+        if let (Some(b), serde_json::Value::Object(top)) = (base.as_object_mut(), top) {
+            b.extend(top);
+        }
+        let mut out: Options = serde_json::from_value(base).map_err(fail)?;
+        out.config = self.config;
+        Ok(out)
+    }
+
+    fn finish(self) -> Result<Config, ConfigError> {
+        let d = |v: Option<Dur>, default: u64| v.map_or(Duration::from_secs(default), |d| d.0);
+        let c = Config {
+            listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
+            metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
+            data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("./flagstream-data")),
+            demo: self.demo.unwrap_or(true),
+            heartbeat: d(self.heartbeat, 15),
+            hello_timeout: d(self.hello_timeout, 10),
+            max_stream_age: d(self.max_stream_age, 30 * 60),
+            chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
+            changelog_revisions: self.changelog_revisions.unwrap_or(1024),
+            changelog_bytes: self.changelog_bytes.unwrap_or(8 << 20),
+            max_subscribers: self.max_subscribers.unwrap_or(50_000),
+            max_subscribers_per_env: self.max_subscribers_per_env.unwrap_or(20_000),
+            snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
+            send_deadline: d(self.send_deadline, 30),
+            drain_grace: d(self.drain_grace, 30),
+            drain_spread: d(self.drain_spread, 5),
+            keepalive_interval: d(self.keepalive_interval, 20),
+            keepalive_timeout: d(self.keepalive_timeout, 10),
+            tcp_user_timeout: d(self.tcp_user_timeout, 30),
+            backlog: self.backlog.unwrap_or(4096),
+            max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
+            log_json: match self.log_format.as_deref() {
+                None | Some("text") => false,
+                Some("json") => true,
+                Some(other) => {
+                    return Err(ConfigError(format!("log-format: {other:?} is not `text` or `json`")));
+                }
+            },
+        };
+        let check = |ok: bool, msg: String| if ok { Ok(()) } else { Err(ConfigError(msg)) };
+        check(
+            (16 << 10..=4 << 20).contains(&c.chunk_bytes),
+            format!("chunk-bytes: {} is outside 16384..=4194304", c.chunk_bytes),
+        )?;
+        check(c.heartbeat >= Duration::from_millis(100), "heartbeat: must be at least 100ms".into())?;
+        check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
+        check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
+        check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
+        check(c.changelog_revisions >= 1, "changelog-revisions: must be at least 1".into())?;
+        check(c.max_subscribers >= 1, "max-subscribers: must be at least 1".into())?;
+        check(c.max_subscribers_per_env >= 1, "max-subscribers-per-env: must be at least 1".into())?;
+        check(c.snapshot_concurrency >= 1, "snapshot-concurrency: must be at least 1".into())?;
+        check(c.backlog >= 1, "backlog: must be at least 1".into())?;
+        check(c.max_concurrent_streams >= 1, "max-concurrent-streams: must be at least 1".into())?;
+        check(
+            c.keepalive_timeout < c.keepalive_interval,
+            "keepalive-timeout: must be shorter than keepalive-interval".into(),
+        )?;
+        check(
+            c.listen != c.metrics_listen || c.listen.port() == 0,
+            "metrics-listen: must differ from listen".into(),
+        )?;
+        Ok(c)
+    }
+}
+
+impl Cli {
+    /// The serve options (the default command).
+    pub fn options(self) -> Options {
+        match self.command {
+            Some(Command::Serve(o)) => o,
+            None => Options::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+        Cli::try_parse_from(args).expect("parses").options().resolve()
+    }
+
+    /// No arguments: the documented defaults.
+    #[test]
+    fn defaults() {
+        let c = parse(&["flagstream-relay"]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(c.heartbeat, Duration::from_secs(15));
+        assert_eq!(c.chunk_bytes, 1 << 20);
+        assert!(c.demo);
+    }
+
+    /// Bad values name the option and the allowed range.
+    #[test]
+    fn bad_values_name_the_option() {
+        let e = parse(&["flagstream-relay", "serve", "--chunk-bytes", "10"]).unwrap_err();
+        assert_eq!(e.to_string(), "chunk-bytes: 10 is outside 16384..=4194304");
+        let e = parse(&["flagstream-relay", "serve", "--log-format", "xml"]).unwrap_err();
+        assert!(e.to_string().starts_with("log-format:"), "{e}");
+    }
+
+    /// The file fills what the command line leaves unset; unknown keys are
+    /// errors.
+    #[test]
+    fn file_layering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.toml");
+        std::fs::write(&path, "heartbeat = \"2s\"\nchunk-bytes = 65536\n").unwrap();
+        let p = path.to_str().unwrap();
+        let c = parse(&["flagstream-relay", "serve", "--config", p, "--chunk-bytes", "32768"]).unwrap();
+        assert_eq!((c.heartbeat, c.chunk_bytes), (Duration::from_secs(2), 32768));
+        std::fs::write(&path, "heartbeet = \"2s\"\n").unwrap();
+        let e = parse(&["flagstream-relay", "serve", "--config", p]).unwrap_err();
+        assert!(e.to_string().contains("heartbeet"), "{e}");
+    }
+}

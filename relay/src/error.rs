@@ -1,0 +1,45 @@
+//! The one place domain errors become gRPC statuses. Messages say what was
+//! wrong and which field; causes are logged, not leaked.
+
+use tonic::Status;
+use tonic::metadata::MetadataValue;
+
+use crate::store::StoreError;
+
+/// Trailer/header carrying a retry hint in milliseconds.
+pub const RETRY_AFTER_MS: &str = "flagstream-retry-after-ms";
+
+/// `RESOURCE_EXHAUSTED` with a retry hint.
+pub fn retry_later(message: &str, delay_ms: u64) -> Status {
+    let mut status = Status::resource_exhausted(format!("{message}; retry in {delay_ms} ms"));
+    if let Ok(v) = MetadataValue::try_from(delay_ms.to_string()) {
+        status.metadata_mut().insert(RETRY_AFTER_MS, v);
+    }
+    status
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        match &e {
+            StoreError::EnvNotFound(_) | StoreError::ItemNotFound { .. } => Status::not_found(e.to_string()),
+            StoreError::EnvExists(_) => Status::already_exists(e.to_string()),
+            StoreError::Conflict { .. } | StoreError::RevisionConflict { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+            StoreError::Invalid(v) => Status::invalid_argument(v.to_string()),
+            StoreError::Storage(cause) => {
+                tracing::error!(error = %cause, "storage failure");
+                Status::unavailable("storage failure; the write was not applied")
+            }
+            StoreError::Corrupt { what, source } => {
+                tracing::error!(what = %what, error = %source, "corrupt stored data");
+                Status::internal(format!("stored {what} is corrupt"))
+            }
+        }
+    }
+}
+
+/// An `INVALID_ARGUMENT` naming a request field.
+pub fn invalid(path: &str, message: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("{path}: {message}"))
+}

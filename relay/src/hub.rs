@@ -1,0 +1,345 @@
+//! Subscriber registry: who is connected, to which environment, at which
+//! applied revision; admission control; the drain signal; the snapshot-send
+//! budget; propagation statistics from acks; and the reaper that cuts off
+//! subscribers whose transport stopped pulling. Sends nothing itself.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::store::{Store, now_ms};
+use crate::transport::ConnInfo;
+
+/// Revisions per environment whose ack latencies are kept.
+const TRACKED_REVISIONS: usize = 256;
+
+/// Latency histogram resolution: 1 ms buckets up to this, then 1 s buckets.
+const FINE_MS: u64 = 1_000;
+/// Coarse buckets (1 s each) after the fine ones: up to 10 minutes.
+const COARSE_BUCKETS: usize = 600;
+
+/// Admission and stream limits.
+#[derive(Debug, Clone)]
+pub struct HubLimits {
+    /// Most subscribers on this relay.
+    pub max_subscribers: usize,
+    /// Most subscribers of one environment.
+    pub max_subscribers_per_env: usize,
+    /// Most subscribers receiving a full snapshot at once.
+    pub snapshot_concurrency: usize,
+    /// How long a stream may go without its transport pulling a message
+    /// (beyond one heartbeat interval) before its connection is cut.
+    pub send_deadline: Duration,
+    /// Heartbeat interval (the reaper allows one on top of the deadline).
+    pub heartbeat: Duration,
+}
+
+/// One connected subscriber.
+#[derive(Debug)]
+pub struct Subscriber {
+    /// Registry id.
+    pub id: u64,
+    /// Environment name.
+    pub env: String,
+    /// Highest revision the subscriber acknowledged.
+    pub applied: AtomicU64,
+    /// Unix ms of the last message handed to the transport.
+    pub last_progress_ms: AtomicU64,
+    /// Unix ms when the stream started.
+    pub started_ms: u64,
+    /// Cancels this subscriber's stream.
+    pub cancel: CancellationToken,
+    /// The connection it rides on (to cut it off).
+    pub conn: Option<ConnInfo>,
+    /// Client-reported name/version, for status.
+    pub sdk: String,
+}
+
+/// Why a subscriber was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The relay-wide limit.
+    RelayFull,
+    /// The environment's limit.
+    EnvFull,
+    /// The relay is draining.
+    Draining,
+}
+
+#[derive(Debug)]
+struct RevisionStats {
+    revision: u64,
+    committed_ms: u64,
+    acked: u64,
+    buckets: Vec<u32>,
+    max_ms: u64,
+}
+
+/// Latency percentiles of one revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Propagation {
+    /// Subscribers of the environment now.
+    pub subscribers: u64,
+    /// Of those, how many have applied the revision.
+    pub acked: u64,
+    /// Acks recorded for the revision (including subscribers since gone).
+    pub acks_recorded: u64,
+    /// p50 commit → ack, ms.
+    pub p50_ms: u64,
+    /// p99 commit → ack, ms.
+    pub p99_ms: u64,
+    /// Slowest, ms.
+    pub max_ms: u64,
+    /// Commit time of the revision, Unix ms (0 if not tracked).
+    pub committed_ms: u64,
+}
+
+/// The registry. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Hub {
+    subs: Mutex<HashMap<u64, Arc<Subscriber>>>,
+    per_env: Mutex<HashMap<String, usize>>,
+    next_id: AtomicU64,
+    /// Fires when the relay starts draining.
+    pub drain: CancellationToken,
+    /// Permits for concurrent snapshot sends.
+    pub snapshot_permits: Arc<Semaphore>,
+    stats: Mutex<HashMap<String, VecDeque<RevisionStats>>>,
+    /// Limits in force.
+    pub limits: HubLimits,
+    metrics: Metrics,
+}
+
+fn bucket_of(ms: u64) -> usize {
+    if ms < FINE_MS {
+        ms as usize
+    } else {
+        (FINE_MS as usize + ((ms - FINE_MS) / 1_000) as usize).min(FINE_MS as usize + COARSE_BUCKETS - 1)
+    }
+}
+
+fn bucket_upper_ms(b: usize) -> u64 {
+    if (b as u64) < FINE_MS { b as u64 } else { FINE_MS + (b as u64 - FINE_MS + 1) * 1_000 }
+}
+
+impl Hub {
+    /// A registry enforcing `limits`.
+    pub fn new(limits: HubLimits, metrics: Metrics) -> Hub {
+        Hub {
+            subs: Mutex::new(HashMap::new()),
+            per_env: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            drain: CancellationToken::new(),
+            snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
+            stats: Mutex::new(HashMap::new()),
+            limits,
+            metrics,
+        }
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        // A panic while holding one of these locks leaves plain counters and
+        // maps, still consistent enough to serve; never propagate poison.
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits a subscriber or says why not; counted either way.
+    pub fn admit(
+        &self,
+        env: &str,
+        conn: Option<ConnInfo>,
+        sdk: String,
+    ) -> Result<Arc<Subscriber>, Rejection> {
+        let result = self.try_admit(env, conn, sdk);
+        let (result_label, reason) = match &result {
+            Ok(_) => ("accepted", "ok"),
+            Err(Rejection::RelayFull) => ("rejected", "relay_full"),
+            Err(Rejection::EnvFull) => ("rejected", "environment_full"),
+            Err(Rejection::Draining) => ("rejected", "draining"),
+        };
+        self.metrics
+            .subscribes
+            .get_or_create(&vec![("result", result_label.into()), ("reason", reason.into())])
+            .inc();
+        if let Err(r) = &result {
+            self.metrics.limit_hit(match r {
+                Rejection::RelayFull => "max_subscribers",
+                Rejection::EnvFull => "max_subscribers_per_env",
+                Rejection::Draining => "draining",
+            });
+        }
+        result
+    }
+
+    fn try_admit(
+        &self,
+        env: &str,
+        conn: Option<ConnInfo>,
+        sdk: String,
+    ) -> Result<Arc<Subscriber>, Rejection> {
+        if self.drain.is_cancelled() {
+            return Err(Rejection::Draining);
+        }
+        let mut subs = Self::lock(&self.subs);
+        let mut per_env = Self::lock(&self.per_env);
+        if subs.len() >= self.limits.max_subscribers {
+            return Err(Rejection::RelayFull);
+        }
+        let n = per_env.entry(env.to_owned()).or_default();
+        if *n >= self.limits.max_subscribers_per_env {
+            return Err(Rejection::EnvFull);
+        }
+        *n += 1;
+        let now = now_ms();
+        let sub = Arc::new(Subscriber {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            env: env.to_owned(),
+            applied: AtomicU64::new(0),
+            last_progress_ms: AtomicU64::new(now),
+            started_ms: now,
+            cancel: self.drain.child_token(),
+            conn,
+            sdk,
+        });
+        subs.insert(sub.id, sub.clone());
+        self.metrics.subscribers.get_or_create(&vec![("env", env.to_owned())]).set(*n as i64);
+        Ok(sub)
+    }
+
+    /// Removes a subscriber whose stream ended.
+    pub fn leave(&self, sub: &Subscriber, reason: &str) {
+        let mut subs = Self::lock(&self.subs);
+        if subs.remove(&sub.id).is_none() {
+            return;
+        }
+        let mut per_env = Self::lock(&self.per_env);
+        if let Some(n) = per_env.get_mut(&sub.env) {
+            *n = n.saturating_sub(1);
+            self.metrics.subscribers.get_or_create(&vec![("env", sub.env.clone())]).set(*n as i64);
+        }
+        let age_s = now_ms().saturating_sub(sub.started_ms) as f64 / 1000.0;
+        self.metrics.stream_age.observe(age_s);
+        self.metrics.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc();
+    }
+
+    /// Subscribers connected now.
+    pub fn total(&self) -> usize {
+        Self::lock(&self.subs).len()
+    }
+
+    /// Subscribers of one environment now.
+    pub fn count(&self, env: &str) -> usize {
+        Self::lock(&self.per_env).get(env).copied().unwrap_or(0)
+    }
+
+    /// Records an ack of `revision` by `sub` (it has applied everything up
+    /// to it). Latency is measured from the revision's commit time.
+    pub fn ack(&self, store: &Store, sub: &Subscriber, revision: u64) {
+        let prev = sub.applied.fetch_max(revision, Ordering::Relaxed);
+        if revision <= prev {
+            return;
+        }
+        let Ok(env) = store.env(&sub.env) else { return };
+        let state = env.state.load();
+        if revision > state.revision {
+            return; // acks of revisions we never sent are ignored
+        }
+        let now = now_ms();
+        let mut stats = Self::lock(&self.stats);
+        let ring = stats.entry(sub.env.clone()).or_default();
+        // Only revisions still in the change log have a commit time.
+        for entry in state.log.iter().filter(|e| e.revision > prev && e.revision <= revision) {
+            let pos = match ring.iter().position(|r| r.revision == entry.revision) {
+                Some(p) => p,
+                None => {
+                    ring.push_back(RevisionStats {
+                        revision: entry.revision,
+                        committed_ms: entry.committed_unix_ms,
+                        acked: 0,
+                        buckets: vec![0; FINE_MS as usize + COARSE_BUCKETS],
+                        max_ms: 0,
+                    });
+                    while ring.len() > TRACKED_REVISIONS {
+                        ring.pop_front();
+                    }
+                    ring.len() - 1
+                }
+            };
+            let r = &mut ring[pos];
+            let ms = now.saturating_sub(r.committed_ms);
+            r.acked += 1;
+            r.buckets[bucket_of(ms)] += 1;
+            r.max_ms = r.max_ms.max(ms);
+            if entry.revision == revision {
+                self.metrics.ack_latency.observe(ms as f64 / 1000.0);
+            }
+        }
+    }
+
+    /// Propagation of `revision` in `env`.
+    pub fn propagation(&self, env: &str, revision: u64) -> Propagation {
+        let subscribers = self.count(env) as u64;
+        let acked = Self::lock(&self.subs)
+            .values()
+            .filter(|s| s.env == env && s.applied.load(Ordering::Relaxed) >= revision)
+            .count() as u64;
+        let stats = Self::lock(&self.stats);
+        let Some(r) = stats.get(env).and_then(|ring| ring.iter().find(|r| r.revision == revision)) else {
+            return Propagation { subscribers, acked, ..Propagation::default() };
+        };
+        let pct = |p: f64| -> u64 {
+            let want = ((r.acked as f64) * p).ceil().max(1.0) as u64;
+            let mut seen = 0u64;
+            for (b, &n) in r.buckets.iter().enumerate() {
+                seen += u64::from(n);
+                if seen >= want {
+                    return bucket_upper_ms(b).min(r.max_ms);
+                }
+            }
+            r.max_ms
+        };
+        Propagation {
+            subscribers,
+            acked,
+            acks_recorded: r.acked,
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+            max_ms: r.max_ms,
+            committed_ms: r.committed_ms,
+        }
+    }
+
+    /// Cuts off subscribers whose transport has not pulled a message for
+    /// longer than one heartbeat plus the send deadline: their connection
+    /// is closed, which frees everything the stream held. Runs until `stop`.
+    pub async fn reap(self: Arc<Self>, stop: CancellationToken) {
+        let period = Duration::from_secs(1).min(self.limits.send_deadline);
+        let allowed = (self.limits.heartbeat + self.limits.send_deadline).as_millis() as u64;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            let now = now_ms();
+            let stuck: Vec<Arc<Subscriber>> = Self::lock(&self.subs)
+                .values()
+                .filter(|s| now.saturating_sub(s.last_progress_ms.load(Ordering::Relaxed)) > allowed)
+                .cloned()
+                .collect();
+            for s in stuck {
+                tracing::warn!(env = %s.env, subscriber = s.id, "send deadline passed: subscriber stopped reading; closing its connection");
+                self.metrics.limit_hit("send_deadline");
+                s.cancel.cancel();
+                if let Some(conn) = &s.conn {
+                    conn.kill.cancel();
+                }
+                self.leave(&s, "send_deadline");
+            }
+        }
+    }
+}

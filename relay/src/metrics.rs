@@ -1,0 +1,175 @@
+//! Prometheus metrics: the registry, every metric the relay exports, and
+//! the `/metrics` HTTP endpoint on its own port. docs/OPERATIONS.md lists
+//! them with suggested alerts.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Label set: `(name, value)` pairs.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Every metric of the relay. Cheap to clone (all handles are `Arc`s).
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Connected subscribers per environment.
+    pub subscribers: Family<Labels, Gauge>,
+    /// Subscribe attempts by result (`accepted`, `rejected`) and reason.
+    pub subscribes: Family<Labels, Counter>,
+    /// Messages sent by kind (`snapshot_chunk`, `delta`, `heartbeat`, `reconnect`).
+    pub sent_messages: Family<Labels, Counter>,
+    /// Bytes sent by message kind.
+    pub sent_bytes: Family<Labels, Counter>,
+    /// Full snapshots sent instead of deltas, by cause.
+    pub resyncs: Family<Labels, Counter>,
+    /// Encodings made, by kind: one per revision (snapshot) or per cursor (delta).
+    pub encodes: Family<Labels, Counter>,
+    /// Commit → acknowledgement latency, seconds.
+    pub ack_latency: Histogram,
+    /// Head revision per environment.
+    pub head_revision: Family<Labels, Gauge>,
+    /// Admin writes by result.
+    pub admin_writes: Family<Labels, Counter>,
+    /// Age of streams when they ended, seconds.
+    pub stream_age: Histogram,
+    /// Items stored per environment.
+    pub store_items: Family<Labels, Gauge>,
+    /// Bytes of item encodings per environment.
+    pub store_bytes: Family<Labels, Gauge>,
+    /// Limits that triggered, by limit name.
+    pub limit_hits: Family<Labels, Counter>,
+    /// Subscribers sending a snapshot right now.
+    pub snapshot_sends: Gauge,
+    /// Streams ended, by reason.
+    pub stream_ends: Family<Labels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("flagstream");
+        let m = Metrics {
+            registry: Arc::new(Registry::default()),
+            subscribers: Family::default(),
+            subscribes: Family::default(),
+            sent_messages: Family::default(),
+            sent_bytes: Family::default(),
+            resyncs: Family::default(),
+            encodes: Family::default(),
+            ack_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            head_revision: Family::default(),
+            admin_writes: Family::default(),
+            stream_age: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            store_items: Family::default(),
+            store_bytes: Family::default(),
+            limit_hits: Family::default(),
+            snapshot_sends: Gauge::default(),
+            stream_ends: Family::default(),
+        };
+        r.register("subscribers", "Connected subscribers", m.subscribers.clone());
+        r.register("subscribes", "Subscribe attempts by result and reason", m.subscribes.clone());
+        r.register("sent_messages", "Stream messages sent by kind", m.sent_messages.clone());
+        r.register("sent_bytes", "Stream bytes sent by message kind", m.sent_bytes.clone());
+        r.register("resyncs", "Full snapshots sent instead of a delta, by cause", m.resyncs.clone());
+        r.register(
+            "encodes",
+            "Snapshot and delta encodings made (shared by all subscribers)",
+            m.encodes.clone(),
+        );
+        r.register(
+            "ack_latency_seconds",
+            "Commit to subscriber acknowledgement latency",
+            m.ack_latency.clone(),
+        );
+        r.register("head_revision", "Head revision per environment", m.head_revision.clone());
+        r.register("admin_writes", "Admin writes by result", m.admin_writes.clone());
+        r.register("stream_age_seconds", "Age of streams when they ended", m.stream_age.clone());
+        r.register("store_items", "Flags and segments stored per environment", m.store_items.clone());
+        r.register("store_bytes", "Bytes of stored item encodings per environment", m.store_bytes.clone());
+        r.register("limit_hits", "Limits that triggered, by limit", m.limit_hits.clone());
+        r.register("snapshot_sends", "Subscribers currently receiving a snapshot", m.snapshot_sends.clone());
+        r.register("stream_ends", "Subscribe streams ended, by reason", m.stream_ends.clone());
+        Metrics { registry: Arc::new(r), ..m }
+    }
+
+    /// Counts one triggered limit.
+    pub fn limit_hit(&self, limit: &str) {
+        self.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `stop` fires.
+pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let metrics = metrics.clone();
+                async move {
+                    let resp = if req.uri().path() == "/metrics" {
+                        Response::builder()
+                            .header(
+                                "content-type",
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )
+                            .body(Full::new(Bytes::from(metrics.render())))
+                    } else {
+                        Response::builder()
+                            .status(StatusCode::NOT_FOUND)
+                            .body(Full::new(Bytes::from_static(b"not found\n")))
+                    };
+                    resp.map_err(std::io::Error::other)
+                }
+            });
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                tracing::debug!(error = %e, "metrics connection ended");
+            }
+        });
+    }
+}
+
+/// Binds the metrics listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}

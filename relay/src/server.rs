@@ -1,0 +1,199 @@
+//! Starting and stopping a relay: open the store, seed the demo, bind the
+//! listeners, serve gRPC (Sync, Admin, health) and metrics, then on SIGTERM
+//! or SIGINT drain: NOT_SERVING, ask subscribers to reconnect elsewhere with
+//! jitter, wait up to the grace period, flush, exit.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flagstream::Limits;
+use flagstream_proto::v1::admin_server::AdminServer;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+use crate::admin::AdminService;
+use crate::auth::{self, AdminAuth};
+use crate::config::Config;
+use crate::generated::sync_server::SyncServer;
+use crate::hub::{Hub, HubLimits};
+use crate::metrics::{self, Metrics};
+use crate::store::{Retention, Store};
+use crate::subscribe::{StreamConfig, SyncService};
+use crate::transport::{self, SocketOptions};
+
+/// Largest request a subscriber may send (Hello, Ack, reports are small).
+const MAX_SUBSCRIBE_REQUEST: usize = 1 << 20;
+/// Largest admin request (must exceed the 3 MiB segment limit).
+const MAX_ADMIN_REQUEST: usize = 8 << 20;
+/// Largest message the relay sends: a chunk bound or one large item.
+const MAX_RESPONSE: usize = 8 << 20;
+
+/// A started relay's addresses and its stop switch.
+#[derive(Debug, Clone)]
+pub struct Running {
+    /// Bound gRPC address.
+    pub grpc: SocketAddr,
+    /// Bound metrics address.
+    pub metrics: SocketAddr,
+}
+
+/// Runs a relay until SIGTERM/SIGINT, then drains and returns.
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let signal = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        signal.cancel();
+    });
+    serve(cfg, stop, |r| {
+        println!("flagstream-relay listening grpc={} metrics={}", r.grpc, r.metrics);
+        // Tests and scripts read this line; make sure it is out.
+        std::io::stdout().flush()
+    })
+    .await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM: draining"),
+                    _ = int.recv() => tracing::info!("SIGINT: draining"),
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "cannot listen for signals; stop with SIGKILL");
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::error!(error = %e, "cannot listen for ctrl-c");
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs a relay until `stop` fires; `started` is told the bound addresses.
+pub async fn serve(
+    cfg: Config,
+    stop: CancellationToken,
+    started: impl FnOnce(&Running) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let metrics = Metrics::new();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+
+    let retention = Retention { revisions: cfg.changelog_revisions, bytes: cfg.changelog_bytes };
+    let store = Store::open(&cfg.data_dir.join("db"), Limits::default(), retention, metrics.clone())?;
+    let (token_hash, new_token) = auth::ensure_admin_token(store.db(), &cfg.data_dir)?;
+    if let Some(path) = new_token {
+        tracing::info!(path = %path.display(), "created the admin token (shown once; file mode 0600)");
+    }
+    if cfg.demo && store.envs().is_empty() {
+        let key = crate::demo::seed(&store).await?;
+        let path = cfg.data_dir.join("demo-sdk-key");
+        std::fs::write(&path, format!("{key}\n"))?;
+        tracing::info!(path = %path.display(), "seeded the demo environment; its SDK key is in this file");
+    }
+
+    let opts = SocketOptions {
+        backlog: cfg.backlog,
+        tcp_user_timeout: cfg.tcp_user_timeout,
+        keepalive_idle: cfg.keepalive_interval,
+        keepalive_interval: Duration::from_secs(5),
+        keepalive_retries: 3,
+    };
+    let listener = transport::bind(cfg.listen, &opts)?;
+    let metrics_listener = metrics::bind(cfg.metrics_listen).await?;
+    let running = Running { grpc: listener.local_addr()?, metrics: metrics_listener.local_addr()? };
+
+    let hub = Arc::new(Hub::new(
+        HubLimits {
+            max_subscribers: cfg.max_subscribers,
+            max_subscribers_per_env: cfg.max_subscribers_per_env,
+            snapshot_concurrency: cfg.snapshot_concurrency,
+            send_deadline: cfg.send_deadline,
+            heartbeat: cfg.heartbeat,
+        },
+        metrics.clone(),
+    ));
+    let sync = SyncService::new(
+        store.clone(),
+        hub.clone(),
+        StreamConfig {
+            hello_timeout: cfg.hello_timeout,
+            heartbeat: cfg.heartbeat,
+            max_stream_age: cfg.max_stream_age,
+            chunk_bytes: cfg.chunk_bytes,
+            drain_spread: cfg.drain_spread,
+        },
+    );
+    let admin = AdminService::new(store.clone(), hub.clone());
+    let background = CancellationToken::new();
+    tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
+    tokio::spawn(hub.clone().reap(background.clone()));
+
+    let admin = tonic::service::interceptor::InterceptedService::new(
+        AdminServer::new(admin)
+            .max_decoding_message_size(MAX_ADMIN_REQUEST)
+            .max_encoding_message_size(MAX_RESPONSE),
+        AdminAuth { token_hash },
+    );
+    let server_stop = CancellationToken::new();
+    let server = Server::builder()
+        .http2_keepalive_interval(Some(cfg.keepalive_interval))
+        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
+        .max_concurrent_streams(Some(cfg.max_concurrent_streams))
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(
+            SyncServer::new(sync)
+                .max_decoding_message_size(MAX_SUBSCRIBE_REQUEST)
+                .max_encoding_message_size(MAX_RESPONSE),
+        )
+        .add_service(admin)
+        .serve_with_incoming_shutdown(
+            transport::incoming(listener, opts),
+            server_stop.clone().cancelled_owned(),
+        );
+    let server = tokio::spawn(server);
+
+    // The store is loaded and the listeners are bound: ready.
+    health_reporter.set_serving::<SyncServer<SyncService>>().await;
+    started(&running)?;
+    tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), "relay serving");
+
+    stop.cancelled().await;
+    // Drain: stop being ready, ask every subscriber to reconnect elsewhere
+    // (each with its own random delay), and wait for them to leave.
+    health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+    hub.drain.cancel();
+    let deadline = tokio::time::Instant::now() + cfg.drain_grace;
+    while hub.total() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = hub.total();
+    if left > 0 {
+        tracing::warn!(subscribers = left, "drain grace period over; closing remaining streams");
+    } else {
+        tracing::info!("all subscribers left");
+    }
+    server_stop.cancel();
+    match tokio::time::timeout(Duration::from_secs(5), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "gRPC server ended with an error"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server task failed"),
+        Err(_) => tracing::warn!("gRPC server did not stop within 5s; exiting anyway"),
+    }
+    background.cancel();
+    store.flush().await?;
+    tracing::info!("relay stopped");
+    Ok(())
+}

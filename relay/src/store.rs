@@ -1,0 +1,432 @@
+//! The authoritative flag store: environments, flags, segments, the change
+//! log and the audit log in sled, mirrored in memory as one immutable
+//! [`EnvState`] per environment behind an `ArcSwap`.
+//!
+//! Every admin write is one sled transaction across the environment's trees,
+//! flushed to disk before the caller hears "ok"; only then is the new state
+//! published to subscribers. Subscribers read memory only. This module knows
+//! nothing of gRPC: `error.rs` maps [`StoreError`] to a status.
+
+mod op;
+mod persist;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use flagstream::{Limits, Snapshot, ValidationErrors};
+use tokio::sync::{Mutex, watch};
+
+use crate::auth;
+use crate::metrics::Metrics;
+pub use op::{Op, WriteResult};
+pub use persist::EnvMeta;
+use state::{EnvState, Item, Kind, LogEntry};
+
+/// Store errors. Each names what was wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such environment.
+    #[error("environment {0:?} not found")]
+    EnvNotFound(String),
+    /// The environment name is taken.
+    #[error("environment {0:?} already exists")]
+    EnvExists(String),
+    /// No such flag or segment.
+    #[error("{} {key:?} not found in environment {env:?}", kind.name())]
+    ItemNotFound {
+        /// Environment.
+        env: String,
+        /// Item kind.
+        kind: Kind,
+        /// Item key.
+        key: String,
+    },
+    /// Optimistic concurrency: the item changed since the caller read it.
+    #[error("{} {key:?}: expected version {expected}, but it is at version {current}{}", kind.name(), changed_by.as_ref().map(|c| format!(" (last changed by {c})")).unwrap_or_default())]
+    Conflict {
+        /// Item kind.
+        kind: Kind,
+        /// Item key.
+        key: String,
+        /// What the caller expected (0 = must not exist).
+        expected: u64,
+        /// What it is (0 = does not exist).
+        current: u64,
+        /// Who made the current version and when, from the audit log.
+        changed_by: Option<String>,
+    },
+    /// The environment moved past the revision a batch expected.
+    #[error("environment {env:?} is at revision {current}, the batch expected {expected}")]
+    RevisionConflict {
+        /// Environment.
+        env: String,
+        /// Expected revision.
+        expected: u64,
+        /// Actual revision.
+        current: u64,
+    },
+    /// The write would leave invalid data.
+    #[error(transparent)]
+    Invalid(#[from] ValidationErrors),
+    /// sled failed.
+    #[error("storage error")]
+    Storage(#[from] sled::Error),
+    /// Stored data did not decode.
+    #[error("stored {what} is corrupt")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// One environment: its current state and the means to change it.
+#[derive(Debug)]
+pub struct Env {
+    /// The current state; replaced whole on every commit.
+    pub state: ArcSwap<EnvState>,
+    /// Head revision, for subscribers to wait on.
+    pub head: watch::Sender<u64>,
+    /// Serialises writers of this environment (one writer at a time keeps
+    /// revisions gapless and versions consistent).
+    write: Mutex<()>,
+    /// Persistent metadata (epoch, key hash, ...).
+    pub meta: arc_swap::ArcSwap<EnvMeta>,
+}
+
+/// Retention of the in-memory and on-disk change log.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Most revisions kept.
+    pub revisions: usize,
+    /// Most bytes of changed items the kept revisions may account for.
+    pub bytes: usize,
+}
+
+/// Cloneable handle to the store.
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: sled::Db,
+    meta: sled::Tree,
+    envs: ArcSwap<HashMap<String, Arc<Env>>>,
+    /// Serialises environment creation and deletion.
+    envs_lock: Mutex<()>,
+    limits: Limits,
+    retention: Retention,
+    metrics: Metrics,
+}
+
+/// Unix time in ms.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Store {
+    /// Opens (or creates) the store under `dir` and loads every environment
+    /// into memory.
+    pub fn open(
+        dir: &Path,
+        limits: Limits,
+        retention: Retention,
+        metrics: Metrics,
+    ) -> Result<Store, StoreError> {
+        let db = sled::Config::new().path(dir).open()?;
+        let meta = db.open_tree("meta")?;
+        let mut envs = HashMap::new();
+        for m in persist::load_metas(&meta)? {
+            let env = persist::load_env(&db, m, &limits, retention, &metrics)?;
+            envs.insert(env.meta.load().name.clone(), Arc::new(env));
+        }
+        let store = Store {
+            inner: Arc::new(Inner {
+                db,
+                meta,
+                envs: ArcSwap::from_pointee(envs),
+                envs_lock: Mutex::new(()),
+                limits,
+                retention,
+                metrics,
+            }),
+        };
+        store.update_gauges();
+        Ok(store)
+    }
+
+    /// The validation limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Metrics handle.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The sled database (for the admin token record).
+    pub fn db(&self) -> &sled::Db {
+        &self.inner.db
+    }
+
+    /// An environment by name.
+    pub fn env(&self, name: &str) -> Result<Arc<Env>, StoreError> {
+        self.inner.envs.load().get(name).cloned().ok_or_else(|| StoreError::EnvNotFound(name.to_owned()))
+    }
+
+    /// The environment whose SDK key hashes to `hash`.
+    pub fn env_by_key_hash(&self, hash: &str) -> Option<Arc<Env>> {
+        self.inner
+            .envs
+            .load()
+            .values()
+            .find(|e| auth::constant_time_eq(&e.meta.load().sdk_key_hash, hash))
+            .cloned()
+    }
+
+    /// All environments, sorted by name.
+    pub fn envs(&self) -> Vec<Arc<Env>> {
+        let mut v: Vec<_> = self.inner.envs.load().values().cloned().collect();
+        v.sort_by(|a, b| a.meta.load().name.cmp(&b.meta.load().name));
+        v
+    }
+
+    /// Creates an environment; returns it and its SDK key (shown once,
+    /// stored only as a hash).
+    pub async fn create_env(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
+        let _guard = self.inner.envs_lock.lock().await;
+        let mut errors = Vec::new();
+        let path = "environment.name";
+        if name.is_empty()
+            || name.len() > 64
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            errors.push(flagstream::ValidationError {
+                path: path.into(),
+                message: format!("{name:?}: 1-64 bytes of A-Z a-z 0-9 - _"),
+            });
+        }
+        if !errors.is_empty() {
+            return Err(ValidationErrors(errors).into());
+        }
+        if self.inner.envs.load().contains_key(name) {
+            return Err(StoreError::EnvExists(name.to_owned()));
+        }
+        let sdk_key = auth::new_secret("fs_sdk_");
+        let meta = EnvMeta {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            epoch: auth::new_epoch(),
+            revision: 0,
+            checksum: 0,
+            committed_unix_ms: now_ms(),
+            created_unix_ms: now_ms(),
+            sdk_key_hash: auth::hash_secret(&sdk_key),
+        };
+        persist::put_meta(&self.inner.meta, &meta)?;
+        self.inner.db.flush_async().await?;
+        let state = EnvState::new(
+            meta.name.clone(),
+            meta.epoch.clone(),
+            0,
+            meta.committed_unix_ms,
+            Arc::new(BTreeMap::new()),
+            Arc::new(VecDeque::new()),
+            Arc::new(Snapshot::empty()),
+        );
+        let env = Arc::new(Env {
+            state: ArcSwap::from_pointee(state),
+            head: watch::channel(0).0,
+            write: Mutex::new(()),
+            meta: ArcSwap::from_pointee(meta),
+        });
+        let mut all = HashMap::clone(&self.inner.envs.load());
+        all.insert(name.to_owned(), env.clone());
+        self.inner.envs.store(Arc::new(all));
+        self.update_gauges();
+        Ok((env, sdk_key))
+    }
+
+    /// Deletes an environment and all its data. Subscribers see it vanish
+    /// (their streams end).
+    pub async fn delete_env(&self, name: &str, expected_revision: Option<u64>) -> Result<(), StoreError> {
+        let _guard = self.inner.envs_lock.lock().await;
+        let env = self.env(name)?;
+        let _write = env.write.lock().await;
+        let current = env.state.load().revision;
+        if let Some(expected) = expected_revision.filter(|e| *e != current) {
+            return Err(StoreError::RevisionConflict { env: name.to_owned(), expected, current });
+        }
+        persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
+        self.inner.db.flush_async().await?;
+        let mut all = HashMap::clone(&self.inner.envs.load());
+        all.remove(name);
+        self.inner.envs.store(Arc::new(all));
+        // Wake subscribers so they notice the environment is gone.
+        env.head.send_modify(|h| *h = u64::MAX);
+        self.update_gauges();
+        Ok(())
+    }
+
+    /// Applies `ops` atomically as one new revision of `env`. A batch that
+    /// changes nothing commits nothing and returns the current revision.
+    pub async fn write(
+        &self,
+        env_name: &str,
+        ops: Vec<Op>,
+        expected_revision: Option<u64>,
+        actor: &str,
+        comment: &str,
+    ) -> Result<WriteResult, StoreError> {
+        let result = self.write_inner(env_name, ops, expected_revision, actor, comment).await;
+        let label = match &result {
+            Ok(_) => "ok",
+            Err(StoreError::Invalid(_)) => "invalid",
+            Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
+            Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+            Err(_) => "error",
+        };
+        self.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+        result
+    }
+
+    async fn write_inner(
+        &self,
+        env_name: &str,
+        ops: Vec<Op>,
+        expected_revision: Option<u64>,
+        actor: &str,
+        comment: &str,
+    ) -> Result<WriteResult, StoreError> {
+        let env = self.env(env_name)?;
+        let _write = env.write.lock().await;
+        let state = env.state.load_full();
+        if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
+            return Err(StoreError::RevisionConflict {
+                env: env_name.to_owned(),
+                expected,
+                current: state.revision,
+            });
+        }
+        let revision = state.revision + 1;
+        let plan = op::plan(&state, ops, revision, &self.inner.limits, |kind, key| {
+            persist::last_actor(&self.inner.db, env_name, kind, key)
+        })?;
+        if plan.changes.is_empty() {
+            return Ok(WriteResult { revision: state.revision, items: plan.versions });
+        }
+        let committed = now_ms();
+        // New in-memory items and checksum.
+        let mut items = BTreeMap::clone(&state.items);
+        let mut entry_bytes = 0;
+        for c in &plan.changes {
+            match &c.bytes {
+                Some(bytes) => {
+                    entry_bytes += bytes.len();
+                    let hash = state::item_hash(c.key.0, &c.key.1, bytes);
+                    items
+                        .insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after });
+                }
+                None => {
+                    entry_bytes += c.key.1.len();
+                    items.remove(&c.key);
+                }
+            }
+        }
+        let entry = LogEntry {
+            revision,
+            changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
+            committed_unix_ms: committed,
+            bytes: entry_bytes,
+        };
+        let mut log = VecDeque::clone(&state.log);
+        log.push_back(entry.clone());
+        let trimmed = trim_log(&mut log, self.inner.retention);
+        let mut meta = EnvMeta::clone(&env.meta.load());
+        meta.revision = revision;
+        meta.committed_unix_ms = committed;
+        let new_state = EnvState::new(
+            state.name.clone(),
+            state.epoch.clone(),
+            revision,
+            committed,
+            Arc::new(items),
+            Arc::new(log),
+            Arc::new(plan.snapshot.with_cursor(&state.epoch, revision)),
+        );
+        meta.checksum = new_state.checksum;
+        persist::commit(
+            &self.inner.db,
+            &self.inner.meta,
+            &meta,
+            &plan.changes,
+            &entry,
+            &trimmed,
+            actor,
+            comment,
+        )?;
+        // Durable before anyone is told: the caller, and the subscribers.
+        self.inner.db.flush_async().await?;
+        env.meta.store(Arc::new(meta));
+        env.state.store(Arc::new(new_state));
+        env.head.send_replace(revision);
+        self.inner
+            .metrics
+            .head_revision
+            .get_or_create(&vec![("env", env_name.to_owned())])
+            .set(revision as i64);
+        self.update_gauges();
+        Ok(WriteResult { revision, items: plan.versions })
+    }
+
+    /// Audit entries of an environment, newest first.
+    pub fn audit(
+        &self,
+        env: &str,
+        key: Option<(Kind, &str)>,
+        limit: usize,
+        before_revision: Option<u64>,
+    ) -> Result<Vec<persist::AuditRecord>, StoreError> {
+        self.env(env)?;
+        persist::audit(&self.inner.db, env, key, limit, before_revision)
+    }
+
+    fn update_gauges(&self) {
+        let m = &self.inner.metrics;
+        for env in self.inner.envs.load().values() {
+            let s = env.state.load();
+            let labels = vec![("env", s.name.clone())];
+            m.store_items.get_or_create(&labels).set(s.items.len() as i64);
+            m.store_bytes.get_or_create(&labels).set(s.item_bytes() as i64);
+            m.head_revision.get_or_create(&labels).set(s.revision as i64);
+        }
+    }
+
+    /// Flushes sled (shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+/// Drops the oldest entries beyond the retention; returns their revisions.
+fn trim_log(log: &mut VecDeque<LogEntry>, retention: Retention) -> Vec<u64> {
+    let mut trimmed = Vec::new();
+    let mut bytes: usize = log.iter().map(|e| e.bytes).sum();
+    while log.len() > 1 && (log.len() > retention.revisions || bytes > retention.bytes) {
+        if let Some(e) = log.pop_front() {
+            bytes -= e.bytes;
+            trimmed.push(e.revision);
+        }
+    }
+    trimmed
+}

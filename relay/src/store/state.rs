@@ -1,0 +1,232 @@
+//! One environment's immutable in-memory state at one revision: item bytes,
+//! the retained change log, the checksum and the compiled snapshot. Built by
+//! the store on load and on every commit, published through `ArcSwap`, and
+//! read by subscribers without touching sled. It also owns the
+//! encode-once caches: one snapshot encoding and one delta per cursor, per
+//! revision.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use flagstream::Snapshot;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::encoded::{self, ChunkHeader, DeltaParts, Encoded};
+use crate::metrics::Metrics;
+
+/// Item kinds, numbered as `ItemKind` in admin.proto and as the checksum's
+/// kind byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Kind {
+    /// A flag.
+    Flag = 1,
+    /// A segment.
+    Segment = 2,
+}
+
+impl Kind {
+    /// Lower-case name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Flag => "flag",
+            Kind::Segment => "segment",
+        }
+    }
+}
+
+/// `(kind, key)`: flags sort before segments, each by key.
+pub type ItemKey = (Kind, String);
+
+/// One stored flag or segment.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Canonical protobuf encoding, as committed; forwarded verbatim.
+    pub bytes: Bytes,
+    /// Its checksum contribution (PROTOCOL.md §3.1).
+    pub hash: u64,
+    /// The item's version.
+    pub version: u64,
+}
+
+/// The checksum contribution of one item: XXH3-64 of
+/// `kind_byte || key || 0x00 || bytes`.
+pub fn item_hash(kind: Kind, key: &str, bytes: &[u8]) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(&[kind as u8]);
+    h.update(key.as_bytes());
+    h.update(&[0]);
+    h.update(bytes);
+    h.digest()
+}
+
+/// One committed revision in the change log.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LogEntry {
+    /// The revision.
+    pub revision: u64,
+    /// Items it upserted or deleted.
+    pub changed: Vec<ItemKey>,
+    /// Commit time, Unix ms.
+    pub committed_unix_ms: u64,
+    /// Approximate bytes this entry accounts for in the retention budget.
+    pub bytes: usize,
+}
+
+/// An environment at one revision.
+#[derive(Debug)]
+pub struct EnvState {
+    /// Environment name.
+    pub name: String,
+    /// Store epoch (random, made at creation).
+    pub epoch: String,
+    /// Head revision.
+    pub revision: u64,
+    /// Checksum of all items (wrapping sum of item hashes).
+    pub checksum: u64,
+    /// Commit time of the head revision, Unix ms.
+    pub committed_unix_ms: u64,
+    /// All live items.
+    pub items: Arc<BTreeMap<ItemKey, Item>>,
+    /// Retained change log, oldest first, ending at `revision`.
+    pub log: Arc<VecDeque<LogEntry>>,
+    /// Compiled form, for validation of the next write and server-side
+    /// evaluation.
+    pub snapshot: Arc<Snapshot>,
+    /// Encoded snapshot chunks at this revision, made on first demand.
+    chunks: OnceLock<Arc<Vec<Encoded>>>,
+    /// Encoded deltas to this revision, by `from` revision.
+    deltas: Mutex<HashMap<u64, Encoded>>,
+}
+
+/// What a subscriber at some cursor needs next.
+#[derive(Debug)]
+pub enum Catchup {
+    /// Already at head.
+    Current,
+    /// One delta to head.
+    Delta(Encoded),
+    /// A full snapshot (cursor empty, foreign or too old).
+    Snapshot(Arc<Vec<Encoded>>),
+}
+
+impl EnvState {
+    /// A state with empty caches.
+    pub fn new(
+        name: String,
+        epoch: String,
+        revision: u64,
+        committed_unix_ms: u64,
+        items: Arc<BTreeMap<ItemKey, Item>>,
+        log: Arc<VecDeque<LogEntry>>,
+        snapshot: Arc<Snapshot>,
+    ) -> EnvState {
+        let checksum = items.values().fold(0u64, |sum, i| sum.wrapping_add(i.hash));
+        EnvState {
+            name,
+            epoch,
+            revision,
+            checksum,
+            committed_unix_ms,
+            items,
+            log,
+            snapshot,
+            chunks: OnceLock::new(),
+            deltas: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Lowest cursor revision a delta can start from.
+    pub fn oldest_delta_base(&self) -> u64 {
+        self.log.front().map_or(self.revision, |e| e.revision - 1)
+    }
+
+    /// What a subscriber at `(epoch, revision)` needs to reach head.
+    pub fn catchup(&self, epoch: &str, revision: u64, chunk_bytes: usize, metrics: &Metrics) -> Catchup {
+        if epoch == self.epoch && revision == self.revision {
+            return Catchup::Current;
+        }
+        let cause = if epoch.is_empty() {
+            "empty_cursor"
+        } else if epoch != self.epoch {
+            "foreign_epoch"
+        } else if revision > self.revision {
+            "ahead_of_head"
+        } else if revision < self.oldest_delta_base() {
+            "too_old"
+        } else {
+            return Catchup::Delta(self.delta_from(revision, metrics));
+        };
+        metrics.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc();
+        Catchup::Snapshot(self.chunks(chunk_bytes, metrics))
+    }
+
+    /// The encoded snapshot at this revision (encoded once).
+    pub fn chunks(&self, chunk_bytes: usize, metrics: &Metrics) -> Arc<Vec<Encoded>> {
+        self.chunks
+            .get_or_init(|| {
+                metrics.encodes.get_or_create(&vec![("kind", "snapshot".to_owned())]).inc();
+                let flags: Vec<&Bytes> =
+                    self.items.iter().filter(|((k, _), _)| *k == Kind::Flag).map(|(_, i)| &i.bytes).collect();
+                let segments: Vec<&Bytes> = self
+                    .items
+                    .iter()
+                    .filter(|((k, _), _)| *k == Kind::Segment)
+                    .map(|(_, i)| &i.bytes)
+                    .collect();
+                let header = ChunkHeader {
+                    environment: &self.name,
+                    epoch: &self.epoch,
+                    revision: self.revision,
+                    checksum: self.checksum,
+                    committed_unix_ms: self.committed_unix_ms,
+                };
+                Arc::new(encoded::snapshot_chunks(&header, &flags, &segments, chunk_bytes))
+            })
+            .clone()
+    }
+
+    /// The delta from `from` to head (encoded once per `from`).
+    fn delta_from(&self, from: u64, metrics: &Metrics) -> Encoded {
+        // A poisoned lock only means another subscriber panicked while
+        // encoding; the map itself is still a valid cache.
+        let mut cache = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = cache.get(&from) {
+            return e.clone();
+        }
+        metrics.encodes.get_or_create(&vec![("kind", "delta".to_owned())]).inc();
+        let mut changed: Vec<&ItemKey> =
+            self.log.iter().filter(|e| e.revision > from).flat_map(|e| e.changed.iter()).collect();
+        changed.sort_unstable();
+        changed.dedup();
+        let mut parts = DeltaParts {
+            epoch: &self.epoch,
+            from_revision: from,
+            to_revision: self.revision,
+            flags: Vec::new(),
+            segments: Vec::new(),
+            deleted_flags: Vec::new(),
+            deleted_segments: Vec::new(),
+            checksum: self.checksum,
+            committed_unix_ms: self.committed_unix_ms,
+        };
+        for key in changed {
+            match (self.items.get(key), key.0) {
+                (Some(item), Kind::Flag) => parts.flags.push(&item.bytes),
+                (Some(item), Kind::Segment) => parts.segments.push(&item.bytes),
+                (None, Kind::Flag) => parts.deleted_flags.push(&key.1),
+                (None, Kind::Segment) => parts.deleted_segments.push(&key.1),
+            }
+        }
+        let e = encoded::delta(&parts);
+        // Bounded: one entry per distinct cursor, and the whole map dies
+        // with this revision's state.
+        cache.insert(from, e.clone());
+        e
+    }
+
+    /// Bytes of all item encodings (store size).
+    pub fn item_bytes(&self) -> usize {
+        self.items.values().map(|i| i.bytes.len()).sum()
+    }
+}

@@ -1,0 +1,343 @@
+//! The `Subscribe` stream (server side).
+//!
+//! Each subscriber's outgoing stream is pull-based: the next message (the
+//! rest of a snapshot, one delta from its cursor to head, a heartbeat, a
+//! reconnect request) is worked out only when the transport asks for one.
+//! Lag therefore coalesces by itself and there is no per-subscriber queue;
+//! snapshot chunks and deltas are shared, pre-encoded bytes. Acks arrive on
+//! the request stream and are read by a small task per subscriber.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use flagstream_proto::v1 as pb;
+use futures_util::Stream;
+use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Interval};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::encoded::{self, Encoded};
+use crate::generated::sync_server;
+use crate::hub::{Hub, Rejection, Subscriber};
+use crate::store::state::{Catchup, EnvState};
+use crate::store::{Env, Store, now_ms};
+use crate::transport::ConnInfo;
+use crate::{auth, error};
+
+/// Stream timing and size settings.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// How long a client has to send its Hello.
+    pub hello_timeout: Duration,
+    /// Heartbeat interval (each stream starts at a random phase).
+    pub heartbeat: Duration,
+    /// Streams older than this (± 10 %) are asked to reconnect elsewhere.
+    pub max_stream_age: Duration,
+    /// Snapshot chunk bound, bytes.
+    pub chunk_bytes: usize,
+    /// Reconnect delays on drain are spread over 0..this.
+    pub drain_spread: Duration,
+}
+
+/// The Sync service.
+#[derive(Debug, Clone)]
+pub struct SyncService {
+    store: Store,
+    hub: Arc<Hub>,
+    cfg: Arc<StreamConfig>,
+}
+
+impl SyncService {
+    /// A service over `store`, registering subscribers in `hub`.
+    pub fn new(store: Store, hub: Arc<Hub>, cfg: StreamConfig) -> SyncService {
+        SyncService { store, hub, cfg: Arc::new(cfg) }
+    }
+}
+
+type Outgoing = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl sync_server::Sync for SyncService {
+    type SubscribeStream = Outgoing;
+
+    async fn subscribe(
+        &self,
+        request: Request<Streaming<pb::SubscribeRequest>>,
+    ) -> Result<Response<Outgoing>, Status> {
+        let conn = request.extensions().get::<ConnInfo>().cloned();
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(self.cfg.hello_timeout, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Hello within the hello timeout"))??;
+        let hello = match first.and_then(|m| m.kind) {
+            Some(pb::subscribe_request::Kind::Hello(h)) => h,
+            _ => return Err(Status::invalid_argument("the first message of Subscribe must be a Hello")),
+        };
+        let env = self
+            .store
+            .env_by_key_hash(&auth::hash_secret(&hello.sdk_key))
+            .ok_or_else(|| Status::unauthenticated("unknown SDK key"))?;
+        let env_name = env.meta.load().name.clone();
+        let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
+        let sub = self.hub.admit(&env_name, conn, sdk).map_err(|r| {
+            let (msg, delay) = match r {
+                Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
+                Rejection::EnvFull => ("environment subscriber limit reached", 5_000),
+                Rejection::Draining => ("relay is draining", 1_000),
+            };
+            error::retry_later(msg, rand::rng().random_range(delay / 2..=delay))
+        })?;
+        let cursor = hello.cursor.unwrap_or_default();
+        tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
+
+        tokio::spawn(read_acks(inbound, self.store.clone(), self.hub.clone(), sub.clone()));
+
+        let jitter = rand::rng().random_range(0.9..=1.1);
+        let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=self.cfg.heartbeat);
+        let out = Outbound {
+            store: self.store.clone(),
+            hub: self.hub.clone(),
+            cfg: self.cfg.clone(),
+            head: env.head.subscribe(),
+            env,
+            cursor: (cursor.epoch, cursor.revision),
+            pending: None,
+            heartbeat: tokio::time::interval_at(Instant::now() + heartbeat_phase, self.cfg.heartbeat),
+            age_deadline: Instant::now() + self.cfg.max_stream_age.mul_f64(jitter),
+            first: true,
+            guard: Leave { hub: self.hub.clone(), sub, reason: "client_gone" },
+            done: false,
+        };
+        let stream = futures_util::stream::unfold(out, |mut o| async move {
+            let item = o.next().await?;
+            if let Ok(msg) = &item {
+                o.guard.sub.last_progress_ms.store(now_ms(), Ordering::Relaxed);
+                o.hub_sent(msg);
+            }
+            Some((item, o))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Reads acks until the client goes away; then ends the outgoing stream too.
+async fn read_acks(
+    mut inbound: Streaming<pb::SubscribeRequest>,
+    store: Store,
+    hub: Arc<Hub>,
+    sub: Arc<Subscriber>,
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = sub.cancel.cancelled() => return,
+            m = inbound.message() => m,
+        };
+        match msg {
+            Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
+                hub.ack(&store, &sub, ack.revision);
+            }
+            // Hello repeats, propagation reports and unknown kinds: ignored
+            // (forward compatibility, PROTOCOL.md §8).
+            Ok(Some(_)) => {}
+            Ok(None) => return, // client half-closed; keep sending
+            Err(status) => {
+                tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
+                sub.cancel.cancel();
+                return;
+            }
+        }
+    }
+}
+
+/// Removes the subscriber from the hub when the stream is dropped.
+struct Leave {
+    hub: Arc<Hub>,
+    sub: Arc<Subscriber>,
+    reason: &'static str,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.sub.cancel.cancel();
+        self.hub.leave(&self.sub, self.reason);
+    }
+}
+
+/// A snapshot being sent: the shared chunks, the next index, and the
+/// permit that counts it against the snapshot budget.
+struct Pending {
+    chunks: Arc<Vec<Encoded>>,
+    next: usize,
+    _permit: OwnedSemaphorePermit,
+    /// `snapshot_sends`, decremented when the send ends or is abandoned.
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// One subscriber's outgoing side.
+struct Outbound {
+    store: Store,
+    hub: Arc<Hub>,
+    cfg: Arc<StreamConfig>,
+    env: Arc<Env>,
+    head: tokio::sync::watch::Receiver<u64>,
+    cursor: (String, u64),
+    pending: Option<Pending>,
+    heartbeat: Interval,
+    age_deadline: Instant,
+    first: bool,
+    guard: Leave,
+    done: bool,
+}
+
+impl Outbound {
+    fn hub_sent(&self, msg: &Encoded) {
+        let kind = match msg.0.first() {
+            Some(0x0a) => "snapshot_chunk",
+            Some(0x12) => "delta",
+            Some(0x1a) => "heartbeat",
+            _ => "reconnect",
+        };
+        let m = self.store.metrics();
+        let labels = vec![("kind", kind.to_owned())];
+        m.sent_messages.get_or_create(&labels).inc();
+        m.sent_bytes.get_or_create(&labels).inc_by(msg.0.len() as u64);
+    }
+
+    fn heartbeat_msg(&self, state: &EnvState) -> Encoded {
+        encoded::message(pb::subscribe_response::Kind::Heartbeat(pb::Heartbeat {
+            epoch: state.epoch.clone(),
+            head_revision: state.revision,
+            server_time_unix_ms: now_ms(),
+            interval_ms: self.cfg.heartbeat.as_millis() as u32,
+            staleness_ms: 0,
+        }))
+    }
+
+    fn reconnect(
+        &mut self,
+        reason: pb::ReconnectReason,
+        delay: Duration,
+        why: &'static str,
+        message: &str,
+    ) -> Encoded {
+        self.done = true;
+        self.guard.reason = why;
+        encoded::message(pb::subscribe_response::Kind::Reconnect(pb::Reconnect {
+            reason: reason as i32,
+            suggested_delay_ms: delay.as_millis() as u32,
+            jitter_ms: 0,
+            alternative_endpoint: String::new(),
+            message: message.to_owned(),
+        }))
+    }
+
+    /// The next message, computed now; `None` ends the stream.
+    async fn next(&mut self) -> Option<Result<Encoded, Status>> {
+        if self.done {
+            return None;
+        }
+        if let Some(p) = &mut self.pending {
+            let chunk = p.chunks[p.next].clone();
+            p.next += 1;
+            if p.next == p.chunks.len() {
+                self.pending = None;
+            }
+            return Some(Ok(chunk));
+        }
+        loop {
+            if self.hub.drain.is_cancelled() {
+                let spread = self.cfg.drain_spread.as_millis().max(1) as u64;
+                let delay = Duration::from_millis(rand::rng().random_range(0..spread));
+                return Some(Ok(self.reconnect(
+                    pb::ReconnectReason::Drain,
+                    delay,
+                    "drain",
+                    "relay is shutting down",
+                )));
+            }
+            if self.guard.sub.cancel.is_cancelled() {
+                self.done = true;
+                return None;
+            }
+            if Instant::now() >= self.age_deadline {
+                let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
+                return Some(Ok(self.reconnect(
+                    pb::ReconnectReason::MaxStreamAge,
+                    delay,
+                    "max_stream_age",
+                    "stream reached its maximum age; reconnect (possibly elsewhere)",
+                )));
+            }
+            if self.store.env(&self.guard.sub.env).is_err() {
+                self.done = true;
+                self.guard.reason = "environment_deleted";
+                return Some(Err(Status::not_found(format!(
+                    "environment {:?} was deleted",
+                    self.guard.sub.env
+                ))));
+            }
+            let state = self.env.state.load_full();
+            let metrics = self.store.metrics();
+            match state.catchup(&self.cursor.0, self.cursor.1, self.cfg.chunk_bytes, metrics) {
+                Catchup::Current => {
+                    if std::mem::take(&mut self.first) {
+                        return Some(Ok(self.heartbeat_msg(&state)));
+                    }
+                    tokio::select! {
+                        changed = self.head.changed() => {
+                            if changed.is_err() {
+                                continue; // sender gone: the environment was deleted
+                            }
+                        }
+                        _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&state))),
+                        _ = self.hub.drain.cancelled() => {}
+                        _ = self.guard.sub.cancel.cancelled() => {}
+                        _ = tokio::time::sleep_until(self.age_deadline) => {}
+                    }
+                }
+                Catchup::Delta(delta) => {
+                    self.first = false;
+                    self.cursor = (state.epoch.clone(), state.revision);
+                    return Some(Ok(delta));
+                }
+                Catchup::Snapshot(chunks) => {
+                    let permit = match self.hub.snapshot_permits.clone().try_acquire_owned() {
+                        Ok(p) => p,
+                        Err(_) => {
+                            metrics.limit_hit("snapshot_concurrency");
+                            tokio::select! {
+                                p = self.hub.snapshot_permits.clone().acquire_owned() => match p {
+                                    Ok(p) => p,
+                                    Err(_) => return None, // semaphore closed: shutting down
+                                },
+                                _ = self.hub.drain.cancelled() => continue,
+                                _ = self.guard.sub.cancel.cancelled() => continue,
+                            }
+                        }
+                    };
+                    self.first = false;
+                    self.cursor = (state.epoch.clone(), state.revision);
+                    let first = chunks[0].clone();
+                    if chunks.len() > 1 {
+                        metrics.snapshot_sends.inc();
+                        let gauge = metrics.snapshot_sends.clone();
+                        self.pending = Some(Pending { chunks, next: 1, _permit: permit, gauge });
+                    }
+                    return Some(Ok(first));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        if self.next < self.chunks.len() {
+            tracing::debug!(sent = self.next, total = self.chunks.len(), "snapshot send abandoned");
+        }
+    }
+}
