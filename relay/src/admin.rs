@@ -120,6 +120,12 @@ fn segment_arg(path: &str, s: Option<pb::Segment>) -> Result<flagstream::Segment
 }
 
 impl AdminService {
+    /// Counts a write refused before it reached the store.
+    fn refused(&self, status: Status) -> Status {
+        self.store.metrics().admin_writes.get_or_create(&vec![("result", "invalid".to_owned())]).inc();
+        status
+    }
+
     async fn write(
         &self,
         env: &str,
@@ -129,7 +135,8 @@ impl AdminService {
         comment: &str,
     ) -> Result<WriteResult, Status> {
         if comment.len() > 1024 {
-            return Err(invalid("comment", format!("{} bytes, limit 1024", comment.len())));
+            self.store.metrics().limit_hit("comment_bytes");
+            return Err(self.refused(invalid("comment", format!("{} bytes, limit 1024", comment.len()))));
         }
         Ok(self.store.write(env, ops, expected_revision, actor, comment).await?)
     }
@@ -248,7 +255,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::PutFlagResponse>, Status> {
         let actor = actor(&req);
         let r = req.into_inner();
-        let flag = flag_arg("flag", r.flag)?;
+        let flag = flag_arg("flag", r.flag).map_err(|e| self.refused(e))?;
         let key = flag.key.clone();
         let op = Op::PutFlag { flag, expected: r.expected_version };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -323,7 +330,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::PutSegmentResponse>, Status> {
         let actor = actor(&req);
         let r = req.into_inner();
-        let segment = segment_arg("segment", r.segment)?;
+        let segment = segment_arg("segment", r.segment).map_err(|e| self.refused(e))?;
         let key = segment.key.clone();
         let op = Op::PutSegment { segment, expected: r.expected_version };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -360,7 +367,7 @@ impl Admin for AdminService {
         const MAX_OPS: usize = 10_000;
         if r.ops.len() > MAX_OPS {
             self.store.metrics().limit_hit("batch_ops");
-            return Err(invalid("ops", format!("{} operations, limit {MAX_OPS}", r.ops.len())));
+            return Err(self.refused(invalid("ops", format!("{} operations, limit {MAX_OPS}", r.ops.len()))));
         }
         let ops = r
             .ops

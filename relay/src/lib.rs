@@ -38,3 +38,31 @@ pub fn init_tracing(json: bool) {
         builder.init();
     }
 }
+
+/// The `flagstream-relay` command: parse the configuration (exit 64 with
+/// one line when it is bad), set up logging, run until SIGTERM.
+pub async fn main_entry() {
+    use clap::Parser;
+    let cli = match config::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("flagstream-relay: bad configuration: {first} (see --help)");
+            std::process::exit(config::EXIT_CONFIG);
+        }
+    };
+    let cfg = match cli.options().resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("flagstream-relay: bad configuration: {e}");
+            std::process::exit(config::EXIT_CONFIG);
+        }
+    };
+    init_tracing(cfg.log_json);
+    if let Err(e) = server::run(cfg).await {
+        eprintln!("flagstream-relay: {e:#}");
+        std::process::exit(1);
+    }
+}

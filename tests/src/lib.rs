@@ -1,6 +1,10 @@
 //! Shared fixtures for flagstream's integration tests: the data-driven
-//! evaluation case format (files under `tests/data/eval/`) and helpers to
-//! load and run them. Relay and SDK process fixtures join here as those
-//! components land.
+//! evaluation case format (`case`), a real relay process (`relay`) and a
+//! raw protocol subscriber (`subscriber`).
 
 pub mod case;
+pub mod relay;
+pub mod subscriber;
+
+/// A generous timeout for one step of a test on a busy 2-core machine.
+pub const STEP: std::time::Duration = std::time::Duration::from_secs(20);

@@ -1,0 +1,7 @@
+//! The relay binary, built inside the tests package so integration tests
+//! can start it as a real process (`CARGO_BIN_EXE_relay`).
+
+#[tokio::main]
+async fn main() {
+    flagstream_relay::main_entry().await;
+}

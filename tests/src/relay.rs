@@ -1,0 +1,241 @@
+//! A real relay process for tests: started from the `relay` binary on
+//! `127.0.0.1:0` in its own data directory, its addresses read from the
+//! line it prints, stopped with SIGTERM or SIGKILL.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use flagstream_proto::v1 as pb;
+use flagstream_proto::v1::admin_client::AdminClient;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// How long a relay may take to print its listening line.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `relay` binary of this package. Integration tests run from
+/// `target/<profile>/deps/`, the binary sits in `target/<profile>/`.
+pub fn relay_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = dir.join(format!("relay{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} not built: run the tests through cargo", bin.display());
+    bin
+}
+
+/// A running relay process.
+#[derive(Debug)]
+pub struct Relay {
+    child: Child,
+    /// gRPC address.
+    pub grpc: SocketAddr,
+    /// Metrics address.
+    pub metrics: SocketAddr,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Captured stderr lines so far are written here.
+    pub stderr_log: PathBuf,
+}
+
+/// Adds the admin bearer token to every request.
+#[derive(Clone, Debug)]
+pub struct Token(pub String);
+
+impl tonic::service::Interceptor for Token {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let v = MetadataValue::try_from(format!("Bearer {}", self.0))
+            .map_err(|_| tonic::Status::internal("bad token"))?;
+        req.metadata_mut().insert("authorization", v);
+        req.metadata_mut().insert("x-flagstream-actor", MetadataValue::from_static("test-suite"));
+        Ok(req)
+    }
+}
+
+/// An authenticated admin client.
+pub type Admin = AdminClient<InterceptedService<Channel, Token>>;
+
+impl Relay {
+    /// Starts a relay with its data in `dir` and extra command-line
+    /// arguments (after `serve`).
+    pub async fn start(dir: &Path, args: &[&str]) -> Relay {
+        let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
+        let mut child = Command::new(relay_binary())
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(args)
+            .env("RUST_LOG", "info,flagstream_relay=debug")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("relay binary starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(START_TIMEOUT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("flagstream-relay listening") {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            panic!(
+                "relay did not start; its log:\n{}",
+                std::fs::read_to_string(&stderr_log).unwrap_or_default()
+            )
+        });
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let field = |name: &str| -> SocketAddr {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        };
+        Relay {
+            grpc: field("grpc="),
+            metrics: field("metrics="),
+            child,
+            data_dir: dir.join("data"),
+            stderr_log,
+        }
+    }
+
+    /// `http://addr` of the gRPC listener.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// The admin token the relay wrote on first start.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin-token"))
+            .expect("admin token file")
+            .trim()
+            .to_owned()
+    }
+
+    /// The demo environment's SDK key.
+    pub fn demo_key(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("demo-sdk-key")).expect("demo key file").trim().to_owned()
+    }
+
+    /// A fresh channel to the relay.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url()).expect("url").connect().await.expect("relay reachable")
+    }
+
+    /// An authenticated admin client.
+    pub async fn admin(&self) -> Admin {
+        AdminClient::with_interceptor(self.channel().await, Token(self.admin_token()))
+            .max_decoding_message_size(16 << 20)
+    }
+
+    /// Creates an environment; returns its SDK key.
+    pub async fn create_env(&self, name: &str) -> String {
+        self.admin()
+            .await
+            .create_environment(pb::CreateEnvironmentRequest {
+                name: name.into(),
+                description: String::new(),
+            })
+            .await
+            .expect("create environment")
+            .into_inner()
+            .sdk_key
+    }
+
+    /// The relay's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(self.metrics).await.expect("metrics port");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    /// The value of one metric sample (`name{labels}`), 0 if absent.
+    pub async fn metric(&self, sample: &str) -> f64 {
+        self.metrics_text()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().split(' ').next()?.parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
+        self.signal("-TERM");
+    }
+
+    /// Sends SIGKILL (a crash).
+    pub fn kill9(&self) {
+        self.signal("-KILL");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("relay still running").to_string();
+        let ok = std::process::Command::new("kill").args([sig, &pid]).status().expect("kill runs").success();
+        assert!(ok, "kill {sig} {pid} failed");
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("relay exits in time")
+            .expect("wait works")
+    }
+
+    /// The relay's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+}
+
+/// A bool flag whose fallthrough serves `variation`.
+pub fn bool_flag(key: &str, on: bool) -> pb::Flag {
+    let flag = flagstream::Flag {
+        key: key.into(),
+        flag_type: flagstream::FlagType::Bool,
+        variations: vec![true.into(), false.into()],
+        on,
+        off_variation: 1,
+        targets: vec![],
+        rules: vec![],
+        fallthrough: flagstream::model::Serve::variation(0),
+        prerequisites: vec![],
+        salt: String::new(),
+        version: 0,
+        revision: 0,
+        description: String::new(),
+        tags: vec![],
+        owner: String::new(),
+    };
+    flagstream::wire::flag_to_proto(&flag)
+}
+
+/// Puts a flag; returns the new revision.
+pub async fn put(admin: &mut Admin, env: &str, flag: pb::Flag) -> Result<u64, tonic::Status> {
+    let r = admin
+        .put_flag(pb::PutFlagRequest {
+            environment: env.into(),
+            flag: Some(flag),
+            expected_version: None,
+            comment: String::new(),
+        })
+        .await?;
+    Ok(r.into_inner().result.map_or(0, |r| r.revision))
+}
