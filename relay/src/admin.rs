@@ -541,7 +541,7 @@ impl Admin for AdminService {
         Ok(Response::new(pb::StatusResponse {
             role: pb::RelayRole::Primary as i32,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            ready: !self.hub.drain.is_cancelled(),
+            ready: !self.hub.is_draining(),
             upstream: String::new(),
             environments,
             subscribers_total: self.hub.total() as u64,

@@ -4,7 +4,7 @@
 //! subscribers whose transport stopped pulling. Sends nothing itself.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::store::{Store, now_ms};
+use crate::store::{Env, now_ms};
 use crate::transport::ConnInfo;
 
 /// Revisions per environment whose ack latencies are kept.
@@ -52,12 +52,29 @@ pub struct Subscriber {
     pub last_progress_ms: AtomicU64,
     /// Unix ms when the stream started.
     pub started_ms: u64,
-    /// Cancels this subscriber's stream.
+    /// Cancels this subscriber's stream (wakes its waits).
     pub cancel: CancellationToken,
+    /// Set with `cancel`, for the per-message check: an atomic load instead
+    /// of the token's mutex.
+    pub stopped: AtomicBool,
     /// The connection it rides on (to cut it off).
     pub conn: Option<ConnInfo>,
     /// Client-reported name/version, for status.
     pub sdk: String,
+}
+
+impl Subscriber {
+    /// Ends this subscriber's stream.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.cancel.cancel();
+    }
+
+    /// Whether the stream was stopped.
+    #[inline]
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
 }
 
 /// Why a subscriber was not admitted.
@@ -107,6 +124,8 @@ pub struct Hub {
     next_id: AtomicU64,
     /// Fires when the relay starts draining.
     pub drain: CancellationToken,
+    /// Mirrors `drain` for cheap per-message checks.
+    draining: AtomicBool,
     /// Permits for concurrent snapshot sends.
     pub snapshot_permits: Arc<Semaphore>,
     stats: Mutex<HashMap<String, VecDeque<RevisionStats>>>,
@@ -135,6 +154,7 @@ impl Hub {
             per_env: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             drain: CancellationToken::new(),
+            draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
             stats: Mutex::new(HashMap::new()),
             limits,
@@ -146,6 +166,19 @@ impl Hub {
         // A panic while holding one of these locks leaves plain counters and
         // maps, still consistent enough to serve; never propagate poison.
         m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts draining: new subscribers are refused and every stream asks
+    /// its client to reconnect elsewhere.
+    pub fn start_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.drain.cancel();
+    }
+
+    /// Whether the relay is draining.
+    #[inline]
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     /// Admits a subscriber or says why not; counted either way.
@@ -182,7 +215,7 @@ impl Hub {
         conn: Option<ConnInfo>,
         sdk: String,
     ) -> Result<Arc<Subscriber>, Rejection> {
-        if self.drain.is_cancelled() {
+        if self.is_draining() {
             return Err(Rejection::Draining);
         }
         let mut subs = Self::lock(&self.subs);
@@ -203,6 +236,7 @@ impl Hub {
             last_progress_ms: AtomicU64::new(now),
             started_ms: now,
             cancel: self.drain.child_token(),
+            stopped: AtomicBool::new(false),
             conn,
             sdk,
         });
@@ -239,12 +273,11 @@ impl Hub {
 
     /// Records an ack of `revision` by `sub` (it has applied everything up
     /// to it). Latency is measured from the revision's commit time.
-    pub fn ack(&self, store: &Store, sub: &Subscriber, revision: u64) {
+    pub fn ack(&self, env: &Env, sub: &Subscriber, revision: u64) {
         let prev = sub.applied.fetch_max(revision, Ordering::Relaxed);
         if revision <= prev {
             return;
         }
-        let Ok(env) = store.env(&sub.env) else { return };
         let state = env.state.load();
         if revision > state.revision {
             return; // acks of revisions we never sent are ignored
@@ -252,9 +285,17 @@ impl Hub {
         let now = now_ms();
         let mut stats = Self::lock(&self.stats);
         let ring = stats.entry(sub.env.clone()).or_default();
-        // Only revisions still in the change log have a commit time.
-        for entry in state.log.iter().filter(|e| e.revision > prev && e.revision <= revision) {
-            let pos = match ring.iter().position(|r| r.revision == entry.revision) {
+        // Only revisions still in the change log have a commit time. Walk it
+        // from the newest end: an ack usually covers one or two revisions.
+        let newly: Vec<_> = state
+            .log
+            .iter()
+            .rev()
+            .skip_while(|e| e.revision > revision)
+            .take_while(|e| e.revision > prev)
+            .collect();
+        for entry in newly.into_iter().rev() {
+            let pos = match ring.iter().rposition(|r| r.revision == entry.revision) {
                 Some(p) => p,
                 None => {
                     ring.push_back(RevisionStats {
@@ -334,7 +375,7 @@ impl Hub {
             for s in stuck {
                 tracing::warn!(env = %s.env, subscriber = s.id, "send deadline passed: subscriber stopped reading; closing its connection");
                 self.metrics.limit_hit("send_deadline");
-                s.cancel.cancel();
+                s.stop();
                 if let Some(conn) = &s.conn {
                     conn.kill.cancel();
                 }

@@ -57,6 +57,22 @@ pub struct Metrics {
     pub snapshot_sends: Gauge,
     /// Streams ended, by reason.
     pub stream_ends: Family<Labels, Counter>,
+    /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
+    /// the per-message path neither allocates labels nor locks the family.
+    pub sent: Arc<[(Counter, Counter); 4]>,
+}
+
+/// Index into [`Metrics::sent`] by message kind.
+#[derive(Debug, Clone, Copy)]
+pub enum SentKind {
+    /// A snapshot chunk.
+    SnapshotChunk = 0,
+    /// A delta.
+    Delta = 1,
+    /// A heartbeat.
+    Heartbeat = 2,
+    /// A reconnect request.
+    Reconnect = 3,
 }
 
 impl Default for Metrics {
@@ -86,6 +102,7 @@ impl Metrics {
             limit_hits: Family::default(),
             snapshot_sends: Gauge::default(),
             stream_ends: Family::default(),
+            sent: Arc::new(Default::default()),
         };
         r.register("subscribers", "Connected subscribers", m.subscribers.clone());
         r.register("subscribes", "Subscribe attempts by result and reason", m.subscribes.clone());
@@ -110,7 +127,19 @@ impl Metrics {
         r.register("limit_hits", "Limits that triggered, by limit", m.limit_hits.clone());
         r.register("snapshot_sends", "Subscribers currently receiving a snapshot", m.snapshot_sends.clone());
         r.register("stream_ends", "Subscribe streams ended, by reason", m.stream_ends.clone());
-        Metrics { registry: Arc::new(r), ..m }
+        let sent = ["snapshot_chunk", "delta", "heartbeat", "reconnect"].map(|kind| {
+            let labels = vec![("kind", kind.to_owned())];
+            (m.sent_messages.get_or_create(&labels).clone(), m.sent_bytes.get_or_create(&labels).clone())
+        });
+        Metrics { registry: Arc::new(r), sent: Arc::new(sent), ..m }
+    }
+
+    /// Counts one sent message of `len` bytes.
+    #[inline]
+    pub fn sent(&self, kind: SentKind, len: usize) {
+        let (messages, bytes) = &self.sent[kind as usize];
+        messages.inc();
+        bytes.inc_by(len as u64);
     }
 
     /// Counts one triggered limit.

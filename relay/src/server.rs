@@ -174,7 +174,7 @@ pub async fn serve(
     // Drain: stop being ready, ask every subscriber to reconnect elsewhere
     // (each with its own random delay), and wait for them to leave.
     health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
-    hub.drain.cancel();
+    hub.start_drain();
     let deadline = tokio::time::Instant::now() + cfg.drain_grace;
     while hub.total() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;

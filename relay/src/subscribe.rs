@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::encoded::{self, Encoded};
 use crate::generated::sync_server;
 use crate::hub::{Hub, Rejection, Subscriber};
+use crate::metrics::SentKind;
 use crate::store::state::{Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
@@ -93,10 +94,11 @@ impl sync_server::Sync for SyncService {
         let cursor = hello.cursor.unwrap_or_default();
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
-        tokio::spawn(read_acks(inbound, self.store.clone(), self.hub.clone(), sub.clone()));
+        tokio::spawn(read_acks(inbound, env.clone(), self.hub.clone(), sub.clone()));
 
         let jitter = rand::rng().random_range(0.9..=1.1);
         let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=self.cfg.heartbeat);
+        let age_deadline = Instant::now() + self.cfg.max_stream_age.mul_f64(jitter);
         let out = Outbound {
             store: self.store.clone(),
             hub: self.hub.clone(),
@@ -106,7 +108,9 @@ impl sync_server::Sync for SyncService {
             cursor: (cursor.epoch, cursor.revision),
             pending: None,
             heartbeat: tokio::time::interval_at(Instant::now() + heartbeat_phase, self.cfg.heartbeat),
-            age_deadline: Instant::now() + self.cfg.max_stream_age.mul_f64(jitter),
+            age_deadline,
+            age: Box::pin(tokio::time::sleep_until(age_deadline)),
+            stopped: Box::pin(sub.cancel.clone().cancelled_owned()),
             first: true,
             guard: Leave { hub: self.hub.clone(), sub, reason: "client_gone" },
             done: false,
@@ -126,7 +130,7 @@ impl sync_server::Sync for SyncService {
 /// Reads acks until the client goes away; then ends the outgoing stream too.
 async fn read_acks(
     mut inbound: Streaming<pb::SubscribeRequest>,
-    store: Store,
+    env: Arc<Env>,
     hub: Arc<Hub>,
     sub: Arc<Subscriber>,
 ) {
@@ -137,7 +141,7 @@ async fn read_acks(
         };
         match msg {
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
-                hub.ack(&store, &sub, ack.revision);
+                hub.ack(&env, &sub, ack.revision);
             }
             // Hello repeats, propagation reports and unknown kinds: ignored
             // (forward compatibility, PROTOCOL.md §8).
@@ -145,7 +149,7 @@ async fn read_acks(
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
                 tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
-                sub.cancel.cancel();
+                sub.stop();
                 return;
             }
         }
@@ -161,7 +165,7 @@ struct Leave {
 
 impl Drop for Leave {
     fn drop(&mut self) {
-        self.sub.cancel.cancel();
+        self.sub.stop();
         self.hub.leave(&self.sub, self.reason);
     }
 }
@@ -187,6 +191,11 @@ struct Outbound {
     pending: Option<Pending>,
     heartbeat: Interval,
     age_deadline: Instant,
+    /// Fires at `age_deadline`; kept across waits so the timer is
+    /// registered once per stream, not once per wait.
+    age: Pin<Box<tokio::time::Sleep>>,
+    /// Fires when this subscriber is stopped or the relay drains.
+    stopped: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     first: bool,
     guard: Leave,
     done: bool,
@@ -194,16 +203,14 @@ struct Outbound {
 
 impl Outbound {
     fn hub_sent(&self, msg: &Encoded) {
+        // The first byte is the tag of SubscribeResponse's oneof field.
         let kind = match msg.0.first() {
-            Some(0x0a) => "snapshot_chunk",
-            Some(0x12) => "delta",
-            Some(0x1a) => "heartbeat",
-            _ => "reconnect",
+            Some(0x0a) => SentKind::SnapshotChunk,
+            Some(0x12) => SentKind::Delta,
+            Some(0x1a) => SentKind::Heartbeat,
+            _ => SentKind::Reconnect,
         };
-        let m = self.store.metrics();
-        let labels = vec![("kind", kind.to_owned())];
-        m.sent_messages.get_or_create(&labels).inc();
-        m.sent_bytes.get_or_create(&labels).inc_by(msg.0.len() as u64);
+        self.store.metrics().sent(kind, msg.0.len());
     }
 
     fn heartbeat_msg(&self, state: &EnvState) -> Encoded {
@@ -248,7 +255,7 @@ impl Outbound {
             return Some(Ok(chunk));
         }
         loop {
-            if self.hub.drain.is_cancelled() {
+            if self.hub.is_draining() {
                 let spread = self.cfg.drain_spread.as_millis().max(1) as u64;
                 let delay = Duration::from_millis(rand::rng().random_range(0..spread));
                 return Some(Ok(self.reconnect(
@@ -258,7 +265,7 @@ impl Outbound {
                     "relay is shutting down",
                 )));
             }
-            if self.guard.sub.cancel.is_cancelled() {
+            if self.guard.sub.is_stopped() {
                 self.done = true;
                 return None;
             }
@@ -271,7 +278,8 @@ impl Outbound {
                     "stream reached its maximum age; reconnect (possibly elsewhere)",
                 )));
             }
-            if self.store.env(&self.guard.sub.env).is_err() {
+            // `Store::delete_env` marks the head as u64::MAX.
+            if *self.head.borrow() == u64::MAX {
                 self.done = true;
                 self.guard.reason = "environment_deleted";
                 return Some(Err(Status::not_found(format!(
@@ -293,9 +301,10 @@ impl Outbound {
                             }
                         }
                         _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&state))),
-                        _ = self.hub.drain.cancelled() => {}
-                        _ = self.guard.sub.cancel.cancelled() => {}
-                        _ = tokio::time::sleep_until(self.age_deadline) => {}
+                        // The subscriber's token is a child of the drain
+                        // token, so this also wakes on drain.
+                        _ = self.stopped.as_mut() => {}
+                        _ = self.age.as_mut() => {}
                     }
                 }
                 Catchup::Delta(delta) => {

@@ -18,14 +18,14 @@ use tonic::transport::Channel;
 /// How long a relay may take to print its listening line.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The `relay` binary of this package. Integration tests run from
-/// `target/<profile>/deps/`, the binary sits in `target/<profile>/`.
+/// The `relay` binary of this package: beside the running executable (the
+/// load tool) or one level up (integration tests run from `deps/`).
 pub fn relay_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let bin = dir.join(format!("relay{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.exists(), "{} not built: run the tests through cargo", bin.display());
-    bin
+    let exe = std::env::current_exe().expect("own executable path");
+    let name = format!("relay{}", std::env::consts::EXE_SUFFIX);
+    exe.ancestors().skip(1).take(2).map(|d| d.join(&name)).find(|p| p.exists()).unwrap_or_else(|| {
+        panic!("the relay binary is not built next to {}: build through cargo", exe.display())
+    })
 }
 
 /// A running relay process.
@@ -65,7 +65,17 @@ impl Relay {
     pub async fn start(dir: &Path, args: &[&str]) -> Relay {
         let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
-        let mut child = Command::new(relay_binary())
+        // FLAGSTREAM_RELAY_CPUS (e.g. "0") pins the relay with taskset, so a
+        // load run can keep the relay and its clients on separate cores.
+        let mut child = match std::env::var("FLAGSTREAM_RELAY_CPUS") {
+            Ok(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpus]).arg(relay_binary());
+                c
+            }
+            Err(_) => Command::new(relay_binary()),
+        };
+        child
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             .arg("--data-dir")
@@ -74,9 +84,8 @@ impl Relay {
             .env("RUST_LOG", "info,flagstream_relay=debug")
             .stdout(Stdio::piped())
             .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("relay binary starts");
+            .kill_on_drop(true);
+        let mut child = child.spawn().expect("relay binary starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(START_TIMEOUT, async {
@@ -111,6 +120,11 @@ impl Relay {
             data_dir: dir.join("data"),
             stderr_log,
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("relay still running")
     }
 
     /// `http://addr` of the gRPC listener.
