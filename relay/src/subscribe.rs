@@ -288,12 +288,16 @@ impl Outbound {
                 ))));
             }
             let state = self.env.state.load_full();
+            if std::mem::take(&mut self.first) {
+                // Every stream opens with a heartbeat: the client learns the
+                // interval (to size its watchdog) and the head revision
+                // before any data, and its first-message deadline holds
+                // even while a snapshot waits for a send permit.
+                return Some(Ok(self.heartbeat_msg(&state)));
+            }
             let metrics = self.store.metrics();
             match state.catchup(&self.cursor.0, self.cursor.1, self.cfg.chunk_bytes, metrics) {
                 Catchup::Current => {
-                    if std::mem::take(&mut self.first) {
-                        return Some(Ok(self.heartbeat_msg(&state)));
-                    }
                     tokio::select! {
                         changed = self.head.changed() => {
                             if changed.is_err() {
@@ -308,7 +312,6 @@ impl Outbound {
                     }
                 }
                 Catchup::Delta(delta) => {
-                    self.first = false;
                     self.cursor = (state.epoch.clone(), state.revision);
                     return Some(Ok(delta));
                 }
@@ -327,7 +330,6 @@ impl Outbound {
                             }
                         }
                     };
-                    self.first = false;
                     self.cursor = (state.epoch.clone(), state.revision);
                     let first = chunks[0].clone();
                     if chunks.len() > 1 {

@@ -1,8 +1,9 @@
 //! Shared fixtures for flagstream's integration tests: the data-driven
 //! evaluation case format (`case`), a real relay process (`relay`) and a
-//! raw protocol subscriber (`subscriber`).
+//! raw protocol subscriber (`subscriber`) and a TCP fault proxy (`proxy`).
 
 pub mod case;
+pub mod proxy;
 pub mod relay;
 pub mod subscriber;
 

@@ -63,6 +63,11 @@ impl Relay {
     /// Starts a relay with its data in `dir` and extra command-line
     /// arguments (after `serve`).
     pub async fn start(dir: &Path, args: &[&str]) -> Relay {
+        Relay::start_on(dir, "127.0.0.1:0", args).await
+    }
+
+    /// Starts a relay listening on `listen` (to restart on the same port).
+    pub async fn start_on(dir: &Path, listen: &str, args: &[&str]) -> Relay {
         let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
         // FLAGSTREAM_RELAY_CPUS (e.g. "0") pins the relay with taskset, so a
@@ -77,7 +82,8 @@ impl Relay {
         };
         child
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(args)

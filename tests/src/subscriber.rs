@@ -63,6 +63,9 @@ pub struct Subscriber {
     partial: Vec<pb::SnapshotChunk>,
     /// Every update so far.
     pub history: Vec<Update>,
+    /// The heartbeat every stream opens with (recorded in `history`, not
+    /// returned by [`Subscriber::next`]).
+    pub opening_heartbeat: Option<u64>,
 }
 
 /// Checksum of a state, by PROTOCOL.md §3.1, over re-encoded items (the
@@ -111,6 +114,7 @@ impl Subscriber {
             segments: BTreeMap::new(),
             partial: Vec::new(),
             history: Vec::new(),
+            opening_heartbeat: None,
         })
     }
 
@@ -121,6 +125,7 @@ impl Subscriber {
         self.tx = fresh.tx;
         self.rx = fresh.rx;
         self.partial.clear();
+        self.opening_heartbeat = None;
         Ok(())
     }
 
@@ -190,6 +195,11 @@ impl Subscriber {
                     self.revision = d.to_revision;
                     self.verify(d.checksum)?;
                     Update::Delta { from: d.from_revision, to: d.to_revision }
+                }
+                Some(Kind::Heartbeat(h)) if self.opening_heartbeat.is_none() => {
+                    self.opening_heartbeat = Some(h.head_revision);
+                    self.history.push(Update::Heartbeat { head: h.head_revision });
+                    continue;
                 }
                 Some(Kind::Heartbeat(h)) => Update::Heartbeat { head: h.head_revision },
                 Some(Kind::Reconnect(r)) => Update::Reconnect {

@@ -58,16 +58,21 @@ async fn too_old_cursor_gets_a_snapshot() {
     assert!(relay.metric("flagstream_resyncs_total{cause=\"too_old\"}").await >= 1.0);
 }
 
-/// A subscriber already at head gets a heartbeat at once (so its first
-/// message deadline holds), carrying the head revision.
+/// Every stream opens with a heartbeat carrying the head revision (so the
+/// client's first-message deadline holds and its watchdog is sized before
+/// any data); a subscriber already at head then gets nothing else until a
+/// heartbeat or a change.
 #[tokio::test]
-async fn current_cursor_gets_a_heartbeat_first() {
+async fn streams_open_with_a_heartbeat() {
     let dir = tempfile::tempdir().unwrap();
-    let relay = Relay::start(dir.path(), &[]).await;
+    let relay = Relay::start(dir.path(), &["--heartbeat", "300ms"]).await;
     let key = relay.demo_key();
     let mut sub = Subscriber::connect(relay.channel().await, &key, None).await.unwrap();
-    sub.next(STEP).await.unwrap();
+    assert!(matches!(sub.next(STEP).await.unwrap(), Update::Snapshot { revision: 1, .. }));
+    assert_eq!(sub.opening_heartbeat, Some(1));
     let cursor = sub.cursor();
     let mut again = Subscriber::connect(relay.channel().await, &key, Some(cursor.clone())).await.unwrap();
     assert_eq!(again.next(STEP).await.unwrap(), Update::Heartbeat { head: cursor.1 });
+    assert_eq!(again.opening_heartbeat, Some(cursor.1));
+    assert_eq!(again.history.len(), 2, "opening heartbeat, then a periodic one: {:?}", again.history);
 }

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use flagstream::Snapshot;
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::encoded::{self, ChunkHeader, DeltaParts, Encoded};
 use crate::metrics::Metrics;
@@ -49,15 +48,9 @@ pub struct Item {
     pub version: u64,
 }
 
-/// The checksum contribution of one item: XXH3-64 of
-/// `kind_byte || key || 0x00 || bytes`.
+/// The checksum contribution of one item (PROTOCOL.md §3.1).
 pub fn item_hash(kind: Kind, key: &str, bytes: &[u8]) -> u64 {
-    let mut h = Xxh3::new();
-    h.update(&[kind as u8]);
-    h.update(key.as_bytes());
-    h.update(&[0]);
-    h.update(bytes);
-    h.digest()
+    flagstream::checksum::item_hash(kind as u8, key, bytes)
 }
 
 /// One committed revision in the change log.

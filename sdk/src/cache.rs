@@ -1,0 +1,76 @@
+//! The last-known-good cache: one sled value holding the applied snapshot
+//! (raw items, cursor, checksum). Written from the sync side only, debounced,
+//! as a single atomic insert followed by a flush, so a crash leaves the old
+//! or the new snapshot, never a torn one. Loaded at `build()` before any
+//! network; whatever fails to decode or verify is reported and ignored,
+//! never trusted.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use prost::Message;
+
+use crate::raw::CacheBlob;
+use crate::replica::{ApplyError, Replica};
+use crate::{Limits, Snapshot};
+
+/// sled key of the snapshot value.
+pub(crate) const KEY: &[u8] = b"snapshot";
+
+/// Cache problems; none of them stops the client.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// Another process holds the cache directory.
+    #[error("cache directory {path} is in use by another process")]
+    Locked {
+        /// The directory.
+        path: String,
+        /// sled's error.
+        #[source]
+        source: sled::Error,
+    },
+    /// sled failed.
+    #[error("cache storage error")]
+    Storage(#[from] sled::Error),
+    /// The stored value does not decode.
+    #[error("cache is corrupt or truncated")]
+    Corrupt(#[from] prost::DecodeError),
+    /// The stored snapshot does not verify or compile.
+    #[error("cached snapshot is unusable")]
+    Unusable(#[from] ApplyError),
+}
+
+/// An open cache.
+#[derive(Debug, Clone)]
+pub(crate) struct Cache {
+    db: sled::Db,
+}
+
+impl Cache {
+    /// Opens (or creates) the cache under `dir`.
+    pub(crate) fn open(dir: &Path) -> Result<Cache, CacheError> {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => Ok(Cache { db }),
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
+            {
+                Err(CacheError::Locked { path: dir.display().to_string(), source: sled::Error::Io(e) })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The cached snapshot, if there is a usable one.
+    pub(crate) fn load(&self, limits: &Limits) -> Result<Option<(Replica, Arc<Snapshot>)>, CacheError> {
+        let Some(bytes) = self.db.get(KEY)? else { return Ok(None) };
+        let blob = CacheBlob::decode(bytes.as_ref())?;
+        Ok(Some(Replica::from_blob(blob, limits)?))
+    }
+
+    /// Replaces the cached snapshot atomically and durably.
+    pub(crate) fn store(&self, blob: &CacheBlob) -> Result<(), CacheError> {
+        self.db.insert(KEY, blob.encode_to_vec())?;
+        self.db.flush()?;
+        Ok(())
+    }
+}

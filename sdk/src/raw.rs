@@ -1,0 +1,98 @@
+//! Mirror messages of `SubscribeResponse` whose items stay as raw bytes.
+//!
+//! PROTOCOL.md §3.2: a client hashes each item's bytes *as received*, so a
+//! checksum still matches when the relay knows fields this SDK does not.
+//! These types decode the stream with every flag and segment left as the
+//! `Bytes` slice it arrived in (an embedded message and a bytes field share
+//! a wire format); the sync task hashes them, then decodes each item. Also
+//! the cache's on-disk format.
+
+use bytes::Bytes;
+
+/// `SubscribeResponse` with raw items.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RawResponse {
+    #[prost(oneof = "RawKind", tags = "1, 2, 3, 4")]
+    pub(crate) kind: Option<RawKind>,
+}
+
+/// `SubscribeResponse.kind`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum RawKind {
+    #[prost(message, tag = "1")]
+    SnapshotChunk(RawChunk),
+    #[prost(message, tag = "2")]
+    Delta(RawDelta),
+    #[prost(message, tag = "3")]
+    Heartbeat(flagstream_proto::v1::Heartbeat),
+    #[prost(message, tag = "4")]
+    Reconnect(flagstream_proto::v1::Reconnect),
+}
+
+/// `SnapshotChunk` with raw items.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RawChunk {
+    #[prost(string, tag = "1")]
+    pub(crate) epoch: String,
+    #[prost(uint64, tag = "2")]
+    pub(crate) revision: u64,
+    #[prost(uint32, tag = "3")]
+    pub(crate) chunk_index: u32,
+    #[prost(uint32, tag = "4")]
+    pub(crate) total_chunks: u32,
+    #[prost(bool, tag = "5")]
+    pub(crate) last_chunk: bool,
+    #[prost(bytes = "bytes", repeated, tag = "6")]
+    pub(crate) flags: Vec<Bytes>,
+    #[prost(bytes = "bytes", repeated, tag = "7")]
+    pub(crate) segments: Vec<Bytes>,
+    #[prost(fixed64, tag = "8")]
+    pub(crate) checksum: u64,
+    #[prost(string, tag = "9")]
+    pub(crate) environment: String,
+    #[prost(uint64, tag = "10")]
+    pub(crate) committed_unix_ms: u64,
+}
+
+/// `Delta` with raw items.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct RawDelta {
+    #[prost(string, tag = "1")]
+    pub(crate) epoch: String,
+    #[prost(uint64, tag = "2")]
+    pub(crate) from_revision: u64,
+    #[prost(uint64, tag = "3")]
+    pub(crate) to_revision: u64,
+    #[prost(bytes = "bytes", repeated, tag = "4")]
+    pub(crate) upserted_flags: Vec<Bytes>,
+    #[prost(bytes = "bytes", repeated, tag = "5")]
+    pub(crate) upserted_segments: Vec<Bytes>,
+    #[prost(string, repeated, tag = "6")]
+    pub(crate) deleted_flag_keys: Vec<String>,
+    #[prost(string, repeated, tag = "7")]
+    pub(crate) deleted_segment_keys: Vec<String>,
+    #[prost(fixed64, tag = "8")]
+    pub(crate) checksum: u64,
+    #[prost(uint64, tag = "9")]
+    pub(crate) committed_unix_ms: u64,
+}
+
+/// The cache file's content: one atomic value.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct CacheBlob {
+    /// Bumped when the layout changes; an unknown version is ignored.
+    #[prost(uint32, tag = "1")]
+    pub(crate) format: u32,
+    #[prost(string, tag = "2")]
+    pub(crate) epoch: String,
+    #[prost(uint64, tag = "3")]
+    pub(crate) revision: u64,
+    #[prost(fixed64, tag = "4")]
+    pub(crate) checksum: u64,
+    #[prost(bytes = "bytes", repeated, tag = "5")]
+    pub(crate) flags: Vec<Bytes>,
+    #[prost(bytes = "bytes", repeated, tag = "6")]
+    pub(crate) segments: Vec<Bytes>,
+    #[prost(uint64, tag = "7")]
+    pub(crate) written_unix_ms: u64,
+}

@@ -1,0 +1,259 @@
+//! The SDK's copy of an environment as received: every item's raw bytes and
+//! checksum contribution, the cursor, and the running checksum. Applying a
+//! complete snapshot or a delta yields a new replica and a new compiled
+//! [`Snapshot`], or an error that makes the sync task resynchronise; the
+//! checksum is verified after every apply. Pure data, no I/O.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flagstream_proto::v1 as pb;
+use prost::Message;
+
+use crate::checksum::{FLAG, SEGMENT, item_hash};
+use crate::model::FlagSet;
+use crate::raw::{CacheBlob, RawChunk, RawDelta};
+use crate::{Limits, Snapshot, ValidationErrors, wire};
+
+/// Version of [`CacheBlob`]'s layout this SDK writes and reads.
+pub(crate) const CACHE_FORMAT: u32 = 1;
+
+/// Why received data could not be applied. Each one makes the client
+/// discard what it got and ask for a full snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// An item did not decode.
+    #[error("undecodable {what}")]
+    Decode {
+        /// Which item.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// The data broke validation.
+    #[error("received data is invalid")]
+    Invalid(#[from] ValidationErrors),
+    /// The checksum after applying did not match the relay's.
+    #[error(
+        "checksum mismatch at revision {revision}: computed {computed:#018x}, relay sent {expected:#018x}"
+    )]
+    Checksum {
+        /// Revision.
+        revision: u64,
+        /// Ours.
+        computed: u64,
+        /// Theirs.
+        expected: u64,
+    },
+    /// A delta that does not start at our cursor.
+    #[error("delta {from}..{to} does not follow our revision {ours} (epoch {epoch_ok})")]
+    Gap {
+        /// Delta start.
+        from: u64,
+        /// Delta end.
+        to: u64,
+        /// Our revision.
+        ours: u64,
+        /// Whether the epoch matched.
+        epoch_ok: bool,
+    },
+    /// Snapshot chunks out of order.
+    #[error("snapshot chunk {got} arrived, expected {want}")]
+    ChunkOrder {
+        /// Received index.
+        got: u32,
+        /// Expected index.
+        want: u32,
+    },
+    /// A cache of another format version.
+    #[error("cache format {0} is not {CACHE_FORMAT}")]
+    Format(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    bytes: Bytes,
+    hash: u64,
+}
+
+/// What the SDK holds for one environment.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Replica {
+    pub(crate) epoch: String,
+    pub(crate) revision: u64,
+    pub(crate) checksum: u64,
+    flags: HashMap<String, Item>,
+    segments: HashMap<String, Item>,
+}
+
+/// The result of applying: the new replica, its compiled snapshot, and the
+/// flag keys that changed.
+pub(crate) struct Applied {
+    pub(crate) replica: Replica,
+    pub(crate) snapshot: Snapshot,
+    pub(crate) changed_flags: Vec<String>,
+}
+
+fn decode_flag(bytes: &Bytes) -> Result<pb::Flag, ApplyError> {
+    pb::Flag::decode(bytes.clone()).map_err(|source| ApplyError::Decode { what: "flag", source })
+}
+
+fn decode_segment(bytes: &Bytes) -> Result<pb::Segment, ApplyError> {
+    pb::Segment::decode(bytes.clone()).map_err(|source| ApplyError::Decode { what: "segment", source })
+}
+
+impl Replica {
+    fn sum(&self) -> u64 {
+        self.flags.values().chain(self.segments.values()).fold(0u64, |s, i| s.wrapping_add(i.hash))
+    }
+
+    fn verify(&self, expected: u64) -> Result<(), ApplyError> {
+        if self.checksum == expected {
+            Ok(())
+        } else {
+            Err(ApplyError::Checksum { revision: self.revision, computed: self.checksum, expected })
+        }
+    }
+
+    /// Builds a replica from raw items (a complete snapshot or the cache).
+    fn from_items(
+        epoch: String,
+        revision: u64,
+        flags: impl IntoIterator<Item = Bytes>,
+        segments: impl IntoIterator<Item = Bytes>,
+        limits: &Limits,
+        validate: bool,
+    ) -> Result<(Replica, Snapshot), ApplyError> {
+        let mut r = Replica { epoch, revision, ..Replica::default() };
+        let mut set = FlagSet::default();
+        for bytes in flags {
+            let p = decode_flag(&bytes)?;
+            let hash = item_hash(FLAG, &p.key, &bytes);
+            set.flags.push(wire::flag_from_proto(&p)?);
+            r.flags.insert(p.key, Item { bytes, hash });
+        }
+        for bytes in segments {
+            let p = decode_segment(&bytes)?;
+            let hash = item_hash(SEGMENT, &p.key, &bytes);
+            set.segments.push(wire::segment_from_proto(&p)?);
+            r.segments.insert(p.key, Item { bytes, hash });
+        }
+        r.checksum = r.sum();
+        let snapshot = if validate {
+            Snapshot::compile(&set, limits)?
+        } else {
+            Snapshot::compile_unvalidated(&set, limits)
+        };
+        let snapshot = snapshot.with_cursor(&r.epoch, r.revision);
+        Ok((r, snapshot))
+    }
+
+    /// Applies a complete, in-order snapshot.
+    pub(crate) fn from_chunks(chunks: Vec<RawChunk>, limits: &Limits) -> Result<Applied, ApplyError> {
+        for (i, c) in chunks.iter().enumerate() {
+            if c.chunk_index as usize != i {
+                return Err(ApplyError::ChunkOrder { got: c.chunk_index, want: i as u32 });
+            }
+        }
+        let (epoch, revision, expected) =
+            chunks.first().map(|c| (c.epoch.clone(), c.revision, c.checksum)).unwrap_or_default();
+        let flags: Vec<Bytes> = chunks.iter().flat_map(|c| c.flags.iter().cloned()).collect();
+        let segments: Vec<Bytes> = chunks.iter().flat_map(|c| c.segments.iter().cloned()).collect();
+        let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits, true)?;
+        replica.verify(expected)?;
+        let changed_flags = replica.flags.keys().cloned().collect();
+        Ok(Applied { replica, snapshot, changed_flags })
+    }
+
+    /// Applies a delta on top of this replica and its `snapshot`.
+    pub(crate) fn apply_delta(
+        &self,
+        snapshot: &Snapshot,
+        d: RawDelta,
+        limits: &Limits,
+    ) -> Result<Applied, ApplyError> {
+        if d.epoch != self.epoch || d.from_revision != self.revision {
+            return Err(ApplyError::Gap {
+                from: d.from_revision,
+                to: d.to_revision,
+                ours: self.revision,
+                epoch_ok: d.epoch == self.epoch,
+            });
+        }
+        let mut next = self.clone();
+        let mut change = FlagSet::default();
+        let mut changed_flags = Vec::new();
+        for bytes in d.upserted_flags {
+            let p = decode_flag(&bytes)?;
+            let hash = item_hash(FLAG, &p.key, &bytes);
+            change.flags.push(wire::flag_from_proto(&p)?);
+            changed_flags.push(p.key.clone());
+            if let Some(old) = next.flags.insert(p.key, Item { bytes, hash }) {
+                next.checksum = next.checksum.wrapping_sub(old.hash);
+            }
+            next.checksum = next.checksum.wrapping_add(hash);
+        }
+        for bytes in d.upserted_segments {
+            let p = decode_segment(&bytes)?;
+            let hash = item_hash(SEGMENT, &p.key, &bytes);
+            change.segments.push(wire::segment_from_proto(&p)?);
+            if let Some(old) = next.segments.insert(p.key, Item { bytes, hash }) {
+                next.checksum = next.checksum.wrapping_sub(old.hash);
+            }
+            next.checksum = next.checksum.wrapping_add(hash);
+        }
+        for key in &d.deleted_flag_keys {
+            if let Some(old) = next.flags.remove(key) {
+                next.checksum = next.checksum.wrapping_sub(old.hash);
+            }
+            changed_flags.push(key.clone());
+        }
+        for key in &d.deleted_segment_keys {
+            if let Some(old) = next.segments.remove(key) {
+                next.checksum = next.checksum.wrapping_sub(old.hash);
+            }
+        }
+        next.revision = d.to_revision;
+        next.verify(d.checksum)?;
+        let snapshot = snapshot
+            .apply(&change, &d.deleted_flag_keys, &d.deleted_segment_keys, limits)?
+            .with_cursor(&next.epoch, next.revision);
+        Ok(Applied { replica: next, snapshot, changed_flags })
+    }
+
+    /// The cache form.
+    pub(crate) fn to_blob(&self, now_ms: u64) -> CacheBlob {
+        CacheBlob {
+            format: CACHE_FORMAT,
+            epoch: self.epoch.clone(),
+            revision: self.revision,
+            checksum: self.checksum,
+            flags: self.flags.values().map(|i| i.bytes.clone()).collect(),
+            segments: self.segments.values().map(|i| i.bytes.clone()).collect(),
+            written_unix_ms: now_ms,
+        }
+    }
+
+    /// Reads the cache form, verifying its checksum. The data was validated
+    /// when it was received; the checksum proves it is the same data, so
+    /// compiling skips validation (cold start speed).
+    pub(crate) fn from_blob(
+        blob: CacheBlob,
+        limits: &Limits,
+    ) -> Result<(Replica, Arc<Snapshot>), ApplyError> {
+        if blob.format != CACHE_FORMAT {
+            return Err(ApplyError::Format(blob.format));
+        }
+        let (r, s) =
+            Replica::from_items(blob.epoch, blob.revision, blob.flags, blob.segments, limits, false)?;
+        r.verify(blob.checksum)?;
+        Ok((r, Arc::new(s)))
+    }
+
+    /// The cursor to resume from.
+    pub(crate) fn cursor(&self) -> pb::Cursor {
+        pb::Cursor { epoch: self.epoch.clone(), revision: self.revision }
+    }
+}

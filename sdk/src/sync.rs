@@ -1,0 +1,416 @@
+//! The background sync task: keeps one Subscribe stream open to one of the
+//! configured relays and publishes each applied revision.
+//!
+//! Built against TRANSPORT-NOTES.md: every connection attempt builds a new
+//! `Channel` (tonic would otherwise reuse a dead connection); HTTP/2
+//! keepalive and `TCP_USER_TIMEOUT` are set on the client; a watchdog tears
+//! the stream down when no message arrives within `watchdog_misses`
+//! heartbeat intervals; failures back off with full jitter and rotate
+//! through the endpoints. Evaluation never waits on any of this: this task
+//! is the only writer of the snapshot cell, and readers never block.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use flagstream_proto::v1 as pb;
+use hyper_util::client::legacy::connect::HttpConnector;
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::Limits;
+use crate::backoff::Backoff;
+use crate::client::{Change, Shared};
+use crate::raw::{RawChunk, RawKind, RawResponse};
+use crate::replica::{ApplyError, Replica};
+use crate::stats::bump;
+use crate::status::{Attempt, MAX_ATTEMPTS, Source, Status};
+
+/// Acks queued towards the relay before newer ones replace them (acks are
+/// cumulative, so dropping an older one loses nothing).
+const ACK_QUEUE: usize = 4;
+
+/// Settings of the sync task (filled by the client builder).
+#[derive(Debug, Clone)]
+pub(crate) struct SyncConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) sdk_key: String,
+    pub(crate) sdk_name: String,
+    pub(crate) instance_id: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) keepalive_timeout: Duration,
+    pub(crate) tcp_user_timeout: Duration,
+    pub(crate) first_message_timeout: Duration,
+    pub(crate) heartbeat_default: Duration,
+    pub(crate) watchdog_misses: u32,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_cap: Duration,
+    pub(crate) healthy_after: Duration,
+    pub(crate) stall_jitter: Duration,
+    pub(crate) stale_after: Duration,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) limits: Limits,
+}
+
+/// Why a stream ended.
+#[derive(Debug)]
+enum End {
+    /// Connecting or subscribing failed.
+    Connect(String),
+    /// No message within the watchdog interval.
+    Stalled(Duration),
+    /// The stream failed or closed.
+    Broken(String),
+    /// The relay asked us to go elsewhere after `delay`.
+    Reconnect(Duration, String),
+    /// Received data could not be applied: resubscribe for a snapshot.
+    Resync(ApplyError),
+}
+
+/// The sync task. Runs until aborted (the client is dropped).
+pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, mut replica: Option<Replica>) {
+    let mut backoff = Backoff::new(cfg.backoff_base, cfg.backoff_cap);
+    let mut idx = 0usize;
+    let mut down_since = Instant::now();
+    let mut attempts: Vec<Attempt> = Vec::new();
+    loop {
+        let endpoint = cfg.endpoints[idx % cfg.endpoints.len()].clone();
+        let started = Instant::now();
+        let end = stream_once(&shared, &cfg, &endpoint, &mut replica).await;
+        let healthy = started.elapsed() >= cfg.healthy_after;
+        if healthy {
+            backoff.reset();
+        }
+        if shared.has_data() {
+            down_since = Instant::now();
+        }
+        bump(&shared.counters.reconnects);
+        let (delay, switch, reason) = match end {
+            End::Connect(e) => (backoff.fail(), true, format!("{endpoint}: {e}")),
+            End::Broken(e) => (backoff.fail(), true, format!("{endpoint}: {e}")),
+            End::Stalled(after) => {
+                bump(&shared.counters.stalls);
+                let jitter = jitter_up_to(cfg.stall_jitter);
+                (jitter, true, format!("{endpoint}: no message for {after:?} (stalled connection dropped)"))
+            }
+            End::Reconnect(delay, why) => (
+                delay + jitter_up_to(Duration::from_secs(1)),
+                true,
+                format!("{endpoint}: relay asked to reconnect: {why}"),
+            ),
+            End::Resync(e) => {
+                bump(&shared.counters.resyncs);
+                if matches!(e, ApplyError::Checksum { .. }) {
+                    bump(&shared.counters.checksum_mismatches);
+                }
+                tracing::warn!(error = %e, endpoint = %endpoint, "could not apply received data; requesting a full snapshot");
+                // Keep serving what we have; ask for everything again.
+                if let Some(r) = &mut replica {
+                    r.epoch.clear();
+                }
+                (jitter_up_to(Duration::from_millis(200)), false, format!("{endpoint}: resync after: {e}"))
+            }
+        };
+        tracing::info!(endpoint = %endpoint, reason = %reason, retry_in = ?delay, "relay stream ended");
+        if !shared.has_data() {
+            attempts.push(Attempt { endpoint: endpoint.clone(), error: reason.clone() });
+            if attempts.len() > MAX_ATTEMPTS {
+                attempts.remove(0);
+            }
+            shared.set_status(Status::Initializing { attempts: attempts.clone() });
+        }
+        if switch && cfg.endpoints.len() > 1 {
+            idx += 1;
+            bump(&shared.counters.endpoint_switches);
+        }
+        // Wait, marking the data stale once the outage passes the threshold.
+        let wake = Instant::now() + delay;
+        loop {
+            let stale_at = down_since + cfg.stale_after;
+            if shared.has_data() && Instant::now() >= stale_at {
+                shared.mark_stale(&reason);
+            }
+            let next = if shared.has_data() && !shared.is_stale() { wake.min(stale_at) } else { wake };
+            tokio::time::sleep_until(next).await;
+            if Instant::now() >= wake {
+                break;
+            }
+        }
+    }
+}
+
+fn jitter_up_to(max: Duration) -> Duration {
+    let ms = max.as_millis() as u64;
+    Duration::from_millis(if ms == 0 { 0 } else { rand::rng().random_range(0..ms) })
+}
+
+/// A new channel with the transport settings (never a reused one).
+async fn connect(cfg: &SyncConfig, endpoint: &str) -> Result<Channel, String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(cfg.connect_timeout));
+    http.set_keepalive(Some(cfg.keepalive_interval));
+    http.set_tcp_user_timeout(Some(cfg.tcp_user_timeout));
+    let ep = Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| format!("invalid endpoint: {e}"))?
+        .connect_timeout(cfg.connect_timeout)
+        .http2_keep_alive_interval(cfg.keepalive_interval)
+        .keep_alive_timeout(cfg.keepalive_timeout)
+        .keep_alive_while_idle(true);
+    match tokio::time::timeout(cfg.connect_timeout, ep.connect_with_connector(http)).await {
+        Ok(Ok(ch)) => Ok(ch),
+        Ok(Err(e)) => Err(format!("connect failed: {}", error_chain(&e))),
+        Err(_) => Err(format!("connect timed out after {:?}", cfg.connect_timeout)),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// One connection and stream, until it ends.
+async fn stream_once(
+    shared: &Arc<Shared>,
+    cfg: &SyncConfig,
+    endpoint: &str,
+    replica: &mut Option<Replica>,
+) -> End {
+    let channel = match connect(cfg, endpoint).await {
+        Ok(c) => c,
+        Err(e) => return End::Connect(e),
+    };
+    let (tx, rx) = mpsc::channel(ACK_QUEUE);
+    let hello = pb::Hello {
+        sdk_key: cfg.sdk_key.clone(),
+        cursor: replica.as_ref().map(Replica::cursor),
+        sdk_name: cfg.sdk_name.clone(),
+        sdk_version: env!("CARGO_PKG_VERSION").to_owned(),
+        instance_id: cfg.instance_id.clone(),
+        subscriber_kind: pb::SubscriberKind::Sdk as i32,
+        checksum_mismatches: shared.counters.checksum_mismatches.load(Ordering::Relaxed),
+        ..Default::default()
+    };
+    if tx.try_send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) }).is_err() {
+        return End::Broken("request queue closed".into());
+    }
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(cfg.max_message_bytes);
+    let subscribe = async {
+        grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
+        let codec = tonic_prost::ProstCodec::<pb::SubscribeRequest, RawResponse>::default();
+        let path = http::uri::PathAndQuery::from_static("/flagstream.v1.Sync/Subscribe");
+        grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("subscribe refused: {} {}", s.code(), s.message()))
+    };
+    let mut stream = match tokio::time::timeout(cfg.first_message_timeout, subscribe).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return End::Connect(e),
+        Err(_) => return End::Stalled(cfg.first_message_timeout),
+    };
+    bump(&shared.counters.connects);
+    let mut watchdog = cfg.first_message_timeout;
+    let mut chunks: Vec<RawChunk> = Vec::new();
+    let mut connected_announced = false;
+    loop {
+        let msg = match tokio::time::timeout(watchdog, stream.message()).await {
+            Err(_) => return End::Stalled(watchdog),
+            Ok(Err(status)) => {
+                return End::Broken(format!("stream failed: {} {}", status.code(), status.message()));
+            }
+            Ok(Ok(None)) => return End::Broken("stream closed by the relay".into()),
+            Ok(Ok(Some(m))) => m,
+        };
+        if !connected_announced {
+            connected_announced = true;
+            tracing::info!(endpoint = %endpoint, "relay stream open");
+        }
+        if watchdog == cfg.first_message_timeout {
+            watchdog = cfg.heartbeat_default * cfg.watchdog_misses;
+        }
+        let applied = match msg.kind {
+            Some(RawKind::SnapshotChunk(c)) => {
+                if c.chunk_index == 0 {
+                    chunks.clear();
+                }
+                let last = c.last_chunk;
+                chunks.push(c);
+                if !last {
+                    continue;
+                }
+                match Replica::from_chunks(std::mem::take(&mut chunks), &cfg.limits) {
+                    Ok(a) => {
+                        bump(&shared.counters.snapshots_applied);
+                        Some(a)
+                    }
+                    Err(e) => return End::Resync(e),
+                }
+            }
+            Some(RawKind::Delta(d)) => {
+                chunks.clear();
+                let Some(current) = replica.as_ref() else {
+                    return End::Resync(ApplyError::Gap {
+                        from: d.from_revision,
+                        to: d.to_revision,
+                        ours: 0,
+                        epoch_ok: false,
+                    });
+                };
+                let snap = shared.cell.load_full();
+                match current.apply_delta(&snap, d, &cfg.limits) {
+                    Ok(a) => {
+                        bump(&shared.counters.deltas_applied);
+                        Some(a)
+                    }
+                    Err(e) => return End::Resync(e),
+                }
+            }
+            Some(RawKind::Heartbeat(h)) => {
+                if h.interval_ms > 0 {
+                    let interval = Duration::from_millis(u64::from(h.interval_ms))
+                        .clamp(Duration::from_millis(100), Duration::from_secs(600));
+                    watchdog = interval * cfg.watchdog_misses;
+                }
+                if let Some(r) = replica.as_ref()
+                    && r.epoch == h.epoch
+                    && r.revision == h.head_revision
+                {
+                    shared.mark_ready(Source::Stream, r.revision);
+                }
+                None
+            }
+            Some(RawKind::Reconnect(r)) => {
+                let delay = Duration::from_millis(u64::from(r.suggested_delay_ms) + u64::from(r.jitter_ms));
+                return End::Reconnect(delay, r.message);
+            }
+            // A kind this SDK does not know: ignore (PROTOCOL.md §8).
+            None => None,
+        };
+        if let Some(a) = applied {
+            let revision = a.replica.revision;
+            let epoch = a.replica.epoch.clone();
+            shared.publish(Arc::new(a.snapshot), Source::Stream, a.changed_flags);
+            *replica = Some(a.replica);
+            shared.cache_dirty(replica.as_ref());
+            let ack = pb::Ack { epoch, revision, apply_duration_us: 0 };
+            // A full queue means older acks are still pending; acks are
+            // cumulative, so this one can go with the next.
+            if let Err(mpsc::error::TrySendError::Closed(_)) =
+                tx.try_send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })
+            {
+                return End::Broken("request stream closed".into());
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Whether any data is being served.
+    pub(crate) fn has_data(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_status(&self, s: Status) {
+        self.status.send_replace(s);
+    }
+
+    fn mark_ready(&self, source: Source, revision: u64) {
+        if self.stale.swap(false, Ordering::Relaxed) {
+            self.end_stale_period();
+        }
+        let since = SystemTime::now();
+        self.status.send_if_modified(|s| match s {
+            Status::Ready { source: src, revision: rev, .. } if *src == source && *rev == revision => false,
+            _ => {
+                *s = Status::Ready { source, revision, since };
+                true
+            }
+        });
+    }
+
+    fn end_stale_period(&self) {
+        if let Status::Stale { since, .. } = &*self.status.borrow() {
+            let ms = since.elapsed().map_or(0, |d| d.as_millis() as u64);
+            self.counters.stale_ms.fetch_add(ms, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn mark_stale(&self, reason: &str) {
+        if self.stale.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let (source, revision) = match &*self.status.borrow() {
+            Status::Ready { source, revision, .. } | Status::Stale { source, revision, .. } => {
+                (*source, *revision)
+            }
+            _ => (Source::Stream, 0),
+        };
+        tracing::warn!(reason = %reason, revision, "flag data is stale");
+        self.set_status(Status::Stale {
+            source,
+            revision,
+            since: SystemTime::now(),
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// Publishes a new snapshot: swap, status, listeners.
+    pub(crate) fn publish(&self, snapshot: Arc<crate::Snapshot>, source: Source, changed: Vec<String>) {
+        let revision = snapshot.revision();
+        self.cell.store(snapshot);
+        self.ready.store(true, Ordering::Release);
+        self.mark_ready(source, revision);
+        // No receivers is fine: listeners are optional.
+        if self.changes.send(Change { revision, flags: changed.into() }).is_err() {
+            tracing::trace!("no change listeners");
+        }
+    }
+
+    fn cache_dirty(&self, replica: Option<&Replica>) {
+        if let (Some(tx), Some(r)) = (&self.cache_tx, replica) {
+            tx.send_replace(Some(Arc::new(r.clone())));
+        }
+    }
+}
+
+/// Writes the latest replica to the cache at most once per `interval`.
+pub(crate) async fn cache_writer(
+    shared: Arc<Shared>,
+    cache: crate::cache::Cache,
+    mut rx: watch::Receiver<Option<Arc<Replica>>>,
+    interval: Duration,
+) {
+    while rx.changed().await.is_ok() {
+        tokio::time::sleep(interval).await; // debounce: coalesce bursts
+        let Some(replica) = rx.borrow_and_update().clone() else { continue };
+        let cache = cache.clone();
+        let blob = replica.to_blob(crate::client::now_ms());
+        match tokio::task::spawn_blocking(move || cache.store(&blob)).await {
+            Ok(Ok(())) => bump(&shared.counters.cache_writes),
+            Ok(Err(e)) => {
+                bump(&shared.counters.cache_errors);
+                tracing::warn!(error = %e, "writing the flag cache failed");
+            }
+            Err(e) => {
+                bump(&shared.counters.cache_errors);
+                tracing::warn!(error = %e, "the cache writer task failed");
+            }
+        }
+    }
+}

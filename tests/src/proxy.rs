@@ -1,0 +1,92 @@
+//! A TCP fault proxy between a client and a relay. `pass` forwards bytes;
+//! `blackhole` freezes every connection open at that moment: nothing is
+//! forwarded either way and nothing is closed (no FIN, no RST), the way a
+//! failed-over peer looks to an established connection; connections made
+//! afterwards pass normally. (Its kernel still ACKs, so it cannot exercise
+//! TCP_USER_TIMEOUT; the watchdog and HTTP/2 keepalive are what it tests.)
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A running proxy.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// Connections numbered below this are frozen.
+    frozen_below: Arc<AtomicU64>,
+    next: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` on 127.0.0.1:0.
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let p = Proxy {
+            addr: listener.local_addr().expect("proxy addr"),
+            frozen_below: Arc::new(AtomicU64::new(0)),
+            next: Arc::new(AtomicU64::new(0)),
+        };
+        let (frozen, next) = (p.frozen_below.clone(), p.next.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = next.fetch_add(1, Ordering::SeqCst);
+                let frozen = frozen.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    let a = tokio::spawn(pump(cr, sw, id, frozen.clone()));
+                    let b = tokio::spawn(pump(sr, cw, id, frozen));
+                    let _ = tokio::join!(a, b); // each pump ends on its own
+                });
+            }
+        });
+        p
+    }
+
+    /// `http://addr` of the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Freezes every connection open now; later ones pass.
+    pub fn blackhole_existing(&self) {
+        self.frozen_below.store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.next.load(Ordering::SeqCst)
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    id: u64,
+    frozen_below: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if id < frozen_below.load(Ordering::SeqCst) {
+            // Blackholed: hold both sockets open, forward nothing, forever
+            // (the task ends when the test's runtime does).
+            std::future::pending::<()>().await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if id < frozen_below.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The last-known-good cache: a restart with every relay down serves the
+//! cached flags within milliseconds (marked stale); a corrupt cache is
+//! reported and ignored.
+
+use std::time::{Duration, Instant};
+
+use flagstream::{Client, Context, Source, Status};
+use flagstream_tests::STEP;
+use flagstream_tests::relay::Relay;
+
+async fn wait_for_cache_write(c: &Client) {
+    for _ in 0..200 {
+        if c.stats().cache_writes >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the cache was never written");
+}
+
+/// Cached flags serve at once with every relay down, marked stale.
+#[tokio::test]
+async fn ready_from_cache_with_relays_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    let (url, key) = (relay.url(), relay.demo_key());
+    {
+        let c = Client::builder()
+            .endpoints([url.clone()])
+            .sdk_key(key.clone())
+            .cache_dir(&cache)
+            .build()
+            .unwrap();
+        c.wait_ready(STEP).await;
+        wait_for_cache_write(&c).await;
+    }
+    relay.kill9();
+    relay.wait(STEP).await;
+    // Let sled release the lock held by the dropped client's tasks.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
+    let built = started.elapsed();
+    let ctx = Context::new("user-9").with("country", "US").with("plan", "enterprise");
+    assert!(c.bool("new-checkout", &ctx, false), "cached flag not served");
+    match c.status() {
+        Status::Stale { source: Source::Cache, revision: 1, .. } => {}
+        other => panic!("expected stale cache data, got {other:?}"),
+    }
+    assert!(c.bool_detail("new-checkout", &ctx, false).stale);
+    assert!(built < Duration::from_secs(2), "build took {built:?}");
+}
+
+/// Garbage in the cache is detected, counted and ignored.
+#[tokio::test]
+async fn corrupt_cache_is_ignored_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    {
+        let db = sled::open(&cache).unwrap();
+        db.insert("snapshot", b"\x0a\xff\xff\xff not a snapshot".to_vec()).unwrap();
+        db.flush().unwrap();
+    }
+    let c =
+        Client::builder().endpoints(["http://127.0.0.1:9"]).sdk_key("k").cache_dir(&cache).build().unwrap();
+    assert_eq!(c.stats().cache_errors, 1);
+    assert!(!c.status().has_data());
+    assert!(c.bool("anything", &Context::new("u"), true), "default served");
+}
