@@ -391,23 +391,20 @@ impl Admin for AdminService {
         let before = if r.page_token.is_empty() {
             None
         } else {
-            Some(
-                r.page_token
-                    .parse::<u64>()
-                    .map_err(|_| invalid("page_token", "not a token from this API"))?,
-            )
+            let bad = || invalid("page_token", "not a token from this API");
+            let (rev, seq) = r.page_token.split_once('.').ok_or_else(bad)?;
+            Some((rev.parse::<u64>().map_err(|_| bad())?, seq.parse::<u32>().map_err(|_| bad())?))
         };
         let limit = if r.limit == 0 { 100 } else { (r.limit as usize).min(MAX_PAGE) };
         let key = (!r.key.is_empty()).then_some((kind, r.key.as_str()));
         let records = self.store.audit(&r.environment, key, limit, before)?;
-        let next = if records.len() == limit {
-            records.last().map(|l| l.revision.to_string()).unwrap_or_default()
-        } else {
-            String::new()
+        let next = match records.last() {
+            Some(((rev, seq), _)) if records.len() == limit => format!("{rev}.{seq}"),
+            _ => String::new(),
         };
         let entries = records
             .into_iter()
-            .map(|a| pb::AuditEntry {
+            .map(|(_, a)| pb::AuditEntry {
                 revision: a.revision,
                 actor: a.actor,
                 time_unix_ms: a.time_unix_ms,

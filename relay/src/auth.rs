@@ -50,18 +50,26 @@ pub fn ensure_admin_token(db: &sled::Db, dir: &Path) -> std::io::Result<(String,
     }
     let token = new_secret("fs_admin_");
     let path = dir.join(ADMIN_TOKEN_FILE);
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(&path)?;
-    f.write_all(token.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
+    write_private(&path, &token)?;
     let hash = hash_secret(&token);
     meta.insert(ADMIN_TOKEN_KEY, hash.as_bytes()).map_err(std::io::Error::other)?;
     db.flush().map_err(std::io::Error::other)?;
     Ok((hash, Some(path)))
+}
+
+/// Writes a secret to `path`, readable by the owner only (mode 0600, also
+/// when the file already existed), and syncs it.
+pub fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path)?;
+    #[cfg(unix)]
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    f.write_all(secret.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
 }
 
 /// The admin API's gatekeeper: requires `authorization: Bearer <token>`.

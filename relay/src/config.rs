@@ -40,11 +40,14 @@ impl<'de> Deserialize<'de> for Dur {
 
 /// flagstream relay: holds feature flags and streams them to SDKs.
 #[derive(Debug, Parser)]
-#[command(name = "flagstream-relay", version, about)]
+#[command(name = "flagstream-relay", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Options of the default command (`serve`).
+    #[command(flatten)]
+    pub serve: Options,
 }
 
 /// Subcommands.
@@ -303,7 +306,7 @@ impl Cli {
     pub fn options(self) -> Options {
         match self.command {
             Some(Command::Serve(o)) => o,
-            None => Options::default(),
+            None => self.serve,
         }
     }
 }
@@ -314,6 +317,13 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Config, ConfigError> {
         Cli::try_parse_from(args).expect("parses").options().resolve()
+    }
+
+    /// Options work without the `serve` word too.
+    #[test]
+    fn serve_is_the_default_command() {
+        let c = parse(&["flagstream-relay", "--heartbeat", "2s"]).unwrap();
+        assert_eq!(c.heartbeat, Duration::from_secs(2));
     }
 
     /// No arguments: the documented defaults.

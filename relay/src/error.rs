@@ -27,6 +27,7 @@ impl From<StoreError> for Status {
                 Status::failed_precondition(e.to_string())
             }
             StoreError::Invalid(v) => Status::invalid_argument(v.to_string()),
+            StoreError::Poisoned(_) => Status::unavailable(e.to_string()),
             StoreError::Storage(cause) => {
                 tracing::error!(error = %cause, "storage failure");
                 Status::unavailable("storage failure; the write was not applied")

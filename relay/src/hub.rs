@@ -181,14 +181,16 @@ impl Hub {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Admits a subscriber or says why not; counted either way.
+    /// Admits a subscriber or says why not; counted either way. `applied`
+    /// is what its cursor says it already has (0 for another epoch).
     pub fn admit(
         &self,
         env: &str,
         conn: Option<ConnInfo>,
         sdk: String,
+        applied: u64,
     ) -> Result<Arc<Subscriber>, Rejection> {
-        let result = self.try_admit(env, conn, sdk);
+        let result = self.try_admit(env, conn, sdk, applied);
         let (result_label, reason) = match &result {
             Ok(_) => ("accepted", "ok"),
             Err(Rejection::RelayFull) => ("rejected", "relay_full"),
@@ -199,12 +201,12 @@ impl Hub {
             .subscribes
             .get_or_create(&vec![("result", result_label.into()), ("reason", reason.into())])
             .inc();
-        if let Err(r) = &result {
-            self.metrics.limit_hit(match r {
-                Rejection::RelayFull => "max_subscribers",
-                Rejection::EnvFull => "max_subscribers_per_env",
-                Rejection::Draining => "draining",
-            });
+        match &result {
+            Err(Rejection::RelayFull) => self.metrics.limit_hit("max_subscribers"),
+            Err(Rejection::EnvFull) => self.metrics.limit_hit("max_subscribers_per_env"),
+            // Refusals while draining are expected on every deploy; they
+            // are counted in `subscribes`, not as a limit.
+            Err(Rejection::Draining) | Ok(_) => {}
         }
         result
     }
@@ -214,6 +216,7 @@ impl Hub {
         env: &str,
         conn: Option<ConnInfo>,
         sdk: String,
+        applied: u64,
     ) -> Result<Arc<Subscriber>, Rejection> {
         if self.is_draining() {
             return Err(Rejection::Draining);
@@ -232,7 +235,7 @@ impl Hub {
         let sub = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             env: env.to_owned(),
-            applied: AtomicU64::new(0),
+            applied: AtomicU64::new(applied),
             last_progress_ms: AtomicU64::new(now),
             started_ms: now,
             cancel: self.drain.child_token(),
@@ -273,14 +276,14 @@ impl Hub {
 
     /// Records an ack of `revision` by `sub` (it has applied everything up
     /// to it). Latency is measured from the revision's commit time.
-    pub fn ack(&self, env: &Env, sub: &Subscriber, revision: u64) {
+    pub fn ack(&self, env: &Env, sub: &Subscriber, epoch: &str, revision: u64) {
+        let state = env.state.load();
+        if epoch != state.epoch || revision > state.revision {
+            return; // not data this relay sent: ignored
+        }
         let prev = sub.applied.fetch_max(revision, Ordering::Relaxed);
         if revision <= prev {
             return;
-        }
-        let state = env.state.load();
-        if revision > state.revision {
-            return; // acks of revisions we never sent are ignored
         }
         let now = now_ms();
         let mut stats = Self::lock(&self.stats);
@@ -293,6 +296,9 @@ impl Hub {
             .rev()
             .skip_while(|e| e.revision > revision)
             .take_while(|e| e.revision > prev)
+            // Revisions committed before this stream began were not
+            // propagated to it: a new subscriber gives no latency sample.
+            .filter(|e| e.committed_unix_ms >= sub.started_ms)
             .collect();
         for entry in newly.into_iter().rev() {
             let pos = match ring.iter().rposition(|r| r.revision == entry.revision) {

@@ -131,6 +131,29 @@ impl Metrics {
             let labels = vec![("kind", kind.to_owned())];
             (m.sent_messages.get_or_create(&labels).clone(), m.sent_bytes.get_or_create(&labels).clone())
         });
+        // Create the known series at zero, so `increase()` sees their
+        // first event instead of a series that appears already at 1.
+        for limit in [
+            "max_subscribers",
+            "max_subscribers_per_env",
+            "snapshot_concurrency",
+            "send_deadline",
+            "batch_ops",
+            "comment_bytes",
+            "storage_failure",
+            "stored_data_invalid",
+        ] {
+            m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
+        }
+        for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "error"] {
+            m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
+        }
+        for cause in ["empty_cursor", "foreign_epoch", "ahead_of_head", "too_old", "delta_too_large"] {
+            m.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc_by(0);
+        }
+        for reason in ["client_gone", "drain", "max_stream_age", "send_deadline", "environment_deleted"] {
+            m.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc_by(0);
+        }
         Metrics { registry: Arc::new(r), sent: Arc::new(sent), ..m }
     }
 

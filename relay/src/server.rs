@@ -89,17 +89,20 @@ pub async fn serve(
     let metrics = Metrics::new();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
 
     let retention = Retention { revisions: cfg.changelog_revisions, bytes: cfg.changelog_bytes };
     let store = Store::open(&cfg.data_dir.join("db"), Limits::default(), retention, metrics.clone())?;
     let (token_hash, new_token) = auth::ensure_admin_token(store.db(), &cfg.data_dir)?;
-    if let Some(path) = new_token {
+    if let Some(path) = &new_token {
         tracing::info!(path = %path.display(), "created the admin token (shown once; file mode 0600)");
     }
-    if cfg.demo && store.envs().is_empty() {
+    // The demo is seeded on the very first start only (when the admin token
+    // is created), never again after its environments were deleted.
+    if cfg.demo && new_token.is_some() && store.envs().is_empty() {
         let key = crate::demo::seed(&store).await?;
         let path = cfg.data_dir.join("demo-sdk-key");
-        std::fs::write(&path, format!("{key}\n"))?;
+        auth::write_private(&path, &key)?;
         tracing::info!(path = %path.display(), "seeded the demo environment; its SDK key is in this file");
     }
 
@@ -167,6 +170,7 @@ pub async fn serve(
 
     // The store is loaded and the listeners are bound: ready.
     health_reporter.set_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     started(&running)?;
     tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), "relay serving");
 
@@ -174,6 +178,7 @@ pub async fn serve(
     // Drain: stop being ready, ask every subscriber to reconnect elsewhere
     // (each with its own random delay), and wait for them to leave.
     health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     hub.start_drain();
     let deadline = tokio::time::Instant::now() + cfg.drain_grace;
     while hub.total() > 0 && tokio::time::Instant::now() < deadline {

@@ -23,7 +23,7 @@ use tokio::sync::{Mutex, watch};
 use crate::auth;
 use crate::metrics::Metrics;
 pub use op::{Op, WriteResult};
-pub use persist::EnvMeta;
+pub use persist::{AuditPos, AuditRecord, EnvMeta};
 use state::{EnvState, Item, Kind, LogEntry};
 
 /// Store errors. Each names what was wrong and where.
@@ -75,6 +75,10 @@ pub enum StoreError {
     /// sled failed.
     #[error("storage error")]
     Storage(#[from] sled::Error),
+    /// An earlier storage failure left memory and disk possibly apart;
+    /// writes stop until a restart reloads the truth from disk.
+    #[error("environment {0:?} refuses writes after a storage failure; restart the relay to reload it")]
+    Poisoned(String),
     /// Stored data did not decode.
     #[error("stored {what} is corrupt")]
     Corrupt {
@@ -98,6 +102,9 @@ pub struct Env {
     write: Mutex<()>,
     /// Persistent metadata (epoch, key hash, ...).
     pub meta: arc_swap::ArcSwap<EnvMeta>,
+    /// Set when a commit failed after reaching sled: the outcome on disk
+    /// is unknown, so no further write may build on memory.
+    pub poisoned: std::sync::atomic::AtomicBool,
 }
 
 /// Retention of the in-memory and on-disk change log.
@@ -221,6 +228,8 @@ impl Store {
         if self.inner.envs.load().contains_key(name) {
             return Err(StoreError::EnvExists(name.to_owned()));
         }
+        // A crash during an earlier delete may have left this name's trees.
+        persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
         let sdk_key = auth::new_secret("fs_sdk_");
         let meta = EnvMeta {
             name: name.to_owned(),
@@ -248,6 +257,7 @@ impl Store {
             head: watch::channel(0).0,
             write: Mutex::new(()),
             meta: ArcSwap::from_pointee(meta),
+            poisoned: std::sync::atomic::AtomicBool::new(false),
         });
         let mut all = HashMap::clone(&self.inner.envs.load());
         all.insert(name.to_owned(), env.clone());
@@ -273,7 +283,11 @@ impl Store {
         self.inner.envs.store(Arc::new(all));
         // Wake subscribers so they notice the environment is gone.
         env.head.send_modify(|h| *h = u64::MAX);
-        self.update_gauges();
+        let labels = vec![("env", name.to_owned())];
+        let m = &self.inner.metrics;
+        m.store_items.remove(&labels);
+        m.store_bytes.remove(&labels);
+        m.head_revision.remove(&labels);
         Ok(())
     }
 
@@ -291,6 +305,7 @@ impl Store {
         let label = match &result {
             Ok(_) => "ok",
             Err(StoreError::Invalid(_)) => "invalid",
+            Err(StoreError::Poisoned(_)) => "poisoned",
             Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
             Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
             Err(_) => "error",
@@ -309,6 +324,9 @@ impl Store {
     ) -> Result<WriteResult, StoreError> {
         let env = self.env(env_name)?;
         let _write = env.write.lock().await;
+        if env.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::Poisoned(env_name.to_owned()));
+        }
         let state = env.state.load_full();
         if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
             return Err(StoreError::RevisionConflict {
@@ -394,10 +412,10 @@ impl Store {
         env: &str,
         key: Option<(Kind, &str)>,
         limit: usize,
-        before_revision: Option<u64>,
-    ) -> Result<Vec<persist::AuditRecord>, StoreError> {
+        before: Option<persist::AuditPos>,
+    ) -> Result<Vec<(persist::AuditPos, persist::AuditRecord)>, StoreError> {
         self.env(env)?;
-        persist::audit(&self.inner.db, env, key, limit, before_revision)
+        persist::audit(&self.inner.db, env, key, limit, before)
     }
 
     fn update_gauges(&self) {

@@ -70,20 +70,37 @@ impl sync_server::Sync for SyncService {
     ) -> Result<Response<Outgoing>, Status> {
         let conn = request.extensions().get::<ConnInfo>().cloned();
         let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(self.cfg.hello_timeout, inbound.message())
-            .await
-            .map_err(|_| Status::deadline_exceeded("no Hello within the hello timeout"))??;
+        let refused = |reason: &str| {
+            let labels = vec![("result", "rejected".to_owned()), ("reason", reason.to_owned())];
+            self.store.metrics().subscribes.get_or_create(&labels).inc();
+        };
+        let first = match tokio::time::timeout(self.cfg.hello_timeout, inbound.message()).await {
+            Ok(Ok(m)) => m,
+            Ok(Err(status)) => return Err(status),
+            Err(_) => {
+                refused("no_hello");
+                return Err(Status::deadline_exceeded("no Hello within the hello timeout"));
+            }
+        };
         let hello = match first.and_then(|m| m.kind) {
             Some(pb::subscribe_request::Kind::Hello(h)) => h,
-            _ => return Err(Status::invalid_argument("the first message of Subscribe must be a Hello")),
+            _ => {
+                refused("bad_hello");
+                return Err(Status::invalid_argument("the first message of Subscribe must be a Hello"));
+            }
         };
-        let env = self
-            .store
-            .env_by_key_hash(&auth::hash_secret(&hello.sdk_key))
-            .ok_or_else(|| Status::unauthenticated("unknown SDK key"))?;
+        let Some(env) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
+            refused("unknown_sdk_key");
+            tracing::info!(sdk = %hello.sdk_name, "Subscribe with an unknown SDK key refused");
+            return Err(Status::unauthenticated("unknown SDK key"));
+        };
         let env_name = env.meta.load().name.clone();
         let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
-        let sub = self.hub.admit(&env_name, conn, sdk).map_err(|r| {
+        let cursor = hello.cursor.clone().unwrap_or_default();
+        let head = env.state.load();
+        let applied = if cursor.epoch == head.epoch { cursor.revision.min(head.revision) } else { 0 };
+        drop(head);
+        let sub = self.hub.admit(&env_name, conn, sdk, applied).map_err(|r| {
             let (msg, delay) = match r {
                 Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
                 Rejection::EnvFull => ("environment subscriber limit reached", 5_000),
@@ -91,7 +108,6 @@ impl sync_server::Sync for SyncService {
             };
             error::retry_later(msg, rand::rng().random_range(delay / 2..=delay))
         })?;
-        let cursor = hello.cursor.unwrap_or_default();
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
         tokio::spawn(read_acks(inbound, env.clone(), self.hub.clone(), sub.clone()));
@@ -107,7 +123,12 @@ impl sync_server::Sync for SyncService {
             env,
             cursor: (cursor.epoch, cursor.revision),
             pending: None,
-            heartbeat: tokio::time::interval_at(Instant::now() + heartbeat_phase, self.cfg.heartbeat),
+            heartbeat: {
+                let mut i = tokio::time::interval_at(Instant::now() + heartbeat_phase, self.cfg.heartbeat);
+                // After a long send, one heartbeat, not a burst of overdue ones.
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                i
+            },
             age_deadline,
             age: Box::pin(tokio::time::sleep_until(age_deadline)),
             stopped: Box::pin(sub.cancel.clone().cancelled_owned()),
@@ -141,7 +162,7 @@ async fn read_acks(
         };
         match msg {
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
-                hub.ack(&env, &sub, ack.revision);
+                hub.ack(&env, &sub, &ack.epoch, ack.revision);
             }
             // Hello repeats, propagation reports and unknown kinds: ignored
             // (forward compatibility, PROTOCOL.md §8).
@@ -325,8 +346,10 @@ impl Outbound {
                                     Ok(p) => p,
                                     Err(_) => return None, // semaphore closed: shutting down
                                 },
-                                _ = self.hub.drain.cancelled() => continue,
-                                _ = self.guard.sub.cancel.cancelled() => continue,
+                                // Keep the stream alive while waiting; the
+                                // snapshot is retried on the next pull.
+                                _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&state))),
+                                _ = self.stopped.as_mut() => continue,
                             }
                         }
                     };

@@ -153,6 +153,10 @@ async fn credentials_and_names_are_checked() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
+    assert_eq!(
+        relay.metric("flagstream_subscribes_total{result=\"rejected\",reason=\"unknown_sdk_key\"}").await,
+        1.0
+    );
 }
 
 /// Server-side evaluation uses the SDK's engine and reports the reason.

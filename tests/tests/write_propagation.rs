@@ -112,3 +112,84 @@ async fn audit_log_records_writes() {
     assert_eq!(entries[1].action, pb::AuditAction::Create as i32);
     assert_eq!(entries[0].actor, "test-suite");
 }
+
+/// Audit pages never skip entries, even inside one large batch.
+#[tokio::test]
+async fn audit_pages_cover_a_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let mut admin = relay.admin().await;
+    let ops = (0..5)
+        .map(|i| pb::BatchOp {
+            op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                flag: Some(bool_flag(&format!("b{i}"), true)),
+                expected_version: None,
+            })),
+        })
+        .collect();
+    admin
+        .batch(pb::BatchRequest {
+            environment: "demo".into(),
+            ops,
+            expected_revision: None,
+            comment: "five".into(),
+        })
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .list_audit(pb::ListAuditRequest {
+                environment: "demo".into(),
+                limit: 2,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        keys.extend(page.entries.iter().map(|e| e.key.clone()));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let batch: Vec<_> = keys.iter().filter(|k| k.len() == 2 && k.starts_with('b')).cloned().collect();
+    assert_eq!(batch.len(), 5, "{keys:?}");
+}
+
+/// A subscriber that resumes already at head counts as having the head
+/// revision; one from another epoch does not until it acks.
+#[tokio::test]
+async fn resumed_subscribers_count_as_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let key = relay.demo_key();
+    let mut first = Subscriber::connect(relay.channel().await, &key, None).await.unwrap();
+    first.next(STEP).await.unwrap();
+    let cursor = first.cursor();
+    drop(first);
+    let _resumed = Subscriber::connect(relay.channel().await, &key, Some(cursor.clone())).await.unwrap();
+    let _foreign =
+        Subscriber::connect(relay.channel().await, &key, Some(("other".into(), cursor.1))).await.unwrap();
+    let mut admin = relay.admin().await;
+    let mut p = pb::Propagation::default();
+    for _ in 0..100 {
+        p = admin
+            .get_propagation(pb::GetPropagationRequest {
+                environment: "demo".into(),
+                revision: Some(cursor.1),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .propagation
+            .unwrap();
+        if p.subscribers_total == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((p.subscribers_total, p.subscribers_acked), (2, 1), "{p:?}");
+}

@@ -46,6 +46,9 @@ pub struct EnvMeta {
     pub sdk_key_hash: String,
 }
 
+/// Where an audit entry sits: `(revision, sequence within the revision)`.
+pub type AuditPos = (u64, u32);
+
 /// One audit log entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AuditRecord {
@@ -155,7 +158,10 @@ pub(crate) fn load_env(
     // Only entries up to the committed head count (a later one cannot exist
     // with atomic commits, but never trust more than meta says).
     log.retain(|e| e.revision <= meta.revision);
-    trim_log(&mut log, retention);
+    // Retention may have been lowered since: drop the excess on disk too.
+    for revision in trim_log(&mut log, retention) {
+        log_tree.remove(revision.to_be_bytes())?;
+    }
     let snapshot = match Snapshot::compile(&set, limits) {
         Ok(s) => s,
         Err(e) => {
@@ -190,6 +196,7 @@ pub(crate) fn load_env(
         state: ArcSwap::from_pointee(state),
         write: Mutex::new(()),
         meta: ArcSwap::from_pointee(meta),
+        poisoned: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
@@ -282,23 +289,33 @@ pub(crate) fn last_actor(db: &sled::Db, env: &str, kind: Kind, key: &str) -> Opt
     })
 }
 
-/// Audit entries, newest first, optionally for one item and below a revision.
+/// Audit entries, newest first, optionally for one item and strictly
+/// before a `(revision, sequence)` position (a page token). Each comes with
+/// its own position, the token of the page after it.
 pub(crate) fn audit(
     db: &sled::Db,
     env: &str,
     key: Option<(Kind, &str)>,
     limit: usize,
-    before_revision: Option<u64>,
-) -> Result<Vec<AuditRecord>, StoreError> {
+    before: Option<(u64, u32)>,
+) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
     let tree = db.open_tree(format!("audit/{env}"))?;
-    let upper = before_revision.unwrap_or(u64::MAX).to_be_bytes();
+    let mut upper = before.map_or(u64::MAX, |b| b.0).to_be_bytes().to_vec();
+    upper.extend_from_slice(&before.map_or(u32::MAX, |b| b.1).to_be_bytes());
     let mut out = Vec::new();
     for r in tree.range(..upper.as_slice()).rev() {
-        let (_, v) = r?;
+        let (k, v) = r?;
         let rec: AuditRecord =
             serde_json::from_slice(&v).map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
+        let pos = match (k.get(..8), k.get(8..12)) {
+            (Some(rev), Some(seq)) => (
+                u64::from_be_bytes(rev.try_into().unwrap_or([0; 8])),
+                u32::from_be_bytes(seq.try_into().unwrap_or([0; 4])),
+            ),
+            _ => return Err(corrupt(format!("audit key in {env:?}"), std::io::Error::other("short key"))),
+        };
         if key.is_none_or(|(k, name)| rec.kind == k && rec.key == name) {
-            out.push(rec);
+            out.push((pos, rec));
             if out.len() >= limit {
                 break;
             }

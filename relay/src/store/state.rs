@@ -148,7 +148,13 @@ impl EnvState {
         } else if revision < self.oldest_delta_base() {
             "too_old"
         } else {
-            return Catchup::Delta(self.delta_from(revision, metrics));
+            let delta = self.delta_from(revision, metrics);
+            // Deltas obey the same size bound as snapshot chunks, so no
+            // message outgrows what clients decode; a snapshot is chunked.
+            if delta.0.len() <= chunk_bytes {
+                return Catchup::Delta(delta);
+            }
+            "delta_too_large"
         };
         metrics.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc();
         Catchup::Snapshot(self.chunks(chunk_bytes, metrics))
