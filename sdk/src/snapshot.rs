@@ -125,12 +125,18 @@ impl Snapshot {
     /// and evaluate to `MALFORMED_FLAG`; nothing panics. For data already
     /// validated elsewhere, and for tests of the evaluator's own guards.
     pub fn compile_unvalidated(set: &FlagSet, limits: &Limits) -> Snapshot {
+        Snapshot::compile_owned(set.clone(), limits)
+    }
+
+    /// [`Snapshot::compile_unvalidated`] taking the set by value, so the
+    /// model items move into the snapshot instead of being copied.
+    pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
         let segments = set
             .segments
-            .iter()
-            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits))))
+            .into_iter()
+            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits))))
             .collect();
-        let flags: Vec<_> = set.flags.iter().map(|f| Arc::new(compile_flag(f.clone(), limits))).collect();
+        let flags: Vec<_> = set.flags.into_iter().map(|f| Arc::new(compile_flag(f, limits))).collect();
         Snapshot::assemble(flags, segments, limits)
     }
 

@@ -1,0 +1,94 @@
+//! Evaluation through the client API, next to the bare engine and the bare
+//! `ArcSwap<HashMap>` baseline in the same run; also while another thread
+//! swaps in a new snapshot every 10 ms, as the sync task does when a delta
+//! arrives. Results: docs/BENCHMARKS.md.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use criterion::{Criterion, criterion_group, criterion_main};
+use flagstream::{Client, Context, FlagSet, Limits, Snapshot};
+
+const FLAGS: &str = r#"
+flags:
+  - {key: plain, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
+  - key: two-clause
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - id: us-enterprise
+        clauses:
+          - {attribute: country, op: in, values: [US, CA]}
+          - {attribute: plan, op: in, values: [enterprise]}
+        serve: {variation: 0}
+    fallthrough: {variation: 1}
+"#;
+
+fn benches(c: &mut Criterion) {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let _guard = rt.enter();
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).expect("fixture");
+    let client = Client::builder().test_data(set.clone()).build().expect("client");
+    let engine = ArcSwap::from_pointee(Snapshot::compile(&set, &Limits::default()).expect("valid"));
+    let baseline: ArcSwap<HashMap<String, bool>> = ArcSwap::from_pointee([("plain".to_owned(), true)].into());
+    let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
+
+    let mut g = c.benchmark_group("client");
+    g.bench_function("baseline/arcswap_hashmap_hot_key", |b| {
+        b.iter(|| black_box(baseline.load().get(black_box("plain")).copied()))
+    });
+    g.bench_function("engine_bool_on_off", |b| {
+        b.iter(|| {
+            let s = engine.load();
+            black_box(s.detail(black_box("plain"), &ctx, false));
+        })
+    });
+    g.bench_function("client_bool_on_off", |b| {
+        b.iter(|| black_box(client.bool(black_box("plain"), &ctx, false)))
+    });
+    g.bench_function("engine_rule_2_clauses", |b| {
+        b.iter(|| {
+            let s = engine.load();
+            black_box(s.detail(black_box("two-clause"), &ctx, false));
+        })
+    });
+    g.bench_function("client_rule_2_clauses", |b| {
+        b.iter(|| black_box(client.bool(black_box("two-clause"), &ctx, false)))
+    });
+    g.bench_function("client_bool_detail_owned", |b| {
+        b.iter(|| black_box(client.bool_detail(black_box("two-clause"), &ctx, false)))
+    });
+
+    // A writer swaps in a fresh snapshot every 10 ms, as the sync task does.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, set, stop) = (client.clone(), set.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let snap = Snapshot::compile(&set, &Limits::default()).expect("valid");
+                client.cell().store(Arc::new(snap));
+                swaps += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            swaps
+        })
+    };
+    g.bench_function("client_rule_2_clauses_during_swaps_every_10ms", |b| {
+        b.iter(|| black_box(client.bool(black_box("two-clause"), &ctx, false)))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let swaps = writer.join().expect("writer");
+    assert!(swaps > 10, "the writer barely ran ({swaps} swaps)");
+    g.finish();
+}
+
+criterion_group!(client, benches);
+criterion_main!(client);

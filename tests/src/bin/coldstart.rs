@@ -1,0 +1,132 @@
+//! SDK cold start from the cache and memory for N flags: fills a relay with
+//! N flags, lets a client cache them, stops the relay, then builds clients
+//! from the cache alone (every relay down) and reports time to serving
+//! flags, and the process RSS a client with N flags adds.
+//!
+//! ```sh
+//! cargo run --release -p flagstream-tests --bin coldstart -- --flags 10000
+//! ```
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use flagstream::{Client, Context};
+use flagstream_proto::v1 as pb;
+use flagstream_tests::relay::{Relay, bool_flag};
+
+/// Options.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Flags in the environment.
+    #[arg(long, default_value_t = 10_000)]
+    flags: usize,
+    /// Cold starts to time.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = tempfile::tempdir()?;
+    let cache = dir.path().join("cache");
+    let mut relay = Relay::start(dir.path(), &["--demo", "false"]).await;
+    let key = relay.create_env("cold").await;
+    let mut admin = relay.admin().await;
+    for chunk in (0..args.flags).collect::<Vec<_>>().chunks(5_000) {
+        let ops = chunk
+            .iter()
+            .map(|i| {
+                let mut f = bool_flag(&format!("flag-{i:05}"), i % 2 == 0);
+                f.rules.push(pb::Rule {
+                    id: "r".into(),
+                    clauses: vec![pb::Clause {
+                        attribute: "country".into(),
+                        op: pb::Operator::In as i32,
+                        values: vec![pb::Scalar { value: Some(pb::scalar::Value::StringValue("US".into())) }],
+                        negate: false,
+                    }],
+                    serve: Some(pb::Serve { kind: Some(pb::serve::Kind::Variation(1)) }),
+                });
+                pb::BatchOp {
+                    op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                        flag: Some(f),
+                        expected_version: None,
+                    })),
+                }
+            })
+            .collect();
+        admin
+            .batch(pb::BatchRequest {
+                environment: "cold".into(),
+                ops,
+                expected_revision: None,
+                comment: String::new(),
+            })
+            .await?;
+    }
+    {
+        let c = Client::builder().endpoints([relay.url()]).sdk_key(key.clone()).cache_dir(&cache).build()?;
+        c.wait_ready(Duration::from_secs(60)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while c.stats().cache_writes == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    relay.kill9();
+    relay.wait(Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // How much of a cold start is opening sled itself.
+    let mut opens = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let db = sled::Config::new().path(&cache).open()?;
+        let blob = db.get("snapshot")?.map_or(0, |v| v.len());
+        opens.push((t.elapsed(), blob));
+        drop(db);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    opens.sort();
+    println!("sled open + read blob  p50 {:.2?} ({} KiB blob)", opens[2].0, opens[2].1 / 1024);
+    let ctx = Context::new("u").with("country", "US");
+    let mut times = Vec::new();
+    let mut rss_added = 0;
+    for run in 0..args.runs {
+        let before = rss_kib();
+        let t = Instant::now();
+        let c = Client::builder()
+            .endpoints(["http://127.0.0.1:9"])
+            .sdk_key(key.clone())
+            .cache_dir(&cache)
+            .build()?;
+        let served = c.status().has_data() && !c.bool("flag-00000", &ctx, true);
+        let took = t.elapsed();
+        anyhow::ensure!(served, "cache not served: {:?}", c.status());
+        if run == 0 {
+            rss_added = rss_kib().saturating_sub(before);
+        }
+        times.push(took);
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(100)).await; // let sled release its lock
+    }
+    times.sort();
+    println!("flags                  {}", args.flags);
+    println!(
+        "cold start from cache  p50 {:.2?}, max {:.2?} over {} runs (build() until flags serve)",
+        times[times.len() / 2],
+        times[times.len() - 1],
+        times.len()
+    );
+    println!("RSS added by a client  {rss_added} KiB (first build: snapshot, compiled flags, cache handle)");
+    Ok(())
+}
