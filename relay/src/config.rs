@@ -55,6 +55,21 @@ pub struct Cli {
 pub enum Command {
     /// Run the relay (the default).
     Serve(Options),
+    /// Run the relay with a live demo: an in-process SDK client prints the
+    /// demo flags as they change, and a writer changes them every few
+    /// seconds.
+    Demo(DemoArgs),
+}
+
+/// `demo` options.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How often the demo writer changes a flag.
+    #[arg(long, default_value = "3s", env = "FLAGSTREAM_DEMO_CHURN")]
+    pub churn: Dur,
+    /// Relay options.
+    #[command(flatten)]
+    pub options: Options,
 }
 
 /// Every relay option. Each is also an environment variable and a
@@ -304,9 +319,15 @@ impl Options {
 impl Cli {
     /// The serve options (the default command).
     pub fn options(self) -> Options {
+        self.into_parts().0
+    }
+
+    /// The options, and the demo writer's period when running `demo`.
+    pub fn into_parts(self) -> (Options, Option<Duration>) {
         match self.command {
-            Some(Command::Serve(o)) => o,
-            None => self.serve,
+            Some(Command::Serve(o)) => (o, None),
+            Some(Command::Demo(d)) => (d.options, Some(d.churn.0)),
+            None => (self.serve, None),
         }
     }
 }

@@ -1,7 +1,13 @@
 //! The demo environment seeded on first start, so the README's first
 //! command shows real flags: a rollout, a rule, a segment, several types.
 
-use flagstream::FlagSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flagstream::{Client, Context, FlagSet};
+use flagstream_proto::v1 as pb;
+use tokio_util::sync::CancellationToken;
 
 use crate::store::{Op, Store, StoreError};
 
@@ -79,4 +85,84 @@ pub async fn seed(store: &Store) -> Result<String, StoreError> {
         .collect();
     store.write("demo", ops, None, "flagstream-relay", "demo seed").await?;
     Ok(key)
+}
+
+/// The live demo: an SDK client (the same one services link) subscribed to
+/// this relay prints the demo flags whenever they change, while a writer
+/// moves the `new-checkout` rollout and toggles `beta-banner` every
+/// `period`. Runs until `stop`.
+pub async fn live(store: Store, grpc: SocketAddr, key_file: PathBuf, period: Duration, stop: CancellationToken) {
+    let key = match std::fs::read_to_string(&key_file) {
+        Ok(k) => k.trim().to_owned(),
+        Err(e) => {
+            tracing::warn!(error = %e, file = %key_file.display(), "demo: no demo SDK key (start with a fresh data directory)");
+            return;
+        }
+    };
+    let client = match Client::builder().endpoints([format!("http://{grpc}")]).sdk_key(key).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "demo: cannot start the SDK client");
+            return;
+        }
+    };
+    let mut changes = client.changes();
+    let show = |client: &Client| {
+        let users: Vec<Context<'static>> = (1..=20).map(|i| Context::new(format!("user-{i}"))).collect();
+        let rolled = users.iter().filter(|c| client.bool("new-checkout", c, false)).count();
+        let banner = client.bool("beta-banner", &Context::new("user-1"), false);
+        let theme = client.string("theme", &Context::new("user-42"), "?");
+        println!(
+            "[sdk] revision {:>3}: new-checkout on for {rolled:>2}/20 users | beta-banner(user-1)={banner} | theme(user-42)={theme}",
+            client.snapshot().revision()
+        );
+    };
+    let status = client.wait_ready(Duration::from_secs(5)).await;
+    println!("[sdk] connected to {grpc}: has data = {}, stale = {}", status.has_data(), status.is_stale());
+    show(&client);
+    let mut shown = client.snapshot().revision();
+    let mut tick = tokio::time::interval(period);
+    tick.tick().await;
+    let mut step = 0u32;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            change = changes.recv() => {
+                if change.is_ok() && client.snapshot().revision() != shown {
+                    shown = client.snapshot().revision();
+                    show(&client);
+                }
+            }
+            _ = tick.tick() => {
+                step += 1;
+                let percent = [10u32, 50, 90, 100, 0][step as usize % 5];
+                let rollout = pb::Serve {
+                    kind: Some(pb::serve::Kind::Rollout(pb::Rollout {
+                        bucket_by: String::new(),
+                        seed: None,
+                        variations: vec![
+                            pb::WeightedVariation { variation: 0, weight: percent * 1_000 },
+                            pb::WeightedVariation { variation: 1, weight: (100 - percent) * 1_000 },
+                        ],
+                    })),
+                };
+                let ops = vec![
+                    Op::PatchFlag {
+                        key: "new-checkout".into(),
+                        expected: None,
+                        patches: vec![pb::FlagPatch { op: Some(pb::flag_patch::Op::SetFallthrough(rollout)) }],
+                    },
+                    Op::PatchFlag {
+                        key: "beta-banner".into(),
+                        expected: None,
+                        patches: vec![pb::FlagPatch { op: Some(pb::flag_patch::Op::SetOn(step % 2 == 0)) }],
+                    },
+                ];
+                match store.write("demo", ops, None, "demo-writer", "demo churn").await {
+                    Ok(r) => println!("[writer] revision {:>3}: new-checkout rollout {percent}%, beta-banner {}", r.revision, if step % 2 == 0 { "on" } else { "off" }),
+                    Err(e) => println!("[writer] write refused: {e}"),
+                }
+            }
+        }
+    }
 }

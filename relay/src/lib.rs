@@ -53,7 +53,8 @@ pub async fn main_entry() {
             std::process::exit(config::EXIT_CONFIG);
         }
     };
-    let cfg = match cli.options().resolve() {
+    let (options, demo) = cli.into_parts();
+    let cfg = match options.resolve() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("flagstream-relay: bad configuration: {e}");
@@ -61,7 +62,7 @@ pub async fn main_entry() {
         }
     };
     init_tracing(cfg.log_json);
-    if let Err(e) = server::run(cfg).await {
+    if let Err(e) = server::run(cfg, demo).await {
         eprintln!("flagstream-relay: {e:#}");
         std::process::exit(1);
     }

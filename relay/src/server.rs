@@ -39,15 +39,16 @@ pub struct Running {
     pub metrics: SocketAddr,
 }
 
-/// Runs a relay until SIGTERM/SIGINT, then drains and returns.
-pub async fn run(cfg: Config) -> anyhow::Result<()> {
+/// Runs a relay until SIGTERM/SIGINT, then drains and returns. With
+/// `demo`, also runs the live demo, changing a flag every `demo` period.
+pub async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         signal.cancel();
     });
-    serve(cfg, stop, |r| {
+    serve(cfg, stop, demo, |r| {
         println!("flagstream-relay listening grpc={} metrics={}", r.grpc, r.metrics);
         // Tests and scripts read this line; make sure it is out.
         std::io::stdout().flush()
@@ -83,6 +84,7 @@ async fn wait_for_signal() {
 pub async fn serve(
     cfg: Config,
     stop: CancellationToken,
+    demo: Option<Duration>,
     started: impl FnOnce(&Running) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)?;
@@ -173,6 +175,16 @@ pub async fn serve(
     health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     started(&running)?;
     tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), "relay serving");
+
+    if let Some(period) = demo {
+        tokio::spawn(crate::demo::live(
+            store.clone(),
+            running.grpc,
+            cfg.data_dir.join("demo-sdk-key"),
+            period,
+            background.clone(),
+        ));
+    }
 
     stop.cancelled().await;
     // Drain: stop being ready, ask every subscriber to reconnect elsewhere
