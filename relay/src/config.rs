@@ -340,6 +340,15 @@ mod tests {
         Cli::try_parse_from(args).expect("parses").options().resolve()
     }
 
+    /// The example configuration shipped in deploy/ is valid.
+    #[test]
+    fn deploy_example_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/relay.toml");
+        let c = parse(&["flagstream-relay", "serve", "--config", path]).unwrap();
+        assert_eq!(c.changelog_bytes, 3 << 20);
+        assert!(c.log_json && !c.demo);
+    }
+
     /// Options work without the `serve` word too.
     #[test]
     fn serve_is_the_default_command() {

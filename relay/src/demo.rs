@@ -91,7 +91,13 @@ pub async fn seed(store: &Store) -> Result<String, StoreError> {
 /// this relay prints the demo flags whenever they change, while a writer
 /// moves the `new-checkout` rollout and toggles `beta-banner` every
 /// `period`. Runs until `stop`.
-pub async fn live(store: Store, grpc: SocketAddr, key_file: PathBuf, period: Duration, stop: CancellationToken) {
+pub async fn live(
+    store: Store,
+    grpc: SocketAddr,
+    key_file: PathBuf,
+    period: Duration,
+    stop: CancellationToken,
+) {
     let key = match std::fs::read_to_string(&key_file) {
         Ok(k) => k.trim().to_owned(),
         Err(e) => {
@@ -155,11 +161,11 @@ pub async fn live(store: Store, grpc: SocketAddr, key_file: PathBuf, period: Dur
                     Op::PatchFlag {
                         key: "beta-banner".into(),
                         expected: None,
-                        patches: vec![pb::FlagPatch { op: Some(pb::flag_patch::Op::SetOn(step % 2 == 0)) }],
+                        patches: vec![pb::FlagPatch { op: Some(pb::flag_patch::Op::SetOn(step.is_multiple_of(2))) }],
                     },
                 ];
                 match store.write("demo", ops, None, "demo-writer", "demo churn").await {
-                    Ok(r) => println!("[writer] revision {:>3}: new-checkout rollout {percent}%, beta-banner {}", r.revision, if step % 2 == 0 { "on" } else { "off" }),
+                    Ok(r) => println!("[writer] revision {:>3}: new-checkout rollout {percent}%, beta-banner {}", r.revision, if step.is_multiple_of(2) { "on" } else { "off" }),
                     Err(e) => println!("[writer] write refused: {e}"),
                 }
             }

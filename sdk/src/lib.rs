@@ -26,6 +26,8 @@ mod eval;
 mod handle;
 mod limit;
 pub mod model;
+#[cfg(feature = "openfeature")]
+pub mod openfeature;
 mod raw;
 mod replica;
 mod snapshot;

@@ -1,0 +1,79 @@
+//! The OpenFeature provider resolves every type through the flagstream
+//! engine with reasons and error codes mapped exactly.
+
+use flagstream::openfeature::FlagstreamProvider;
+use flagstream::{Client, FlagSet};
+use open_feature::provider::{FeatureProvider, ProviderStatus};
+use open_feature::{EvaluationContext, EvaluationErrorCode, EvaluationReason};
+
+const FLAGS: &str = r#"
+flags:
+  - key: checkout
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - {id: us, clauses: [{attribute: country, op: in, values: [US]}], serve: {variation: 0}}
+    fallthrough: {rollout: {variations: [{variation: 0, weight: 50000}, {variation: 1, weight: 50000}]}}
+  - {key: killed, type: bool, variations: [true, false], on: false, off_variation: 1, fallthrough: {variation: 0}}
+  - {key: theme, type: string, variations: [light, dark], on: true, off_variation: 0, targets: [{variation: 1, values: [ann]}], fallthrough: {variation: 0}}
+  - {key: limit, type: int, variations: [10, 100], on: true, off_variation: 0, fallthrough: {variation: 1}}
+  - {key: ratio, type: float, variations: [0.25], on: true, off_variation: 0, fallthrough: {variation: 0}}
+  - {key: config, type: json, variations: [{"model": "bm25", "k": 3}, [1, 2]], on: true, off_variation: 1, fallthrough: {variation: 0}}
+"#;
+
+fn provider() -> FlagstreamProvider {
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
+    FlagstreamProvider::new(Client::builder().test_data(set).build().unwrap())
+}
+
+/// Values, variants and reasons for every type.
+#[tokio::test]
+async fn resolves_every_type_with_reasons() {
+    let p = provider();
+    assert_eq!(p.status(), ProviderStatus::Ready);
+    let us = EvaluationContext::default().with_targeting_key("u1").with_custom_field("country", "US");
+    let r = p.resolve_bool_value("checkout", &us).await.unwrap();
+    assert_eq!(
+        (r.value, r.variant.as_deref(), r.reason),
+        (true, Some("0"), Some(EvaluationReason::TargetingMatch))
+    );
+    let fr = EvaluationContext::default().with_targeting_key("u1").with_custom_field("country", "FR");
+    let r = p.resolve_bool_value("checkout", &fr).await.unwrap();
+    assert_eq!(r.reason, Some(EvaluationReason::Split));
+    let r = p.resolve_bool_value("killed", &fr).await.unwrap();
+    assert_eq!((r.value, r.reason), (false, Some(EvaluationReason::Disabled)));
+    let ann = EvaluationContext::default().with_targeting_key("ann");
+    let r = p.resolve_string_value("theme", &ann).await.unwrap();
+    assert_eq!((r.value.as_str(), r.reason), ("dark", Some(EvaluationReason::TargetingMatch)));
+    let r = p.resolve_int_value("limit", &ann).await.unwrap();
+    assert_eq!((r.value, r.reason), (100, Some(EvaluationReason::Default)));
+    assert_eq!(p.resolve_float_value("ratio", &ann).await.unwrap().value, 0.25);
+    assert_eq!(p.resolve_float_value("limit", &ann).await.unwrap().value, 100.0, "int flags read as float");
+    let s = p.resolve_struct_value("config", &ann).await.unwrap().value;
+    assert_eq!(s.fields.get("model").and_then(|v| v.as_str()), Some("bm25"));
+}
+
+/// Error codes: not found, type mismatch.
+#[tokio::test]
+async fn error_codes_map_exactly() {
+    let p = provider();
+    let ctx = EvaluationContext::default().with_targeting_key("u");
+    let e = p.resolve_bool_value("nope", &ctx).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::FlagNotFound);
+    let e = p.resolve_string_value("checkout", &ctx).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::TypeMismatch);
+    let e = p.resolve_int_value("ratio", &ctx).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::TypeMismatch);
+}
+
+/// A client without data is NOT_READY and says PROVIDER_NOT_READY.
+#[tokio::test]
+async fn not_ready() {
+    let c = Client::builder().endpoints(["http://127.0.0.1:9"]).sdk_key("k").build().unwrap();
+    let p = FlagstreamProvider::new(c);
+    assert_eq!(p.status(), ProviderStatus::NotReady);
+    let e = p.resolve_bool_value("x", &EvaluationContext::default()).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::ProviderNotReady);
+}
