@@ -176,6 +176,36 @@ impl Relay {
             .sdk_key
     }
 
+    /// Creates environment `name` holding `flags` bool flags whose
+    /// descriptions are `description_bytes` long (one batch, one revision);
+    /// returns its SDK key. Used to make snapshots large.
+    pub async fn create_filled_env(&self, name: &str, flags: usize, description_bytes: usize) -> String {
+        let key = self.create_env(name).await;
+        let ops = (0..flags)
+            .map(|i| {
+                let mut f = bool_flag(&format!("f-{i}"), true);
+                f.description = "d".repeat(description_bytes);
+                pb::BatchOp {
+                    op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                        flag: Some(f),
+                        expected_version: None,
+                    })),
+                }
+            })
+            .collect();
+        self.admin()
+            .await
+            .batch(pb::BatchRequest {
+                environment: name.into(),
+                ops,
+                expected_revision: None,
+                comment: String::new(),
+            })
+            .await
+            .expect("batch accepted");
+        key
+    }
+
     /// The relay's `/metrics` text.
     pub async fn metrics_text(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

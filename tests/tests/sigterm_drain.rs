@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
-use flagstream_tests::relay::{Relay, bool_flag};
+use flagstream_tests::relay::Relay;
 use flagstream_tests::subscriber::{Subscriber, Update};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -63,27 +63,8 @@ async fn health_is_not_serving_during_drain() {
     let dir = tempfile::tempdir().unwrap();
     let mut relay =
         Relay::start(dir.path(), &["--drain-grace", "4s", "--chunk-bytes", "16384", "--demo", "false"]).await;
-    let key = relay.create_env("wide").await;
-    let mut admin = relay.admin().await;
     // Enough data that an unread snapshot fills the HTTP/2 windows.
-    let ops = (0..3_000)
-        .map(|i| {
-            let mut f = bool_flag(&format!("f-{i}"), true);
-            f.description = "y".repeat(1_000);
-            pb::BatchOp {
-                op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(f), expected_version: None })),
-            }
-        })
-        .collect();
-    admin
-        .batch(pb::BatchRequest {
-            environment: "wide".into(),
-            ops,
-            expected_revision: None,
-            comment: String::new(),
-        })
-        .await
-        .unwrap();
+    let key = relay.create_filled_env("wide", 3_000, 1_000).await;
     let _stuck = Subscriber::connect(relay.channel().await, &key, None).await.unwrap(); // never read
     tokio::time::sleep(Duration::from_millis(300)).await;
     relay.sigterm();

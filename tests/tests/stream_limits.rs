@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
-use flagstream_tests::relay::{Relay, bool_flag};
+use flagstream_tests::relay::Relay;
 use flagstream_tests::subscriber::{Subscriber, Update};
 
 /// The third subscriber of an environment limited to two is refused with
@@ -74,26 +74,8 @@ async fn send_deadline_cuts_off_a_reader_that_stopped() {
         &["--send-deadline", "1s", "--heartbeat", "500ms", "--chunk-bytes", "16384", "--demo", "false"],
     )
     .await;
-    let key = relay.create_env("wide").await;
-    let mut admin = relay.admin().await;
-    let ops = (0..3_000)
-        .map(|i| {
-            let mut f = bool_flag(&format!("f-{i}"), true);
-            f.description = "z".repeat(1_000);
-            pb::BatchOp {
-                op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(f), expected_version: None })),
-            }
-        })
-        .collect();
-    admin
-        .batch(pb::BatchRequest {
-            environment: "wide".into(),
-            ops,
-            expected_revision: None,
-            comment: String::new(),
-        })
-        .await
-        .unwrap();
+    // Enough data that an unread snapshot fills the HTTP/2 windows.
+    let key = relay.create_filled_env("wide", 3_000, 1_000).await;
     let mut healthy = Subscriber::connect(relay.channel().await, &key, None).await.unwrap();
     healthy.next(STEP).await.unwrap();
     let _stuck = Subscriber::connect(relay.channel().await, &key, None).await.unwrap(); // never read
