@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod ctl;
 pub mod demo;
 pub mod encoded;
 pub mod error;

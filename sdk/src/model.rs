@@ -73,10 +73,10 @@ pub struct Flag {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub salt: String,
     /// Bumped by the relay on every change (optimistic concurrency).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub version: u64,
     /// Environment revision that last changed this flag (set by the relay).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub revision: u64,
     /// Free text for humans.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -137,6 +137,10 @@ pub struct Clause {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Clause operators; `docs/EVALUATION.md` defines each one.
@@ -283,10 +287,10 @@ pub struct Segment {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<SegmentRule>,
     /// Bumped by the relay on every change.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub version: u64,
     /// Environment revision that last changed this segment.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub revision: u64,
     /// Free text for humans.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -1,0 +1,761 @@
+//! Flag and segment commands of flagctl. Every write reads the current
+//! item, shows the diff, asks for confirmation on a terminal, and sends the
+//! version it read as the expected version, so a concurrent edit is a
+//! conflict naming who changed it, never a silent overwrite.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use flagstream::model::{Rollout, Serve, Target, WeightedVariation};
+use flagstream::{Flag, FlagType, Segment, wire};
+use flagstream_proto::v1 as pb;
+use serde_json::Value as Json;
+
+use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation};
+
+/// Options shared by every write.
+#[derive(Debug, Clone, Args)]
+pub struct WriteArgs {
+    /// Wait until every subscriber applied the new revision.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits before exiting non-zero.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub wait_timeout: Duration,
+    /// Comment recorded in the audit log.
+    #[arg(long, default_value = "")]
+    pub comment: String,
+}
+
+/// Flag types on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TypeArg {
+    /// true / false.
+    Bool,
+    /// Strings.
+    String,
+    /// 64-bit integers.
+    Int,
+    /// Floats.
+    Float,
+    /// JSON documents.
+    Json,
+}
+
+/// `flag` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FlagCmd {
+    /// List flags: key, type, on/off, variations, rules, version, last change.
+    List {
+        /// Only flags with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Only keys starting with this.
+        #[arg(long)]
+        prefix: Option<String>,
+    },
+    /// Show one flag (YAML by default; -o json).
+    Get {
+        /// Flag key.
+        key: String,
+    },
+    /// Create a flag (off by default; bool flags get variations true,false).
+    Create {
+        /// Flag key.
+        key: String,
+        /// Value type.
+        #[arg(long = "type", value_enum, default_value = "bool")]
+        flag_type: TypeArg,
+        /// Variations, comma-separated (required except for bool).
+        #[arg(long, value_delimiter = ',')]
+        variations: Vec<String>,
+        /// Variation served when off [default: false for bool, else the first].
+        #[arg(long)]
+        off_variation: Option<String>,
+        /// Variation served when on and nothing matches [default: true for bool, else the first].
+        #[arg(long)]
+        fallthrough: Option<String>,
+        /// Turn it on at once.
+        #[arg(long)]
+        on: bool,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Tags, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        tags: Vec<String>,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Turn targeting on.
+    On {
+        /// Flag key.
+        key: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Turn targeting off (serve the off variation).
+    Off {
+        /// Flag key.
+        key: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Set the fallthrough to a percentage rollout: `flag rollout KEY true=10 false=90`.
+    Rollout {
+        /// Flag key.
+        key: String,
+        /// VARIATION=PERCENT pairs summing to 100 (percent may have 3 decimals).
+        #[arg(required = true)]
+        weights: Vec<String>,
+        /// Attribute to bucket by [default: key].
+        #[arg(long, default_value = "")]
+        bucket_by: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Add or remove individually targeted context keys.
+    Target {
+        /// Flag key.
+        key: String,
+        /// The variation (its value, or #INDEX).
+        #[arg(long)]
+        variation: String,
+        /// Context keys to add, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        add: Vec<String>,
+        /// Context keys to remove, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        remove: Vec<String>,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Replace a flag with the one in a YAML/JSON file.
+    Set {
+        /// Flag key (must match the file).
+        key: String,
+        /// The file.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Delete a flag.
+    Delete {
+        /// Flag key.
+        key: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Who changed a flag, when, from the audit log.
+    History {
+        /// Flag key.
+        key: String,
+        /// Most entries.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+}
+
+/// `segment` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SegmentCmd {
+    /// List segments.
+    List,
+    /// Show one segment.
+    Get {
+        /// Segment key.
+        key: String,
+    },
+    /// Create or replace a segment from a YAML/JSON file.
+    Set {
+        /// Segment key (must match the file).
+        key: String,
+        /// The file.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Delete a segment.
+    Delete {
+        /// Segment key.
+        key: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+}
+
+/// `eval` options.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Flag key.
+    pub flag: String,
+    /// Context key.
+    #[arg(long)]
+    pub key: String,
+    /// Context kind.
+    #[arg(long, default_value = "")]
+    pub kind: String,
+    /// Attributes as NAME=VALUE (numbers, true/false and [a,b] lists are typed).
+    #[arg(long = "attr")]
+    pub attrs: Vec<String>,
+}
+
+fn invalid(msg: impl Into<String>) -> Failure {
+    Failure::new(exit::INVALID, msg)
+}
+
+/// Reads a file of the export format (YAML or JSON by extension).
+pub(crate) fn read_file<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
+    } else {
+        serde_yaml_ng::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
+    }
+}
+
+/// A YAML rendering for diffs, without the store-managed fields.
+pub(crate) fn yaml_for_diff<T: serde::Serialize>(v: Option<&T>) -> String {
+    v.map(|v| serde_yaml_ng::to_string(v).unwrap_or_else(|e| format!("<unprintable: {e}>")))
+        .unwrap_or_default()
+}
+
+/// Prints a unified diff (stderr, so stdout stays data).
+pub(crate) fn show_diff(title: &str, before: &str, after: &str) {
+    eprintln!("{title}");
+    let diff = similar::TextDiff::from_lines(before, after);
+    for change in diff.iter_all_changes() {
+        let sign = match change.tag() {
+            similar::ChangeTag::Delete => "-",
+            similar::ChangeTag::Insert => "+",
+            similar::ChangeTag::Equal => " ",
+        };
+        eprint!("{sign} {change}");
+    }
+}
+
+/// Strips what the store sets, for comparing and showing.
+pub(crate) fn strip_flag(mut f: Flag) -> Flag {
+    f.version = 0;
+    f.revision = 0;
+    f
+}
+
+/// Strips what the store sets.
+pub(crate) fn strip_segment(mut s: Segment) -> Segment {
+    s.version = 0;
+    s.revision = 0;
+    s
+}
+
+fn parse_value(t: FlagType, s: &str) -> Result<Json, Failure> {
+    let bad = || invalid(format!("{s:?} is not a {} value", t.name()));
+    Ok(match t {
+        FlagType::Bool => Json::Bool(s.parse().map_err(|_| bad())?),
+        FlagType::String => Json::String(s.to_owned()),
+        FlagType::Int => Json::from(s.parse::<i64>().map_err(|_| bad())?),
+        FlagType::Float => Json::from(s.parse::<f64>().map_err(|_| bad())?),
+        FlagType::Json => serde_json::from_str(s).map_err(|_| bad())?,
+    })
+}
+
+/// The index of a variation named by value or `#INDEX`.
+fn variation_index(f: &Flag, s: &str) -> Result<u32, Failure> {
+    if let Some(i) = s.strip_prefix('#') {
+        let i: u32 = i.parse().map_err(|_| invalid(format!("{s:?}: not a variation index")))?;
+        return if (i as usize) < f.variations.len() {
+            Ok(i)
+        } else {
+            Err(invalid(format!("{s}: flag {:?} has {} variations", f.key, f.variations.len())))
+        };
+    }
+    let want = parse_value(f.flag_type, s)?;
+    f.variations.iter().position(|v| *v == want).map(|i| i as u32).ok_or_else(|| {
+        invalid(format!(
+            "flag {:?} has no variation {s}; variations: {}",
+            f.key,
+            Json::Array(f.variations.clone())
+        ))
+    })
+}
+
+async fn get_flag(conn: &mut Conn, key: &str) -> Result<Flag, Failure> {
+    let r = conn
+        .admin
+        .get_flag(pb::GetFlagRequest { environment: conn.env.clone(), key: key.into() })
+        .await?
+        .into_inner();
+    let f = r.flag.ok_or_else(|| Failure::new(exit::ERROR, "relay sent no flag"))?;
+    wire::flag_from_proto(&f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))
+}
+
+/// Shows the change, confirms, writes with the expected version, waits.
+async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &WriteArgs) -> CmdResult {
+    let b = yaml_for_diff(before.cloned().map(strip_flag).as_ref());
+    let a = yaml_for_diff(Some(&strip_flag(after.clone())));
+    if a == b {
+        println!("flag {:?}: no change", after.key);
+        return Ok(());
+    }
+    show_diff(&format!("flag {:?} in {}:", after.key, conn.env), &b, &a);
+    conn.confirm(&format!("write flag {:?}", after.key))?;
+    let expected = Some(before.map_or(0, |f| f.version));
+    let r = conn
+        .admin
+        .put_flag(pb::PutFlagRequest {
+            environment: conn.env.clone(),
+            flag: Some(wire::flag_to_proto(&after)),
+            expected_version: expected,
+            comment: w.comment.clone(),
+        })
+        .await?
+        .into_inner();
+    let revision = r.result.map_or(0, |r| r.revision);
+    println!("flag {:?} written: revision {revision}", after.key);
+    if w.wait {
+        wait_propagation(conn, revision, w.wait_timeout).await?;
+    }
+    Ok(())
+}
+
+/// Runs a `flag` subcommand.
+pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
+    match cmd {
+        FlagCmd::List { tag, prefix } => {
+            let r = conn
+                .admin
+                .list_flags(pb::ListFlagsRequest {
+                    environment: conn.env.clone(),
+                    tag: tag.unwrap_or_default(),
+                    key_prefix: prefix.unwrap_or_default(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let flags: Vec<Flag> = r
+                .flags
+                .iter()
+                .map(wire::flag_from_proto)
+                .collect::<Result<_, _>>()
+                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            if conn.output == Output::Table {
+                let mut t = comfy_table::Table::new();
+                t.load_preset(comfy_table::presets::NOTHING);
+                t.set_header(["KEY", "TYPE", "ON", "VARIATIONS", "RULES", "VERSION", "LAST CHANGE"]);
+                for f in &flags {
+                    t.add_row([
+                        f.key.clone(),
+                        f.flag_type.name().to_owned(),
+                        if f.on { "on" } else { "off" }.to_owned(),
+                        Json::Array(f.variations.clone()).to_string(),
+                        f.rules.len().to_string(),
+                        f.version.to_string(),
+                        format!("revision {}", f.revision),
+                    ]);
+                }
+                println!("{t}");
+            } else {
+                print_data(conn.output, &flags)?;
+            }
+        }
+        FlagCmd::Get { key } => {
+            let f = get_flag(conn, &key).await?;
+            print_data(if conn.output == Output::Table { Output::Yaml } else { conn.output }, &f)?;
+        }
+        FlagCmd::Create {
+            key,
+            flag_type,
+            variations,
+            off_variation,
+            fallthrough,
+            on,
+            description,
+            tags,
+            write,
+        } => {
+            let t = match flag_type {
+                TypeArg::Bool => FlagType::Bool,
+                TypeArg::String => FlagType::String,
+                TypeArg::Int => FlagType::Int,
+                TypeArg::Float => FlagType::Float,
+                TypeArg::Json => FlagType::Json,
+            };
+            let variations: Vec<Json> = if variations.is_empty() && t == FlagType::Bool {
+                vec![Json::Bool(true), Json::Bool(false)]
+            } else if variations.is_empty() {
+                return Err(invalid(format!("--variations is required for a {} flag", t.name())));
+            } else {
+                variations.iter().map(|v| parse_value(t, v)).collect::<Result<_, _>>()?
+            };
+            let mut f = Flag {
+                key: key.clone(),
+                flag_type: t,
+                variations,
+                on,
+                off_variation: 0,
+                targets: vec![],
+                rules: vec![],
+                fallthrough: Serve::variation(0),
+                prerequisites: vec![],
+                salt: String::new(),
+                version: 0,
+                revision: 0,
+                description,
+                tags,
+                owner: std::env::var("USER").unwrap_or_default(),
+            };
+            let bool_default =
+                |want: bool| f.variations.iter().position(|v| *v == Json::Bool(want)).unwrap_or(0) as u32;
+            f.off_variation = match &off_variation {
+                Some(v) => variation_index(&f, v)?,
+                None if t == FlagType::Bool => bool_default(false),
+                None => 0,
+            };
+            let ft = match &fallthrough {
+                Some(v) => variation_index(&f, v)?,
+                None if t == FlagType::Bool => bool_default(true),
+                None => 0,
+            };
+            f.fallthrough = Serve::variation(ft);
+            write_flag(conn, None, f, &write).await?;
+        }
+        FlagCmd::On { key, write } => set_on(conn, &key, true, &write).await?,
+        FlagCmd::Off { key, write } => set_on(conn, &key, false, &write).await?,
+        FlagCmd::Rollout { key, weights, bucket_by, write } => {
+            let before = get_flag(conn, &key).await?;
+            let mut after = before.clone();
+            let mut variations = Vec::new();
+            let mut total = 0u64;
+            for w in &weights {
+                let (v, pct) =
+                    w.split_once('=').ok_or_else(|| invalid(format!("{w:?}: expected VARIATION=PERCENT")))?;
+                let pct: f64 =
+                    pct.parse().map_err(|_| invalid(format!("{w:?}: {pct:?} is not a percentage")))?;
+                if !(0.0..=100.0).contains(&pct) {
+                    return Err(invalid(format!("{w:?}: percentage must be 0..=100")));
+                }
+                let weight = (pct * 1000.0).round() as u32;
+                total += u64::from(weight);
+                variations.push(WeightedVariation { variation: variation_index(&before, v)?, weight });
+            }
+            if total != 100_000 {
+                return Err(invalid(format!("weights sum to {}%, must be 100%", total as f64 / 1000.0)));
+            }
+            after.fallthrough = Serve::rollout(Rollout { bucket_by, seed: None, variations });
+            write_flag(conn, Some(&before), after, &write).await?;
+        }
+        FlagCmd::Target { key, variation, add, remove, write } => {
+            if add.is_empty() && remove.is_empty() {
+                return Err(invalid("nothing to do: pass --add and/or --remove"));
+            }
+            let before = get_flag(conn, &key).await?;
+            let v = variation_index(&before, &variation)?;
+            let mut after = before.clone();
+            match after.targets.iter_mut().find(|t| t.variation == v) {
+                Some(t) => {
+                    t.values.extend(add.iter().filter(|k| !t.values.contains(k)).cloned().collect::<Vec<_>>())
+                }
+                None if !add.is_empty() => after.targets.push(Target { variation: v, values: add.clone() }),
+                None => {}
+            }
+            for t in after.targets.iter_mut().filter(|t| t.variation == v) {
+                t.values.retain(|k| !remove.contains(k));
+            }
+            after.targets.retain(|t| !t.values.is_empty());
+            write_flag(conn, Some(&before), after, &write).await?;
+        }
+        FlagCmd::Set { key, file, write } => {
+            let after: Flag = read_file(&file)?;
+            if after.key != key {
+                return Err(invalid(format!("{}: holds flag {:?}, not {key:?}", file.display(), after.key)));
+            }
+            let before = match get_flag(conn, &key).await {
+                Ok(f) => Some(f),
+                Err(f) if f.code == exit::NOT_FOUND => None,
+                Err(f) => return Err(f),
+            };
+            write_flag(conn, before.as_ref(), after, &write).await?;
+        }
+        FlagCmd::Delete { key, write } => {
+            let before = get_flag(conn, &key).await?;
+            show_diff(
+                &format!("flag {key:?} in {}:", conn.env),
+                &yaml_for_diff(Some(&strip_flag(before.clone()))),
+                "",
+            );
+            conn.confirm(&format!("delete flag {key:?}"))?;
+            let r = conn
+                .admin
+                .delete_flag(pb::DeleteFlagRequest {
+                    environment: conn.env.clone(),
+                    key: key.clone(),
+                    expected_version: Some(before.version),
+                    comment: write.comment.clone(),
+                })
+                .await?
+                .into_inner();
+            let revision = r.result.map_or(0, |r| r.revision);
+            println!("flag {key:?} deleted: revision {revision}");
+            if write.wait {
+                wait_propagation(conn, revision, write.wait_timeout).await?;
+            }
+        }
+        FlagCmd::History { key, limit } => history(conn, pb::ItemKind::Flag, &key, limit).await?,
+    }
+    Ok(())
+}
+
+async fn set_on(conn: &mut Conn, key: &str, on: bool, w: &WriteArgs) -> CmdResult {
+    let before = get_flag(conn, key).await?;
+    let mut after = before.clone();
+    after.on = on;
+    write_flag(conn, Some(&before), after, w).await
+}
+
+async fn history(conn: &mut Conn, kind: pb::ItemKind, key: &str, limit: u32) -> CmdResult {
+    let r = conn
+        .admin
+        .list_audit(pb::ListAuditRequest {
+            environment: conn.env.clone(),
+            key: key.into(),
+            item_kind: kind as i32,
+            limit,
+            page_token: String::new(),
+        })
+        .await?
+        .into_inner();
+    let rows: Vec<_> = r
+        .entries
+        .iter()
+        .map(|e| {
+            let action = match pb::AuditAction::try_from(e.action) {
+                Ok(pb::AuditAction::Create) => "create",
+                Ok(pb::AuditAction::Delete) => "delete",
+                _ => "update",
+            };
+            (e, action)
+        })
+        .collect();
+    if conn.output == Output::Table {
+        let mut t = comfy_table::Table::new();
+        t.load_preset(comfy_table::presets::NOTHING);
+        t.set_header(["REVISION", "WHEN (UNIX MS)", "ACTOR", "ACTION", "VERSION", "COMMENT"]);
+        for (e, action) in &rows {
+            t.add_row([
+                e.revision.to_string(),
+                e.time_unix_ms.to_string(),
+                e.actor.clone(),
+                (*action).to_owned(),
+                format!("{} -> {}", e.version_before, e.version_after),
+                e.comment.clone(),
+            ]);
+        }
+        println!("{t}");
+    } else {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(e, action)| serde_json::json!({"revision": e.revision, "time_unix_ms": e.time_unix_ms, "actor": e.actor, "action": action, "version_before": e.version_before, "version_after": e.version_after, "comment": e.comment}))
+            .collect();
+        print_data(conn.output, &v)?;
+    }
+    Ok(())
+}
+
+/// Runs a `segment` subcommand.
+pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
+    match cmd {
+        SegmentCmd::List => {
+            let r = conn
+                .admin
+                .list_segments(pb::ListSegmentsRequest {
+                    environment: conn.env.clone(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let segs: Vec<Segment> = r
+                .segments
+                .iter()
+                .map(wire::segment_from_proto)
+                .collect::<Result<_, _>>()
+                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            if conn.output == Output::Table {
+                let mut t = comfy_table::Table::new();
+                t.load_preset(comfy_table::presets::NOTHING);
+                t.set_header(["KEY", "INCLUDED", "EXCLUDED", "RULES", "VERSION"]);
+                for s in &segs {
+                    t.add_row([
+                        s.key.clone(),
+                        s.included.len().to_string(),
+                        s.excluded.len().to_string(),
+                        s.rules.len().to_string(),
+                        s.version.to_string(),
+                    ]);
+                }
+                println!("{t}");
+            } else {
+                print_data(conn.output, &segs)?;
+            }
+        }
+        SegmentCmd::Get { key } => {
+            let r = conn
+                .admin
+                .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key })
+                .await?
+                .into_inner();
+            let s = wire::segment_from_proto(&r.segment.unwrap_or_default())
+                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            print_data(if conn.output == Output::Table { Output::Yaml } else { conn.output }, &s)?;
+        }
+        SegmentCmd::Set { key, file, write } => {
+            let after: Segment = read_file(&file)?;
+            if after.key != key {
+                return Err(invalid(format!(
+                    "{}: holds segment {:?}, not {key:?}",
+                    file.display(),
+                    after.key
+                )));
+            }
+            let before = match conn
+                .admin
+                .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key: key.clone() })
+                .await
+            {
+                Ok(r) => Some(
+                    wire::segment_from_proto(&r.into_inner().segment.unwrap_or_default())
+                        .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?,
+                ),
+                Err(s) if s.code() == tonic::Code::NotFound => None,
+                Err(s) => return Err(s.into()),
+            };
+            let b = yaml_for_diff(before.clone().map(strip_segment).as_ref());
+            let a = yaml_for_diff(Some(&strip_segment(after.clone())));
+            if a == b {
+                println!("segment {key:?}: no change");
+                return Ok(());
+            }
+            show_diff(&format!("segment {key:?} in {}:", conn.env), &b, &a);
+            conn.confirm(&format!("write segment {key:?}"))?;
+            let r = conn
+                .admin
+                .put_segment(pb::PutSegmentRequest {
+                    environment: conn.env.clone(),
+                    segment: Some(wire::segment_to_proto(&after)),
+                    expected_version: Some(before.map_or(0, |s| s.version)),
+                    comment: write.comment.clone(),
+                })
+                .await?
+                .into_inner();
+            let revision = r.result.map_or(0, |r| r.revision);
+            println!("segment {key:?} written: revision {revision}");
+            if write.wait {
+                wait_propagation(conn, revision, write.wait_timeout).await?;
+            }
+        }
+        SegmentCmd::Delete { key, write } => {
+            conn.confirm(&format!("delete segment {key:?}"))?;
+            let r = conn
+                .admin
+                .delete_segment(pb::DeleteSegmentRequest {
+                    environment: conn.env.clone(),
+                    key: key.clone(),
+                    expected_version: None,
+                    comment: write.comment.clone(),
+                })
+                .await?
+                .into_inner();
+            println!("segment {key:?} deleted: revision {}", r.result.map_or(0, |r| r.revision));
+        }
+    }
+    Ok(())
+}
+
+fn attr_value(s: &str) -> flagstream::AttrValue<'static> {
+    if let Some(list) = s.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+        let items: Vec<flagstream::Scalar<'static>> = list.split(',').map(|i| scalar(i.trim())).collect();
+        return flagstream::AttrValue::from(items);
+    }
+    flagstream::AttrValue::Scalar(scalar(s))
+}
+
+fn scalar(s: &str) -> flagstream::Scalar<'static> {
+    if let Ok(b) = s.parse::<bool>() {
+        flagstream::Scalar::Bool(b)
+    } else if let Ok(n) = s.parse::<f64>() {
+        flagstream::Scalar::Num(n)
+    } else {
+        flagstream::Scalar::Str(s.to_owned().into())
+    }
+}
+
+/// `eval`: evaluates on the relay and prints value, variation and reason.
+pub(crate) async fn eval(conn: &mut Conn, a: EvalArgs) -> CmdResult {
+    let mut ctx = flagstream::Context::new(a.key.clone()).kind(a.kind.clone());
+    for attr in &a.attrs {
+        let (name, value) =
+            attr.split_once('=').ok_or_else(|| invalid(format!("--attr {attr:?}: expected NAME=VALUE")))?;
+        ctx.set(name.to_owned(), attr_value(value));
+    }
+    let r = conn
+        .admin
+        .evaluate(pb::EvaluateRequest {
+            environment: conn.env.clone(),
+            flag_key: a.flag.clone(),
+            context: Some(wire::context_to_proto(&ctx)),
+            requested_type: 0,
+            default_value: None,
+        })
+        .await?
+        .into_inner();
+    let value = match r.value.and_then(|v| v.value) {
+        Some(pb::variation::Value::BoolValue(b)) => Json::Bool(b),
+        Some(pb::variation::Value::StringValue(s)) => Json::String(s),
+        Some(pb::variation::Value::IntValue(i)) => Json::from(i),
+        Some(pb::variation::Value::FloatValue(f)) => Json::from(f),
+        Some(pb::variation::Value::JsonValue(t)) => serde_json::from_str(&t).unwrap_or(Json::String(t)),
+        None => Json::Null,
+    };
+    let reason = r.reason.unwrap_or_default();
+    let kind = pb::ReasonKind::try_from(reason.kind)
+        .map_or("UNKNOWN".to_owned(), |k| k.as_str_name().trim_start_matches("REASON_KIND_").to_owned());
+    let mut detail = String::new();
+    if !reason.rule_id.is_empty() || kind == "RULE_MATCH" {
+        detail = format!(" (rule {} {:?})", reason.rule_index, reason.rule_id);
+    }
+    if !reason.prerequisite_key.is_empty() {
+        detail = format!(" (prerequisite {:?})", reason.prerequisite_key);
+    }
+    if kind == "ERROR" {
+        let e = pb::ErrorKind::try_from(reason.error)
+            .map_or("UNKNOWN".to_owned(), |k| k.as_str_name().trim_start_matches("ERROR_KIND_").to_owned());
+        detail = format!(" ({e})");
+    }
+    match conn.output {
+        Output::Table => {
+            println!("value      {value}");
+            println!("variation  {}", r.variation_index.map_or("-".to_owned(), |v| v.to_string()));
+            println!("reason     {kind}{detail}");
+            println!("version    {} (revision {})", r.flag_version, r.revision);
+        }
+        o => print_data(
+            o,
+            &serde_json::json!({"value": value, "variation": r.variation_index, "reason": kind, "detail": detail.trim(), "flag_version": r.flag_version, "revision": r.revision}),
+        )?,
+    }
+    if kind == "ERROR" {
+        return Err(Failure::new(exit::NOT_FOUND, format!("flag {:?}: {}", a.flag, detail.trim())));
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! `export` and `apply`: a whole environment as files, for GitOps. `apply`
+//! computes the plan against the relay, shows it, and writes it as one
+//! atomic batch (one revision) with the versions it read as expected
+//! versions; `--prune` deletes what the files no longer hold. Versions and
+//! revisions are the store's, so files carry neither, and `export | apply`
+//! is a no-op.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use flagstream::{Flag, FlagSet, Segment, wire};
+use flagstream_proto::v1 as pb;
+
+use super::flag::{read_file, show_diff, strip_flag, strip_segment, yaml_for_diff};
+use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation};
+
+/// `apply` options.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// A YAML/JSON file, or a directory of them (read in name order).
+    #[arg(short = 'f', long)]
+    pub file: PathBuf,
+    /// Delete flags and segments the files do not contain.
+    #[arg(long)]
+    pub prune: bool,
+    /// Show the plan and stop.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Wait until every subscriber applied the new revision.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits before exiting non-zero.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub wait_timeout: Duration,
+    /// Comment recorded in the audit log.
+    #[arg(long, default_value = "")]
+    pub comment: String,
+}
+
+/// The environment as the relay has it (versions kept for expectations).
+async fn current(conn: &mut Conn) -> Result<(FlagSet, u64), Failure> {
+    let mut set = FlagSet::default();
+    let mut token = String::new();
+    let mut revision = 0;
+    loop {
+        let r = conn
+            .admin
+            .list_flags(pb::ListFlagsRequest {
+                environment: conn.env.clone(),
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        revision = revision.max(r.revision);
+        for f in &r.flags {
+            set.flags.push(wire::flag_from_proto(f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
+        }
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
+    token.clear();
+    loop {
+        let r = conn
+            .admin
+            .list_segments(pb::ListSegmentsRequest {
+                environment: conn.env.clone(),
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        for s in &r.segments {
+            set.segments
+                .push(wire::segment_from_proto(s).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
+        }
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
+    Ok((set, revision))
+}
+
+/// `export`: the environment in the file format (YAML unless `-o json`).
+pub(crate) async fn export(conn: &mut Conn) -> CmdResult {
+    let (mut set, _) = current(conn).await?;
+    set.flags = set.flags.into_iter().map(strip_flag).collect();
+    set.segments = set.segments.into_iter().map(strip_segment).collect();
+    print_data(if conn.output == Output::Json { Output::Json } else { Output::Yaml }, &set)
+}
+
+fn read_sets(path: &Path) -> Result<FlagSet, Failure> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path)
+            .map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", path.display())))?;
+        for e in entries {
+            let p = e.map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", path.display())))?.path();
+            if p.extension().is_some_and(|x| x == "yaml" || x == "yml" || x == "json") {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_owned());
+    }
+    let mut all = FlagSet::default();
+    for f in files {
+        let set: FlagSet = read_file(&f)?;
+        all.flags.extend(set.flags);
+        all.segments.extend(set.segments);
+    }
+    Ok(all)
+}
+
+enum Step<T> {
+    Create(T),
+    Update(T, T),
+    Delete(T),
+}
+
+fn plan<T: Clone + PartialEq + serde::Serialize>(
+    want: Vec<T>,
+    have: Vec<T>,
+    key: impl Fn(&T) -> &str,
+    strip: impl Fn(T) -> T,
+    prune: bool,
+) -> Result<Vec<Step<T>>, Failure> {
+    let mut have: BTreeMap<String, T> = have.into_iter().map(|t| (key(&t).to_owned(), t)).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut steps = Vec::new();
+    for w in want {
+        let k = key(&w).to_owned();
+        if !seen.insert(k.clone()) {
+            return Err(Failure::new(exit::INVALID, format!("{k:?} appears twice in the files")));
+        }
+        match have.remove(&k) {
+            None => steps.push(Step::Create(w)),
+            Some(h) if strip(h.clone()) == strip(w.clone()) => {}
+            Some(h) => steps.push(Step::Update(h, w)),
+        }
+    }
+    if prune {
+        steps.extend(have.into_values().map(Step::Delete));
+    }
+    Ok(steps)
+}
+
+/// `apply`.
+pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
+    let want = read_sets(&a.file)?;
+    // Validate locally first: the same validator the relay runs.
+    flagstream::validate::flag_set(&want, &flagstream::Limits::default())
+        .map_err(|e| Failure::new(exit::INVALID, e.to_string()))?;
+    let (have, revision) = current(conn).await?;
+    let flags = plan(want.flags, have.flags, |f: &Flag| &f.key, strip_flag, a.prune)?;
+    let segments = plan(want.segments, have.segments, |s: &Segment| &s.key, strip_segment, a.prune)?;
+    if flags.is_empty() && segments.is_empty() {
+        println!("{}: up to date at revision {revision}", conn.env);
+        return Ok(());
+    }
+    let mut ops = Vec::new();
+    let (mut creates, mut updates, mut deletes) = (0, 0, 0);
+    // Segments first in the plan display; the batch is atomic either way.
+    for step in segments {
+        match step {
+            Step::Create(s) => {
+                creates += 1;
+                show_diff(
+                    &format!("+ segment {:?}", s.key),
+                    "",
+                    &yaml_for_diff(Some(&strip_segment(s.clone()))),
+                );
+                ops.push(pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
+                    segment: Some(wire::segment_to_proto(&s)),
+                    expected_version: Some(0),
+                }));
+            }
+            Step::Update(h, w) => {
+                updates += 1;
+                show_diff(
+                    &format!("~ segment {:?}", w.key),
+                    &yaml_for_diff(Some(&strip_segment(h.clone()))),
+                    &yaml_for_diff(Some(&strip_segment(w.clone()))),
+                );
+                ops.push(pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
+                    segment: Some(wire::segment_to_proto(&w)),
+                    expected_version: Some(h.version),
+                }));
+            }
+            Step::Delete(h) => {
+                deletes += 1;
+                eprintln!("- segment {:?}", h.key);
+                ops.push(pb::batch_op::Op::DeleteSegment(pb::DeleteSegmentOp {
+                    key: h.key.clone(),
+                    expected_version: Some(h.version),
+                }));
+            }
+        }
+    }
+    for step in flags {
+        match step {
+            Step::Create(f) => {
+                creates += 1;
+                show_diff(&format!("+ flag {:?}", f.key), "", &yaml_for_diff(Some(&strip_flag(f.clone()))));
+                ops.push(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                    flag: Some(wire::flag_to_proto(&f)),
+                    expected_version: Some(0),
+                }));
+            }
+            Step::Update(h, w) => {
+                updates += 1;
+                show_diff(
+                    &format!("~ flag {:?}", w.key),
+                    &yaml_for_diff(Some(&strip_flag(h.clone()))),
+                    &yaml_for_diff(Some(&strip_flag(w.clone()))),
+                );
+                ops.push(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                    flag: Some(wire::flag_to_proto(&w)),
+                    expected_version: Some(h.version),
+                }));
+            }
+            Step::Delete(h) => {
+                deletes += 1;
+                eprintln!("- flag {:?}", h.key);
+                ops.push(pb::batch_op::Op::DeleteFlag(pb::DeleteFlagOp {
+                    key: h.key.clone(),
+                    expected_version: Some(h.version),
+                }));
+            }
+        }
+    }
+    eprintln!(
+        "plan for {}: {creates} to create, {updates} to update, {deletes} to delete (from revision {revision})",
+        conn.env
+    );
+    if a.dry_run {
+        return Ok(());
+    }
+    conn.confirm(&format!("apply {} changes to {}", creates + updates + deletes, conn.env))?;
+    let r = conn
+        .admin
+        .batch(pb::BatchRequest {
+            environment: conn.env.clone(),
+            ops: ops.into_iter().map(|op| pb::BatchOp { op: Some(op) }).collect(),
+            expected_revision: None,
+            comment: a.comment.clone(),
+        })
+        .await?
+        .into_inner();
+    let new_revision = r.result.map_or(0, |r| r.revision);
+    println!("applied to {}: revision {new_revision}", conn.env);
+    if a.wait {
+        wait_propagation(conn, new_revision, a.wait_timeout).await?;
+    }
+    Ok(())
+}
