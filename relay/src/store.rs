@@ -382,7 +382,8 @@ impl Store {
             Arc::new(plan.snapshot.with_cursor(&state.epoch, revision)),
         );
         meta.checksum = new_state.checksum;
-        persist::commit(
+        // Durable before anyone is told: the caller, and the subscribers.
+        let outcome = match persist::commit(
             &self.inner.db,
             &self.inner.meta,
             &meta,
@@ -391,18 +392,22 @@ impl Store {
             &trimmed,
             actor,
             comment,
-        )?;
-        // Durable before anyone is told: the caller, and the subscribers.
-        self.inner.db.flush_async().await?;
+        ) {
+            Ok(()) => self.inner.db.flush_async().await.map(|_| ()).map_err(StoreError::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            // Whether sled persisted the revision is unknown: building the
+            // next write on memory could fork memory from disk.
+            env.poisoned.store(true, std::sync::atomic::Ordering::Release);
+            tracing::error!(env = %env_name, revision, error = %e, "commit failed; this environment refuses writes until the relay restarts");
+            self.inner.metrics.limit_hit("storage_failure");
+            return Err(e);
+        }
         env.meta.store(Arc::new(meta));
         env.state.store(Arc::new(new_state));
         env.head.send_replace(revision);
-        self.inner
-            .metrics
-            .head_revision
-            .get_or_create(&vec![("env", env_name.to_owned())])
-            .set(revision as i64);
-        self.update_gauges();
+        self.update_env_gauges(&env);
         Ok(WriteResult { revision, items: plan.versions })
     }
 
@@ -419,14 +424,18 @@ impl Store {
     }
 
     fn update_gauges(&self) {
-        let m = &self.inner.metrics;
         for env in self.inner.envs.load().values() {
-            let s = env.state.load();
-            let labels = vec![("env", s.name.clone())];
-            m.store_items.get_or_create(&labels).set(s.items.len() as i64);
-            m.store_bytes.get_or_create(&labels).set(s.item_bytes() as i64);
-            m.head_revision.get_or_create(&labels).set(s.revision as i64);
+            self.update_env_gauges(env);
         }
+    }
+
+    fn update_env_gauges(&self, env: &Env) {
+        let m = &self.inner.metrics;
+        let s = env.state.load();
+        let labels = vec![("env", s.name.clone())];
+        m.store_items.get_or_create(&labels).set(s.items.len() as i64);
+        m.store_bytes.get_or_create(&labels).set(s.item_bytes() as i64);
+        m.head_revision.get_or_create(&labels).set(s.revision as i64);
     }
 
     /// Flushes sled (shutdown).

@@ -85,7 +85,9 @@ pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, mut replica: Optio
         if healthy {
             backoff.reset();
         }
-        if shared.has_data() {
+        // The outage starts when a working stream ends, not at each failed
+        // attempt to get one back.
+        if !matches!(end, End::Connect(_)) {
             down_since = Instant::now();
         }
         bump(&shared.counters.reconnects);

@@ -80,6 +80,44 @@ async fn flag_lifecycle() {
         "json",
     ]);
     assert!(eval.contains("\"RULE_MATCH\""), "{eval}");
+    ctl.ok(&[
+        "flag",
+        "rule",
+        "add",
+        "launch",
+        "--id",
+        "ops",
+        "--clause",
+        "team in ops,sre",
+        "--clause",
+        "!age lt 18",
+        "--serve",
+        "true",
+        "--position",
+        "0",
+        "--yes",
+    ]);
+    let eval = ctl.ok(&["eval", "launch", "--key", "carol", "--attr", "team=sre", "--attr", "age=40"]);
+    assert!(eval.contains("RULE_MATCH (rule 0 \"ops\")"), "{eval}");
+    let e = ctl.fails(
+        &[
+            "flag",
+            "rule",
+            "add",
+            "launch",
+            "--id",
+            "x",
+            "--clause",
+            "team inn ops",
+            "--serve",
+            "true",
+            "--yes",
+        ],
+        5,
+    );
+    assert!(e.contains("unknown operator \"inn\""), "{e}");
+    ctl.ok(&["flag", "rule", "remove", "launch", "--id", "ops", "--yes"]);
+    ctl.fails(&["flag", "rule", "remove", "launch", "--id", "ops", "--yes"], 4);
     let history = ctl.ok(&["flag", "history", "launch"]);
     assert!(
         history.contains("ship it") && history.contains("3 -> 4") && history.contains("create"),

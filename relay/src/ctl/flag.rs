@@ -136,6 +136,9 @@ pub enum FlagCmd {
         #[command(flatten)]
         write: WriteArgs,
     },
+    /// Add or remove targeting rules.
+    #[command(subcommand)]
+    Rule(RuleCmd),
     /// Replace a flag with the one in a YAML/JSON file.
     Set {
         /// Flag key (must match the file).
@@ -163,6 +166,75 @@ pub enum FlagCmd {
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
+}
+
+/// `flag rule` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RuleCmd {
+    /// Add a rule: `flag rule add KEY --id us --clause "country in US,CA" --serve true`.
+    Add {
+        /// Flag key.
+        key: String,
+        /// Rule id (unique within the flag).
+        #[arg(long)]
+        id: String,
+        /// A clause "ATTRIBUTE OP V1,V2" (prefix "!" to negate); repeat for AND.
+        #[arg(long = "clause", required = true)]
+        clauses: Vec<String>,
+        /// The variation served when it matches (value or #INDEX).
+        #[arg(long)]
+        serve: String,
+        /// Position among the rules (0 = first) [default: last].
+        #[arg(long)]
+        position: Option<usize>,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Remove a rule by id.
+    Remove {
+        /// Flag key.
+        key: String,
+        /// Rule id.
+        #[arg(long)]
+        id: String,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+}
+
+/// Parses "ATTRIBUTE OP V1,V2" (leading "!" negates). Values are typed:
+/// numbers and true/false become numbers and bools unless quoted.
+fn parse_clause(s: &str) -> Result<flagstream::model::Clause, Failure> {
+    let (negate, rest) = match s.trim().strip_prefix('!') {
+        Some(r) => (true, r.trim()),
+        None => (false, s.trim()),
+    };
+    let mut parts = rest.splitn(3, char::is_whitespace);
+    let (Some(attribute), Some(op), Some(values)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(invalid(format!("--clause {s:?}: expected \"ATTRIBUTE OP VALUE[,VALUE...]\"")));
+    };
+    let op: flagstream::model::Operator = serde_json::from_value(Json::String(op.to_owned()))
+        .map_err(|_| invalid(format!("--clause {s:?}: unknown operator {op:?}")))?;
+    let values = values
+        .split(',')
+        .map(|v| {
+            let v = v.trim();
+            if let Some(q) = v.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
+                Json::String(q.to_owned())
+            } else if let Ok(b) = v.parse::<bool>() {
+                Json::Bool(b)
+            } else if let Ok(n) = v.parse::<i64>() {
+                Json::from(n)
+            } else if let Ok(f) = v.parse::<f64>() {
+                Json::from(f)
+            } else {
+                Json::String(v.to_owned())
+            }
+        })
+        .collect();
+    Ok(flagstream::model::Clause { attribute: attribute.to_owned(), op, values, negate })
 }
 
 /// `segment` subcommands.
@@ -474,6 +546,30 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 t.values.retain(|k| !remove.contains(k));
             }
             after.targets.retain(|t| !t.values.is_empty());
+            write_flag(conn, Some(&before), after, &write).await?;
+        }
+        FlagCmd::Rule(RuleCmd::Add { key, id, clauses, serve, position, write }) => {
+            let before = get_flag(conn, &key).await?;
+            let mut after = before.clone();
+            let rule = flagstream::model::Rule {
+                id: id.clone(),
+                clauses: clauses.iter().map(|c| parse_clause(c)).collect::<Result<_, _>>()?,
+                serve: Serve::variation(variation_index(&before, &serve)?),
+            };
+            let at = position.unwrap_or(after.rules.len()).min(after.rules.len());
+            after.rules.insert(at, rule);
+            write_flag(conn, Some(&before), after, &write).await?;
+        }
+        FlagCmd::Rule(RuleCmd::Remove { key, id, write }) => {
+            let before = get_flag(conn, &key).await?;
+            let mut after = before.clone();
+            after.rules.retain(|r| r.id != id);
+            if after.rules.len() == before.rules.len() {
+                return Err(Failure::new(
+                    exit::NOT_FOUND,
+                    format!("flag {key:?} has no rule with id {id:?}"),
+                ));
+            }
             write_flag(conn, Some(&before), after, &write).await?;
         }
         FlagCmd::Set { key, file, write } => {
