@@ -166,6 +166,18 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_CONCURRENT_STREAMS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_streams: Option<u32>,
+    /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
+    #[arg(long, env = "FLAGSTREAM_TLS_CERT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "FLAGSTREAM_TLS_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: require client certificates signed by it (mutual TLS).
+    #[arg(long, env = "FLAGSTREAM_TLS_CLIENT_CA")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "FLAGSTREAM_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -219,6 +231,26 @@ pub struct Config {
     pub max_concurrent_streams: u32,
     /// JSON logs?
     pub log_json: bool,
+    /// TLS material, read and checked at startup.
+    pub tls: Option<Tls>,
+}
+
+/// TLS settings, as PEM bytes.
+#[derive(Clone)]
+pub struct Tls {
+    /// Certificate chain.
+    pub cert: Vec<u8>,
+    /// Private key.
+    pub key: Vec<u8>,
+    /// Client CA (mutual TLS) if set.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("Tls").field("mutual", &self.client_ca.is_some()).finish_non_exhaustive()
+    }
 }
 
 /// A configuration problem: one line for the operator.
@@ -259,6 +291,21 @@ impl Options {
 
     fn finish(self) -> Result<Config, ConfigError> {
         let d = |v: Option<Dur>, default: u64| v.map_or(Duration::from_secs(default), |d| d.0);
+        let read = |opt: &str, p: &PathBuf| {
+            std::fs::read(p).map_err(|e| ConfigError(format!("{opt}: {}: {e}", p.display())))
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Some(Tls {
+                cert: read("tls-cert", c)?,
+                key: read("tls-key", k)?,
+                client_ca: self.tls_client_ca.as_ref().map(|p| read("tls-client-ca", p)).transpose()?,
+            }),
+            (None, None) if self.tls_client_ca.is_some() => {
+                return Err(ConfigError("tls-client-ca: needs tls-cert and tls-key".into()));
+            }
+            (None, None) => None,
+            _ => return Err(ConfigError("tls-cert and tls-key: set both or neither".into())),
+        };
         let c = Config {
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
@@ -288,6 +335,7 @@ impl Options {
                     return Err(ConfigError(format!("log-format: {other:?} is not `text` or `json`")));
                 }
             },
+            tls,
         };
         let check = |ok: bool, msg: String| if ok { Ok(()) } else { Err(ConfigError(msg)) };
         check(

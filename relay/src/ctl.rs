@@ -71,6 +71,15 @@ pub struct ConnArgs {
     /// Config file [default: ~/.config/flagstream/config.toml].
     #[arg(long, global = true, env = "FLAGSTREAM_CLI_CONFIG")]
     pub config: Option<PathBuf>,
+    /// PEM CA bundle to trust for an https:// relay (default: public roots).
+    #[arg(long, global = true, env = "FLAGSTREAM_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with --client-key).
+    #[arg(long, global = true, env = "FLAGSTREAM_CLIENT_CERT")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM key of --client-cert.
+    #[arg(long, global = true, env = "FLAGSTREAM_CLIENT_KEY")]
+    pub client_key: Option<PathBuf>,
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value = "table")]
     pub output: Output,
@@ -244,6 +253,37 @@ struct Profile {
     token: Option<String>,
     token_file: Option<PathBuf>,
     env: Option<String>,
+    ca_cert: Option<PathBuf>,
+    client_cert: Option<PathBuf>,
+    client_key: Option<PathBuf>,
+}
+
+fn read_pem(what: &str, p: &std::path::Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(p).map_err(|e| Failure::new(exit::USAGE, format!("{what} {}: {e}", p.display())))
+}
+
+/// The TLS configuration for an https:// relay.
+fn tls_config(
+    ca: Option<&std::path::Path>,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> Result<tonic::transport::ClientTlsConfig, Failure> {
+    let mut c = tonic::transport::ClientTlsConfig::new();
+    c = match ca {
+        Some(p) => c.ca_certificate(tonic::transport::Certificate::from_pem(read_pem("--ca-cert", p)?)),
+        None => c.with_webpki_roots(),
+    };
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            c = c.identity(tonic::transport::Identity::from_pem(
+                read_pem("--client-cert", cert)?,
+                read_pem("--client-key", key)?,
+            ));
+        }
+        (None, None) => {}
+        _ => return Err(Failure::new(exit::USAGE, "--client-cert and --client-key: set both or neither")),
+    }
+    Ok(c)
 }
 
 fn profile(args: &ConnArgs) -> Result<Profile, Failure> {
@@ -290,10 +330,18 @@ impl Conn {
                 })?
             }
         };
-        let ep = Endpoint::from_shared(relay.clone())
+        let mut ep = Endpoint::from_shared(relay.clone())
             .map_err(|e| Failure::new(exit::USAGE, format!("--relay {relay:?}: {e}")))?
             .connect_timeout(args.connect_timeout)
             .timeout(Duration::from_secs(30));
+        if relay.starts_with("https://") {
+            let tls = tls_config(
+                args.ca_cert.as_deref().or(p.ca_cert.as_deref()),
+                args.client_cert.as_deref().or(p.client_cert.as_deref()),
+                args.client_key.as_deref().or(p.client_key.as_deref()),
+            )?;
+            ep = ep.tls_config(tls).map_err(|e| Failure::new(exit::USAGE, format!("TLS: {}", chain(&e))))?;
+        }
         let channel = tokio::time::timeout(args.connect_timeout, ep.connect())
             .await
             .map_err(|_| {
@@ -515,11 +563,14 @@ async fn status(conn: &mut Conn) -> CmdResult {
 
 async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
     let relay = args.relay.clone().unwrap_or_else(|| "http://127.0.0.1:7070".into());
-    let client = flagstream::Client::builder()
-        .endpoints([relay.clone()])
-        .sdk_key(w.sdk_key)
-        .build()
-        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(w.sdk_key);
+    if let Some(ca) = &args.ca_cert {
+        builder = builder.tls_ca_pem(read_pem("--ca-cert", ca)?);
+    }
+    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        builder = builder.tls_identity_pem(read_pem("--client-cert", cert)?, read_pem("--client-key", key)?);
+    }
+    let client = builder.build().map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let status = client.wait_ready(args.connect_timeout.max(Duration::from_secs(1))).await;
     if !status.has_data() {
         return Err(Failure::new(exit::ERROR, format!("cannot subscribe to {relay}: {status:?}")));

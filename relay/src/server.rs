@@ -152,7 +152,16 @@ pub async fn serve(
         AdminAuth { token_hash },
     );
     let server_stop = CancellationToken::new();
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = &cfg.tls {
+        let mut t = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
+        if let Some(ca) = &tls.client_ca {
+            t = t.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(t).map_err(|e| anyhow::anyhow!("TLS configuration: {e}"))?;
+    }
+    let server = builder
         .http2_keepalive_interval(Some(cfg.keepalive_interval))
         .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
         .max_concurrent_streams(Some(cfg.max_concurrent_streams))

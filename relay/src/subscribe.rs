@@ -68,7 +68,13 @@ impl sync_server::Sync for SyncService {
         &self,
         request: Request<Streaming<pb::SubscribeRequest>>,
     ) -> Result<Response<Outgoing>, Status> {
-        let conn = request.extensions().get::<ConnInfo>().cloned();
+        // Plain TCP: our ConnInfo; over TLS, tonic wraps it.
+        let conn = request.extensions().get::<ConnInfo>().cloned().or_else(|| {
+            request
+                .extensions()
+                .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
+                .map(|t| t.get_ref().clone())
+        });
         let mut inbound = request.into_inner();
         let refused = |reason: &str| {
             let labels = vec![("result", "rejected".to_owned()), ("reason", reason.to_owned())];

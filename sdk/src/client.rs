@@ -134,6 +134,7 @@ impl Default for Builder {
                 stale_after: Duration::from_secs(5),
                 max_message_bytes: 16 << 20,
                 limits: Limits::default(),
+                tls: crate::sync::ClientTls::default(),
             },
             cache_dir: None,
             cache_interval: Duration::from_millis(500),
@@ -177,6 +178,20 @@ impl Builder {
     /// Directory of the last-known-good cache (created if missing).
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// For `https://` endpoints: trust this PEM CA bundle instead of the
+    /// public web roots.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.cfg.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// For `https://` endpoints: present this client certificate and key
+    /// (PEM) for mutual TLS.
+    pub fn tls_identity_pem(mut self, cert: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.cfg.tls.identity = Some((cert.into(), key.into()));
         self
     }
 

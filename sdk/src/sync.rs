@@ -54,6 +54,40 @@ pub(crate) struct SyncConfig {
     pub(crate) stale_after: Duration,
     pub(crate) max_message_bytes: usize,
     pub(crate) limits: Limits,
+    pub(crate) tls: ClientTls,
+}
+
+/// TLS settings for `https://` endpoints.
+#[derive(Clone, Default)]
+pub(crate) struct ClientTls {
+    /// PEM CA bundle to trust instead of the public web roots.
+    pub(crate) ca: Option<Vec<u8>>,
+    /// PEM client certificate and key (mutual TLS).
+    pub(crate) identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("custom_ca", &self.ca.is_some())
+            .field("client_identity", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl ClientTls {
+    /// The tonic TLS configuration.
+    pub(crate) fn config(&self) -> tonic::transport::ClientTlsConfig {
+        let mut c = tonic::transport::ClientTlsConfig::new();
+        c = match &self.ca {
+            Some(ca) => c.ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            None => c.with_webpki_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            c = c.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        c
+    }
 }
 
 /// Why a stream ended.
@@ -158,12 +192,16 @@ async fn connect(cfg: &SyncConfig, endpoint: &str) -> Result<Channel, String> {
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_keepalive(Some(cfg.keepalive_interval));
     http.set_tcp_user_timeout(Some(cfg.tcp_user_timeout));
-    let ep = Endpoint::from_shared(endpoint.to_owned())
+    let mut ep = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| format!("invalid endpoint: {e}"))?
         .connect_timeout(cfg.connect_timeout)
         .http2_keep_alive_interval(cfg.keepalive_interval)
         .keep_alive_timeout(cfg.keepalive_timeout)
         .keep_alive_while_idle(true);
+    if endpoint.starts_with("https://") {
+        ep =
+            ep.tls_config(cfg.tls.config()).map_err(|e| format!("TLS configuration: {}", error_chain(&e)))?;
+    }
     match tokio::time::timeout(cfg.connect_timeout, ep.connect_with_connector(http)).await {
         Ok(Ok(ch)) => Ok(ch),
         Ok(Err(e)) => Err(format!("connect failed: {}", error_chain(&e))),
