@@ -562,13 +562,22 @@ async fn status(conn: &mut Conn) -> CmdResult {
 }
 
 async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
-    let relay = args.relay.clone().unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    let p = profile(args)?;
+    let relay = args.relay.clone().or(p.relay).unwrap_or_else(|| "http://127.0.0.1:7070".into());
     let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(w.sdk_key);
-    if let Some(ca) = &args.ca_cert {
+    if let Some(ca) = args.ca_cert.as_deref().or(p.ca_cert.as_deref()) {
         builder = builder.tls_ca_pem(read_pem("--ca-cert", ca)?);
     }
-    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
-        builder = builder.tls_identity_pem(read_pem("--client-cert", cert)?, read_pem("--client-key", key)?);
+    match (
+        args.client_cert.as_deref().or(p.client_cert.as_deref()),
+        args.client_key.as_deref().or(p.client_key.as_deref()),
+    ) {
+        (Some(cert), Some(key)) => {
+            builder =
+                builder.tls_identity_pem(read_pem("--client-cert", cert)?, read_pem("--client-key", key)?);
+        }
+        (None, None) => {}
+        _ => return Err(Failure::new(exit::USAGE, "--client-cert and --client-key: set both or neither")),
     }
     let client = builder.build().map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let status = client.wait_ready(args.connect_timeout.max(Duration::from_secs(1))).await;

@@ -20,8 +20,8 @@ pub(crate) const KEY: &[u8] = b"snapshot";
 /// Cache problems; none of them stops the client.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    /// Another process holds the cache directory.
-    #[error("cache directory {path} is in use by another process")]
+    /// Another client (in this or another process) holds the directory.
+    #[error("cache directory {path} is in use by another client (give each client its own cache_dir)")]
     Locked {
         /// The directory.
         path: String,
@@ -61,10 +61,14 @@ impl Cache {
     }
 
     /// The cached snapshot, if there is a usable one.
-    pub(crate) fn load(&self, limits: &Limits) -> Result<Option<(Replica, Arc<Snapshot>)>, CacheError> {
+    pub(crate) fn load(
+        &self,
+        key_fingerprint: u64,
+        limits: &Limits,
+    ) -> Result<Option<(Replica, Arc<Snapshot>)>, CacheError> {
         let Some(bytes) = self.db.get(KEY)? else { return Ok(None) };
         let blob = CacheBlob::decode(bytes.as_ref())?;
-        Ok(Some(Replica::from_blob(blob, limits)?))
+        Ok(Some(Replica::from_blob(blob, key_fingerprint, limits)?))
     }
 
     /// Replaces the cached snapshot atomically and durably.

@@ -96,6 +96,9 @@ pub enum BuildError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A setting is out of range.
+    #[error("invalid setting: {0}")]
+    Config(String),
     /// `build()` was called outside a Tokio runtime.
     #[error("build() must run inside a Tokio runtime (the sync task is spawned on it)")]
     NoRuntime,
@@ -241,6 +244,14 @@ impl Builder {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| BuildError::NoRuntime)?;
         let (status, _) = watch::channel(Status::Initializing { attempts: Vec::new() });
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        if self.cfg.watchdog_misses == 0
+            || self.cfg.heartbeat_default.is_zero()
+            || self.cfg.first_message_timeout.is_zero()
+        {
+            return Err(BuildError::Config(
+                "watchdog_misses, heartbeat_default and first_message_timeout must be non-zero".into(),
+            ));
+        }
         let offline = self.file.is_some() || self.test_data.is_some();
         if !offline {
             if self.cfg.endpoints.is_empty() {
@@ -292,7 +303,7 @@ impl Builder {
 
         let mut replica = None;
         if let Some(c) = &cache {
-            match c.load(&self.cfg.limits) {
+            match c.load(sync::key_fingerprint(&self.cfg.sdk_key), &self.cfg.limits) {
                 Ok(Some((r, snap))) => {
                     tracing::info!(
                         revision = r.revision,
@@ -313,7 +324,8 @@ impl Builder {
         }
         let mut tasks = vec![runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica))];
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
-            tasks.push(runtime.spawn(sync::cache_writer(shared.clone(), cache, rx, self.cache_interval)));
+            let fp = sync::key_fingerprint(&self.cfg.sdk_key);
+            tasks.push(runtime.spawn(sync::cache_writer(shared.clone(), cache, rx, self.cache_interval, fp)));
         }
         Ok(Client { shared, _tasks: Arc::new(Tasks(tasks)) })
     }
@@ -390,7 +402,8 @@ impl Client {
     where
         T: for<'s> FromValue<'s> + 'a,
     {
-        let snap = self.shared.cell.load();
+        // `ready` first: publish stores the cell before setting it, so a
+        // reader that sees it set also sees the published snapshot.
         if !self.shared.ready.load(Ordering::Acquire) {
             self.shared.counters.fallback(ErrorKind::NotReady);
             return f(Detail {
@@ -402,6 +415,7 @@ impl Client {
                 stale: false,
             });
         }
+        let snap = self.shared.cell.load();
         let mut d = snap.detail(key, ctx, default);
         if let Reason::Error(kind) = d.reason {
             self.shared.counters.fallback(kind);
@@ -442,11 +456,11 @@ impl Client {
         default: &str,
         f: impl FnOnce(&str) -> R,
     ) -> R {
-        let snap = self.shared.cell.load();
         if !self.shared.ready.load(Ordering::Acquire) {
             self.shared.counters.fallback(ErrorKind::NotReady);
             return f(default);
         }
+        let snap = self.shared.cell.load();
         let d = snap.detail(key, ctx, default);
         if let Reason::Error(kind) = d.reason {
             self.shared.counters.fallback(kind);
@@ -487,11 +501,11 @@ impl Client {
 
     /// [`Client::string`] with the full result.
     pub fn string_detail(&self, key: &str, ctx: &Context<'_>, default: &str) -> EvaluationDetail<String> {
-        let snap = self.shared.cell.load();
         if !self.shared.ready.load(Ordering::Acquire) {
             self.shared.counters.fallback(ErrorKind::NotReady);
             return not_ready(default.to_owned());
         }
+        let snap = self.shared.cell.load();
         let mut d = snap.detail(key, ctx, default);
         if let Reason::Error(kind) = d.reason {
             self.shared.counters.fallback(kind);
@@ -502,11 +516,11 @@ impl Client {
 
     /// [`Client::json`] with the full result.
     pub fn json_detail(&self, key: &str, ctx: &Context<'_>, default: Json) -> EvaluationDetail<Json> {
-        let snap = self.shared.cell.load();
         if !self.shared.ready.load(Ordering::Acquire) {
             self.shared.counters.fallback(ErrorKind::NotReady);
             return not_ready(default);
         }
+        let snap = self.shared.cell.load();
         let mut d = snap.detail(key, ctx, Cow::Owned(default));
         if let Reason::Error(kind) = d.reason {
             self.shared.counters.fallback(kind);
@@ -540,7 +554,7 @@ impl Client {
     pub async fn wait_ready(&self, timeout: Duration) -> Status {
         let mut rx = self.status_watch();
         // A timeout just returns the status as it is.
-        let waited = tokio::time::timeout(timeout, rx.wait_for(|s| matches!(s, Status::Ready { .. }))).await;
+        let waited = tokio::time::timeout(timeout, rx.wait_for(Status::has_data)).await;
         if waited.is_err() {
             tracing::debug!(?timeout, "wait_ready timed out");
         }
@@ -569,8 +583,13 @@ impl Client {
         let key = key.to_owned();
         tokio::spawn(async move {
             loop {
-                match changes.recv().await {
-                    Ok(c) if !c.flags.is_empty() && !c.flags.contains(&key) => continue,
+                // Any change may move this flag (its segments and
+                // prerequisites change too); re-evaluate and compare.
+                let change = tokio::select! {
+                    _ = tx.closed() => return,
+                    c = changes.recv() => c,
+                };
+                match change {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                         let v = client.json(&key, &ctx, Json::Null);
                         tx.send_if_modified(|old| {
@@ -581,9 +600,6 @@ impl Client {
                                 true
                             }
                         });
-                        if tx.is_closed() {
-                            return;
-                        }
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 }

@@ -154,10 +154,10 @@ impl FeatureProvider for FlagstreamProvider {
         ctx: &EvaluationContext,
     ) -> EvaluationResult<ResolutionDetails<String>> {
         let ctx = context(ctx);
-        let snap = self.client.snapshot();
         if !self.client.status().has_data() {
             return Err(EvaluationError::builder().code(EvaluationErrorCode::ProviderNotReady).build());
         }
+        let snap = self.client.snapshot();
         let mut d = snap.detail(key, &ctx, "");
         d.stale = self.client.status().is_stale();
         resolve(d, |s: &str| Ok(s.to_owned()))
@@ -169,10 +169,10 @@ impl FeatureProvider for FlagstreamProvider {
         ctx: &EvaluationContext,
     ) -> EvaluationResult<ResolutionDetails<StructValue>> {
         let ctx = context(ctx);
-        let snap = self.client.snapshot();
         if !self.client.status().has_data() {
             return Err(EvaluationError::builder().code(EvaluationErrorCode::ProviderNotReady).build());
         }
+        let snap = self.client.snapshot();
         let mut d = snap.detail(key, &ctx, Cow::Owned(Json::Null));
         d.stale = self.client.status().is_stale();
         resolve(d, |j: Cow<'_, Json>| match Value::try_from(j.as_ref())? {

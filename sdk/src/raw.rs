@@ -95,4 +95,8 @@ pub(crate) struct CacheBlob {
     pub(crate) segments: Vec<Bytes>,
     #[prost(uint64, tag = "7")]
     pub(crate) written_unix_ms: u64,
+    /// XXH3 of the SDK key the snapshot was received with: a cache is never
+    /// served to a client of another environment.
+    #[prost(fixed64, tag = "8")]
+    pub(crate) key_fingerprint: u64,
 }

@@ -67,6 +67,20 @@ pub enum ApplyError {
         /// Expected index.
         want: u32,
     },
+    /// A snapshot larger than the snapshot size limit.
+    #[error("snapshot of {bytes} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Bytes received.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A message that contradicts itself (e.g. upserts and deletes one key).
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// A cache written for another SDK key.
+    #[error("cache belongs to another SDK key")]
+    OtherKey,
     /// A cache of another format version.
     #[error("cache format {0} is not {CACHE_FORMAT}")]
     Format(u32),
@@ -150,8 +164,13 @@ impl Replica {
         Ok((r, snapshot))
     }
 
-    /// Applies a complete, in-order snapshot.
-    pub(crate) fn from_chunks(chunks: Vec<RawChunk>, limits: &Limits) -> Result<Applied, ApplyError> {
+    /// Applies a complete, in-order snapshot. `previous` (the replica it
+    /// replaces) makes the change list include flags the snapshot removed.
+    pub(crate) fn from_chunks(
+        chunks: Vec<RawChunk>,
+        previous: Option<&Replica>,
+        limits: &Limits,
+    ) -> Result<Applied, ApplyError> {
         for (i, c) in chunks.iter().enumerate() {
             if c.chunk_index as usize != i {
                 return Err(ApplyError::ChunkOrder { got: c.chunk_index, want: i as u32 });
@@ -163,7 +182,10 @@ impl Replica {
         let segments: Vec<Bytes> = chunks.iter().flat_map(|c| c.segments.iter().cloned()).collect();
         let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits, true)?;
         replica.verify(expected)?;
-        let changed_flags = replica.flags.keys().cloned().collect();
+        let mut changed_flags: Vec<String> = replica.flags.keys().cloned().collect();
+        if let Some(prev) = previous {
+            changed_flags.extend(prev.flags.keys().filter(|k| !replica.flags.contains_key(*k)).cloned());
+        }
         Ok(Applied { replica, snapshot, changed_flags })
     }
 
@@ -181,6 +203,31 @@ impl Replica {
                 ours: self.revision,
                 epoch_ok: d.epoch == self.epoch,
             });
+        }
+        if !d.deleted_flag_keys.is_empty() || !d.deleted_segment_keys.is_empty() {
+            let upserted: std::collections::HashSet<String> = d
+                .upserted_flags
+                .iter()
+                .filter_map(|b| decode_flag(b).ok().map(|f| format!("f/{}", f.key)))
+                .chain(
+                    d.upserted_segments
+                        .iter()
+                        .filter_map(|b| decode_segment(b).ok().map(|s| format!("s/{}", s.key))),
+                )
+                .collect();
+            let deleted = d
+                .deleted_flag_keys
+                .iter()
+                .map(|k| format!("f/{k}"))
+                .chain(d.deleted_segment_keys.iter().map(|k| format!("s/{k}")));
+            for key in deleted {
+                if upserted.contains(&key) {
+                    return Err(ApplyError::Protocol(format!(
+                        "delta both upserts and deletes {}",
+                        &key[2..]
+                    )));
+                }
+            }
         }
         let mut next = self.clone();
         let mut change = FlagSet::default();
@@ -223,9 +270,10 @@ impl Replica {
         Ok(Applied { replica: next, snapshot, changed_flags })
     }
 
-    /// The cache form.
-    pub(crate) fn to_blob(&self, now_ms: u64) -> CacheBlob {
+    /// The cache form, stamped with the SDK key's fingerprint.
+    pub(crate) fn to_blob(&self, now_ms: u64, key_fingerprint: u64) -> CacheBlob {
         CacheBlob {
+            key_fingerprint,
             format: CACHE_FORMAT,
             epoch: self.epoch.clone(),
             revision: self.revision,
@@ -241,10 +289,14 @@ impl Replica {
     /// compiling skips validation (cold start speed).
     pub(crate) fn from_blob(
         blob: CacheBlob,
+        key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<(Replica, Arc<Snapshot>), ApplyError> {
         if blob.format != CACHE_FORMAT {
             return Err(ApplyError::Format(blob.format));
+        }
+        if blob.key_fingerprint != key_fingerprint {
+            return Err(ApplyError::OtherKey);
         }
         let (r, s) =
             Replica::from_items(blob.epoch, blob.revision, blob.flags, blob.segments, limits, false)?;

@@ -57,6 +57,12 @@ pub(crate) struct SyncConfig {
     pub(crate) tls: ClientTls,
 }
 
+/// The fingerprint that ties a cache to its SDK key (not a secret: a
+/// 64-bit hash, so a cache file does not reveal the key).
+pub(crate) fn key_fingerprint(sdk_key: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(sdk_key.as_bytes())
+}
+
 /// TLS settings for `https://` endpoints.
 #[derive(Clone, Default)]
 pub(crate) struct ClientTls {
@@ -105,23 +111,40 @@ enum End {
     Resync(ApplyError),
 }
 
+/// What one stream achieved before it ended.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Messages received.
+    messages: u64,
+    /// Snapshots and deltas applied.
+    applied: u64,
+}
+
 /// The sync task. Runs until aborted (the client is dropped).
 pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, mut replica: Option<Replica>) {
     let mut backoff = Backoff::new(cfg.backoff_base, cfg.backoff_cap);
     let mut idx = 0usize;
     let mut down_since = Instant::now();
     let mut attempts: Vec<Attempt> = Vec::new();
+    // Resyncs since the last successful apply: the second in a row backs
+    // off and moves on, so data this SDK cannot apply never becomes a
+    // fleet-wide snapshot storm.
+    let mut resyncs_in_row = 0u32;
     loop {
         let endpoint = cfg.endpoints[idx % cfg.endpoints.len()].clone();
         let started = Instant::now();
-        let end = stream_once(&shared, &cfg, &endpoint, &mut replica).await;
+        let mut progress = Progress::default();
+        let end = stream_once(&shared, &cfg, &endpoint, &mut replica, &mut progress).await;
         let healthy = started.elapsed() >= cfg.healthy_after;
         if healthy {
             backoff.reset();
         }
-        // The outage starts when a working stream ends, not at each failed
-        // attempt to get one back.
-        if !matches!(end, End::Connect(_)) {
+        if progress.applied > 0 {
+            resyncs_in_row = 0;
+        }
+        // The outage starts when a stream that worked (delivered at least
+        // one message) ends, not at each failed attempt to get one back.
+        if progress.messages > 0 {
             down_since = Instant::now();
         }
         bump(&shared.counters.reconnects);
@@ -148,7 +171,13 @@ pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, mut replica: Optio
                 if let Some(r) = &mut replica {
                     r.epoch.clear();
                 }
-                (jitter_up_to(Duration::from_millis(200)), false, format!("{endpoint}: resync after: {e}"))
+                resyncs_in_row += 1;
+                let reason = format!("{endpoint}: resync after: {e}");
+                if resyncs_in_row > 1 {
+                    (backoff.fail(), true, reason)
+                } else {
+                    (jitter_up_to(Duration::from_millis(200)), false, reason)
+                }
             }
         };
         tracing::info!(endpoint = %endpoint, reason = %reason, retry_in = ?delay, "relay stream ended");
@@ -226,6 +255,7 @@ async fn stream_once(
     cfg: &SyncConfig,
     endpoint: &str,
     replica: &mut Option<Replica>,
+    progress: &mut Progress,
 ) -> End {
     let channel = match connect(cfg, endpoint).await {
         Ok(c) => c,
@@ -263,8 +293,20 @@ async fn stream_once(
     bump(&shared.counters.connects);
     let mut watchdog = cfg.first_message_timeout;
     let mut chunks: Vec<RawChunk> = Vec::new();
-    let mut connected_announced = false;
+    let mut chunk_bytes = 0usize;
+    let mut pending_ack: Option<pb::SubscribeRequest> = None;
     loop {
+        // An ack that found the queue full is retried here, so the newest
+        // applied revision always reaches the relay eventually.
+        if let Some(ack) = pending_ack.take() {
+            match tx.try_send(ack) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(ack)) => pending_ack = Some(ack),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return End::Broken("request stream closed".into());
+                }
+            }
+        }
         let msg = match tokio::time::timeout(watchdog, stream.message()).await {
             Err(_) => return End::Stalled(watchdog),
             Ok(Err(status)) => {
@@ -273,26 +315,47 @@ async fn stream_once(
             Ok(Ok(None)) => return End::Broken("stream closed by the relay".into()),
             Ok(Ok(Some(m))) => m,
         };
-        if !connected_announced {
-            connected_announced = true;
+        progress.messages += 1;
+        if progress.messages == 1 {
             tracing::info!(endpoint = %endpoint, "relay stream open");
-        }
-        if watchdog == cfg.first_message_timeout {
-            watchdog = cfg.heartbeat_default * cfg.watchdog_misses;
+            watchdog = cfg.heartbeat_default.saturating_mul(cfg.watchdog_misses);
         }
         let applied = match msg.kind {
             Some(RawKind::SnapshotChunk(c)) => {
                 if c.chunk_index == 0 {
                     chunks.clear();
+                    chunk_bytes = 0;
+                }
+                // Check each chunk as it arrives: in order, of one snapshot,
+                // and within the snapshot size limit (memory stays bounded
+                // even if a relay never sends the last chunk).
+                let consistent =
+                    chunks.first().is_none_or(|first| first.epoch == c.epoch && first.revision == c.revision);
+                if c.chunk_index as usize != chunks.len()
+                    || c.chunk_index >= c.total_chunks.max(1)
+                    || !consistent
+                {
+                    return End::Resync(ApplyError::ChunkOrder {
+                        got: c.chunk_index,
+                        want: chunks.len() as u32,
+                    });
+                }
+                chunk_bytes += c.flags.iter().chain(&c.segments).map(|b| b.len()).sum::<usize>();
+                if chunk_bytes > cfg.limits.max_snapshot_bytes {
+                    return End::Resync(ApplyError::TooLarge {
+                        bytes: chunk_bytes,
+                        limit: cfg.limits.max_snapshot_bytes,
+                    });
                 }
                 let last = c.last_chunk;
                 chunks.push(c);
                 if !last {
                     continue;
                 }
-                match Replica::from_chunks(std::mem::take(&mut chunks), &cfg.limits) {
+                match Replica::from_chunks(std::mem::take(&mut chunks), replica.as_ref(), &cfg.limits) {
                     Ok(a) => {
                         bump(&shared.counters.snapshots_applied);
+                        progress.applied += 1;
                         Some(a)
                     }
                     Err(e) => return End::Resync(e),
@@ -312,6 +375,7 @@ async fn stream_once(
                 match current.apply_delta(&snap, d, &cfg.limits) {
                     Ok(a) => {
                         bump(&shared.counters.deltas_applied);
+                        progress.applied += 1;
                         Some(a)
                     }
                     Err(e) => return End::Resync(e),
@@ -321,7 +385,7 @@ async fn stream_once(
                 if h.interval_ms > 0 {
                     let interval = Duration::from_millis(u64::from(h.interval_ms))
                         .clamp(Duration::from_millis(100), Duration::from_secs(600));
-                    watchdog = interval * cfg.watchdog_misses;
+                    watchdog = interval.saturating_mul(cfg.watchdog_misses);
                 }
                 if let Some(r) = replica.as_ref()
                     && r.epoch == h.epoch
@@ -345,12 +409,14 @@ async fn stream_once(
             *replica = Some(a.replica);
             shared.cache_dirty(replica.as_ref());
             let ack = pb::Ack { epoch, revision, apply_duration_us: 0 };
-            // A full queue means older acks are still pending; acks are
-            // cumulative, so this one can go with the next.
-            if let Err(mpsc::error::TrySendError::Closed(_)) =
-                tx.try_send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })
-            {
-                return End::Broken("request stream closed".into());
+            // Acks are cumulative: a newer one replaces one still waiting.
+            let ack = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) };
+            match tx.try_send(ack) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(ack)) => pending_ack = Some(ack),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return End::Broken("request stream closed".into());
+                }
             }
         }
     }
@@ -435,12 +501,13 @@ pub(crate) async fn cache_writer(
     cache: crate::cache::Cache,
     mut rx: watch::Receiver<Option<Arc<Replica>>>,
     interval: Duration,
+    key_fingerprint: u64,
 ) {
     while rx.changed().await.is_ok() {
         tokio::time::sleep(interval).await; // debounce: coalesce bursts
         let Some(replica) = rx.borrow_and_update().clone() else { continue };
         let cache = cache.clone();
-        let blob = replica.to_blob(crate::client::now_ms());
+        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
         match tokio::task::spawn_blocking(move || cache.store(&blob)).await {
             Ok(Ok(())) => bump(&shared.counters.cache_writes),
             Ok(Err(e)) => {

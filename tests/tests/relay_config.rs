@@ -13,7 +13,10 @@ fn bad_config_exits_64_with_one_line() {
         (vec!["--log-format", "xml"], "log-format"),
         (vec!["--no-such-option"], "--no-such-option"),
         (vec!["--tls-cert", "/nonexistent/cert.pem"], "tls-cert and tls-key: set both or neither"),
-        (vec!["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"], "tls-cert: /nonexistent/c.pem"),
+        (
+            vec!["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"],
+            "tls-cert: /nonexistent/c.pem",
+        ),
     ] {
         let out = Command::new(flagstream_tests::relay::relay_binary())
             .arg("serve")

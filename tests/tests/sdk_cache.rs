@@ -69,3 +69,32 @@ async fn corrupt_cache_is_ignored_and_reported() {
     assert!(!c.status().has_data());
     assert!(c.bool("anything", &Context::new("u"), true), "default served");
 }
+
+/// A cache written for one SDK key is never served to another.
+#[tokio::test]
+async fn cache_of_another_key_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    {
+        let c = Client::builder()
+            .endpoints([relay.url()])
+            .sdk_key(relay.demo_key())
+            .cache_dir(&cache)
+            .build()
+            .unwrap();
+        c.wait_ready(STEP).await;
+        wait_for_cache_write(&c).await;
+    }
+    relay.kill9();
+    relay.wait(STEP).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let c = Client::builder()
+        .endpoints([relay.url()])
+        .sdk_key("fs_sdk_someone_else")
+        .cache_dir(&cache)
+        .build()
+        .unwrap();
+    assert!(!c.status().has_data(), "another key's cache was served: {:?}", c.status());
+    assert_eq!(c.stats().cache_errors, 1);
+}

@@ -19,6 +19,8 @@ type Out = Pin<Box<dyn Stream<Item = Result<pb::SubscribeResponse, tonic::Status
 #[derive(Clone, Default)]
 struct Faulty {
     hellos: Arc<Mutex<Vec<pb::Cursor>>>,
+    /// Corrupt every snapshot, forever.
+    always_bad: bool,
 }
 
 fn checksum(flags: &[pb::Flag]) -> u64 {
@@ -57,7 +59,21 @@ impl SyncService for Faulty {
             interval_ms: 60_000,
             ..Default::default()
         }));
-        let items: Vec<_> = if attempt == 1 {
+        let items: Vec<_> = if self.always_bad {
+            let flags = vec![v1.clone()];
+            vec![
+                heartbeat,
+                msg(pb::subscribe_response::Kind::SnapshotChunk(pb::SnapshotChunk {
+                    epoch: "e".into(),
+                    revision: 1,
+                    total_chunks: 1,
+                    last_chunk: true,
+                    checksum: checksum(&flags).wrapping_add(1),
+                    flags,
+                    ..Default::default()
+                })),
+            ]
+        } else if attempt == 1 {
             let flags = vec![v1.clone()];
             let mut v2 = bool_flag("a", false);
             v2.version = 2;
@@ -102,6 +118,37 @@ impl SyncService for Faulty {
         let stream = tokio_stream::iter(items).chain(tokio_stream::pending());
         Ok(tonic::Response::new(Box::pin(stream)))
     }
+}
+
+async fn serve(faulty: Faulty) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(SyncServer::new(faulty))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+/// Data that never applies does not become a snapshot storm: after the
+/// first immediate resync, resyncs back off.
+#[tokio::test]
+async fn repeated_failures_back_off() {
+    let faulty = Faulty { always_bad: true, ..Faulty::default() };
+    let hellos = faulty.hellos.clone();
+    let addr = serve(faulty).await;
+    let c = Client::builder()
+        .endpoints([format!("http://{addr}")])
+        .sdk_key("k")
+        .backoff_base(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = hellos.lock().unwrap().len();
+    assert!((2..=10).contains(&attempts), "{attempts} subscriptions in 3 s (no backoff would be ~30)");
+    assert!(c.stats().checksum_mismatches >= 2);
+    assert!(!c.status().has_data());
 }
 
 /// The bad delta is refused and counted; a full snapshot replaces it.

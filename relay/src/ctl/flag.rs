@@ -406,22 +406,30 @@ async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &Wri
 pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
     match cmd {
         FlagCmd::List { tag, prefix } => {
-            let r = conn
-                .admin
-                .list_flags(pb::ListFlagsRequest {
-                    environment: conn.env.clone(),
-                    tag: tag.unwrap_or_default(),
-                    key_prefix: prefix.unwrap_or_default(),
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            let flags: Vec<Flag> = r
-                .flags
-                .iter()
-                .map(wire::flag_from_proto)
-                .collect::<Result<_, _>>()
-                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            let mut flags: Vec<Flag> = Vec::new();
+            let mut token = String::new();
+            loop {
+                let r = conn
+                    .admin
+                    .list_flags(pb::ListFlagsRequest {
+                        environment: conn.env.clone(),
+                        tag: tag.clone().unwrap_or_default(),
+                        key_prefix: prefix.clone().unwrap_or_default(),
+                        page_token: token.clone(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                for f in &r.flags {
+                    flags.push(
+                        wire::flag_from_proto(f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?,
+                    );
+                }
+                if r.next_page_token.is_empty() {
+                    break;
+                }
+                token = r.next_page_token;
+            }
             if conn.output == Output::Table {
                 let mut t = comfy_table::Table::new();
                 t.load_preset(comfy_table::presets::NOTHING);
@@ -535,6 +543,11 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             let before = get_flag(conn, &key).await?;
             let v = variation_index(&before, &variation)?;
             let mut after = before.clone();
+            // A key is targeted by one variation: adding it here removes it
+            // from the others (the first listed would otherwise win).
+            for t in after.targets.iter_mut().filter(|t| t.variation != v) {
+                t.values.retain(|k| !add.contains(k));
+            }
             match after.targets.iter_mut().find(|t| t.variation == v) {
                 Some(t) => {
                     t.values.extend(add.iter().filter(|k| !t.values.contains(k)).cloned().collect::<Vec<_>>())
@@ -673,20 +686,28 @@ async fn history(conn: &mut Conn, kind: pb::ItemKind, key: &str, limit: u32) -> 
 pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
     match cmd {
         SegmentCmd::List => {
-            let r = conn
-                .admin
-                .list_segments(pb::ListSegmentsRequest {
-                    environment: conn.env.clone(),
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            let segs: Vec<Segment> = r
-                .segments
-                .iter()
-                .map(wire::segment_from_proto)
-                .collect::<Result<_, _>>()
-                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            let mut segs: Vec<Segment> = Vec::new();
+            let mut token = String::new();
+            loop {
+                let r = conn
+                    .admin
+                    .list_segments(pb::ListSegmentsRequest {
+                        environment: conn.env.clone(),
+                        page_token: token.clone(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                for sg in &r.segments {
+                    segs.push(
+                        wire::segment_from_proto(sg).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?,
+                    );
+                }
+                if r.next_page_token.is_empty() {
+                    break;
+                }
+                token = r.next_page_token;
+            }
             if conn.output == Output::Table {
                 let mut t = comfy_table::Table::new();
                 t.load_preset(comfy_table::presets::NOTHING);
@@ -761,18 +782,34 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
             }
         }
         SegmentCmd::Delete { key, write } => {
+            let r = conn
+                .admin
+                .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key: key.clone() })
+                .await?
+                .into_inner();
+            let before = wire::segment_from_proto(&r.segment.unwrap_or_default())
+                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            show_diff(
+                &format!("segment {key:?} in {}:", conn.env),
+                &yaml_for_diff(Some(&strip_segment(before.clone()))),
+                "",
+            );
             conn.confirm(&format!("delete segment {key:?}"))?;
             let r = conn
                 .admin
                 .delete_segment(pb::DeleteSegmentRequest {
                     environment: conn.env.clone(),
                     key: key.clone(),
-                    expected_version: None,
+                    expected_version: Some(before.version),
                     comment: write.comment.clone(),
                 })
                 .await?
                 .into_inner();
-            println!("segment {key:?} deleted: revision {}", r.result.map_or(0, |r| r.revision));
+            let revision = r.result.map_or(0, |r| r.revision);
+            println!("segment {key:?} deleted: revision {revision}");
+            if write.wait {
+                wait_propagation(conn, revision, write.wait_timeout).await?;
+            }
         }
     }
     Ok(())
@@ -851,7 +888,9 @@ pub(crate) async fn eval(conn: &mut Conn, a: EvalArgs) -> CmdResult {
         )?,
     }
     if kind == "ERROR" {
-        return Err(Failure::new(exit::NOT_FOUND, format!("flag {:?}: {}", a.flag, detail.trim())));
+        let code =
+            if reason.error == pb::ErrorKind::FlagNotFound as i32 { exit::NOT_FOUND } else { exit::INVALID };
+        return Err(Failure::new(code, format!("flag {:?}: {}", a.flag, detail.trim())));
     }
     Ok(())
 }

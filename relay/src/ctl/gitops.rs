@@ -39,51 +39,59 @@ pub struct ApplyArgs {
     pub comment: String,
 }
 
-/// The environment as the relay has it (versions kept for expectations).
+/// The environment as the relay has it (versions kept for expectations),
+/// all pages read at one revision (re-read if a write landed in between).
 async fn current(conn: &mut Conn) -> Result<(FlagSet, u64), Failure> {
-    let mut set = FlagSet::default();
-    let mut token = String::new();
-    let mut revision = 0;
-    loop {
-        let r = conn
-            .admin
-            .list_flags(pb::ListFlagsRequest {
-                environment: conn.env.clone(),
-                page_token: token.clone(),
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        revision = revision.max(r.revision);
-        for f in &r.flags {
-            set.flags.push(wire::flag_from_proto(f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
+    for _ in 0..5 {
+        let mut set = FlagSet::default();
+        let mut revisions = std::collections::BTreeSet::new();
+        let mut token = String::new();
+        loop {
+            let r = conn
+                .admin
+                .list_flags(pb::ListFlagsRequest {
+                    environment: conn.env.clone(),
+                    page_token: token.clone(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            revisions.insert(r.revision);
+            for f in &r.flags {
+                set.flags
+                    .push(wire::flag_from_proto(f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
+            }
+            if r.next_page_token.is_empty() {
+                break;
+            }
+            token = r.next_page_token;
         }
-        if r.next_page_token.is_empty() {
-            break;
+        token.clear();
+        loop {
+            let r = conn
+                .admin
+                .list_segments(pb::ListSegmentsRequest {
+                    environment: conn.env.clone(),
+                    page_token: token.clone(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            revisions.insert(r.revision);
+            for s in &r.segments {
+                set.segments
+                    .push(wire::segment_from_proto(s).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
+            }
+            if r.next_page_token.is_empty() {
+                break;
+            }
+            token = r.next_page_token;
         }
-        token = r.next_page_token;
+        if let (1, Some(&revision)) = (revisions.len(), revisions.first()) {
+            return Ok((set, revision));
+        }
     }
-    token.clear();
-    loop {
-        let r = conn
-            .admin
-            .list_segments(pb::ListSegmentsRequest {
-                environment: conn.env.clone(),
-                page_token: token.clone(),
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        for s in &r.segments {
-            set.segments
-                .push(wire::segment_from_proto(s).map_err(|e| Failure::new(exit::ERROR, e.to_string()))?);
-        }
-        if r.next_page_token.is_empty() {
-            break;
-        }
-        token = r.next_page_token;
-    }
-    Ok((set, revision))
+    Err(Failure::new(exit::CONFLICT, format!("{} kept changing while being read; try again", conn.env)))
 }
 
 /// `export`: the environment in the file format (YAML unless `-o json`).
@@ -248,7 +256,9 @@ pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
         .batch(pb::BatchRequest {
             environment: conn.env.clone(),
             ops: ops.into_iter().map(|op| pb::BatchOp { op: Some(op) }).collect(),
-            expected_revision: None,
+            // The plan was computed against `revision`: any other write
+            // since then makes this a conflict, not a silent mix.
+            expected_revision: Some(revision),
             comment: a.comment.clone(),
         })
         .await?
