@@ -373,6 +373,21 @@ async fn get_flag(conn: &mut Conn, key: &str) -> Result<Flag, Failure> {
     wire::flag_from_proto(&f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))
 }
 
+/// Reports a committed write and, with `--wait`, follows its propagation.
+pub(crate) async fn committed(
+    conn: &mut Conn,
+    what: &str,
+    revision: u64,
+    wait: bool,
+    timeout: Duration,
+) -> CmdResult {
+    println!("{what}: revision {revision}");
+    if wait {
+        wait_propagation(conn, revision, timeout).await?;
+    }
+    Ok(())
+}
+
 /// Shows the change, confirms, writes with the expected version, waits.
 async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &WriteArgs) -> CmdResult {
     let b = yaml_for_diff(before.cloned().map(strip_flag).as_ref());
@@ -395,11 +410,7 @@ async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &Wri
         .await?
         .into_inner();
     let revision = r.result.map_or(0, |r| r.revision);
-    println!("flag {:?} written: revision {revision}", after.key);
-    if w.wait {
-        wait_propagation(conn, revision, w.wait_timeout).await?;
-    }
-    Ok(())
+    committed(conn, &format!("flag {:?} written", after.key), revision, w.wait, w.wait_timeout).await
 }
 
 /// Runs a `flag` subcommand.
@@ -616,10 +627,8 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 .await?
                 .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
-            println!("flag {key:?} deleted: revision {revision}");
-            if write.wait {
-                wait_propagation(conn, revision, write.wait_timeout).await?;
-            }
+            committed(conn, &format!("flag {key:?} deleted"), revision, write.wait, write.wait_timeout)
+                .await?;
         }
         FlagCmd::History { key, limit } => history(conn, pb::ItemKind::Flag, &key, limit).await?,
     }
@@ -776,10 +785,8 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 .await?
                 .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
-            println!("segment {key:?} written: revision {revision}");
-            if write.wait {
-                wait_propagation(conn, revision, write.wait_timeout).await?;
-            }
+            committed(conn, &format!("segment {key:?} written"), revision, write.wait, write.wait_timeout)
+                .await?;
         }
         SegmentCmd::Delete { key, write } => {
             let r = conn
@@ -806,10 +813,8 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 .await?
                 .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
-            println!("segment {key:?} deleted: revision {revision}");
-            if write.wait {
-                wait_propagation(conn, revision, write.wait_timeout).await?;
-            }
+            committed(conn, &format!("segment {key:?} deleted"), revision, write.wait, write.wait_timeout)
+                .await?;
         }
     }
     Ok(())

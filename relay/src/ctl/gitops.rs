@@ -14,7 +14,7 @@ use flagstream::{Flag, FlagSet, Segment, wire};
 use flagstream_proto::v1 as pb;
 
 use super::flag::{read_file, show_diff, strip_flag, strip_segment, yaml_for_diff};
-use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation};
+use super::{CmdResult, Conn, Failure, Output, exit, print_data};
 
 /// `apply` options.
 #[derive(Debug, Args)]
@@ -264,9 +264,6 @@ pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
         .await?
         .into_inner();
     let new_revision = r.result.map_or(0, |r| r.revision);
-    println!("applied to {}: revision {new_revision}", conn.env);
-    if a.wait {
-        wait_propagation(conn, new_revision, a.wait_timeout).await?;
-    }
-    Ok(())
+    let what = format!("applied to {}", conn.env);
+    super::flag::committed(conn, &what, new_revision, a.wait, a.wait_timeout).await
 }
