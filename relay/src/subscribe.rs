@@ -162,10 +162,12 @@ async fn read_acks(
     sub: Arc<Subscriber>,
 ) {
     loop {
-        let msg = tokio::select! {
-            _ = sub.cancel.cancelled() => return,
-            m = inbound.message() => m,
-        };
+        // No select on the cancel token (polling it takes a lock): when the
+        // response stream ends, the request stream ends with it.
+        let msg = inbound.message().await;
+        if sub.is_stopped() {
+            return;
+        }
         match msg {
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
                 hub.ack(&env, &sub, &ack.epoch, ack.revision);
@@ -326,6 +328,8 @@ impl Outbound {
             match state.catchup(&self.cursor.0, self.cursor.1, self.cfg.chunk_bytes, metrics) {
                 Catchup::Current => {
                     tokio::select! {
+                        // Head first: the common wake-up polls one future.
+                        biased;
                         changed = self.head.changed() => {
                             if changed.is_err() {
                                 continue; // sender gone: the environment was deleted

@@ -73,7 +73,11 @@ pub struct ConnInfo {
 pub struct RelayIo {
     inner: TcpStream,
     info: ConnInfo,
+    /// Polled only when the socket would block (polling the token takes a
+    /// lock), so a kill wakes a blocked read or write.
     killed: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Set once the kill fired.
+    dead: bool,
 }
 
 impl std::fmt::Debug for RelayIo {
@@ -82,13 +86,19 @@ impl std::fmt::Debug for RelayIo {
     }
 }
 
+fn aborted() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "connection cut off by the relay")
+}
+
 impl RelayIo {
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+    /// After the socket returned Pending: also wait for the kill switch.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         match self.killed.as_mut().poll(cx) {
             Poll::Ready(()) => {
-                Err(io::Error::new(io::ErrorKind::ConnectionAborted, "connection cut off by the relay"))
+                self.dead = true;
+                Poll::Ready(Err(aborted()))
             }
-            Poll::Pending => Ok(()),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -101,19 +111,34 @@ impl AsyncRead for RelayIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.check(cx)?;
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        if self.dead {
+            return Poll::Ready(Err(aborted()));
+        }
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Pending => self.pending(cx),
+            ready => ready,
+        }
     }
 }
 
 impl AsyncWrite for RelayIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.check(cx)?;
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        if self.dead {
+            return Poll::Ready(Err(aborted()));
+        }
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => self.pending(cx),
+            ready => ready,
+        }
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.check(cx)?;
-        Pin::new(&mut self.inner).poll_flush(cx)
+        if self.dead {
+            return Poll::Ready(Err(aborted()));
+        }
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => self.pending(cx),
+            ready => ready,
+        }
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
@@ -153,6 +178,7 @@ pub fn incoming(
                             kill: kill.clone(),
                         },
                         killed: Box::pin(kill.cancelled_owned()),
+                        dead: false,
                     };
                     return Some((Ok(io), listener));
                 }
