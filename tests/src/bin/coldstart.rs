@@ -82,6 +82,48 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    // Where a cold start's time goes, phase by phase, on the same flags.
+    let listed = admin
+        .list_flags(pb::ListFlagsRequest { environment: "cold".into(), page_size: 0, ..Default::default() })
+        .await?
+        .into_inner();
+    let mut bytes: Vec<Vec<u8>> = listed.flags.iter().map(prost::Message::encode_to_vec).collect();
+    let mut token = listed.next_page_token;
+    while !token.is_empty() {
+        let page = admin
+            .list_flags(pb::ListFlagsRequest {
+                environment: "cold".into(),
+                page_token: token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        bytes.extend(page.flags.iter().map(prost::Message::encode_to_vec));
+        token = page.next_page_token;
+    }
+    let t = Instant::now();
+    let decoded: Vec<pb::Flag> =
+        bytes.iter().map(|b| <pb::Flag as prost::Message>::decode(b.as_slice())).collect::<Result<_, _>>()?;
+    let t_decode = t.elapsed();
+    let t = Instant::now();
+    let hashes: u64 =
+        bytes.iter().map(|b| flagstream::checksum::item_hash(1, "k", b)).fold(0, u64::wrapping_add);
+    let t_hash = t.elapsed();
+    let t = Instant::now();
+    let models: Vec<flagstream::Flag> =
+        decoded.iter().map(flagstream::wire::flag_from_proto).collect::<Result<_, _>>()?;
+    let t_model = t.elapsed();
+    let t = Instant::now();
+    let snap = flagstream::Snapshot::compile_owned(
+        flagstream::FlagSet { flags: models, segments: vec![] },
+        &flagstream::Limits::default(),
+    );
+    let t_compile = t.elapsed();
+    println!(
+        "phases ({} flags)      decode {t_decode:.2?}, checksum {t_hash:.2?} ({hashes:x}), to model {t_model:.2?}, compile {t_compile:.2?} ({} compiled)",
+        bytes.len(),
+        snap.len()
+    );
     relay.kill9();
     relay.wait(Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
