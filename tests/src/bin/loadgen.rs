@@ -40,6 +40,11 @@ struct Args {
     /// Extra flags in the environment (snapshot size).
     #[arg(long, default_value_t = 100)]
     flags: usize,
+    /// Worker threads of the load generator's own runtime (0 = one per
+    /// core). With relay and clients on one machine, fewer client threads
+    /// leave the relay more CPU.
+    #[arg(long, default_value_t = 0)]
+    client_threads: usize,
     /// Do not acknowledge deltas (isolates the cost of acks).
     #[arg(long)]
     no_ack: bool,
@@ -149,9 +154,16 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if args.client_threads > 0 {
+        rt.worker_threads(args.client_threads);
+    }
+    rt.enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let relay = Relay::start(
         dir.path(),
