@@ -318,6 +318,12 @@ pub(crate) fn show_diff(title: &str, before: &str, after: &str) {
     }
 }
 
+/// The segment of a Get response (the relay always sends one on success).
+fn segment_of(r: pb::GetSegmentResponse) -> Result<Segment, Failure> {
+    let s = r.segment.ok_or_else(|| Failure::new(exit::ERROR, "relay sent no segment"))?;
+    wire::segment_from_proto(&s).map_err(|e| Failure::new(exit::ERROR, e.to_string()))
+}
+
 /// Strips what the store sets, for comparing and showing.
 pub(crate) fn strip_flag(mut f: Flag) -> Flag {
     f.version = 0;
@@ -741,8 +747,7 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key })
                 .await?
                 .into_inner();
-            let s = wire::segment_from_proto(&r.segment.unwrap_or_default())
-                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            let s = segment_of(r)?;
             print_data(if conn.output == Output::Table { Output::Yaml } else { conn.output }, &s)?;
         }
         SegmentCmd::Set { key, file, write } => {
@@ -759,10 +764,7 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key: key.clone() })
                 .await
             {
-                Ok(r) => Some(
-                    wire::segment_from_proto(&r.into_inner().segment.unwrap_or_default())
-                        .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?,
-                ),
+                Ok(r) => Some(segment_of(r.into_inner())?),
                 Err(s) if s.code() == tonic::Code::NotFound => None,
                 Err(s) => return Err(s.into()),
             };
@@ -794,8 +796,7 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 .get_segment(pb::GetSegmentRequest { environment: conn.env.clone(), key: key.clone() })
                 .await?
                 .into_inner();
-            let before = wire::segment_from_proto(&r.segment.unwrap_or_default())
-                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?;
+            let before = segment_of(r)?;
             show_diff(
                 &format!("segment {key:?} in {}:", conn.env),
                 &yaml_for_diff(Some(&strip_segment(before.clone()))),
