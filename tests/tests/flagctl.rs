@@ -233,3 +233,31 @@ fn cli_reference_is_current() {
         "docs/CLI.md is out of date: regenerate its first part with `flagctl markdown` (keep the hand-written tail)"
     );
 }
+
+/// `apply` of a partial file is validated against the whole environment it
+/// would produce (a reference to a segment only the relay has is fine);
+/// a key twice in the files is named.
+#[tokio::test]
+async fn apply_validates_the_resulting_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let ctl = Ctl::new(&relay);
+    let part = dir.path().join("part.yaml");
+    std::fs::write(
+        &part,
+        "flags:\n  - key: beta-only\n    type: bool\n    variations: [true, false]\n    on: true\n    off_variation: 1\n    rules:\n      - {clauses: [{attribute: key, op: segment_match, values: [beta-testers]}], serve: {variation: 0}}\n    fallthrough: {variation: 1}\n",
+    )
+    .unwrap();
+    let out = ctl.ok(&["apply", "-f", part.to_str().unwrap(), "--yes"]);
+    assert!(out.contains("applied to demo"), "{out}");
+    let eval = ctl.ok(&["eval", "beta-only", "--key", "user-1"]);
+    assert!(eval.contains("RULE_MATCH"), "{eval}");
+
+    let dup = dir.path().join("dups");
+    std::fs::create_dir(&dup).unwrap();
+    for name in ["a.yaml", "b.yaml"] {
+        std::fs::write(dup.join(name), std::fs::read_to_string(&part).unwrap()).unwrap();
+    }
+    let e = ctl.fails(&["apply", "-f", dup.to_str().unwrap(), "--yes"], 5);
+    assert!(e.contains("flag \"beta-only\" appears twice"), "{e}");
+}

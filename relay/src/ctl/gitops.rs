@@ -126,30 +126,125 @@ fn read_sets(path: &Path) -> Result<FlagSet, Failure> {
     Ok(all)
 }
 
+/// A flag or a segment, as `apply` handles them.
+trait Item: Clone + PartialEq + serde::Serialize {
+    /// "flag" or "segment".
+    const KIND: &'static str;
+    fn key(&self) -> &str;
+    fn version(&self) -> u64;
+    /// Without the store-managed version and revision.
+    fn stripped(self) -> Self;
+    fn put(&self, expected: u64) -> pb::batch_op::Op;
+    fn delete(&self) -> pb::batch_op::Op;
+}
+
+impl Item for Flag {
+    const KIND: &'static str = "flag";
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn stripped(self) -> Self {
+        strip_flag(self)
+    }
+    fn put(&self, expected: u64) -> pb::batch_op::Op {
+        pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+            flag: Some(wire::flag_to_proto(self)),
+            expected_version: Some(expected),
+        })
+    }
+    fn delete(&self) -> pb::batch_op::Op {
+        pb::batch_op::Op::DeleteFlag(pb::DeleteFlagOp {
+            key: self.key.clone(),
+            expected_version: Some(self.version),
+        })
+    }
+}
+
+impl Item for Segment {
+    const KIND: &'static str = "segment";
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn stripped(self) -> Self {
+        strip_segment(self)
+    }
+    fn put(&self, expected: u64) -> pb::batch_op::Op {
+        pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
+            segment: Some(wire::segment_to_proto(self)),
+            expected_version: Some(expected),
+        })
+    }
+    fn delete(&self) -> pb::batch_op::Op {
+        pb::batch_op::Op::DeleteSegment(pb::DeleteSegmentOp {
+            key: self.key.clone(),
+            expected_version: Some(self.version),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    creates: usize,
+    updates: usize,
+    deletes: usize,
+}
+
+/// Shows each step as a diff and adds its batch operation (with the
+/// version read as the expected version).
+fn add_steps<T: Item>(steps: Vec<Step<T>>, ops: &mut Vec<pb::batch_op::Op>, counts: &mut Counts) {
+    for step in steps {
+        match step {
+            Step::Create(w) => {
+                counts.creates += 1;
+                show_diff(
+                    &format!("+ {} {:?}", T::KIND, w.key()),
+                    "",
+                    &yaml_for_diff(Some(&w.clone().stripped())),
+                );
+                ops.push(w.put(0));
+            }
+            Step::Update(h, w) => {
+                counts.updates += 1;
+                show_diff(
+                    &format!("~ {} {:?}", T::KIND, w.key()),
+                    &yaml_for_diff(Some(&h.clone().stripped())),
+                    &yaml_for_diff(Some(&w.clone().stripped())),
+                );
+                ops.push(w.put(h.version()));
+            }
+            Step::Delete(h) => {
+                counts.deletes += 1;
+                eprintln!("- {} {:?}", T::KIND, h.key());
+                ops.push(h.delete());
+            }
+        }
+    }
+}
+
 enum Step<T> {
     Create(T),
     Update(T, T),
     Delete(T),
 }
 
-fn plan<T: Clone + PartialEq + serde::Serialize>(
-    want: Vec<T>,
-    have: Vec<T>,
-    key: impl Fn(&T) -> &str,
-    strip: impl Fn(T) -> T,
-    prune: bool,
-) -> Result<Vec<Step<T>>, Failure> {
-    let mut have: BTreeMap<String, T> = have.into_iter().map(|t| (key(&t).to_owned(), t)).collect();
+fn plan<T: Item>(want: Vec<T>, have: Vec<T>, prune: bool) -> Result<Vec<Step<T>>, Failure> {
+    let mut have: BTreeMap<String, T> = have.into_iter().map(|t| (t.key().to_owned(), t)).collect();
     let mut seen = std::collections::HashSet::new();
     let mut steps = Vec::new();
     for w in want {
-        let k = key(&w).to_owned();
+        let k = w.key().to_owned();
         if !seen.insert(k.clone()) {
-            return Err(Failure::new(exit::INVALID, format!("{k:?} appears twice in the files")));
+            return Err(Failure::new(exit::INVALID, format!("{} {k:?} appears twice in the files", T::KIND)));
         }
         match have.remove(&k) {
             None => steps.push(Step::Create(w)),
-            Some(h) if strip(h.clone()) == strip(w.clone()) => {}
+            Some(h) if h.clone().stripped() == w.clone().stripped() => {}
             Some(h) => steps.push(Step::Update(h, w)),
         }
     }
@@ -162,87 +257,32 @@ fn plan<T: Clone + PartialEq + serde::Serialize>(
 /// `apply`.
 pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
     let want = read_sets(&a.file)?;
-    // Validate locally first: the same validator the relay runs.
-    flagstream::validate::flag_set(&want, &flagstream::Limits::default())
-        .map_err(|e| Failure::new(exit::INVALID, e.to_string()))?;
     let (have, revision) = current(conn).await?;
-    let flags = plan(want.flags, have.flags, |f: &Flag| &f.key, strip_flag, a.prune)?;
-    let segments = plan(want.segments, have.segments, |s: &Segment| &s.key, strip_segment, a.prune)?;
+    // Validate what the environment would become (the files may hold only
+    // part of it), with the validator the relay runs, before showing a plan.
+    let mut next = FlagSet::default();
+    if !a.prune {
+        next.flags =
+            have.flags.iter().filter(|h| !want.flags.iter().any(|w| w.key == h.key)).cloned().collect();
+        next.segments =
+            have.segments.iter().filter(|h| !want.segments.iter().any(|w| w.key == h.key)).cloned().collect();
+    }
+    next.flags.extend(want.flags.iter().cloned());
+    next.segments.extend(want.segments.iter().cloned());
+    let flags = plan(want.flags, have.flags, a.prune)?;
+    let segments = plan(want.segments, have.segments, a.prune)?;
+    flagstream::validate::flag_set(&next, &flagstream::Limits::default())
+        .map_err(|e| Failure::new(exit::INVALID, e.to_string()))?;
     if flags.is_empty() && segments.is_empty() {
         println!("{}: up to date at revision {revision}", conn.env);
         return Ok(());
     }
     let mut ops = Vec::new();
-    let (mut creates, mut updates, mut deletes) = (0, 0, 0);
+    let mut counts = Counts::default();
     // Segments first in the plan display; the batch is atomic either way.
-    for step in segments {
-        match step {
-            Step::Create(s) => {
-                creates += 1;
-                show_diff(
-                    &format!("+ segment {:?}", s.key),
-                    "",
-                    &yaml_for_diff(Some(&strip_segment(s.clone()))),
-                );
-                ops.push(pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
-                    segment: Some(wire::segment_to_proto(&s)),
-                    expected_version: Some(0),
-                }));
-            }
-            Step::Update(h, w) => {
-                updates += 1;
-                show_diff(
-                    &format!("~ segment {:?}", w.key),
-                    &yaml_for_diff(Some(&strip_segment(h.clone()))),
-                    &yaml_for_diff(Some(&strip_segment(w.clone()))),
-                );
-                ops.push(pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
-                    segment: Some(wire::segment_to_proto(&w)),
-                    expected_version: Some(h.version),
-                }));
-            }
-            Step::Delete(h) => {
-                deletes += 1;
-                eprintln!("- segment {:?}", h.key);
-                ops.push(pb::batch_op::Op::DeleteSegment(pb::DeleteSegmentOp {
-                    key: h.key.clone(),
-                    expected_version: Some(h.version),
-                }));
-            }
-        }
-    }
-    for step in flags {
-        match step {
-            Step::Create(f) => {
-                creates += 1;
-                show_diff(&format!("+ flag {:?}", f.key), "", &yaml_for_diff(Some(&strip_flag(f.clone()))));
-                ops.push(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
-                    flag: Some(wire::flag_to_proto(&f)),
-                    expected_version: Some(0),
-                }));
-            }
-            Step::Update(h, w) => {
-                updates += 1;
-                show_diff(
-                    &format!("~ flag {:?}", w.key),
-                    &yaml_for_diff(Some(&strip_flag(h.clone()))),
-                    &yaml_for_diff(Some(&strip_flag(w.clone()))),
-                );
-                ops.push(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
-                    flag: Some(wire::flag_to_proto(&w)),
-                    expected_version: Some(h.version),
-                }));
-            }
-            Step::Delete(h) => {
-                deletes += 1;
-                eprintln!("- flag {:?}", h.key);
-                ops.push(pb::batch_op::Op::DeleteFlag(pb::DeleteFlagOp {
-                    key: h.key.clone(),
-                    expected_version: Some(h.version),
-                }));
-            }
-        }
-    }
+    add_steps(segments, &mut ops, &mut counts);
+    add_steps(flags, &mut ops, &mut counts);
+    let Counts { creates, updates, deletes } = counts;
     eprintln!(
         "plan for {}: {creates} to create, {updates} to update, {deletes} to delete (from revision {revision})",
         conn.env
