@@ -102,6 +102,7 @@ impl sync_server::Sync for SyncService {
         };
         let env_name = env.meta.load().name.clone();
         let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
+        // No cursor means "no data yet" (PROTOCOL.md §2.2): the empty cursor.
         let cursor = hello.cursor.clone().unwrap_or_default();
         let head = env.state.load();
         let applied = if cursor.epoch == head.epoch { cursor.revision.min(head.revision) } else { 0 };

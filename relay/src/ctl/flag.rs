@@ -511,6 +511,7 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 revision: 0,
                 description,
                 tags,
+                // No $USER (e.g. in CI): the owner is left empty.
                 owner: std::env::var("USER").unwrap_or_default(),
             };
             let bool_default =
@@ -866,6 +867,7 @@ pub(crate) async fn eval(conn: &mut Conn, a: EvalArgs) -> CmdResult {
         Some(pb::variation::Value::JsonValue(t)) => serde_json::from_str(&t).unwrap_or(Json::String(t)),
         None => Json::Null,
     };
+    // A relay that sent no reason: UNSPECIFIED, printed as such.
     let reason = r.reason.unwrap_or_default();
     let kind = pb::ReasonKind::try_from(reason.kind)
         .map_or("UNKNOWN".to_owned(), |k| k.as_str_name().trim_start_matches("REASON_KIND_").to_owned());

@@ -87,10 +87,10 @@ fn corrupt(what: String, e: impl std::error::Error + Send + Sync + 'static) -> S
     StoreError::Corrupt { what, source: Box::new(e) }
 }
 
-fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
-    // Serialising these plain structs cannot fail (no maps with non-string
-    // keys, no custom serialisers).
-    serde_json::to_vec(v).unwrap_or_default()
+/// Serialises a record; a failure is reported, never written as an empty
+/// (corrupt) value.
+fn to_json<T: Serialize>(what: &str, v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| corrupt(format!("{what} (while encoding)"), e))
 }
 
 /// Every environment's metadata.
@@ -105,7 +105,7 @@ pub(crate) fn load_metas(meta: &sled::Tree) -> Result<Vec<EnvMeta>, StoreError> 
 }
 
 pub(crate) fn put_meta(meta: &sled::Tree, m: &EnvMeta) -> Result<(), StoreError> {
-    meta.insert(meta_key(&m.name), to_json(m))?;
+    meta.insert(meta_key(&m.name), to_json("environment metadata", m)?)?;
     Ok(())
 }
 
@@ -248,11 +248,11 @@ pub(crate) fn commit(
             };
             let mut k = entry.revision.to_be_bytes().to_vec();
             k.extend_from_slice(&(seq as u32).to_be_bytes());
-            (k, to_json(&rec))
+            Ok((k, to_json("audit record", &rec)?))
         })
-        .collect();
-    let entry_json = to_json(entry);
-    let meta_json = to_json(meta);
+        .collect::<Result<_, StoreError>>()?;
+    let entry_json = to_json("change-log entry", entry)?;
+    let meta_json = to_json("environment metadata", meta)?;
     (meta_tree, &items, &log, &audit)
         .transaction(|(m, i, l, a)| {
             for c in changes {
