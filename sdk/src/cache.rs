@@ -66,8 +66,10 @@ impl Cache {
         key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<Option<(Replica, Arc<Snapshot>)>, CacheError> {
-        let Some(bytes) = self.db.get(KEY)? else { return Ok(None) };
-        let blob = CacheBlob::decode(bytes.as_ref())?;
+        let Some(value) = self.db.get(KEY)? else { return Ok(None) };
+        // One copy into `Bytes`, so every item decodes as a slice of it
+        // rather than an allocation of its own.
+        let blob = CacheBlob::decode(bytes::Bytes::copy_from_slice(&value))?;
         Ok(Some(Replica::from_blob(blob, key_fingerprint, limits)?))
     }
 

@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use crate::bucket;
 use crate::context::Context;
 use crate::model::FlagType;
-use crate::snapshot::{CompiledFlag, CompiledServe, Constant, Slot, Snapshot};
+use crate::snapshot::{CompiledFlag, CompiledServe, Constant, Head, Slot, Snapshot};
 use crate::value::{FromValue, Value};
 
 /// Why an evaluation returned what it did.
@@ -130,7 +130,7 @@ impl Snapshot {
     /// Evaluates the flag at a resolved index (see [`crate::FlagHandle`]).
     #[inline]
     pub(crate) fn evaluate_index<'s>(&'s self, i: u32, ctx: &Context<'_>) -> Evaluation<'s> {
-        let flag = &*self.flags[i as usize];
+        let flag = self.flags[i as usize].get();
         let outcome = self.eval_flag(flag, ctx, 0);
         served(flag, outcome)
     }
@@ -140,9 +140,10 @@ impl Snapshot {
     #[inline]
     pub fn detail<'s, T: FromValue<'s>>(&'s self, key: &str, ctx: &Context<'_>, default: T) -> Detail<'s, T> {
         match self.index.get(key) {
-            Some(slot) => {
-                self.detail_of(slot.flag_type, slot.version, slot.constant.as_ref(), slot.index, ctx, default)
+            Some(Slot { index, head: Some(Head { flag_type, version, constant }) }) => {
+                self.detail_of(*flag_type, *version, constant.as_ref(), *index, ctx, default)
             }
+            Some(Slot { index, head: None }) => self.detail_index(*index, ctx, default),
             None => self.error(default, ErrorKind::FlagNotFound, 0),
         }
     }
@@ -155,7 +156,7 @@ impl Snapshot {
         ctx: &Context<'_>,
         default: T,
     ) -> Detail<'s, T> {
-        let flag = &*self.flags[i as usize];
+        let flag = self.flags[i as usize].get();
         self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), i, ctx, default)
     }
 
@@ -298,7 +299,7 @@ impl Snapshot {
         let Some(&Slot { index: i, .. }) = self.index.get(key) else {
             return Ok(false);
         };
-        let pre = &*self.flags[i as usize];
+        let pre = self.flags[i as usize].get();
         let (v, _) = self.eval_flag(pre, ctx, depth + 1)?;
         Ok(pre.on && v == want)
     }

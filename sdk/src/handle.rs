@@ -105,7 +105,7 @@ impl FlagHandle {
         let d = self.detail(&snap, ctx, default);
         let constant = self
             .resolve(&snap)
-            .and_then(|i| snap.flags[i as usize].constant.as_ref())
+            .and_then(|i| snap.flags[i as usize].get().constant.as_ref())
             .is_some_and(|c| matches!(c.value, Value::Bool(_)));
         if constant {
             let word = (snap.generation() & GENERATION_MASK) << 2 | u64::from(d.value) << 1 | 1;

@@ -94,6 +94,28 @@ impl Flag {
     pub fn effective_salt(&self) -> &str {
         if self.salt.is_empty() { &self.key } else { &self.salt }
     }
+
+    /// A flag with only its key set, standing in for one whose data could not
+    /// be read (it evaluates to `MALFORMED_FLAG`).
+    pub(crate) fn placeholder(key: &str) -> Flag {
+        Flag {
+            key: key.to_owned(),
+            flag_type: FlagType::Bool,
+            variations: Vec::new(),
+            on: false,
+            off_variation: 0,
+            targets: Vec::new(),
+            rules: Vec::new(),
+            fallthrough: Serve::default(),
+            prerequisites: Vec::new(),
+            salt: String::new(),
+            version: 0,
+            revision: 0,
+            description: String::new(),
+            tags: Vec::new(),
+            owner: String::new(),
+        }
+    }
 }
 
 /// Individual targeting: these context keys get this variation.

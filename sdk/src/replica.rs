@@ -13,7 +13,7 @@ use prost::Message;
 
 use crate::checksum::{FLAG, SEGMENT, item_hash};
 use crate::model::FlagSet;
-use crate::raw::{CacheBlob, RawChunk, RawDelta};
+use crate::raw::{CacheBlob, RawChunk, RawDelta, flag_key};
 use crate::{Limits, Snapshot, ValidationErrors, wire};
 
 /// Version of [`CacheBlob`]'s layout this SDK writes and reads.
@@ -86,6 +86,9 @@ pub enum ApplyError {
     Format(u32),
 }
 
+/// Items by key. Keys are shared with the lazy snapshot built from the cache.
+type ItemMap = HashMap<Arc<str>, Item, foldhash::fast::RandomState>;
+
 #[derive(Debug, Clone)]
 struct Item {
     bytes: Bytes,
@@ -98,8 +101,8 @@ pub(crate) struct Replica {
     pub(crate) epoch: String,
     pub(crate) revision: u64,
     pub(crate) checksum: u64,
-    flags: HashMap<String, Item>,
-    segments: HashMap<String, Item>,
+    flags: ItemMap,
+    segments: ItemMap,
 }
 
 /// The result of applying: the new replica, its compiled snapshot, and the
@@ -131,14 +134,13 @@ impl Replica {
         }
     }
 
-    /// Builds a replica from raw items (a complete snapshot or the cache).
+    /// Builds a replica from a complete snapshot's raw items, validated.
     fn from_items(
         epoch: String,
         revision: u64,
         flags: impl IntoIterator<Item = Bytes>,
         segments: impl IntoIterator<Item = Bytes>,
         limits: &Limits,
-        validate: bool,
     ) -> Result<(Replica, Snapshot), ApplyError> {
         let mut r = Replica { epoch, revision, ..Replica::default() };
         let mut set = FlagSet::default();
@@ -146,21 +148,16 @@ impl Replica {
             let p = decode_flag(&bytes)?;
             let hash = item_hash(FLAG, &p.key, &bytes);
             set.flags.push(wire::flag_from_proto(&p)?);
-            r.flags.insert(p.key, Item { bytes, hash });
+            r.flags.insert(p.key.into(), Item { bytes, hash });
         }
         for bytes in segments {
             let p = decode_segment(&bytes)?;
             let hash = item_hash(SEGMENT, &p.key, &bytes);
             set.segments.push(wire::segment_from_proto(&p)?);
-            r.segments.insert(p.key, Item { bytes, hash });
+            r.segments.insert(p.key.into(), Item { bytes, hash });
         }
         r.checksum = r.sum();
-        let snapshot = if validate {
-            Snapshot::compile(&set, limits)?
-        } else {
-            Snapshot::compile_unvalidated(&set, limits)
-        };
-        let snapshot = snapshot.with_cursor(&r.epoch, r.revision);
+        let snapshot = Snapshot::compile(&set, limits)?.with_cursor(&r.epoch, r.revision);
         Ok((r, snapshot))
     }
 
@@ -180,11 +177,12 @@ impl Replica {
             chunks.first().map(|c| (c.epoch.clone(), c.revision, c.checksum)).unwrap_or_default();
         let flags: Vec<Bytes> = chunks.iter().flat_map(|c| c.flags.iter().cloned()).collect();
         let segments: Vec<Bytes> = chunks.iter().flat_map(|c| c.segments.iter().cloned()).collect();
-        let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits, true)?;
+        let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits)?;
         replica.verify(expected)?;
-        let mut changed_flags: Vec<String> = replica.flags.keys().cloned().collect();
+        let mut changed_flags: Vec<String> = replica.flags.keys().map(|k| k.to_string()).collect();
         if let Some(prev) = previous {
-            changed_flags.extend(prev.flags.keys().filter(|k| !replica.flags.contains_key(*k)).cloned());
+            changed_flags
+                .extend(prev.flags.keys().filter(|k| !replica.flags.contains_key(*k)).map(|k| k.to_string()));
         }
         Ok(Applied { replica, snapshot, changed_flags })
     }
@@ -237,7 +235,7 @@ impl Replica {
             let hash = item_hash(FLAG, &p.key, &bytes);
             change.flags.push(wire::flag_from_proto(&p)?);
             changed_flags.push(p.key.clone());
-            if let Some(old) = next.flags.insert(p.key, Item { bytes, hash }) {
+            if let Some(old) = next.flags.insert(p.key.into(), Item { bytes, hash }) {
                 next.checksum = next.checksum.wrapping_sub(old.hash);
             }
             next.checksum = next.checksum.wrapping_add(hash);
@@ -246,19 +244,19 @@ impl Replica {
             let p = decode_segment(&bytes)?;
             let hash = item_hash(SEGMENT, &p.key, &bytes);
             change.segments.push(wire::segment_from_proto(&p)?);
-            if let Some(old) = next.segments.insert(p.key, Item { bytes, hash }) {
+            if let Some(old) = next.segments.insert(p.key.into(), Item { bytes, hash }) {
                 next.checksum = next.checksum.wrapping_sub(old.hash);
             }
             next.checksum = next.checksum.wrapping_add(hash);
         }
         for key in &d.deleted_flag_keys {
-            if let Some(old) = next.flags.remove(key) {
+            if let Some(old) = next.flags.remove(key.as_str()) {
                 next.checksum = next.checksum.wrapping_sub(old.hash);
             }
             changed_flags.push(key.clone());
         }
         for key in &d.deleted_segment_keys {
-            if let Some(old) = next.segments.remove(key) {
+            if let Some(old) = next.segments.remove(key.as_str()) {
                 next.checksum = next.checksum.wrapping_sub(old.hash);
             }
         }
@@ -286,7 +284,8 @@ impl Replica {
 
     /// Reads the cache form, verifying its checksum. The data was validated
     /// when it was received; the checksum proves it is the same data, so
-    /// compiling skips validation (cold start speed).
+    /// nothing is validated again, and flags are only indexed by key here and
+    /// compiled on first use ([`Snapshot::lazy`]): cold start speed.
     pub(crate) fn from_blob(
         blob: CacheBlob,
         key_fingerprint: u64,
@@ -298,9 +297,26 @@ impl Replica {
         if blob.key_fingerprint != key_fingerprint {
             return Err(ApplyError::OtherKey);
         }
-        let (r, s) =
-            Replica::from_items(blob.epoch, blob.revision, blob.flags, blob.segments, limits, false)?;
+        let mut r = Replica { epoch: blob.epoch, revision: blob.revision, ..Replica::default() };
+        r.flags.reserve(blob.flags.len());
+        let mut lazy = Vec::with_capacity(blob.flags.len());
+        for bytes in blob.flags {
+            let key = flag_key(&bytes).map_err(|source| ApplyError::Decode { what: "flag", source })?;
+            let hash = item_hash(FLAG, &key, &bytes);
+            let key: Arc<str> = Arc::from(key);
+            r.flags.insert(key.clone(), Item { bytes: bytes.clone(), hash });
+            lazy.push((key, bytes));
+        }
+        let mut segments = Vec::with_capacity(blob.segments.len());
+        for bytes in blob.segments {
+            let p = decode_segment(&bytes)?;
+            let hash = item_hash(SEGMENT, &p.key, &bytes);
+            segments.push(wire::segment_from_proto(&p)?);
+            r.segments.insert(p.key.into(), Item { bytes, hash });
+        }
+        r.checksum = r.sum();
         r.verify(blob.checksum)?;
+        let s = Snapshot::lazy(lazy, segments, limits).with_cursor(&r.epoch, r.revision);
         Ok((r, Arc::new(s)))
     }
 

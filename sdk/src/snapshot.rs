@@ -13,6 +13,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+use flagstream_proto::v1 as pb;
+use once_cell::race::OnceBox;
+use prost::Message;
+
 use crate::bucket;
 use crate::clause::{CompiledClause, StrSet};
 use crate::context::AttrName;
@@ -58,15 +63,85 @@ pub(crate) struct Constant {
     pub(crate) value: Value,
 }
 
-/// What the key index holds per flag: enough to answer a constant flag from
-/// the index entry alone, without touching the compiled flag (one cache miss
-/// fewer on a random lookup).
+/// What the key index holds per flag: its position, and for a flag compiled
+/// when the index was built, enough to answer a constant flag from the index
+/// entry alone without touching the compiled flag (one cache miss fewer on a
+/// random lookup).
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
     pub(crate) index: u32,
+    /// `None` for a flag that was still in wire form (see [`FlagCell`]).
+    pub(crate) head: Option<Head>,
+}
+
+/// The context-independent facts of a compiled flag.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
     pub(crate) flag_type: FlagType,
     pub(crate) version: u64,
     pub(crate) constant: Option<Constant>,
+}
+
+/// One flag of a snapshot: compiled, or still in its wire form and compiled
+/// on first use.
+///
+/// The lazy form exists for cold starts from the cache: decoding, converting
+/// and compiling 10,000 flags takes tens of milliseconds, so a client built
+/// from its cache indexes the raw bytes (checksum-verified), serves at once,
+/// and compiles each flag the first time something reads it, while a
+/// background warm-up compiles the rest. First use is lock-free: racing
+/// readers may both compile, one result is kept ([`OnceBox`]).
+#[derive(Debug)]
+pub(crate) enum FlagCell {
+    Compiled(CompiledFlag),
+    Lazy { key: Arc<str>, raw: Bytes, limits: Arc<Limits>, compiled: OnceBox<CompiledFlag> },
+}
+
+impl FlagCell {
+    /// The compiled flag, compiling it now if it is still in wire form.
+    #[inline]
+    pub(crate) fn get(&self) -> &CompiledFlag {
+        match self {
+            FlagCell::Compiled(f) => f,
+            FlagCell::Lazy { key, raw, limits, compiled } => {
+                compiled.get_or_init(|| Box::new(compile_raw(key, raw, limits)))
+            }
+        }
+    }
+
+    /// The compiled flag if it is compiled already.
+    fn get_now(&self) -> Option<&CompiledFlag> {
+        match self {
+            FlagCell::Compiled(f) => Some(f),
+            FlagCell::Lazy { compiled, .. } => compiled.get(),
+        }
+    }
+
+    /// The flag key, without compiling.
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            FlagCell::Compiled(f) => &f.source.key,
+            FlagCell::Lazy { key, .. } => key,
+        }
+    }
+}
+
+/// Compiles a flag from its wire bytes. Bytes that do not decode or convert
+/// (they were checksum-verified, so only a format change gets here) give a
+/// flag that evaluates to `MALFORMED_FLAG`, never a guess.
+fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> CompiledFlag {
+    let model = pb::Flag::decode(raw.clone())
+        .ok()
+        .and_then(|p| crate::wire::flag_from_proto(&p).ok().filter(|f| f.key == key));
+    match model {
+        Some(flag) => compile_flag(flag, limits),
+        None => {
+            let mut f = compile_flag(Flag::placeholder(key), limits);
+            f.malformed = true;
+            f.constant = None;
+            f
+        }
+    }
 }
 
 /// A flag in evaluation form.
@@ -104,8 +179,8 @@ pub(crate) struct CompiledSegment {
 /// An immutable, compiled set of flags and segments at one revision.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub(crate) flags: Vec<Arc<CompiledFlag>>,
-    pub(crate) index: FastMap<Box<str>, Slot>,
+    pub(crate) flags: Vec<Arc<FlagCell>>,
+    pub(crate) index: FastMap<Arc<str>, Slot>,
     pub(crate) segments: FastMap<Box<str>, Arc<CompiledSegment>>,
     pub(crate) max_depth: usize,
     epoch: Box<str>,
@@ -136,8 +211,60 @@ impl Snapshot {
             .into_iter()
             .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits))))
             .collect();
-        let flags: Vec<_> = set.flags.into_iter().map(|f| Arc::new(compile_flag(f, limits))).collect();
+        let flags: Vec<_> =
+            set.flags.into_iter().map(|f| Arc::new(FlagCell::Compiled(compile_flag(f, limits)))).collect();
         Snapshot::assemble(flags, segments, limits)
+    }
+
+    /// A snapshot of protobuf-encoded flags (`flagstream.v1.Flag`, as the
+    /// stream and the cache carry them), each decoded and compiled the first
+    /// time it is evaluated, and model segments (compiled now). Only the
+    /// flag keys are read here, which makes this several times faster than
+    /// [`Snapshot::compile`] for a large set. Nothing is validated: for data
+    /// validated when it was stored. A flag whose bytes do not decode
+    /// evaluates to `MALFORMED_FLAG`; an error here means a flag's key could
+    /// not be read.
+    pub fn from_encoded(
+        flags: impl IntoIterator<Item = Bytes>,
+        segments: Vec<Segment>,
+        limits: &Limits,
+    ) -> Result<Snapshot, prost::DecodeError> {
+        let flags = flags
+            .into_iter()
+            .map(|raw| Ok((Arc::from(crate::raw::flag_key(&raw)?), raw)))
+            .collect::<Result<_, prost::DecodeError>>()?;
+        Ok(Snapshot::lazy(flags, segments, limits))
+    }
+
+    /// A snapshot of flags still in wire form (`(key, protobuf bytes)`),
+    /// each compiled on first use (see [`FlagCell`]), and compiled
+    /// segments. Not validated: for data that was validated when received
+    /// and verified by checksum since (the cache).
+    pub(crate) fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
+        let shared = Arc::new(limits.clone());
+        let flags = flags
+            .into_iter()
+            .map(|(key, raw)| {
+                Arc::new(FlagCell::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() })
+            })
+            .collect();
+        let segments = segments
+            .into_iter()
+            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits))))
+            .collect();
+        Snapshot::assemble(flags, segments, limits)
+    }
+
+    /// Compiles every flag still in wire form; returns how many it compiled.
+    /// Run off the evaluation path after a lazy build, so evaluations after
+    /// it never compile (or allocate).
+    pub(crate) fn warm_up(&self) -> usize {
+        let mut compiled = 0;
+        for f in self.flags.iter().filter(|f| f.get_now().is_none()) {
+            f.get();
+            compiled += 1;
+        }
+        compiled
     }
 
     /// An empty snapshot: every evaluation answers `FLAG_NOT_FOUND`.
@@ -146,18 +273,24 @@ impl Snapshot {
     }
 
     fn assemble(
-        flags: Vec<Arc<CompiledFlag>>,
+        flags: Vec<Arc<FlagCell>>,
         segments: FastMap<Box<str>, Arc<CompiledSegment>>,
         limits: &Limits,
     ) -> Snapshot {
         let mut index = FastMap::with_capacity_and_hasher(flags.len(), Default::default());
         for (i, f) in flags.iter().enumerate() {
             // On a duplicate key (unvalidated data) the first one wins.
-            index.entry(Box::from(f.source.key.as_str())).or_insert_with(|| Slot {
+            let key = match &**f {
+                FlagCell::Lazy { key, .. } => key.clone(),
+                FlagCell::Compiled(c) => Arc::from(c.source.key.as_str()),
+            };
+            index.entry(key).or_insert_with(|| Slot {
                 index: i as u32,
-                flag_type: f.flag_type,
-                version: f.version,
-                constant: f.constant.clone(),
+                head: f.get_now().map(|f| Head {
+                    flag_type: f.flag_type,
+                    version: f.version,
+                    constant: f.constant.clone(),
+                }),
             });
         }
         Snapshot {
@@ -205,7 +338,7 @@ impl Snapshot {
 
     /// A flag's model form.
     pub fn flag(&self, key: &str) -> Option<&Flag> {
-        self.index.get(key).map(|slot| &*self.flags[slot.index as usize].source)
+        self.index.get(key).map(|slot| &*self.flags[slot.index as usize].get().source)
     }
 
     /// A segment's model form.
@@ -215,7 +348,7 @@ impl Snapshot {
 
     /// All flags in model form, in no particular order.
     pub fn flags(&self) -> impl Iterator<Item = &Flag> {
-        self.flags.iter().map(|f| &*f.source)
+        self.flags.iter().map(|f| &*f.get().source)
     }
 
     /// All segments in model form, in no particular order.
@@ -268,9 +401,11 @@ impl Snapshot {
         for s in &change.segments {
             segments.insert(Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits)));
         }
-        let mut flags: Vec<Arc<CompiledFlag>> =
-            self.flags.iter().filter(|f| !drop_flag.contains(f.source.key.as_str())).cloned().collect();
-        flags.extend(change.flags.iter().map(|f| Arc::new(compile_flag(f.clone(), limits))));
+        let mut flags: Vec<Arc<FlagCell>> =
+            self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned().collect();
+        flags.extend(
+            change.flags.iter().map(|f| Arc::new(FlagCell::Compiled(compile_flag(f.clone(), limits)))),
+        );
         Ok(Snapshot::assemble(flags, segments, limits).with_cursor(&self.epoch, self.revision))
     }
 }
@@ -394,5 +529,73 @@ fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
         excluded: keys(&segment.excluded),
         rules,
         source: Arc::new(segment),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Context;
+    use crate::eval::{ErrorKind, Reason};
+
+    fn encoded(set: &FlagSet) -> Vec<Bytes> {
+        set.flags.iter().map(|f| Bytes::from(crate::wire::flag_to_proto(f).encode_to_vec())).collect()
+    }
+
+    const SET: &str = r#"
+flags:
+  - {key: a, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
+  - key: b
+    type: string
+    variations: [x, y]
+    on: true
+    off_variation: 0
+    prerequisites: [{key: a, variation: 0}]
+    rules: [{id: us, clauses: [{attribute: country, op: in, values: [US]}], serve: {variation: 1}}]
+    fallthrough: {variation: 0}
+"#;
+
+    #[test]
+    fn encoded_flags_compile_on_first_use_and_answer_like_compiled_ones() {
+        let set: FlagSet = serde_yaml_ng::from_str(SET).unwrap();
+        let limits = Limits::default();
+        let eager = Snapshot::compile(&set, &limits).unwrap();
+        let lazy = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
+        assert!(lazy.flags.iter().all(|f| f.get_now().is_none()), "nothing compiled up front");
+        let us = Context::new("u").with("country", "US");
+        assert_eq!(lazy.string("b", &us, "?"), "y");
+        assert_eq!(lazy.detail("b", &us, "?"), eager.detail("b", &us, "?"));
+        assert_eq!(lazy.detail("a", &us, false), eager.detail("a", &us, false));
+        assert_eq!(lazy.detail::<i64>("a", &us, 7).reason, Reason::Error(ErrorKind::WrongType));
+        assert_eq!(lazy.warm_up(), 0, "both flags were compiled by their first evaluation");
+        assert_eq!(lazy.to_flag_set(), eager.to_flag_set());
+    }
+
+    #[test]
+    fn warm_up_compiles_what_nothing_evaluated() {
+        let set: FlagSet = serde_yaml_ng::from_str(SET).unwrap();
+        let lazy = Snapshot::from_encoded(encoded(&set), Vec::new(), &Limits::default()).unwrap();
+        assert_eq!(lazy.warm_up(), 2);
+        assert!(lazy.flags.iter().all(|f| f.get_now().is_some()));
+        // A delta on a lazy snapshot keeps the unchanged flags and their answers.
+        let mut change = set.clone();
+        change.flags.retain(|f| f.key == "a");
+        change.flags[0].on = false;
+        let next = lazy.apply(&change, &[], &[], &Limits::default()).unwrap();
+        assert!(!next.bool("a", &Context::new("u"), true));
+        assert_eq!(next.string("b", &Context::new("u"), "?"), "x", "prerequisite a now fails: off variation");
+    }
+
+    #[test]
+    fn undecodable_flag_bytes_evaluate_to_malformed_not_a_guess() {
+        // Field 1 (key) is fine; field 2 claims 100 bytes that are not there.
+        let raw = Bytes::from_static(b"\x0a\x01k\x12\x64oops");
+        let lazy = Snapshot::from_encoded([raw], Vec::new(), &Limits::default()).unwrap();
+        let d = lazy.detail("k", &Context::new("u"), true);
+        assert_eq!((d.value, d.reason), (true, Reason::Error(ErrorKind::MalformedFlag)));
+        assert!(
+            Snapshot::from_encoded([Bytes::from_static(b"\x0a\x09k")], Vec::new(), &Limits::default())
+                .is_err()
+        );
     }
 }

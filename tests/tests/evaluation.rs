@@ -27,6 +27,29 @@ fn every_case_matches_its_expectation() {
     assert!(count >= 200, "the suite should hold at least 200 cases, found {count}");
 }
 
+/// The same cases through a snapshot of encoded flags compiled on first use
+/// (how a client serves from its cache): identical answers. Only files whose
+/// flags validate, as only validated data is ever cached.
+#[test]
+fn every_case_matches_through_flags_compiled_on_first_use() {
+    let mut count = 0;
+    for (file_name, file) in case::load_all().into_iter().filter(|(_, f)| f.validate) {
+        let flags = file
+            .flags
+            .iter()
+            .map(|f| bytes::Bytes::from(prost::Message::encode_to_vec(&flagstream::wire::flag_to_proto(f))));
+        let snap = flagstream::Snapshot::from_encoded(flags, file.segments.clone(), &Default::default())
+            .unwrap_or_else(|e| panic!("{file_name}: {e}"));
+        for c in &file.cases {
+            count += 1;
+            if let Err(diff) = case::run(&snap, c) {
+                panic!("{file_name}: {}: {diff}", c.name);
+            }
+        }
+    }
+    assert!(count >= 200, "only {count} cases ran");
+}
+
 /// Case names are unique across files, so a failure report names one case.
 #[test]
 fn case_names_are_unique() {

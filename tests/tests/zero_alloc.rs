@@ -161,6 +161,33 @@ fn evaluation_never_allocates() {
     assert_eq!(allocations(|| run(&owned)), 0, "allocations while evaluating with an owned context");
 }
 
+/// Flags served from encoded form (a cold start from the cache) allocate
+/// while each compiles on its first evaluation, and never after.
+#[test]
+fn flags_compiled_on_first_use_never_allocate_after_it() {
+    let eager = snapshot();
+    let flags = eager
+        .flags()
+        .map(|f| bytes::Bytes::from(prost::Message::encode_to_vec(&flagstream::wire::flag_to_proto(f))));
+    let snap = Snapshot::from_encoded(
+        flags.collect::<Vec<_>>(),
+        eager.segments().cloned().collect(),
+        &Limits::default(),
+    )
+    .expect("keys decode");
+    let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise").with("org", 7);
+    let run = || {
+        for _ in 0..100 {
+            assert!(snap.bool("two-clause", &ctx, false));
+            assert_eq!(snap.string("segmented", &ctx, "?"), "gold");
+            std::hint::black_box(snap.int("by-number", &ctx, 0));
+            assert!(!snap.bool("off", &ctx, true));
+        }
+    };
+    assert!(allocations(run) > 0, "the first evaluations compile");
+    assert_eq!(allocations(run), 0, "allocations after every flag was compiled");
+}
+
 /// A context built from borrowed strings and numbers allocates nothing (up to
 /// four attributes live inline).
 #[test]
