@@ -286,21 +286,23 @@ impl Hub {
             return;
         }
         let now = now_ms();
-        let mut stats = Self::lock(&self.stats);
-        let ring = stats.entry(sub.env.clone()).or_default();
-        // Only revisions still in the change log have a commit time. Walk it
-        // from the newest end: an ack usually covers one or two revisions.
-        let newly: Vec<_> = state
+        // Only revisions still in the change log (ordered by revision) have
+        // a commit time: those after `prev`, up to `revision`.
+        let first = state.log.partition_point(|e| e.revision <= prev);
+        let newly = state
             .log
-            .iter()
-            .rev()
-            .skip_while(|e| e.revision > revision)
-            .take_while(|e| e.revision > prev)
+            .range(first..)
+            .take_while(|e| e.revision <= revision)
             // Revisions committed before this stream began were not
             // propagated to it: a new subscriber gives no latency sample.
-            .filter(|e| e.committed_unix_ms >= sub.started_ms)
-            .collect();
-        for entry in newly.into_iter().rev() {
+            .filter(|e| e.committed_unix_ms >= sub.started_ms);
+        let mut stats = Self::lock(&self.stats);
+        // Every ack passes here: no allocation once the ring exists.
+        let ring = match stats.get_mut(&sub.env) {
+            Some(ring) => ring,
+            None => stats.entry(sub.env.clone()).or_default(),
+        };
+        for entry in newly {
             let pos = match ring.iter().rposition(|r| r.revision == entry.revision) {
                 Some(p) => p,
                 None => {

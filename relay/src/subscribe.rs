@@ -344,7 +344,8 @@ impl Outbound {
                     }
                 }
                 Catchup::Delta(delta) => {
-                    self.cursor = (state.epoch.clone(), state.revision);
+                    // A delta never changes the epoch: no copy of it per send.
+                    self.cursor.1 = state.revision;
                     return Some(Ok(delta));
                 }
                 Catchup::Snapshot(chunks) => {

@@ -88,7 +88,10 @@ pub struct EnvState {
     pub snapshot: Arc<Snapshot>,
     /// Encoded snapshot chunks at this revision, made on first demand.
     chunks: OnceLock<Arc<Vec<Encoded>>>,
-    /// Encoded deltas to this revision, by `from` revision.
+    /// The delta from the previous revision: what nearly every subscriber
+    /// needs, read without a lock.
+    delta_from_previous: OnceLock<Encoded>,
+    /// Encoded deltas to this revision from older revisions, by `from`.
     deltas: Mutex<HashMap<u64, Encoded>>,
 }
 
@@ -125,6 +128,7 @@ impl EnvState {
             log,
             snapshot,
             chunks: OnceLock::new(),
+            delta_from_previous: OnceLock::new(),
             deltas: Mutex::new(HashMap::new()),
         }
     }
@@ -187,12 +191,25 @@ impl EnvState {
 
     /// The delta from `from` to head (encoded once per `from`).
     fn delta_from(&self, from: u64, metrics: &Metrics) -> Encoded {
+        if from + 1 == self.revision {
+            return self.delta_from_previous.get_or_init(|| self.encode_delta(from, metrics)).clone();
+        }
         // A poisoned lock only means another subscriber panicked while
         // encoding; the map itself is still a valid cache.
         let mut cache = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = cache.get(&from) {
             return e.clone();
         }
+        let e = self.encode_delta(from, metrics);
+        // Bounded: one entry per distinct cursor, and the whole map dies
+        // with this revision's state.
+        cache.insert(from, e.clone());
+        e
+    }
+
+    /// Encodes the delta `from` → this revision (counted: encode-once is
+    /// checked against this metric).
+    fn encode_delta(&self, from: u64, metrics: &Metrics) -> Encoded {
         metrics.encodes.get_or_create(&vec![("kind", "delta".to_owned())]).inc();
         let mut changed: Vec<&ItemKey> =
             self.log.iter().filter(|e| e.revision > from).flat_map(|e| e.changed.iter()).collect();
@@ -217,11 +234,7 @@ impl EnvState {
                 (None, Kind::Segment) => parts.deleted_segments.push(&key.1),
             }
         }
-        let e = encoded::delta(&parts);
-        // Bounded: one entry per distinct cursor, and the whole map dies
-        // with this revision's state.
-        cache.insert(from, e.clone());
-        e
+        encoded::delta(&parts)
     }
 
     /// Bytes of all item encodings (store size).
