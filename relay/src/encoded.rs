@@ -1,7 +1,9 @@
 //! Pre-encoded `SubscribeResponse` messages.
 //!
-//! The relay's generated Sync server (see `build.rs`) streams [`Encoded`]
-//! values: bytes that already are a complete `SubscribeResponse`. Snapshot
+//! The Subscribe stream (`crate::grpc`) sends [`Encoded`] values: bytes that
+//! already are a complete gRPC message — the 5-byte length prefix and a
+//! `SubscribeResponse` — so a delivery is one reference-count increment and
+//! one HTTP/2 DATA frame, with no copy and no per-subscriber encoding. Snapshot
 //! chunks and deltas are assembled here from each item's stored protobuf
 //! bytes, byte for byte as committed (PROTOCOL.md §3.2), once per
 //! (environment, revision) or (environment, from, to), and shared by every
@@ -11,42 +13,51 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use flagstream_proto::v1 as pb;
 use prost::Message;
-use prost::encoding::{DecodeContext, WireType, encode_key, encode_varint, encoded_len_varint};
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
-/// A complete, encoded `SubscribeResponse`. Implements [`prost::Message`]
-/// by writing its bytes verbatim, so tonic's standard codec sends it
-/// without re-encoding.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Encoded(pub Bytes);
+/// Length of the gRPC message prefix: compression flag and u32 length.
+const GRPC_PREFIX: usize = 5;
+
+/// A complete, encoded `SubscribeResponse`, held as a gRPC message (length
+/// prefix included) ready to be written to any number of streams.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Encoded(Bytes);
 
 impl std::fmt::Debug for Encoded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Encoded({} bytes)", self.0.len())
+        write!(f, "Encoded({} bytes)", self.len())
     }
 }
 
-impl Message for Encoded {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&self.0);
+impl Encoded {
+    /// Frames a message of `len` bytes that `write` appends to the buffer.
+    fn framed(len: usize, write: impl FnOnce(&mut BytesMut)) -> Encoded {
+        let mut out = BytesMut::with_capacity(GRPC_PREFIX + len);
+        out.put_u8(0); // not compressed
+        out.put_u32(len as u32);
+        write(&mut out);
+        debug_assert_eq!(out.len(), GRPC_PREFIX + len, "length prefix matches the body");
+        Encoded(out.freeze())
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl bytes::Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        // The relay never decodes its own responses; skip whatever arrives.
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    /// The `SubscribeResponse` bytes.
+    pub fn message(&self) -> &[u8] {
+        &self.0[GRPC_PREFIX..]
     }
 
-    fn encoded_len(&self) -> usize {
-        self.0.len()
+    /// Length of the `SubscribeResponse` bytes.
+    pub fn len(&self) -> usize {
+        self.0.len() - GRPC_PREFIX
     }
 
-    fn clear(&mut self) {
-        self.0.clear();
+    /// Whether the message is empty (never, for a valid response).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The gRPC message (prefix and body), shared, for the transport.
+    pub fn grpc_frame(&self) -> Bytes {
+        self.0.clone()
     }
 }
 
@@ -82,9 +93,7 @@ fn put_fixed64(tag: u32, v: u64, buf: &mut BytesMut) {
 
 /// Wraps a message body as field `tag` of `SubscribeResponse`.
 fn wrap(tag: u32, body: BytesMut) -> Encoded {
-    let mut out = BytesMut::with_capacity(len_of_bytes_field(tag, body.len()));
-    put_bytes(tag, &body, &mut out);
-    Encoded(out.freeze())
+    Encoded::framed(len_of_bytes_field(tag, body.len()), |out| put_bytes(tag, &body, out))
 }
 
 /// The header fields shared by all chunks of one snapshot.
@@ -195,7 +204,8 @@ pub(crate) fn delta(d: &DeltaParts<'_>) -> Encoded {
 
 /// Encodes a small, per-stream message the ordinary way.
 pub(crate) fn message(kind: pb::subscribe_response::Kind) -> Encoded {
-    Encoded(pb::SubscribeResponse { kind: Some(kind) }.encode_to_vec().into())
+    let msg = pb::SubscribeResponse { kind: Some(kind) };
+    Encoded::framed(msg.encoded_len(), |out| msg.encode_raw(out))
 }
 
 #[cfg(test)]
@@ -224,8 +234,9 @@ mod tests {
         assert!(chunks.len() > 5);
         let mut seen = 0;
         for (i, c) in chunks.iter().enumerate() {
-            assert!(c.0.len() <= 1024, "chunk {i} is {} bytes", c.0.len());
-            let msg = pb::SubscribeResponse::decode(c.0.clone()).unwrap();
+            assert!(c.len() <= 1024, "chunk {i} is {} bytes", c.len());
+            assert_eq!(c.grpc_frame()[1..5], (c.len() as u32).to_be_bytes(), "gRPC length prefix");
+            let msg = pb::SubscribeResponse::decode(c.message()).unwrap();
             let Some(pb::subscribe_response::Kind::SnapshotChunk(ch)) = msg.kind else { panic!() };
             assert_eq!((ch.chunk_index as usize, ch.total_chunks as usize), (i, chunks.len()));
             assert_eq!(ch.last_chunk, i + 1 == chunks.len());
@@ -250,7 +261,7 @@ mod tests {
             checksum: 9,
             committed_unix_ms: 1,
         });
-        let msg = pb::SubscribeResponse::decode(d.0).unwrap();
+        let msg = pb::SubscribeResponse::decode(d.message()).unwrap();
         let Some(pb::subscribe_response::Kind::Delta(d)) = msg.kind else { panic!() };
         assert_eq!((d.from_revision, d.to_revision), (3, 5));
         assert_eq!(d.upserted_flags[0].key, "a");

@@ -128,7 +128,8 @@ pub struct Hub {
     draining: AtomicBool,
     /// Permits for concurrent snapshot sends.
     pub snapshot_permits: Arc<Semaphore>,
-    stats: Mutex<HashMap<String, VecDeque<RevisionStats>>>,
+    /// Per environment; hashed on every ack, hence foldhash.
+    stats: Mutex<HashMap<String, VecDeque<RevisionStats>, foldhash::fast::RandomState>>,
     /// Limits in force.
     pub limits: HubLimits,
     metrics: Metrics,
@@ -156,7 +157,7 @@ impl Hub {
             drain: CancellationToken::new(),
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
-            stats: Mutex::new(HashMap::new()),
+            stats: Mutex::new(HashMap::default()),
             limits,
             metrics,
         }

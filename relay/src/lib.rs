@@ -15,18 +15,13 @@ pub mod ctl;
 pub mod demo;
 pub mod encoded;
 pub mod error;
+pub mod grpc;
 pub mod hub;
 pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod subscribe;
 pub mod transport;
-
-/// The relay's server side of `flagstream.v1.Sync` (see `build.rs`).
-#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
-pub mod generated {
-    tonic::include_proto!("flagstream.v1");
-}
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
 pub fn init_tracing(json: bool) {

@@ -16,7 +16,7 @@ use tonic::transport::Server;
 use crate::admin::AdminService;
 use crate::auth::{self, AdminAuth};
 use crate::config::Config;
-use crate::generated::sync_server::SyncServer;
+use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
 use crate::store::{Retention, Store};
@@ -90,7 +90,7 @@ pub async fn serve(
     std::fs::create_dir_all(&cfg.data_dir)?;
     let metrics = Metrics::new();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_not_serving::<SyncRoute>().await;
     health_reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
 
     let retention = Retention { revisions: cfg.changelog_revisions, bytes: cfg.changelog_bytes };
@@ -167,11 +167,7 @@ pub async fn serve(
         .max_concurrent_streams(Some(cfg.max_concurrent_streams))
         .tcp_nodelay(true)
         .add_service(health_service)
-        .add_service(
-            SyncServer::new(sync)
-                .max_decoding_message_size(MAX_SUBSCRIBE_REQUEST)
-                .max_encoding_message_size(MAX_RESPONSE),
-        )
+        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST))
         .add_service(admin)
         .serve_with_incoming_shutdown(
             transport::incoming(listener, opts),
@@ -180,7 +176,7 @@ pub async fn serve(
     let server = tokio::spawn(server);
 
     // The store is loaded and the listeners are bound: ready.
-    health_reporter.set_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_serving::<SyncRoute>().await;
     health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     started(&running)?;
     tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), "relay serving");
@@ -198,7 +194,7 @@ pub async fn serve(
     stop.cancelled().await;
     // Drain: stop being ready, ask every subscriber to reconnect elsewhere
     // (each with its own random delay), and wait for them to leave.
-    health_reporter.set_not_serving::<SyncServer<SyncService>>().await;
+    health_reporter.set_not_serving::<SyncRoute>().await;
     health_reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     hub.start_drain();
     let deadline = tokio::time::Instant::now() + cfg.drain_grace;

@@ -17,10 +17,9 @@ use futures_util::Stream;
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval};
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Status, Streaming};
 
 use crate::encoded::{self, Encoded};
-use crate::generated::sync_server;
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::metrics::SentKind;
 use crate::store::state::{Catchup, EnvState};
@@ -58,16 +57,17 @@ impl SyncService {
     }
 }
 
-type Outgoing = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + Send>>;
+/// A subscriber's outgoing messages; an error ends the stream with that status.
+pub(crate) type Outgoing = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl sync_server::Sync for SyncService {
-    type SubscribeStream = Outgoing;
-
-    async fn subscribe(
+impl SyncService {
+    /// Serves one Subscribe call: reads the Hello, admits the subscriber,
+    /// and returns its pull-based outgoing stream (see `crate::grpc` for
+    /// the wire side).
+    pub(crate) async fn subscribe(
         &self,
         request: Request<Streaming<pb::SubscribeRequest>>,
-    ) -> Result<Response<Outgoing>, Status> {
+    ) -> Result<Outgoing, Status> {
         // Plain TCP: our ConnInfo; over TLS, tonic wraps it.
         let conn = request.extensions().get::<ConnInfo>().cloned().or_else(|| {
             request
@@ -151,7 +151,7 @@ impl sync_server::Sync for SyncService {
             }
             Some((item, o))
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Box::pin(stream))
     }
 }
 
@@ -234,13 +234,13 @@ struct Outbound {
 impl Outbound {
     fn hub_sent(&self, msg: &Encoded) {
         // The first byte is the tag of SubscribeResponse's oneof field.
-        let kind = match msg.0.first() {
+        let kind = match msg.message().first() {
             Some(0x0a) => SentKind::SnapshotChunk,
             Some(0x12) => SentKind::Delta,
             Some(0x1a) => SentKind::Heartbeat,
             _ => SentKind::Reconnect,
         };
-        self.store.metrics().sent(kind, msg.0.len());
+        self.store.metrics().sent(kind, msg.len());
     }
 
     fn heartbeat_msg(&self, state: &EnvState) -> Encoded {

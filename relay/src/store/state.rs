@@ -155,7 +155,7 @@ impl EnvState {
             let delta = self.delta_from(revision, metrics);
             // Deltas obey the same size bound as snapshot chunks, so no
             // message outgrows what clients decode; a snapshot is chunked.
-            if delta.0.len() <= chunk_bytes {
+            if delta.len() <= chunk_bytes {
                 return Catchup::Delta(delta);
             }
             "delta_too_large"

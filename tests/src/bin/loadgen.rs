@@ -207,9 +207,16 @@ async fn subscribe(
     let mut body = response.into_body();
     let mut buf = BytesMut::new();
     let mut epoch = String::new();
+    // Received bytes not yet returned to the flow-control window: returned
+    // in batches, one h2 lock and at most one WINDOW_UPDATE per batch.
+    let mut unreleased = 0;
     while let Some(data) = body.data().await {
         let data = data?;
-        body.flow_control().release_capacity(data.len())?;
+        unreleased += data.len();
+        if unreleased >= 64 << 10 {
+            body.flow_control().release_capacity(unreleased)?;
+            unreleased = 0;
+        }
         buf.extend_from_slice(&data);
         while buf.len() >= 5 {
             let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
