@@ -297,6 +297,7 @@ impl Hub {
             // Revisions committed before this stream began were not
             // propagated to it: a new subscriber gives no latency sample.
             .filter(|e| e.committed_unix_ms >= sub.started_ms);
+        let mut latest_ms = None;
         let mut stats = Self::lock(&self.stats);
         // Every ack passes here: no allocation once the ring exists.
         let ring = match stats.get_mut(&sub.env) {
@@ -326,8 +327,13 @@ impl Hub {
             r.buckets[bucket_of(ms)] += 1;
             r.max_ms = r.max_ms.max(ms);
             if entry.revision == revision {
-                self.metrics.ack_latency.observe(ms as f64 / 1000.0);
+                latest_ms = Some(ms);
             }
+        }
+        drop(stats);
+        // Outside the lock every subscriber's ack takes.
+        if let Some(ms) = latest_ms {
+            self.metrics.ack_latency.observe(ms as f64 / 1000.0);
         }
     }
 

@@ -17,9 +17,10 @@ use futures_util::Stream;
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval};
-use tonic::{Request, Status, Streaming};
+use tonic::Status;
 
 use crate::encoded::{self, Encoded};
+use crate::grpc::Inbound;
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::metrics::SentKind;
 use crate::store::state::{Catchup, EnvState};
@@ -66,23 +67,28 @@ impl SyncService {
     /// the wire side).
     pub(crate) async fn subscribe(
         &self,
-        request: Request<Streaming<pb::SubscribeRequest>>,
+        extensions: &http::Extensions,
+        mut inbound: Inbound,
     ) -> Result<Outgoing, Status> {
         // Plain TCP: our ConnInfo; over TLS, tonic wraps it.
-        let conn = request.extensions().get::<ConnInfo>().cloned().or_else(|| {
-            request
-                .extensions()
+        let conn = extensions.get::<ConnInfo>().cloned().or_else(|| {
+            extensions
                 .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
                 .map(|t| t.get_ref().clone())
         });
-        let mut inbound = request.into_inner();
         let refused = |reason: &str| {
             let labels = vec![("result", "rejected".to_owned()), ("reason", reason.to_owned())];
             self.store.metrics().subscribes.get_or_create(&labels).inc();
         };
         let first = match tokio::time::timeout(self.cfg.hello_timeout, inbound.message()).await {
             Ok(Ok(m)) => m,
-            Ok(Err(status)) => return Err(status),
+            Ok(Err(status)) => {
+                if status.code() == tonic::Code::ResourceExhausted {
+                    self.store.metrics().limit_hit("subscribe_request_bytes");
+                }
+                refused("bad_request");
+                return Err(status);
+            }
             Err(_) => {
                 refused("no_hello");
                 return Err(Status::deadline_exceeded("no Hello within the hello timeout"));
@@ -117,7 +123,7 @@ impl SyncService {
         })?;
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
-        tokio::spawn(read_acks(inbound, env.clone(), self.hub.clone(), sub.clone()));
+        tokio::spawn(read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone()));
 
         let jitter = rand::rng().random_range(0.9..=1.1);
         let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=self.cfg.heartbeat);
@@ -156,12 +162,7 @@ impl SyncService {
 }
 
 /// Reads acks until the client goes away; then ends the outgoing stream too.
-async fn read_acks(
-    mut inbound: Streaming<pb::SubscribeRequest>,
-    env: Arc<Env>,
-    hub: Arc<Hub>,
-    sub: Arc<Subscriber>,
-) {
+async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<Hub>, sub: Arc<Subscriber>) {
     loop {
         // No select on the cancel token (polling it takes a lock): when the
         // response stream ends, the request stream ends with it.
@@ -178,6 +179,9 @@ async fn read_acks(
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
+                if status.code() == tonic::Code::ResourceExhausted {
+                    store.metrics().limit_hit("subscribe_request_bytes");
+                }
                 tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
                 sub.stop();
                 return;
