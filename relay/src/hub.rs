@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -52,10 +53,11 @@ pub struct Subscriber {
     pub last_progress_ms: AtomicU64,
     /// Unix ms when the stream started.
     pub started_ms: u64,
-    /// Cancels this subscriber's stream (wakes its waits).
-    pub cancel: CancellationToken,
-    /// Set with `cancel`, for the per-message check: an atomic load instead
-    /// of the token's mutex.
+    /// The stream's task while it waits: woken on stop and on drain.
+    /// (Registering is a compare-and-swap; a cancellation token would take
+    /// a mutex on every wait, i.e. on every delivery.)
+    pub wake: AtomicWaker,
+    /// Set by [`Subscriber::stop`].
     pub stopped: AtomicBool,
     /// The connection it rides on (to cut it off).
     pub conn: Option<ConnInfo>,
@@ -67,13 +69,24 @@ impl Subscriber {
     /// Ends this subscriber's stream.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
-        self.cancel.cancel();
+        self.wake.wake();
     }
 
     /// Whether the stream was stopped.
     #[inline]
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Ready once this subscriber is stopped or the relay drains; registers
+    /// the waiting task first, so a stop or drain in between is not missed.
+    pub fn poll_stop_or_drain(&self, cx: &mut std::task::Context<'_>, hub: &Hub) -> std::task::Poll<()> {
+        self.wake.register(cx.waker());
+        if self.is_stopped() || hub.is_draining() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
     }
 }
 
@@ -122,8 +135,6 @@ pub struct Hub {
     subs: Mutex<HashMap<u64, Arc<Subscriber>>>,
     per_env: Mutex<HashMap<String, usize>>,
     next_id: AtomicU64,
-    /// Fires when the relay starts draining.
-    pub drain: CancellationToken,
     /// Mirrors `drain` for cheap per-message checks.
     draining: AtomicBool,
     /// Permits for concurrent snapshot sends.
@@ -154,7 +165,6 @@ impl Hub {
             subs: Mutex::new(HashMap::new()),
             per_env: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            drain: CancellationToken::new(),
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
             stats: Mutex::new(HashMap::default()),
@@ -173,7 +183,11 @@ impl Hub {
     /// its client to reconnect elsewhere.
     pub fn start_drain(&self) {
         self.draining.store(true, Ordering::Release);
-        self.drain.cancel();
+        // Every stream wakes and sees the flag (set first, so a subscriber
+        // admitted after this loop sees it on its first poll).
+        for sub in Self::lock(&self.subs).values() {
+            sub.wake.wake();
+        }
     }
 
     /// Whether the relay is draining.
@@ -239,7 +253,7 @@ impl Hub {
             applied: AtomicU64::new(applied),
             last_progress_ms: AtomicU64::new(now),
             started_ms: now,
-            cancel: self.drain.child_token(),
+            wake: AtomicWaker::new(),
             stopped: AtomicBool::new(false),
             conn,
             sdk,

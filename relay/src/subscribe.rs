@@ -144,7 +144,6 @@ impl SyncService {
             },
             age_deadline,
             age: Box::pin(tokio::time::sleep_until(age_deadline)),
-            stopped: Box::pin(sub.cancel.clone().cancelled_owned()),
             first: true,
             guard: Leave { hub: self.hub.clone(), sub, reason: "client_gone" },
             done: false,
@@ -228,8 +227,6 @@ struct Outbound {
     /// Fires at `age_deadline`; kept across waits so the timer is
     /// registered once per stream, not once per wait.
     age: Pin<Box<tokio::time::Sleep>>,
-    /// Fires when this subscriber is stopped or the relay drains.
-    stopped: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     first: bool,
     guard: Leave,
     done: bool,
@@ -312,16 +309,15 @@ impl Outbound {
                     "stream reached its maximum age; reconnect (possibly elsewhere)",
                 )));
             }
-            // `Store::delete_env` marks the head as u64::MAX.
-            if *self.head.borrow() == u64::MAX {
-                self.done = true;
-                self.guard.reason = "environment_deleted";
-                return Some(Err(Status::not_found(format!(
-                    "environment {:?} was deleted",
-                    self.guard.sub.env
-                ))));
+            // `Store::delete_env` marks the head as u64::MAX (and a waiting
+            // stream learns of it from `changed`); checked here once, for a
+            // deletion that raced with this stream's start.
+            if self.first && *self.head.borrow() == u64::MAX {
+                return Some(Err(self.deleted()));
             }
-            let state = self.env.state.load_full();
+            // A guard, not an `Arc` clone: no shared reference count touched
+            // per delivery. Never held across an await (reloaded after).
+            let state = self.env.state.load();
             if std::mem::take(&mut self.first) {
                 // Every stream opens with a heartbeat: the client learns the
                 // interval (to size its watchdog) and the head revision
@@ -332,18 +328,17 @@ impl Outbound {
             let metrics = self.store.metrics();
             match state.catchup(&self.cursor.0, self.cursor.1, self.cfg.chunk_bytes, metrics) {
                 Catchup::Current => {
+                    drop(state);
                     tokio::select! {
                         // Head first: the common wake-up polls one future.
                         biased;
                         changed = self.head.changed() => {
-                            if changed.is_err() {
-                                continue; // sender gone: the environment was deleted
+                            if changed.is_err() || *self.head.borrow() == u64::MAX {
+                                return Some(Err(self.deleted()));
                             }
                         }
-                        _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&state))),
-                        // The subscriber's token is a child of the drain
-                        // token, so this also wakes on drain.
-                        _ = self.stopped.as_mut() => {}
+                        _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                        _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => {}
                         _ = self.age.as_mut() => {}
                     }
                 }
@@ -353,6 +348,8 @@ impl Outbound {
                     return Some(Ok(delta));
                 }
                 Catchup::Snapshot(chunks) => {
+                    let cursor = (state.epoch.clone(), state.revision);
+                    drop(state);
                     let permit = match self.hub.snapshot_permits.clone().try_acquire_owned() {
                         Ok(p) => p,
                         Err(_) => {
@@ -364,12 +361,12 @@ impl Outbound {
                                 },
                                 // Keep the stream alive while waiting; the
                                 // snapshot is retried on the next pull.
-                                _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&state))),
-                                _ = self.stopped.as_mut() => continue,
+                                _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                                _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => continue,
                             }
                         }
                     };
-                    self.cursor = (state.epoch.clone(), state.revision);
+                    self.cursor = cursor;
                     let first = chunks[0].clone();
                     if chunks.len() > 1 {
                         metrics.snapshot_sends.inc();
@@ -380,6 +377,13 @@ impl Outbound {
                 }
             }
         }
+    }
+
+    /// Ends the stream: the environment was deleted.
+    fn deleted(&mut self) -> Status {
+        self.done = true;
+        self.guard.reason = "environment_deleted";
+        Status::not_found(format!("environment {:?} was deleted", self.guard.sub.env))
     }
 }
 
