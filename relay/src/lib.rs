@@ -35,6 +35,38 @@ pub fn init_tracing(json: bool) {
     }
 }
 
+/// Runs the `flagstream-relay` command on the relay's runtime.
+pub fn main_blocking() {
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(71); // EX_OSERR
+        }
+    };
+    runtime.block_on(main_entry());
+}
+
+/// Whether this build's runtime runs a woken task next (tokio's "LIFO
+/// slot"). Built with `--cfg tokio_unstable` (the workspace's
+/// `.cargo/config.toml` sets it) the relay turns it off.
+pub const LIFO_SLOT: bool = !cfg!(tokio_unstable);
+
+/// The relay's multi-threaded runtime.
+///
+/// Without the LIFO slot, a connection task woken by a stream that queued
+/// a message runs after the other woken streams rather than right away, so
+/// one write carries many streams' messages: for a revision fanned out to
+/// 10,000 subscribers, hundreds of socket writes instead of one per
+/// subscriber (docs/BENCHMARKS.md).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
+    builder.build()
+}
+
 /// The `flagstream-relay` command: parse the configuration (exit 64 with
 /// one line when it is bad), set up logging, run until SIGTERM.
 pub async fn main_entry() {

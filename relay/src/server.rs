@@ -179,7 +179,7 @@ pub async fn serve(
     health_reporter.set_serving::<SyncRoute>().await;
     health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     started(&running)?;
-    tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), "relay serving");
+    tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), lifo_slot = crate::LIFO_SLOT, "relay serving");
 
     if let Some(period) = demo {
         tokio::spawn(crate::demo::live(

@@ -1,7 +1,6 @@
 //! The relay binary, built inside the tests package so integration tests
 //! can start it as a real process (`CARGO_BIN_EXE_relay`).
 
-#[tokio::main]
-async fn main() {
-    flagstream_relay::main_entry().await;
+fn main() {
+    flagstream_relay::main_blocking();
 }
