@@ -11,7 +11,7 @@ use std::sync::Arc;
 use prost::Message;
 
 use crate::raw::CacheBlob;
-use crate::replica::{ApplyError, Replica};
+use crate::replica::{ApplyError, CachedReplica, Replica};
 use crate::{Limits, Snapshot};
 
 /// sled key of the snapshot value.
@@ -65,7 +65,7 @@ impl Cache {
         &self,
         key_fingerprint: u64,
         limits: &Limits,
-    ) -> Result<Option<(Replica, Arc<Snapshot>)>, CacheError> {
+    ) -> Result<Option<(CachedReplica, Arc<Snapshot>)>, CacheError> {
         let Some(value) = self.db.get(KEY)? else { return Ok(None) };
         // One copy into `Bytes`, so every item decodes as a slice of it
         // rather than an allocation of its own.

@@ -105,6 +105,28 @@ pub(crate) struct Replica {
     segments: ItemMap,
 }
 
+/// A replica read from the cache, checksum-verified, with its items not yet
+/// in maps: the sync task builds the [`Replica`] ([`CachedReplica::into_replica`])
+/// after `build()` has returned, keeping that work off the cold start.
+#[derive(Debug)]
+pub(crate) struct CachedReplica {
+    pub(crate) epoch: String,
+    pub(crate) revision: u64,
+    flags: Vec<(Arc<str>, Item)>,
+    segments: Vec<(Arc<str>, Item)>,
+}
+
+impl CachedReplica {
+    /// The replica, its items indexed by key.
+    pub(crate) fn into_replica(self) -> Replica {
+        let mut r = Replica { epoch: self.epoch, revision: self.revision, ..Replica::default() };
+        r.flags = self.flags.into_iter().collect();
+        r.segments = self.segments.into_iter().collect();
+        r.checksum = r.sum();
+        r
+    }
+}
+
 /// The result of applying: the new replica, its compiled snapshot, and the
 /// flag keys that changed.
 pub(crate) struct Applied {
@@ -290,32 +312,44 @@ impl Replica {
         blob: CacheBlob,
         key_fingerprint: u64,
         limits: &Limits,
-    ) -> Result<(Replica, Arc<Snapshot>), ApplyError> {
+    ) -> Result<(CachedReplica, Arc<Snapshot>), ApplyError> {
         if blob.format != CACHE_FORMAT {
             return Err(ApplyError::Format(blob.format));
         }
         if blob.key_fingerprint != key_fingerprint {
             return Err(ApplyError::OtherKey);
         }
-        let mut r = Replica { epoch: blob.epoch, revision: blob.revision, ..Replica::default() };
-        r.flags.reserve(blob.flags.len());
+        let mut r = CachedReplica {
+            epoch: blob.epoch,
+            revision: blob.revision,
+            flags: Vec::with_capacity(blob.flags.len()),
+            segments: Vec::with_capacity(blob.segments.len()),
+        };
+        let mut checksum = 0u64;
         let mut lazy = Vec::with_capacity(blob.flags.len());
         for bytes in blob.flags {
             let key = flag_key(&bytes).map_err(|source| ApplyError::Decode { what: "flag", source })?;
             let hash = item_hash(FLAG, &key, &bytes);
+            checksum = checksum.wrapping_add(hash);
             let key: Arc<str> = Arc::from(key);
-            r.flags.insert(key.clone(), Item { bytes: bytes.clone(), hash });
+            r.flags.push((key.clone(), Item { bytes: bytes.clone(), hash }));
             lazy.push((key, bytes));
         }
         let mut segments = Vec::with_capacity(blob.segments.len());
         for bytes in blob.segments {
             let p = decode_segment(&bytes)?;
             let hash = item_hash(SEGMENT, &p.key, &bytes);
+            checksum = checksum.wrapping_add(hash);
             segments.push(wire::segment_from_proto(&p)?);
-            r.segments.insert(p.key.into(), Item { bytes, hash });
+            r.segments.push((p.key.into(), Item { bytes, hash }));
         }
-        r.checksum = r.sum();
-        r.verify(blob.checksum)?;
+        if checksum != blob.checksum {
+            return Err(ApplyError::Checksum {
+                revision: r.revision,
+                computed: checksum,
+                expected: blob.checksum,
+            });
+        }
         let s = Snapshot::lazy(lazy, segments, limits).with_cursor(&r.epoch, r.revision);
         Ok((r, Arc::new(s)))
     }

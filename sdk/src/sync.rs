@@ -25,7 +25,7 @@ use crate::Limits;
 use crate::backoff::Backoff;
 use crate::client::{Change, Shared};
 use crate::raw::{RawChunk, RawKind, RawResponse};
-use crate::replica::{ApplyError, Replica};
+use crate::replica::{ApplyError, CachedReplica, Replica};
 use crate::stats::bump;
 use crate::status::{Attempt, MAX_ATTEMPTS, Source, Status};
 
@@ -121,7 +121,8 @@ struct Progress {
 }
 
 /// The sync task. Runs until aborted (the client is dropped).
-pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, mut replica: Option<Replica>) {
+pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, cached: Option<CachedReplica>) {
+    let mut replica = cached.map(CachedReplica::into_replica);
     let mut backoff = Backoff::new(cfg.backoff_base, cfg.backoff_cap);
     let mut idx = 0usize;
     let mut down_since = Instant::now();

@@ -98,3 +98,46 @@ async fn cache_of_another_key_is_ignored() {
     assert!(!c.status().has_data(), "another key's cache was served: {:?}", c.status());
     assert_eq!(c.stats().cache_errors, 1);
 }
+
+/// A client started from its cache while the relay is up resumes with a
+/// delta on top of the cached flags (no snapshot), and serves the change.
+#[tokio::test]
+async fn cached_client_resumes_with_a_delta() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let relay = Relay::start(dir.path(), &[]).await;
+    let (url, key) = (relay.url(), relay.demo_key());
+    let ctx = Context::new("user-1");
+    {
+        let c = Client::builder()
+            .endpoints([url.clone()])
+            .sdk_key(key.clone())
+            .cache_dir(&cache)
+            .build()
+            .unwrap();
+        c.wait_ready(STEP).await;
+        wait_for_cache_write(&c).await;
+    }
+    // Let sled release the lock held by the dropped client's tasks.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut admin = relay.admin().await;
+    flagstream_tests::relay::put(&mut admin, "demo", flagstream_tests::relay::bool_flag("added-later", true))
+        .await
+        .unwrap();
+
+    let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
+    assert!(c.status().has_data(), "cache served at build: {:?}", c.status());
+    assert!(!c.bool("added-later", &ctx, false), "not in the cache yet");
+    let deadline = Instant::now() + STEP;
+    while !c.bool("added-later", &ctx, false) {
+        assert!(Instant::now() < deadline, "the change never arrived: {:?}", c.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = c.stats();
+    assert_eq!((stats.snapshots_applied, stats.deltas_applied, stats.resyncs), (0, 1, 0), "{stats:?}");
+    assert!(c.bool(
+        "new-checkout",
+        &Context::new("user-9").with("country", "US").with("plan", "enterprise"),
+        false
+    ));
+}
