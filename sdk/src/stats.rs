@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub(crate) stalls: AtomicU64,
     pub(crate) resyncs: AtomicU64,
     pub(crate) checksum_mismatches: AtomicU64,
+    pub(crate) retry_hints: AtomicU64,
     pub(crate) snapshots_applied: AtomicU64,
     pub(crate) deltas_applied: AtomicU64,
     pub(crate) cache_writes: AtomicU64,
@@ -49,6 +50,9 @@ pub struct Stats {
     pub resyncs: u64,
     /// Checksum mismatches detected.
     pub checksum_mismatches: u64,
+    /// Refusals or stream ends that carried the relay's retry-after hint
+    /// (the next attempt at that relay waited at least that long).
+    pub retry_hints: u64,
     /// Snapshots applied.
     pub snapshots_applied: u64,
     /// Deltas applied.
@@ -90,6 +94,7 @@ impl Counters {
             stalls: g(&self.stalls),
             resyncs: g(&self.resyncs),
             checksum_mismatches: g(&self.checksum_mismatches),
+            retry_hints: g(&self.retry_hints),
             snapshots_applied: g(&self.snapshots_applied),
             deltas_applied: g(&self.deltas_applied),
             cache_writes: g(&self.cache_writes),

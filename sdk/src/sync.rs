@@ -101,6 +101,9 @@ impl ClientTls {
 enum End {
     /// Connecting or subscribing failed.
     Connect(String),
+    /// The relay refused or ended the stream with a retry-after hint: the
+    /// next attempt waits the hint plus up to as much again (PROTOCOL.md §6).
+    RetryAfter(String, Duration),
     /// No message within the watchdog interval.
     Stalled(Duration),
     /// The stream failed or closed.
@@ -151,6 +154,11 @@ pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, cached: Option<Cac
         bump(&shared.counters.reconnects);
         let (delay, switch, reason) = match end {
             End::Connect(e) => (backoff.fail(), true, format!("{endpoint}: {e}")),
+            End::RetryAfter(e, hint) => {
+                bump(&shared.counters.retry_hints);
+                let delay = backoff.fail().max(hint + jitter_up_to(hint));
+                (delay, true, format!("{endpoint}: {e} (relay asks to retry after {hint:?})"))
+            }
             End::Broken(e) => (backoff.fail(), true, format!("{endpoint}: {e}")),
             End::Stalled(after) => {
                 bump(&shared.counters.stalls);
@@ -206,6 +214,24 @@ pub(crate) async fn run(shared: Arc<Shared>, cfg: SyncConfig, cached: Option<Cac
                 break;
             }
         }
+    }
+}
+
+/// The longest retry-after hint honoured: a relay cannot park clients.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// How a failed call or stream ends: with the relay's retry-after hint
+/// (`flagstream-retry-after-ms`, PROTOCOL.md §6) when it sent one.
+fn ended(what: &str, status: &tonic::Status) -> End {
+    let error = format!("{what}: {} {}", status.code(), status.message());
+    let hint = status
+        .metadata()
+        .get("flagstream-retry-after-ms")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map(|ms| Duration::from_millis(ms).min(MAX_RETRY_AFTER));
+    match hint {
+        Some(hint) => End::RetryAfter(error, hint),
+        None => End::Broken(error),
     }
 }
 
@@ -278,17 +304,17 @@ async fn stream_once(
     }
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(cfg.max_message_bytes);
     let subscribe = async {
-        grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
+        grpc.ready().await.map_err(|e| End::Connect(format!("not ready: {e}")))?;
         let codec = tonic_prost::ProstCodec::<pb::SubscribeRequest, RawResponse>::default();
         let path = http::uri::PathAndQuery::from_static("/flagstream.v1.Sync/Subscribe");
         grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, codec)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| format!("subscribe refused: {} {}", s.code(), s.message()))
+            .map_err(|s| ended("subscribe refused", &s))
     };
     let mut stream = match tokio::time::timeout(cfg.first_message_timeout, subscribe).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return End::Connect(e),
+        Ok(Err(end)) => return end,
         Err(_) => return End::Stalled(cfg.first_message_timeout),
     };
     bump(&shared.counters.connects);
@@ -310,9 +336,7 @@ async fn stream_once(
         }
         let msg = match tokio::time::timeout(watchdog, stream.message()).await {
             Err(_) => return End::Stalled(watchdog),
-            Ok(Err(status)) => {
-                return End::Broken(format!("stream failed: {} {}", status.code(), status.message()));
-            }
+            Ok(Err(status)) => return ended("stream failed", &status),
             Ok(Ok(None)) => return End::Broken("stream closed by the relay".into()),
             Ok(Ok(Some(m))) => m,
         };
