@@ -44,13 +44,25 @@ pub enum CacheError {
 #[derive(Debug, Clone)]
 pub(crate) struct Cache {
     db: sled::Db,
+    /// Serialises writes, so the final write at drop can never be
+    /// overtaken by a debounced one still in flight.
+    writes: Arc<std::sync::Mutex<Writes>>,
+}
+
+/// What has been written.
+#[derive(Debug, Default)]
+struct Writes {
+    /// The replica last stored (compared by pointer).
+    last: Option<Arc<Replica>>,
+    /// Set by the final write: later writes are skipped.
+    closed: bool,
 }
 
 impl Cache {
     /// Opens (or creates) the cache under `dir`.
     pub(crate) fn open(dir: &Path) -> Result<Cache, CacheError> {
         match sled::Config::new().path(dir).open() {
-            Ok(db) => Ok(Cache { db }),
+            Ok(db) => Ok(Cache { db, writes: Arc::default() }),
             Err(sled::Error::Io(e))
                 if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
             {
@@ -73,10 +85,34 @@ impl Cache {
         Ok(Some(Replica::from_blob(blob, key_fingerprint, limits)?))
     }
 
-    /// Replaces the cached snapshot atomically and durably.
-    pub(crate) fn store(&self, blob: &CacheBlob) -> Result<(), CacheError> {
+    /// Replaces the cached snapshot with `replica` atomically and durably,
+    /// unless it is the one stored last or the cache was closed. Returns
+    /// whether it wrote.
+    pub(crate) fn store(&self, replica: &Arc<Replica>, key_fingerprint: u64) -> Result<bool, CacheError> {
+        let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        if writes.closed || writes.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, replica)) {
+            return Ok(false);
+        }
+        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
         self.db.insert(KEY, blob.encode_to_vec())?;
         self.db.flush()?;
-        Ok(())
+        writes.last = Some(replica.clone());
+        Ok(true)
+    }
+
+    /// The final write when the client is dropped: stores `replica` if it is
+    /// newer than what was stored, then refuses further writes (a debounced
+    /// write still in flight cannot overwrite it with older data).
+    pub(crate) fn close(
+        &self,
+        replica: Option<&Arc<Replica>>,
+        key_fingerprint: u64,
+    ) -> Result<bool, CacheError> {
+        let wrote = match replica {
+            Some(r) => self.store(r, key_fingerprint)?,
+            None => false,
+        };
+        self.writes.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        Ok(wrote)
     }
 }

@@ -57,12 +57,44 @@ pub(crate) struct Shared {
 
 /// Owns the background tasks; they stop when the last client handle goes.
 #[derive(Debug)]
-struct Tasks(Vec<JoinHandle<()>>);
+struct Tasks {
+    handles: Vec<JoinHandle<()>>,
+    /// The cache and the newest replica, for the final write at drop.
+    cache: Option<FinalWrite>,
+}
+
+#[derive(Debug)]
+struct FinalWrite {
+    shared: Arc<Shared>,
+    cache: Cache,
+    latest: watch::Receiver<Option<Arc<Replica>>>,
+    key_fingerprint: u64,
+}
+
+impl Tasks {
+    fn none() -> Tasks {
+        Tasks { handles: Vec::new(), cache: None }
+    }
+}
 
 impl Drop for Tasks {
+    /// Stops the sync and cache tasks, then writes the newest applied
+    /// revision to the cache if the debounced writer had not yet (a few
+    /// milliseconds of blocking I/O, once, when the last clone goes).
     fn drop(&mut self) {
-        for t in &self.0 {
+        for t in &self.handles {
             t.abort();
+        }
+        if let Some(f) = self.cache.take() {
+            let latest = f.latest.borrow().clone();
+            match f.cache.close(latest.as_ref(), f.key_fingerprint) {
+                Ok(true) => crate::stats::bump(&f.shared.counters.cache_writes),
+                Ok(false) => {}
+                Err(e) => {
+                    crate::stats::bump(&f.shared.counters.cache_errors);
+                    tracing::warn!(error = %e, "writing the flag cache at shutdown failed");
+                }
+            }
         }
     }
 }
@@ -291,14 +323,14 @@ impl Builder {
             let snap = Snapshot::compile(&set, &self.cfg.limits)
                 .map_err(|e| BuildError::File { path: "test data".into(), source: Box::new(e) })?;
             shared.publish(Arc::new(snap), Source::Test, set.flags.into_iter().map(|f| f.key).collect());
-            return Ok(Client { shared, _tasks: Arc::new(Tasks(Vec::new())) });
+            return Ok(Client { shared, _tasks: Arc::new(Tasks::none()) });
         }
         if let Some(path) = &self.file {
             let set = read_flag_file(path)?;
             let snap = Snapshot::compile(&set, &self.cfg.limits)
                 .map_err(|e| BuildError::File { path: path.display().to_string(), source: Box::new(e) })?;
             shared.publish(Arc::new(snap), Source::File, set.flags.into_iter().map(|f| f.key).collect());
-            return Ok(Client { shared, _tasks: Arc::new(Tasks(Vec::new())) });
+            return Ok(Client { shared, _tasks: Arc::new(Tasks::none()) });
         }
 
         let mut replica = None;
@@ -330,12 +362,25 @@ impl Builder {
                 }
             }
         }
-        let mut tasks = vec![runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica))];
+        let mut tasks = Tasks::none();
+        tasks.handles.push(runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica)));
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
             let fp = sync::key_fingerprint(&self.cfg.sdk_key);
-            tasks.push(runtime.spawn(sync::cache_writer(shared.clone(), cache, rx, self.cache_interval, fp)));
+            tasks.cache = Some(FinalWrite {
+                shared: shared.clone(),
+                cache: cache.clone(),
+                latest: rx.clone(),
+                key_fingerprint: fp,
+            });
+            tasks.handles.push(runtime.spawn(sync::cache_writer(
+                shared.clone(),
+                cache,
+                rx,
+                self.cache_interval,
+                fp,
+            )));
         }
-        Ok(Client { shared, _tasks: Arc::new(Tasks(tasks)) })
+        Ok(Client { shared, _tasks: Arc::new(tasks) })
     }
 }
 

@@ -532,9 +532,9 @@ pub(crate) async fn cache_writer(
         tokio::time::sleep(interval).await; // debounce: coalesce bursts
         let Some(replica) = rx.borrow_and_update().clone() else { continue };
         let cache = cache.clone();
-        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
-        match tokio::task::spawn_blocking(move || cache.store(&blob)).await {
-            Ok(Ok(())) => bump(&shared.counters.cache_writes),
+        match tokio::task::spawn_blocking(move || cache.store(&replica, key_fingerprint)).await {
+            Ok(Ok(true)) => bump(&shared.counters.cache_writes),
+            Ok(Ok(false)) => {} // already stored, or the client was dropped
             Ok(Err(e)) => {
                 bump(&shared.counters.cache_errors);
                 tracing::warn!(error = %e, "writing the flag cache failed");

@@ -141,3 +141,48 @@ async fn cached_client_resumes_with_a_delta() {
         false
     ));
 }
+
+/// A revision applied just before the client is dropped (inside the cache
+/// writer's debounce) still reaches the cache: dropping the last clone
+/// writes it, so a restart serves it.
+#[tokio::test]
+async fn dropping_the_client_writes_the_newest_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    let (url, key) = (relay.url(), relay.demo_key());
+    let ctx = Context::new("user-1");
+    {
+        let c = Client::builder()
+            .endpoints([url.clone()])
+            .sdk_key(key.clone())
+            .cache_dir(&cache)
+            .build()
+            .unwrap();
+        c.wait_ready(STEP).await;
+        wait_for_cache_write(&c).await;
+        let mut admin = relay.admin().await;
+        flagstream_tests::relay::put(
+            &mut admin,
+            "demo",
+            flagstream_tests::relay::bool_flag("last-word", true),
+        )
+        .await
+        .unwrap();
+        let deadline = Instant::now() + STEP;
+        while !c.bool("last-word", &ctx, false) {
+            assert!(Instant::now() < deadline, "the change never arrived");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(c.stats().cache_writes, 1, "the debounced write of the change has not happened yet");
+    } // dropped here, well inside the 500 ms debounce
+    relay.kill9();
+    relay.wait(STEP).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
+    assert!(
+        c.bool("last-word", &ctx, false),
+        "the newest revision did not reach the cache: {:?}",
+        c.status()
+    );
+}
