@@ -66,7 +66,8 @@ struct Tasks {
 #[derive(Debug)]
 struct FinalWrite {
     shared: Arc<Shared>,
-    cache: Cache,
+    /// The one long-lived handle: dropping it closes sled.
+    cache: Arc<Cache>,
     latest: watch::Receiver<Option<Arc<Replica>>>,
     key_fingerprint: u64,
 }
@@ -366,19 +367,16 @@ impl Builder {
         tasks.handles.push(runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica)));
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
             let fp = sync::key_fingerprint(&self.cfg.sdk_key);
-            tasks.cache = Some(FinalWrite {
-                shared: shared.clone(),
-                cache: cache.clone(),
-                latest: rx.clone(),
-                key_fingerprint: fp,
-            });
-            tasks.handles.push(runtime.spawn(sync::cache_writer(
+            let cache = Arc::new(cache);
+            let writer = sync::cache_writer(
                 shared.clone(),
-                cache,
-                rx,
+                Arc::downgrade(&cache),
+                rx.clone(),
                 self.cache_interval,
                 fp,
-            )));
+            );
+            tasks.handles.push(runtime.spawn(writer));
+            tasks.cache = Some(FinalWrite { shared: shared.clone(), cache, latest: rx, key_fingerprint: fp });
         }
         Ok(Client { shared, _tasks: Arc::new(tasks) })
     }

@@ -523,7 +523,7 @@ impl Shared {
 /// Writes the latest replica to the cache at most once per `interval`.
 pub(crate) async fn cache_writer(
     shared: Arc<Shared>,
-    cache: crate::cache::Cache,
+    cache: std::sync::Weak<crate::cache::Cache>,
     mut rx: watch::Receiver<Option<Arc<Replica>>>,
     interval: Duration,
     key_fingerprint: u64,
@@ -531,7 +531,9 @@ pub(crate) async fn cache_writer(
     while rx.changed().await.is_ok() {
         tokio::time::sleep(interval).await; // debounce: coalesce bursts
         let Some(replica) = rx.borrow_and_update().clone() else { continue };
-        let cache = cache.clone();
+        // Held only while writing: the client's drop closes the cache (and
+        // releases its directory lock) at once, not when this task goes.
+        let Some(cache) = cache.upgrade() else { return };
         match tokio::task::spawn_blocking(move || cache.store(&replica, key_fingerprint)).await {
             Ok(Ok(true)) => bump(&shared.counters.cache_writes),
             Ok(Ok(false)) => {} // already stored, or the client was dropped

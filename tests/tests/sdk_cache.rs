@@ -186,3 +186,24 @@ async fn dropping_the_client_writes_the_newest_revision() {
         c.status()
     );
 }
+
+/// Dropping a client releases its cache directory at once: a client built
+/// right after it on the same directory reads the cache (no "in use"
+/// warning, no error counted).
+#[tokio::test]
+async fn a_client_rebuilt_at_once_gets_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    let (url, key) = (relay.url(), relay.demo_key());
+    let c =
+        Client::builder().endpoints([url.clone()]).sdk_key(key.clone()).cache_dir(&cache).build().unwrap();
+    c.wait_ready(STEP).await;
+    wait_for_cache_write(&c).await;
+    relay.kill9();
+    relay.wait(STEP).await;
+    drop(c);
+    let again = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
+    assert_eq!(again.stats().cache_errors, 0, "the cache was still locked");
+    assert!(matches!(again.status(), Status::Stale { source: Source::Cache, .. }), "{:?}", again.status());
+}
