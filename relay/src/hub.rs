@@ -59,6 +59,8 @@ pub struct Subscriber {
     pub wake: AtomicWaker,
     /// Set by [`Subscriber::stop`].
     pub stopped: AtomicBool,
+    /// Why the stream must end with an error (see [`Subscriber::fail`]).
+    pub failure: Mutex<Option<tonic::Status>>,
     /// The connection it rides on (to cut it off).
     pub conn: Option<ConnInfo>,
     /// Client-reported name/version, for status.
@@ -70,6 +72,18 @@ impl Subscriber {
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.wake();
+    }
+
+    /// Ends this subscriber's stream with `status` in its trailers (an
+    /// error on the request side, which the client should see as such).
+    pub fn fail(&self, status: tonic::Status) {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+        self.stop();
+    }
+
+    /// The status the stream ends with, if it failed.
+    pub fn take_failure(&self) -> Option<tonic::Status> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Whether the stream was stopped.
@@ -255,6 +269,7 @@ impl Hub {
             started_ms: now,
             wake: AtomicWaker::new(),
             stopped: AtomicBool::new(false),
+            failure: Mutex::new(None),
             conn,
             sdk,
         });

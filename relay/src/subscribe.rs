@@ -107,6 +107,13 @@ impl SyncService {
             return Err(Status::unauthenticated("unknown SDK key"));
         };
         let env_name = env.meta.load().name.clone();
+        if !hello.environment.is_empty() && hello.environment != env_name {
+            refused("environment_mismatch");
+            return Err(Status::invalid_argument(format!(
+                "hello.environment: {:?} is not the SDK key's environment",
+                hello.environment
+            )));
+        }
         let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
         // No cursor means "no data yet" (PROTOCOL.md §2.2): the empty cursor.
         let cursor = hello.cursor.clone().unwrap_or_default();
@@ -173,8 +180,15 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
                 hub.ack(&env, &sub, &ack.epoch, ack.revision);
             }
-            // Hello repeats, propagation reports and unknown kinds: ignored
-            // (forward compatibility, PROTOCOL.md §8).
+            Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(_)) })) => {
+                tracing::info!(env = %sub.env, subscriber = sub.id, "second Hello: ending the stream");
+                sub.fail(Status::invalid_argument(
+                    "a second Hello on one stream (open a new stream instead)",
+                ));
+                return;
+            }
+            // Propagation reports and unknown kinds: ignored (forward
+            // compatibility, PROTOCOL.md §8).
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
@@ -182,7 +196,7 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
                     store.metrics().limit_hit("subscribe_request_bytes");
                 }
                 tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
-                sub.stop();
+                sub.fail(status);
                 return;
             }
         }
@@ -298,7 +312,7 @@ impl Outbound {
             }
             if self.guard.sub.is_stopped() {
                 self.done = true;
-                return None;
+                return self.guard.sub.take_failure().map(Err);
             }
             if Instant::now() >= self.age_deadline {
                 let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
