@@ -121,6 +121,10 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_CHANGELOG_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changelog_bytes: Option<usize>,
+    /// Revisions whose audit records are kept [default: 100000].
+    #[arg(long, env = "FLAGSTREAM_AUDIT_REVISIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_revisions: Option<usize>,
     /// Most subscribers on this relay [default: 50000].
     #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -207,6 +211,8 @@ pub struct Config {
     pub changelog_revisions: usize,
     /// Change-log bytes.
     pub changelog_bytes: usize,
+    /// Revisions whose audit records are kept.
+    pub audit_revisions: usize,
     /// Relay subscriber limit.
     pub max_subscribers: usize,
     /// Per-environment subscriber limit.
@@ -317,6 +323,7 @@ impl Options {
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
             changelog_revisions: self.changelog_revisions.unwrap_or(1024),
             changelog_bytes: self.changelog_bytes.unwrap_or(8 << 20),
+            audit_revisions: self.audit_revisions.unwrap_or(100_000),
             max_subscribers: self.max_subscribers.unwrap_or(50_000),
             max_subscribers_per_env: self.max_subscribers_per_env.unwrap_or(20_000),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
@@ -347,6 +354,7 @@ impl Options {
         check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
         check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
         check(c.changelog_revisions >= 1, "changelog-revisions: must be at least 1".into())?;
+        check(c.audit_revisions >= 1, "audit-revisions: must be at least 1".into())?;
         check(c.max_subscribers >= 1, "max-subscribers: must be at least 1".into())?;
         check(c.max_subscribers_per_env >= 1, "max-subscribers-per-env: must be at least 1".into())?;
         check(c.snapshot_concurrency >= 1, "snapshot-concurrency: must be at least 1".into())?;
@@ -421,6 +429,8 @@ mod tests {
         assert_eq!(e.to_string(), "chunk-bytes: 10 is outside 16384..=4194304");
         let e = parse(&["flagstream-relay", "serve", "--log-format", "xml"]).unwrap_err();
         assert!(e.to_string().starts_with("log-format:"), "{e}");
+        let e = parse(&["flagstream-relay", "serve", "--audit-revisions", "0"]).unwrap_err();
+        assert_eq!(e.to_string(), "audit-revisions: must be at least 1");
     }
 
     /// The file fills what the command line leaves unset; unknown keys are

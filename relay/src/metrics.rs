@@ -41,6 +41,8 @@ pub struct Metrics {
     pub encodes: Family<Labels, Counter>,
     /// Commit → acknowledgement latency, seconds.
     pub ack_latency: Histogram,
+    /// Audit records dropped by the `audit-revisions` retention.
+    pub audit_trimmed: Counter,
     /// Head revision per environment.
     pub head_revision: Family<Labels, Gauge>,
     /// Admin writes by result.
@@ -94,6 +96,7 @@ impl Metrics {
             resyncs: Family::default(),
             encodes: Family::default(),
             ack_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            audit_trimmed: Counter::default(),
             head_revision: Family::default(),
             admin_writes: Family::default(),
             stream_age: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
@@ -120,6 +123,11 @@ impl Metrics {
             m.ack_latency.clone(),
         );
         r.register("head_revision", "Head revision per environment", m.head_revision.clone());
+        r.register(
+            "audit_records_trimmed",
+            "Audit records dropped by the audit-revisions retention",
+            m.audit_trimmed.clone(),
+        );
         r.register("admin_writes", "Admin writes by result", m.admin_writes.clone());
         r.register("stream_age_seconds", "Age of streams when they ended", m.stream_age.clone());
         r.register("store_items", "Flags and segments stored per environment", m.store_items.clone());
@@ -142,6 +150,7 @@ impl Metrics {
             "comment_bytes",
             "storage_failure",
             "stored_data_invalid",
+            "subscribe_request_bytes",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

@@ -93,7 +93,11 @@ pub async fn serve(
     health_reporter.set_not_serving::<SyncRoute>().await;
     health_reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
 
-    let retention = Retention { revisions: cfg.changelog_revisions, bytes: cfg.changelog_bytes };
+    let retention = Retention {
+        revisions: cfg.changelog_revisions,
+        bytes: cfg.changelog_bytes,
+        audit_revisions: cfg.audit_revisions,
+    };
     let store = Store::open(&cfg.data_dir.join("db"), Limits::default(), retention, metrics.clone())?;
     let (token_hash, new_token) = auth::ensure_admin_token(store.db(), &cfg.data_dir)?;
     if let Some(path) = &new_token {

@@ -114,6 +114,15 @@ pub struct Retention {
     pub revisions: usize,
     /// Most bytes of changed items the kept revisions may account for.
     pub bytes: usize,
+    /// Audit records are kept for this many most recent revisions.
+    pub audit_revisions: usize,
+}
+
+impl Retention {
+    /// Highest revision whose audit records go once `head` is committed.
+    pub(crate) fn audit_floor(&self, head: u64) -> Option<u64> {
+        head.checked_sub(self.audit_revisions as u64).filter(|f| *f > 0)
+    }
 }
 
 /// Cloneable handle to the store.
@@ -390,10 +399,14 @@ impl Store {
             &plan.changes,
             &entry,
             &trimmed,
+            self.inner.retention.audit_floor(revision),
             actor,
             comment,
         ) {
-            Ok(()) => self.inner.db.flush_async().await.map(|_| ()).map_err(StoreError::from),
+            Ok(audit_trimmed) => {
+                self.metrics().audit_trimmed.inc_by(audit_trimmed as u64);
+                self.inner.db.flush_async().await.map(|_| ()).map_err(StoreError::from)
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = outcome {

@@ -162,6 +162,11 @@ pub(crate) fn load_env(
     for revision in trim_log(&mut log, retention) {
         log_tree.remove(revision.to_be_bytes())?;
     }
+    let audit_trimmed = trim_audit(db, &name, retention.audit_floor(meta.revision))?;
+    if audit_trimmed > 0 {
+        tracing::info!(env = %name, records = audit_trimmed, "audit records past the retention dropped");
+        metrics.audit_trimmed.inc_by(audit_trimmed as u64);
+    }
     let snapshot = match Snapshot::compile(&set, limits) {
         Ok(s) => s,
         Err(e) => {
@@ -209,7 +214,26 @@ pub(crate) fn delete_env(db: &sled::Db, meta: &sled::Tree, name: &str) -> Result
     Ok(())
 }
 
-/// Commits one revision atomically.
+/// Keys of the audit records of revisions up to `floor`.
+fn expired_audit(audit: &sled::Tree, floor: u64) -> Result<Vec<sled::IVec>, StoreError> {
+    let end = floor.saturating_add(1).to_be_bytes();
+    Ok(audit.range(..end.as_slice()).keys().collect::<Result<_, _>>()?)
+}
+
+/// Drops the audit records past the retention (after it was lowered, or
+/// from before retention existed); returns how many.
+pub(crate) fn trim_audit(db: &sled::Db, name: &str, floor: Option<u64>) -> Result<usize, StoreError> {
+    let Some(floor) = floor else { return Ok(0) };
+    let audit = db.open_tree(format!("audit/{name}"))?;
+    let expired = expired_audit(&audit, floor)?;
+    for k in &expired {
+        audit.remove(k)?;
+    }
+    Ok(expired.len())
+}
+
+/// Commits one revision atomically; returns how many audit records it
+/// dropped for the retention.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn commit(
     db: &sled::Db,
@@ -218,9 +242,10 @@ pub(crate) fn commit(
     changes: &[Change],
     entry: &LogEntry,
     trimmed: &[u64],
+    audit_floor: Option<u64>,
     actor: &str,
     comment: &str,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     let name = &meta.name;
     let items = db.open_tree(format!("items/{name}"))?;
     let log = db.open_tree(format!("log/{name}"))?;
@@ -251,6 +276,11 @@ pub(crate) fn commit(
             Ok((k, to_json("audit record", &rec)?))
         })
         .collect::<Result<_, StoreError>>()?;
+    // Audit records past the retention: normally one revision's worth.
+    let expired = match audit_floor {
+        Some(floor) => expired_audit(&audit, floor)?,
+        None => Vec::new(),
+    };
     let entry_json = to_json("change-log entry", entry)?;
     let meta_json = to_json("environment metadata", meta)?;
     (meta_tree, &items, &log, &audit)
@@ -268,9 +298,13 @@ pub(crate) fn commit(
             for (k, v) in &records {
                 a.insert(k.as_slice(), v.as_slice())?;
             }
+            for k in &expired {
+                a.remove(k)?;
+            }
             m.insert(meta_key(name).as_bytes(), meta_json.as_slice())?;
             Ok::<(), ConflictableTransactionError<()>>(())
         })
+        .map(|()| expired.len())
         .map_err(|e: TransactionError<()>| match e {
             TransactionError::Storage(e) => StoreError::Storage(e),
             TransactionError::Abort(()) => {
