@@ -376,6 +376,14 @@ impl Outbound {
                                 // Keep the stream alive while waiting; the
                                 // snapshot is retried on the next pull.
                                 _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                                // A new head: recompute (a newer snapshot),
+                                // or end if the environment was deleted.
+                                changed = self.head.changed() => {
+                                    if changed.is_err() || *self.head.borrow() == u64::MAX {
+                                        return Some(Err(self.deleted()));
+                                    }
+                                    continue;
+                                }
                                 _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => continue,
                             }
                         }

@@ -40,29 +40,51 @@ pub enum CacheError {
     Unusable(#[from] ApplyError),
 }
 
-/// An open cache.
+/// An open cache. Clones share one database handle, which [`Cache::close`]
+/// drops for all of them at once.
 #[derive(Debug, Clone)]
 pub(crate) struct Cache {
-    db: sled::Db,
     /// Serialises writes, so the final write at drop can never be
     /// overtaken by a debounced one still in flight.
-    writes: Arc<std::sync::Mutex<Writes>>,
+    state: Arc<std::sync::Mutex<State>>,
 }
 
-/// What has been written.
-#[derive(Debug, Default)]
-struct Writes {
+#[derive(Debug)]
+struct State {
+    /// `None` once closed: sled (and its directory lock) is released.
+    db: Option<sled::Db>,
     /// The replica last stored (compared by pointer).
     last: Option<Arc<Replica>>,
-    /// Set by the final write: later writes are skipped.
-    closed: bool,
+}
+
+impl State {
+    /// Stores `replica` unless closed or already stored; whether it wrote.
+    fn store(&mut self, replica: &Arc<Replica>, key_fingerprint: u64) -> Result<bool, CacheError> {
+        let Some(db) = &self.db else { return Ok(false) };
+        if self.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, replica)) {
+            return Ok(false);
+        }
+        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
+        db.insert(KEY, blob.encode_to_vec())?;
+        db.flush()?;
+        self.last = Some(replica.clone());
+        Ok(true)
+    }
 }
 
 impl Cache {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic mid-write leaves sled consistent (atomic insert); the
+        // bookkeeping here is two plain fields.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Opens (or creates) the cache under `dir`.
     pub(crate) fn open(dir: &Path) -> Result<Cache, CacheError> {
         match sled::Config::new().path(dir).open() {
-            Ok(db) => Ok(Cache { db, writes: Arc::default() }),
+            Ok(db) => {
+                Ok(Cache { state: Arc::new(std::sync::Mutex::new(State { db: Some(db), last: None })) })
+            }
             Err(sled::Error::Io(e))
                 if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
             {
@@ -78,7 +100,11 @@ impl Cache {
         key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<Option<(CachedReplica, Arc<Snapshot>)>, CacheError> {
-        let Some(value) = self.db.get(KEY)? else { return Ok(None) };
+        let value = match &self.state().db {
+            Some(db) => db.get(KEY)?,
+            None => None,
+        };
+        let Some(value) = value else { return Ok(None) };
         // One copy into `Bytes`, so every item decodes as a slice of it
         // rather than an allocation of its own.
         let blob = CacheBlob::decode(bytes::Bytes::copy_from_slice(&value))?;
@@ -89,30 +115,24 @@ impl Cache {
     /// unless it is the one stored last or the cache was closed. Returns
     /// whether it wrote.
     pub(crate) fn store(&self, replica: &Arc<Replica>, key_fingerprint: u64) -> Result<bool, CacheError> {
-        let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
-        if writes.closed || writes.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, replica)) {
-            return Ok(false);
-        }
-        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
-        self.db.insert(KEY, blob.encode_to_vec())?;
-        self.db.flush()?;
-        writes.last = Some(replica.clone());
-        Ok(true)
+        self.state().store(replica, key_fingerprint)
     }
 
-    /// The final write when the client is dropped: stores `replica` if it is
-    /// newer than what was stored, then refuses further writes (a debounced
-    /// write still in flight cannot overwrite it with older data).
+    /// The final write when the client is dropped: under one lock, stores
+    /// `replica` if it is not what was stored last, then closes the database
+    /// for every clone (a debounced write queued behind this finds it closed,
+    /// and the directory lock is released now, even if that write fails).
     pub(crate) fn close(
         &self,
         replica: Option<&Arc<Replica>>,
         key_fingerprint: u64,
     ) -> Result<bool, CacheError> {
+        let mut state = self.state();
         let wrote = match replica {
-            Some(r) => self.store(r, key_fingerprint)?,
-            None => false,
+            Some(r) => state.store(r, key_fingerprint),
+            None => Ok(false),
         };
-        self.writes.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
-        Ok(wrote)
+        state.db = None;
+        wrote
     }
 }

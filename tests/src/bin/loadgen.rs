@@ -204,16 +204,19 @@ async fn subscribe(
     )?;
     let response = response.await?;
     anyhow::ensure!(response.status() == 200, "HTTP status {}", response.status());
+    // A refusal is a trailers-only response: the status is in the headers.
+    grpc_ok(response.headers())?;
     let mut body = response.into_body();
     let mut buf = BytesMut::new();
     let mut epoch = String::new();
     // Received bytes not yet returned to the flow-control window: returned
-    // in batches, one h2 lock and at most one WINDOW_UPDATE per batch.
+    // in small batches (fewer h2 locks), small enough that thousands of
+    // streams on one connection never hold its window.
     let mut unreleased = 0;
     while let Some(data) = body.data().await {
         let data = data?;
         unreleased += data.len();
-        if unreleased >= 64 << 10 {
+        if unreleased >= 4 << 10 {
             body.flow_control().release_capacity(unreleased)?;
             unreleased = 0;
         }
@@ -264,7 +267,22 @@ async fn subscribe(
             }
         }
     }
-    Ok(())
+    // The stream's end: its trailers carry the status.
+    match body.trailers().await? {
+        Some(trailers) => grpc_ok(&trailers),
+        None => anyhow::bail!("stream ended without a status"),
+    }
+}
+
+/// `Err` unless `grpc-status` is absent (more to come) or 0.
+fn grpc_ok(headers: &http::HeaderMap) -> anyhow::Result<()> {
+    match headers.get("grpc-status").map(|v| v.to_str().unwrap_or("?")) {
+        None | Some("0") => Ok(()),
+        Some(code) => {
+            let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
+            anyhow::bail!("grpc-status {code}: {message}")
+        }
+    }
 }
 
 fn pct(sorted: &[u64], p: f64) -> u64 {
