@@ -235,6 +235,20 @@ fn ended(what: &str, status: &tonic::Status) -> End {
     }
 }
 
+/// Runs apply work (decoding, validating and compiling up to thousands of
+/// flags: tens of milliseconds) on the blocking pool, so the sync task never
+/// holds one of the application's runtime workers that long. The closure
+/// hands back the replica it was given, whatever the outcome.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> (Option<Replica>, Result<T, ApplyError>) + Send + 'static,
+) -> (Option<Replica>, Result<T, ApplyError>) {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(out) => out,
+        // Only a panic in the engine gets here: keep serving, resync.
+        Err(e) => (None, Err(ApplyError::Protocol(format!("applying the received data failed: {e}")))),
+    }
+}
+
 fn jitter_up_to(max: Duration) -> Duration {
     let ms = max.as_millis() as u64;
     Duration::from_millis(if ms == 0 { 0 } else { rand::rng().random_range(0..ms) })
@@ -377,7 +391,15 @@ async fn stream_once(
                 if !last {
                     continue;
                 }
-                match Replica::from_chunks(std::mem::take(&mut chunks), replica.as_ref(), &cfg.limits) {
+                let all = std::mem::take(&mut chunks);
+                let (previous, limits) = (replica.take(), cfg.limits.clone());
+                let (previous, result) = off_runtime(move || {
+                    let result = Replica::from_chunks(all, previous.as_ref(), &limits);
+                    (previous, result)
+                })
+                .await;
+                *replica = previous;
+                match result {
                     Ok(a) => {
                         bump(&shared.counters.snapshots_applied);
                         progress.applied += 1;
@@ -388,7 +410,7 @@ async fn stream_once(
             }
             Some(RawKind::Delta(d)) => {
                 chunks.clear();
-                let Some(current) = replica.as_ref() else {
+                let Some(current) = replica.take() else {
                     return End::Resync(ApplyError::Gap {
                         from: d.from_revision,
                         to: d.to_revision,
@@ -396,8 +418,14 @@ async fn stream_once(
                         epoch_ok: false,
                     });
                 };
-                let snap = shared.cell.load_full();
-                match current.apply_delta(&snap, d, &cfg.limits) {
+                let (snap, limits) = (shared.cell.load_full(), cfg.limits.clone());
+                let (current, result) = off_runtime(move || {
+                    let result = current.apply_delta(&snap, d, &limits);
+                    (Some(current), result)
+                })
+                .await;
+                *replica = current;
+                match result {
                     Ok(a) => {
                         bump(&shared.counters.deltas_applied);
                         progress.applied += 1;
