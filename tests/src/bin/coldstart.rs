@@ -23,6 +23,26 @@ struct Args {
     /// Cold starts to time.
     #[arg(long, default_value_t = 20)]
     runs: usize,
+    /// Internal: measure one client's memory in this fresh process, from
+    /// the cache in this directory (`--key` is its SDK key).
+    #[arg(long, hide = true)]
+    rss_child: Option<std::path::PathBuf>,
+    /// Internal: the SDK key for `--rss-child`.
+    #[arg(long, hide = true, default_value = "")]
+    key: String,
+}
+
+/// In a fresh process (no allocator state from filling the cache): RSS
+/// before `build()`, at ready, and after the warm-up compiled every flag.
+async fn rss_child(cache: &std::path::Path, key: &str) -> anyhow::Result<()> {
+    let before = rss_kib();
+    let c = Client::builder().endpoints(["http://127.0.0.1:9"]).sdk_key(key).cache_dir(cache).build()?;
+    anyhow::ensure!(c.status().has_data(), "cache not served: {:?}", c.status());
+    let ready = rss_kib();
+    tokio::time::sleep(Duration::from_millis(1_000)).await; // the warm-up
+    let warm = rss_kib();
+    println!("{} {}", ready.saturating_sub(before), warm.saturating_sub(before));
+    Ok(())
 }
 
 fn rss_kib() -> u64 {
@@ -37,6 +57,9 @@ fn rss_kib() -> u64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(cache) = &args.rss_child {
+        return rss_child(cache, &args.key).await;
+    }
     let dir = tempfile::tempdir()?;
     let cache = dir.path().join("cache");
     let mut relay = Relay::start(dir.path(), &["--demo", "false"]).await;
@@ -142,9 +165,7 @@ async fn main() -> anyhow::Result<()> {
     println!("sled open + read blob  p50 {:.2?} ({} KiB blob)", opens[2].0, opens[2].1 / 1024);
     let ctx = Context::new("u").with("country", "US");
     let mut times = Vec::new();
-    let (mut rss_added, mut rss_warm) = (0, 0);
-    for run in 0..args.runs {
-        let before = rss_kib();
+    for _ in 0..args.runs {
         let t = Instant::now();
         let c = Client::builder()
             .endpoints(["http://127.0.0.1:9"])
@@ -154,12 +175,6 @@ async fn main() -> anyhow::Result<()> {
         let served = c.status().has_data() && !c.bool("flag-00000", &ctx, true);
         let took = t.elapsed();
         anyhow::ensure!(served, "cache not served: {:?}", c.status());
-        if run == 0 {
-            rss_added = rss_kib().saturating_sub(before);
-            // The background warm-up compiles every flag within tens of ms.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            rss_warm = rss_kib().saturating_sub(before);
-        }
         times.push(took);
         drop(c);
         tokio::time::sleep(Duration::from_millis(100)).await; // let sled release its lock
@@ -172,7 +187,18 @@ async fn main() -> anyhow::Result<()> {
         times[times.len() - 1],
         times.len()
     );
-    println!("RSS added by a client  {rss_added} KiB at ready (raw flags indexed, cache handle)");
-    println!("                       {rss_warm} KiB after the warm-up compiled every flag");
+    // Memory, in a fresh process so that nothing allocated (and freed) while
+    // filling the cache hides a client's own growth.
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .arg("--rss-child")
+        .arg(&cache)
+        .args(["--key", &key])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "rss child failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout)?;
+    let mut kib = text.split_whitespace().map(str::parse::<u64>);
+    let (ready, warm) = (kib.next().transpose()?.unwrap_or(0), kib.next().transpose()?.unwrap_or(0));
+    println!("RSS added by a client  {ready} KiB at ready (raw flags indexed, sled), fresh process");
+    println!("                       {warm} KiB after the warm-up compiled every flag");
     Ok(())
 }
