@@ -18,6 +18,24 @@ async fn wait_for_cache_write(c: &Client) {
     panic!("the cache was never written");
 }
 
+/// A client of `url` with its cache in `cache`, once it is ready and has
+/// written the cache.
+async fn cached_client(url: &str, key: &str, cache: &std::path::Path) -> Client {
+    let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(cache).build().unwrap();
+    c.wait_ready(STEP).await;
+    wait_for_cache_write(&c).await;
+    c
+}
+
+/// Waits until `flag` is served as true.
+async fn until_on(c: &Client, flag: &str, ctx: &Context<'_>) {
+    let deadline = Instant::now() + STEP;
+    while !c.bool(flag, ctx, false) {
+        assert!(Instant::now() < deadline, "{flag} never turned on: {:?}", c.stats());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Cached flags serve at once with every relay down, marked stale.
 #[tokio::test]
 async fn ready_from_cache_with_relays_down() {
@@ -25,16 +43,7 @@ async fn ready_from_cache_with_relays_down() {
     let cache = dir.path().join("cache");
     let mut relay = Relay::start(dir.path(), &[]).await;
     let (url, key) = (relay.url(), relay.demo_key());
-    {
-        let c = Client::builder()
-            .endpoints([url.clone()])
-            .sdk_key(key.clone())
-            .cache_dir(&cache)
-            .build()
-            .unwrap();
-        c.wait_ready(STEP).await;
-        wait_for_cache_write(&c).await;
-    }
+    drop(cached_client(&url, &key, &cache).await); // a first client fills the cache
     relay.kill9();
     relay.wait(STEP).await;
     // Let sled release the lock held by the dropped client's tasks.
@@ -76,16 +85,7 @@ async fn cache_of_another_key_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let mut relay = Relay::start(dir.path(), &[]).await;
-    {
-        let c = Client::builder()
-            .endpoints([relay.url()])
-            .sdk_key(relay.demo_key())
-            .cache_dir(&cache)
-            .build()
-            .unwrap();
-        c.wait_ready(STEP).await;
-        wait_for_cache_write(&c).await;
-    }
+    drop(cached_client(&relay.url(), &relay.demo_key(), &cache).await); // a first client fills the cache
     relay.kill9();
     relay.wait(STEP).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -108,16 +108,7 @@ async fn cached_client_resumes_with_a_delta() {
     let relay = Relay::start(dir.path(), &[]).await;
     let (url, key) = (relay.url(), relay.demo_key());
     let ctx = Context::new("user-1");
-    {
-        let c = Client::builder()
-            .endpoints([url.clone()])
-            .sdk_key(key.clone())
-            .cache_dir(&cache)
-            .build()
-            .unwrap();
-        c.wait_ready(STEP).await;
-        wait_for_cache_write(&c).await;
-    }
+    drop(cached_client(&url, &key, &cache).await); // a first client fills the cache
     // Let sled release the lock held by the dropped client's tasks.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut admin = relay.admin().await;
@@ -128,11 +119,7 @@ async fn cached_client_resumes_with_a_delta() {
     let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
     assert!(c.status().has_data(), "cache served at build: {:?}", c.status());
     assert!(!c.bool("added-later", &ctx, false), "not in the cache yet");
-    let deadline = Instant::now() + STEP;
-    while !c.bool("added-later", &ctx, false) {
-        assert!(Instant::now() < deadline, "the change never arrived: {:?}", c.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_on(&c, "added-later", &ctx).await;
     let stats = c.stats();
     assert_eq!((stats.snapshots_applied, stats.deltas_applied, stats.resyncs), (0, 1, 0), "{stats:?}");
     assert!(c.bool(
@@ -153,14 +140,7 @@ async fn dropping_the_client_writes_the_newest_revision() {
     let (url, key) = (relay.url(), relay.demo_key());
     let ctx = Context::new("user-1");
     {
-        let c = Client::builder()
-            .endpoints([url.clone()])
-            .sdk_key(key.clone())
-            .cache_dir(&cache)
-            .build()
-            .unwrap();
-        c.wait_ready(STEP).await;
-        wait_for_cache_write(&c).await;
+        let c = cached_client(&url, &key, &cache).await;
         let mut admin = relay.admin().await;
         flagstream_tests::relay::put(
             &mut admin,
@@ -169,11 +149,7 @@ async fn dropping_the_client_writes_the_newest_revision() {
         )
         .await
         .unwrap();
-        let deadline = Instant::now() + STEP;
-        while !c.bool("last-word", &ctx, false) {
-            assert!(Instant::now() < deadline, "the change never arrived");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_on(&c, "last-word", &ctx).await;
         assert_eq!(c.stats().cache_writes, 1, "the debounced write of the change has not happened yet");
     } // dropped here, well inside the 500 ms debounce
     relay.kill9();
@@ -196,10 +172,7 @@ async fn a_client_rebuilt_at_once_gets_the_cache() {
     let cache = dir.path().join("cache");
     let mut relay = Relay::start(dir.path(), &[]).await;
     let (url, key) = (relay.url(), relay.demo_key());
-    let c =
-        Client::builder().endpoints([url.clone()]).sdk_key(key.clone()).cache_dir(&cache).build().unwrap();
-    c.wait_ready(STEP).await;
-    wait_for_cache_write(&c).await;
+    let c = cached_client(&url, &key, &cache).await;
     relay.kill9();
     relay.wait(STEP).await;
     drop(c);

@@ -315,8 +315,9 @@ impl EventLoops {
             loops.stops.push(stop);
             loops.threads.push(std::thread::Builder::new().name(format!("loadgen-{i}")).spawn(
                 move || {
-                    // Ends when the sender is dropped or fires.
-                    let _ = rt.block_on(stopped);
+                    // Runs until the stop sender fires or is dropped; the
+                    // dropped-sender error *is* the stop signal.
+                    let _stopped_or_dropped = rt.block_on(stopped);
                 },
             )?);
         }
@@ -328,7 +329,11 @@ impl Drop for EventLoops {
     fn drop(&mut self) {
         self.stops.clear(); // dropping the senders stops every loop
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.join().is_err() {
+                eprintln!(
+                    "warning: a load generator event loop panicked; its subscribers' samples are missing"
+                );
+            }
         }
     }
 }
@@ -349,9 +354,16 @@ async fn connection(
         .initial_connection_window_size(64 << 20)
         .handshake::<_, Bytes>(tcp)
         .await?;
+    let rec_conn = rec.clone();
     tokio::spawn(async move {
-        // Ends with an error when the tool stops the relay.
-        let _ = conn.await;
+        // Ends with an error when the tool stops the relay; an earlier
+        // failure ends this connection's streams, and each subscriber counts
+        // its own failure (`stream errors` in the report).
+        if let Err(e) = conn.await
+            && !rec_conn.stopping.load(Ordering::Relaxed)
+        {
+            eprintln!("connection failed: {e}");
+        }
     });
     Ok((0..subscribers)
         .map(|_| tokio::spawn(subscriber(h2.clone(), url.clone(), key.clone(), rec.clone(), ready.clone())))
@@ -449,8 +461,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // its latency samples.
     rec.stopping.store(true, Ordering::Relaxed);
     drop(relay);
+    let mut unfinished = 0;
     for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+        // A subscriber that does not end (or panicked) gives no samples:
+        // say so rather than report latencies over fewer deliveries silently.
+        if !matches!(tokio::time::timeout(Duration::from_secs(30), t).await, Ok(Ok(()))) {
+            unfinished += 1;
+        }
+    }
+    if unfinished > 0 {
+        eprintln!("warning: {unfinished} subscribers did not hand over their samples");
     }
     drop(loops);
     let mut lat = std::mem::take(&mut *rec.latencies_ms.lock().expect("recorder lock"));
