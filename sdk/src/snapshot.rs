@@ -206,11 +206,7 @@ impl Snapshot {
     /// [`Snapshot::compile_unvalidated`] taking the set by value, so the
     /// model items move into the snapshot instead of being copied.
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
-        let segments = set
-            .segments
-            .into_iter()
-            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits))))
-            .collect();
+        let segments = compile_segments(set.segments, limits);
         let flags: Vec<_> =
             set.flags.into_iter().map(|f| Arc::new(FlagCell::Compiled(compile_flag(f, limits)))).collect();
         Snapshot::assemble(flags, segments, limits)
@@ -248,11 +244,7 @@ impl Snapshot {
                 Arc::new(FlagCell::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() })
             })
             .collect();
-        let segments = segments
-            .into_iter()
-            .map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits))))
-            .collect();
-        Snapshot::assemble(flags, segments, limits)
+        Snapshot::assemble(flags, compile_segments(segments, limits), limits)
     }
 
     /// Compiles every flag still in wire form; returns how many it compiled.
@@ -509,6 +501,10 @@ fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
         malformed,
         source: Arc::new(flag),
     }
+}
+
+fn compile_segments(segments: Vec<Segment>, limits: &Limits) -> FastMap<Box<str>, Arc<CompiledSegment>> {
+    segments.into_iter().map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits)))).collect()
 }
 
 fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
