@@ -30,7 +30,15 @@ impl From<StoreError> for Status {
             StoreError::Poisoned(_) => Status::unavailable(e.to_string()),
             StoreError::Storage(cause) => {
                 tracing::error!(error = %cause, "storage failure");
-                Status::unavailable("storage failure; the write was not applied")
+                Status::unavailable(
+                    "storage failure; the write may or may not be stored, and the environment refuses further writes until the relay restarts",
+                )
+            }
+            StoreError::Task(cause) => {
+                tracing::error!(error = %cause, "write task failed");
+                Status::internal(
+                    "the write's task failed; the environment refuses further writes until the relay restarts",
+                )
             }
             StoreError::Corrupt { what, source } => {
                 tracing::error!(what = %what, error = %source, "corrupt stored data");

@@ -79,6 +79,9 @@ pub enum StoreError {
     /// writes stop until a restart reloads the truth from disk.
     #[error("environment {0:?} refuses writes after a storage failure; restart the relay to reload it")]
     Poisoned(String),
+    /// A write's task failed (panicked, or the runtime is shutting down).
+    #[error("the write's task failed")]
+    Task(#[source] tokio::task::JoinError),
     /// Stored data did not decode.
     #[error("stored {what} is corrupt")]
     Corrupt {
@@ -217,9 +220,8 @@ impl Store {
     }
 
     /// Creates an environment; returns it and its SDK key (shown once,
-    /// stored only as a hash).
+    /// stored only as a hash). Completes even if the caller goes away.
     pub async fn create_env(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
-        let _guard = self.inner.envs_lock.lock().await;
         let mut errors = Vec::new();
         let path = "environment.name";
         if name.is_empty()
@@ -234,9 +236,19 @@ impl Store {
         if !errors.is_empty() {
             return Err(ValidationErrors(errors).into());
         }
-        if self.inner.envs.load().contains_key(name) {
-            return Err(StoreError::EnvExists(name.to_owned()));
-        }
+        let (this, name, description) = (self.clone(), name.to_owned(), description.to_owned());
+        detached(async move {
+            let _guard = this.inner.envs_lock.lock().await;
+            if this.inner.envs.load().contains_key(&name) {
+                return Err(StoreError::EnvExists(name));
+            }
+            let store = this.clone();
+            blocking(move || store.create_env_blocking(&name, &description)).await
+        })
+        .await
+    }
+
+    fn create_env_blocking(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
         // A crash during an earlier delete may have left this name's trees.
         persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
         let sdk_key = auth::new_secret("fs_sdk_");
@@ -251,7 +263,7 @@ impl Store {
             sdk_key_hash: auth::hash_secret(&sdk_key),
         };
         persist::put_meta(&self.inner.meta, &meta)?;
-        self.inner.db.flush_async().await?;
+        self.inner.db.flush()?;
         let state = EnvState::new(
             meta.name.clone(),
             meta.epoch.clone(),
@@ -276,17 +288,32 @@ impl Store {
     }
 
     /// Deletes an environment and all its data. Subscribers see it vanish
-    /// (their streams end).
+    /// (their streams end). Completes even if the caller goes away.
     pub async fn delete_env(&self, name: &str, expected_revision: Option<u64>) -> Result<(), StoreError> {
-        let _guard = self.inner.envs_lock.lock().await;
-        let env = self.env(name)?;
-        let _write = env.write.lock().await;
-        let current = env.state.load().revision;
-        if let Some(expected) = expected_revision.filter(|e| *e != current) {
-            return Err(StoreError::RevisionConflict { env: name.to_owned(), expected, current });
+        let (this, name) = (self.clone(), name.to_owned());
+        detached(async move {
+            let _guard = this.inner.envs_lock.lock().await;
+            let env = this.env(&name)?;
+            let _write = env.write.lock().await;
+            let current = env.state.load().revision;
+            if let Some(expected) = expected_revision.filter(|e| *e != current) {
+                return Err(StoreError::RevisionConflict { env: name, expected, current });
+            }
+            let (store, deleting) = (this.clone(), env.clone());
+            blocking(move || store.delete_env_blocking(&name, &deleting)).await
+        })
+        .await
+    }
+
+    fn delete_env_blocking(&self, name: &str, env: &Env) -> Result<(), StoreError> {
+        let outcome = persist::delete_env(&self.inner.db, &self.inner.meta, name)
+            .and_then(|()| self.inner.db.flush().map(|_| ()).map_err(StoreError::from));
+        if let Err(e) = outcome {
+            // Part of the environment may be gone from disk: no write may
+            // build on memory any more.
+            self.poison(env, name, &e);
+            return Err(e);
         }
-        persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
-        self.inner.db.flush_async().await?;
         let mut all = HashMap::clone(&self.inner.envs.load());
         all.remove(name);
         self.inner.envs.store(Arc::new(all));
@@ -302,6 +329,12 @@ impl Store {
 
     /// Applies `ops` atomically as one new revision of `env`. A batch that
     /// changes nothing commits nothing and returns the current revision.
+    ///
+    /// The write runs on a task of its own, its CPU and disk work on the
+    /// blocking pool: a caller that goes away at any await (a deadline, a
+    /// Ctrl-C) leaves the commit to finish whole (disk, memory,
+    /// subscribers, audit) or, if it had not begun, not at all; and no
+    /// runtime worker is held by validation or sled.
     pub async fn write(
         &self,
         env_name: &str,
@@ -310,17 +343,22 @@ impl Store {
         actor: &str,
         comment: &str,
     ) -> Result<WriteResult, StoreError> {
-        let result = self.write_inner(env_name, ops, expected_revision, actor, comment).await;
-        let label = match &result {
-            Ok(_) => "ok",
-            Err(StoreError::Invalid(_)) => "invalid",
-            Err(StoreError::Poisoned(_)) => "poisoned",
-            Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
-            Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
-            Err(_) => "error",
-        };
-        self.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
-        result
+        let this = self.clone();
+        let (env_name, actor, comment) = (env_name.to_owned(), actor.to_owned(), comment.to_owned());
+        detached(async move {
+            let result = this.write_inner(&env_name, ops, expected_revision, actor, comment).await;
+            let label = match &result {
+                Ok(_) => "ok",
+                Err(StoreError::Invalid(_)) => "invalid",
+                Err(StoreError::Poisoned(_)) => "poisoned",
+                Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
+                Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+                Err(_) => "error",
+            };
+            this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+            result
+        })
+        .await
     }
 
     async fn write_inner(
@@ -328,8 +366,8 @@ impl Store {
         env_name: &str,
         ops: Vec<Op>,
         expected_revision: Option<u64>,
-        actor: &str,
-        comment: &str,
+        actor: String,
+        comment: String,
     ) -> Result<WriteResult, StoreError> {
         let env = self.env(env_name)?;
         let _write = env.write.lock().await;
@@ -344,8 +382,29 @@ impl Store {
                 current: state.revision,
             });
         }
+        let (store, committing) = (self.clone(), env.clone());
+        let result =
+            blocking(move || store.commit_blocking(&committing, &state, ops, &actor, &comment)).await;
+        if let Err(StoreError::Task(e)) = &result {
+            // The commit panicked: whether it reached sled is unknown.
+            self.poison(&env, env_name, e);
+        }
+        result
+    }
+
+    /// Plans, validates, commits, flushes and publishes one write; runs on
+    /// the blocking pool under the environment's write lock.
+    fn commit_blocking(
+        &self,
+        env: &Env,
+        state: &EnvState,
+        ops: Vec<Op>,
+        actor: &str,
+        comment: &str,
+    ) -> Result<WriteResult, StoreError> {
+        let env_name = state.name.as_str();
         let revision = state.revision + 1;
-        let plan = op::plan(&state, ops, revision, &self.inner.limits, |kind, key| {
+        let plan = op::plan(state, ops, revision, &self.inner.limits, |kind, key| {
             persist::last_actor(&self.inner.db, env_name, kind, key)
         })?;
         if plan.changes.is_empty() {
@@ -392,7 +451,7 @@ impl Store {
         );
         meta.checksum = new_state.checksum;
         // Durable before anyone is told: the caller, and the subscribers.
-        let outcome = match persist::commit(
+        let outcome = persist::commit(
             &self.inner.db,
             &self.inner.meta,
             &meta,
@@ -402,26 +461,30 @@ impl Store {
             self.inner.retention.audit_floor(revision),
             actor,
             comment,
-        ) {
-            Ok(audit_trimmed) => {
-                self.metrics().audit_trimmed.inc_by(audit_trimmed as u64);
-                self.inner.db.flush_async().await.map(|_| ()).map_err(StoreError::from)
-            }
-            Err(e) => Err(e),
-        };
+        )
+        .and_then(|audit_trimmed| {
+            self.metrics().audit_trimmed.inc_by(audit_trimmed as u64);
+            self.inner.db.flush().map(|_| ()).map_err(StoreError::from)
+        });
         if let Err(e) = outcome {
             // Whether sled persisted the revision is unknown: building the
             // next write on memory could fork memory from disk.
-            env.poisoned.store(true, std::sync::atomic::Ordering::Release);
-            tracing::error!(env = %env_name, revision, error = %e, "commit failed; this environment refuses writes until the relay restarts");
-            self.inner.metrics.limit_hit("storage_failure");
+            self.poison(env, env_name, &e);
             return Err(e);
         }
         env.meta.store(Arc::new(meta));
         env.state.store(Arc::new(new_state));
         env.head.send_replace(revision);
-        self.update_env_gauges(&env);
+        self.update_env_gauges(env);
         Ok(WriteResult { revision, items: plan.versions })
+    }
+
+    /// Stops all writes to `env` after a failure that may have left disk
+    /// and memory apart; loud, counted.
+    fn poison(&self, env: &Env, name: &str, error: &dyn std::fmt::Display) {
+        env.poisoned.store(true, std::sync::atomic::Ordering::Release);
+        tracing::error!(env = %name, error = %error, "commit failed; this environment refuses writes until the relay restarts");
+        self.inner.metrics.limit_hit("storage_failure");
     }
 
     /// Audit entries of an environment, newest first.
@@ -456,6 +519,22 @@ impl Store {
         self.inner.db.flush_async().await?;
         Ok(())
     }
+}
+
+/// Runs `work` on a task of its own and waits for it. The caller's future
+/// may be dropped at this await: the task is not, so whatever `work` began
+/// it finishes.
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::spawn(work).await.map_err(StoreError::Task)?
+}
+
+/// Runs `work` on tokio's blocking pool (validation, compilation, sled).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work).await.map_err(StoreError::Task)?
 }
 
 /// Drops the oldest entries beyond the retention; returns their revisions.

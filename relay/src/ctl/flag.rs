@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
-use flagstream::model::{Rollout, Serve, Target, WeightedVariation};
+use flagstream::model::{Rollout, Serve, WeightedVariation};
 use flagstream::{Flag, FlagType, Segment, wire};
 use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
@@ -560,24 +560,53 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             }
             let before = get_flag(conn, &key).await?;
             let v = variation_index(&before, &variation)?;
-            let mut after = before.clone();
-            // A key is targeted by one variation: adding it here removes it
-            // from the others (the first listed would otherwise win).
-            for t in after.targets.iter_mut().filter(|t| t.variation != v) {
-                t.values.retain(|k| !add.contains(k));
+            // The relay's patch does the work (a key added here leaves the
+            // flag's other targets; an emptied target goes), so what is
+            // stored is exactly what admin.proto promises.
+            use pb::flag_patch::Op as P;
+            let mut ops = Vec::new();
+            if !add.is_empty() {
+                let keys = pb::TargetKeys { variation: v, keys: add.clone() };
+                ops.push(pb::FlagPatch { op: Some(P::AddTargets(keys)) });
             }
-            match after.targets.iter_mut().find(|t| t.variation == v) {
-                Some(t) => {
-                    t.values.extend(add.iter().filter(|k| !t.values.contains(k)).cloned().collect::<Vec<_>>())
-                }
-                None if !add.is_empty() => after.targets.push(Target { variation: v, values: add.clone() }),
-                None => {}
+            if !remove.is_empty() {
+                let keys = pb::TargetKeys { variation: v, keys: remove.clone() };
+                ops.push(pb::FlagPatch { op: Some(P::RemoveTargets(keys)) });
             }
-            for t in after.targets.iter_mut().filter(|t| t.variation == v) {
-                t.values.retain(|k| !remove.contains(k));
+            eprintln!(
+                "flag {key:?} in {}: variation {variation}: target [{}], untarget [{}]",
+                conn.env,
+                add.join(", "),
+                remove.join(", ")
+            );
+            conn.confirm(&format!("patch the targets of flag {key:?}"))?;
+            let r = conn
+                .admin
+                .patch_flag(pb::PatchFlagRequest {
+                    environment: conn.env.clone(),
+                    key: key.clone(),
+                    expected_version: Some(before.version),
+                    ops,
+                    comment: write.comment.clone(),
+                })
+                .await?
+                .into_inner();
+            let after = r
+                .flag
+                .as_ref()
+                .map(wire::flag_from_proto)
+                .transpose()
+                .map_err(|e| Failure::new(exit::ERROR, e.to_string()))?
+                .ok_or_else(|| Failure::new(exit::ERROR, "the relay's PatchFlag response has no flag"))?;
+            let (b, a) = (yaml_for_diff(Some(&strip_flag(before))), yaml_for_diff(Some(&strip_flag(after))));
+            if a == b {
+                println!("flag {key:?}: no change");
+                return Ok(());
             }
-            after.targets.retain(|t| !t.values.is_empty());
-            write_flag(conn, Some(&before), after, &write).await?;
+            show_diff(&format!("flag {key:?} in {} (as stored):", conn.env), &b, &a);
+            let revision = r.result.map_or(0, |r| r.revision);
+            committed(conn, &format!("flag {key:?} written"), revision, write.wait, write.wait_timeout)
+                .await?;
         }
         FlagCmd::Rule(RuleCmd::Add { key, id, clauses, serve, position, write }) => {
             let before = get_flag(conn, &key).await?;

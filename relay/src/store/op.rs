@@ -2,7 +2,7 @@
 //! puts, deletes and patches to the model, validating the would-be
 //! environment, and encoding each changed item once. Pure: no I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use flagstream::model::{Serve, Target};
@@ -129,6 +129,8 @@ pub(crate) fn plan(
     // Touched items: key → (final model or None, named by which op index).
     let mut touched: BTreeMap<ItemKey, Option<Model>> = BTreeMap::new();
     let mut order: Vec<ItemKey> = Vec::new();
+    // Which op named each item (PROTOCOL.md §7: at most one op per item).
+    let mut named_by: HashMap<ItemKey, usize> = HashMap::new();
     for (i, op) in ops.into_iter().enumerate() {
         let (key, expected) = match &op {
             Op::PutFlag { flag, expected } => ((Kind::Flag, flag.key.clone()), *expected),
@@ -140,10 +142,20 @@ pub(crate) fn plan(
                 ((Kind::Segment, key.clone()), *expected)
             }
         };
-        let current = match touched.get(&key) {
-            Some(m) => m.clone(),
-            None => original(&key),
-        };
+        let patch_or_delete = !matches!(op, Op::PutFlag { .. } | Op::PutSegment { .. });
+        if patch_or_delete && expected == Some(0) {
+            return Err(invalid(
+                format!("ops[{i}].expected_version"),
+                "0 means \"must not exist\", which a delete or patch cannot satisfy; omit it or give the version",
+            ));
+        }
+        if let Some(first) = named_by.insert(key.clone(), i) {
+            return Err(invalid(
+                format!("ops[{i}]"),
+                format!("{} {:?} is already named by ops[{first}]; one op per item", key.0.name(), key.1),
+            ));
+        }
+        let current = original(&key);
         let current_version = state.items.get(&key).map_or(0, |it| it.version);
         if let Some(expected) = expected
             && (expected != current_version || (expected == 0) != current.is_none())
@@ -180,9 +192,7 @@ pub(crate) fn plan(
                 _ => return Err(not_found()),
             },
         };
-        if !touched.contains_key(&key) {
-            order.push(key.clone());
-        }
+        order.push(key.clone());
         touched.insert(key, next);
     }
 
@@ -241,9 +251,37 @@ pub(crate) fn plan(
     let snapshot = if changes.is_empty() {
         Snapshot::empty()
     } else {
-        snap.apply(&upserts, &deleted_flags, &deleted_segments, limits)?
+        snap.apply(&upserts, &deleted_flags, &deleted_segments, limits).map_err(|e| name_ops(e, &named_by))?
     };
     Ok(Plan { changes, versions, snapshot })
+}
+
+/// Prefixes each validation error with the op it comes from (`ops[3]: ...`,
+/// PROTOCOL.md §7): the op that wrote the item the error's path is in, or
+/// else the op whose item the message names (e.g. a deleted segment that
+/// another flag still references).
+fn name_ops(errors: ValidationErrors, named_by: &HashMap<ItemKey, usize>) -> ValidationErrors {
+    let op_of = |e: &ValidationError| -> Option<usize> {
+        named_by
+            .iter()
+            .filter(|(key, _)| {
+                let item = format!("{}[{:?}]", if key.0 == Kind::Flag { "flags" } else { "segments" }, key.1);
+                e.path.starts_with(&item)
+            })
+            .chain(named_by.iter().filter(|(key, _)| e.message.contains(&format!("{:?}", key.1))))
+            .map(|(_, i)| *i)
+            .next()
+    };
+    ValidationErrors(
+        errors
+            .0
+            .into_iter()
+            .map(|e| match op_of(&e) {
+                Some(i) => ValidationError { path: format!("ops[{i}]: {}", e.path), message: e.message },
+                None => e,
+            })
+            .collect(),
+    )
 }
 
 /// Sets an item's version, and its revision unless it is unchanged.
@@ -269,19 +307,11 @@ fn patch_flag(f: &mut Flag, patches: &[pb::FlagPatch], op_index: usize) -> Resul
             Some(P::SetOn(on)) => f.on = *on,
             Some(P::SetOffVariation(v)) => f.off_variation = *v,
             Some(P::SetFallthrough(s)) => f.fallthrough = wire::serve_from_proto(&path, Some(s))?,
-            Some(P::AddTargets(t)) => match f.targets.iter_mut().find(|x| x.variation == t.variation) {
-                Some(target) => {
-                    for k in &t.keys {
-                        if !target.values.contains(k) {
-                            target.values.push(k.clone());
-                        }
-                    }
-                }
-                None => f.targets.push(Target { variation: t.variation, values: t.keys.clone() }),
-            },
+            Some(P::AddTargets(t)) => add_targets(f, t.variation, &t.keys),
             Some(P::RemoveTargets(t)) => {
+                let remove: HashSet<&str> = t.keys.iter().map(String::as_str).collect();
                 for target in f.targets.iter_mut().filter(|x| x.variation == t.variation) {
-                    target.values.retain(|k| !t.keys.contains(k));
+                    target.values.retain(|k| !remove.contains(k.as_str()));
                 }
                 f.targets.retain(|x| !x.values.is_empty());
             }
@@ -302,28 +332,144 @@ fn patch_flag(f: &mut Flag, patches: &[pb::FlagPatch], op_index: usize) -> Resul
     Ok(())
 }
 
+/// Targets `keys` with `variation`: each key leaves any other target of the
+/// flag first (admin.proto: one target per key), then joins the variation's
+/// target once. O(targets + keys), whatever the sizes.
+fn add_targets(f: &mut Flag, variation: u32, keys: &[String]) {
+    let adding: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    for other in f.targets.iter_mut().filter(|x| x.variation != variation) {
+        other.values.retain(|k| !adding.contains(k.as_str()));
+    }
+    f.targets.retain(|x| !x.values.is_empty() || x.variation == variation);
+    match f.targets.iter_mut().find(|x| x.variation == variation) {
+        Some(target) => add_keys(&mut target.values, keys),
+        None => {
+            let mut values = Vec::with_capacity(keys.len());
+            add_keys(&mut values, keys);
+            f.targets.push(Target { variation, values });
+        }
+    }
+}
+
 fn patch_segment(s: &mut Segment, patches: &[pb::SegmentPatch], op_index: usize) -> Result<(), StoreError> {
     use pb::segment_patch::Op as P;
     for (j, p) in patches.iter().enumerate() {
         match &p.op {
             Some(P::AddIncluded(k)) => add_keys(&mut s.included, &k.keys),
-            Some(P::RemoveIncluded(k)) => s.included.retain(|x| !k.keys.contains(x)),
+            Some(P::RemoveIncluded(k)) => remove_keys(&mut s.included, &k.keys),
             Some(P::AddExcluded(k)) => add_keys(&mut s.excluded, &k.keys),
-            Some(P::RemoveExcluded(k)) => s.excluded.retain(|x| !k.keys.contains(x)),
+            Some(P::RemoveExcluded(k)) => remove_keys(&mut s.excluded, &k.keys),
             None => return Err(invalid(format!("ops[{op_index}].patches[{j}]"), "empty patch")),
         }
     }
     Ok(())
 }
 
+/// Appends the keys not yet in `list` (each once), in order: O(n + m).
 fn add_keys(list: &mut Vec<String>, keys: &[String]) {
-    for k in keys {
-        if !list.contains(k) {
-            list.push(k.clone());
-        }
-    }
+    let new: Vec<String> = {
+        let mut present: HashSet<&str> = list.iter().map(String::as_str).collect();
+        keys.iter().filter(|k| present.insert(k.as_str())).cloned().collect()
+    };
+    list.extend(new);
+}
+
+/// Removes every key of `keys` from `list`: O(n + m).
+fn remove_keys(list: &mut Vec<String>, keys: &[String]) {
+    let remove: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    list.retain(|k| !remove.contains(k.as_str()));
 }
 
 fn invalid(path: String, message: impl Into<String>) -> StoreError {
     StoreError::Invalid(ValidationErrors(vec![ValidationError { path, message: message.into() }]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::flag_patch::Op as P;
+    use pb::segment_patch::Op as S;
+
+    fn flag() -> Flag {
+        let mut f = Flag {
+            key: "f".into(),
+            flag_type: flagstream::FlagType::String,
+            variations: vec!["a".into(), "b".into(), "c".into()],
+            on: true,
+            off_variation: 0,
+            targets: vec![],
+            rules: vec![],
+            fallthrough: Serve::variation(0),
+            prerequisites: vec![],
+            salt: String::new(),
+            version: 1,
+            revision: 1,
+            description: String::new(),
+            tags: vec![],
+            owner: String::new(),
+        };
+        f.targets = vec![
+            Target { variation: 0, values: vec!["alice".into(), "bob".into()] },
+            Target { variation: 1, values: vec!["carol".into()] },
+        ];
+        f
+    }
+
+    fn targets(keys: &[&str], variation: u32) -> pb::TargetKeys {
+        pb::TargetKeys { variation, keys: keys.iter().map(|k| (*k).to_owned()).collect() }
+    }
+
+    #[test]
+    fn add_targets_moves_a_key_out_of_the_other_targets() {
+        let mut f = flag();
+        // bob moves from variation 0 to 1; carol is already there (kept once);
+        // dave is new.
+        let patch = pb::FlagPatch { op: Some(P::AddTargets(targets(&["bob", "carol", "dave", "dave"], 1))) };
+        patch_flag(&mut f, &[patch], 0).unwrap();
+        assert_eq!(
+            f.targets,
+            vec![
+                Target { variation: 0, values: vec!["alice".into()] },
+                Target { variation: 1, values: vec!["carol".into(), "bob".into(), "dave".into()] },
+            ]
+        );
+        // Moving the last key out of a target removes that target; a new
+        // variation gets a target of its own.
+        let patch = pb::FlagPatch { op: Some(P::AddTargets(targets(&["alice"], 2))) };
+        patch_flag(&mut f, &[patch], 0).unwrap();
+        assert_eq!(f.targets.len(), 2, "{:?}", f.targets);
+        assert_eq!(f.targets[1], Target { variation: 2, values: vec!["alice".into()] });
+    }
+
+    #[test]
+    fn remove_targets_drops_keys_and_emptied_targets() {
+        let mut f = flag();
+        let patch = pb::FlagPatch { op: Some(P::RemoveTargets(targets(&["carol", "nobody"], 1))) };
+        patch_flag(&mut f, &[patch], 0).unwrap();
+        assert_eq!(f.targets, vec![Target { variation: 0, values: vec!["alice".into(), "bob".into()] }]);
+    }
+
+    #[test]
+    fn segment_patches_of_100k_keys_dedupe_and_remove() {
+        let mut s = Segment {
+            key: "s".into(),
+            included: (0..100_000).map(|i| format!("k{i}")).collect(),
+            excluded: vec![],
+            rules: vec![],
+            version: 1,
+            revision: 1,
+            description: String::new(),
+        };
+        let add: Vec<String> = (50_000..150_000).map(|i| format!("k{i}")).collect();
+        let remove: Vec<String> = (0..100_000).step_by(2).map(|i| format!("k{i}")).collect();
+        let patches = [
+            pb::SegmentPatch { op: Some(S::AddIncluded(pb::ContextKeys { keys: add })) },
+            pb::SegmentPatch { op: Some(S::RemoveIncluded(pb::ContextKeys { keys: remove })) },
+        ];
+        patch_segment(&mut s, &patches, 0).unwrap();
+        // 150,000 distinct keys, less the 50,000 even ones below 100,000.
+        assert_eq!(s.included.len(), 100_000);
+        assert_eq!(s.included[0], "k1");
+        assert_eq!(s.included.last().map(String::as_str), Some("k149999"));
+    }
 }
