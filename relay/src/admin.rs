@@ -85,6 +85,31 @@ fn env_to_proto(env: &Env) -> pb::Environment {
     }
 }
 
+/// Most bytes of items in one list page, well under the 8 MiB response
+/// limit (a page of large segments would otherwise outgrow it).
+const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// One page of `items` (sorted by key): at most `size` items and
+/// [`MAX_PAGE_BYTES`] of them (but at least one), and the page token of the
+/// next page (the last key given), empty when nothing is left.
+fn page<T: prost::Message>(
+    items: impl Iterator<Item = T>,
+    size: usize,
+    key: impl Fn(&T) -> String,
+) -> (Vec<T>, String) {
+    let (mut out, mut bytes) = (Vec::new(), 0);
+    for item in items {
+        let len = item.encoded_len();
+        if out.len() == size || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
+            let next = out.last().map(&key).unwrap_or_default();
+            return (out, next);
+        }
+        bytes += len;
+        out.push(item);
+    }
+    (out, String::new())
+}
+
 fn page_size(n: u32) -> usize {
     if n == 0 { MAX_PAGE } else { (n as usize).min(MAX_PAGE) }
 }
@@ -111,12 +136,12 @@ fn op_from_proto(i: usize, op: pb::BatchOp) -> Result<Op, Status> {
 
 fn flag_arg(path: &str, f: Option<pb::Flag>) -> Result<flagstream::Flag, Status> {
     let f = f.ok_or_else(|| invalid(path, "missing"))?;
-    wire::flag_from_proto(&f).map_err(|e| Status::invalid_argument(e.to_string()))
+    wire::flag_from_proto(&f).map_err(|e| invalid(path, e))
 }
 
 fn segment_arg(path: &str, s: Option<pb::Segment>) -> Result<flagstream::Segment, Status> {
     let s = s.ok_or_else(|| invalid(path, "missing"))?;
-    wire::segment_from_proto(&s).map_err(|e| Status::invalid_argument(e.to_string()))
+    wire::segment_from_proto(&s).map_err(|e| invalid(path, e))
 }
 
 impl AdminService {
@@ -241,12 +266,8 @@ impl Admin for AdminService {
             .filter(|f| r.on.is_none_or(|on| f.on == on))
             .collect();
         flags.sort_by(|a, b| a.key.cmp(&b.key));
-        let next = if flags.len() > size { flags[size - 1].key.clone() } else { String::new() };
-        Ok(Response::new(pb::ListFlagsResponse {
-            flags: flags.into_iter().take(size).map(wire::flag_to_proto).collect(),
-            next_page_token: next,
-            revision: state.revision,
-        }))
+        let (flags, next) = page(flags.iter().map(|f| wire::flag_to_proto(f)), size, |f| f.key.clone());
+        Ok(Response::new(pb::ListFlagsResponse { flags, next_page_token: next, revision: state.revision }))
     }
 
     async fn put_flag(
@@ -316,9 +337,9 @@ impl Admin for AdminService {
             .filter(|s| s.key.starts_with(&r.key_prefix) && s.key > r.page_token)
             .collect();
         segs.sort_by(|a, b| a.key.cmp(&b.key));
-        let next = if segs.len() > size { segs[size - 1].key.clone() } else { String::new() };
+        let (segments, next) = page(segs.iter().map(|s| wire::segment_to_proto(s)), size, |s| s.key.clone());
         Ok(Response::new(pb::ListSegmentsResponse {
-            segments: segs.into_iter().take(size).map(wire::segment_to_proto).collect(),
+            segments,
             next_page_token: next,
             revision: state.revision,
         }))
@@ -374,7 +395,8 @@ impl Admin for AdminService {
             .into_iter()
             .enumerate()
             .map(|(i, op)| op_from_proto(i, op))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.refused(e))?;
         let result = self.write(&r.environment, ops, r.expected_revision, &actor, &r.comment).await?;
         Ok(Response::new(pb::BatchResponse { result: Some(result_to_proto(&result)) }))
     }

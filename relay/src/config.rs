@@ -113,6 +113,16 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_CHUNK_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk_bytes: Option<usize>,
+    /// Bytes of encoded deltas cached per environment revision, for
+    /// subscribers at older cursors [default: 8388608].
+    #[arg(long, env = "FLAGSTREAM_DELTA_CACHE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_cache_bytes: Option<usize>,
+    /// How long a stream whose cursor is ahead of this relay's head is held
+    /// with heartbeats before it is asked to reconnect elsewhere [default: 30s].
+    #[arg(long, env = "FLAGSTREAM_AHEAD_HOLD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead_hold: Option<Dur>,
     /// Change-log revisions kept for deltas [default: 1024].
     #[arg(long, env = "FLAGSTREAM_CHANGELOG_REVISIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -207,6 +217,10 @@ pub struct Config {
     pub max_stream_age: Duration,
     /// Snapshot chunk bound.
     pub chunk_bytes: usize,
+    /// Delta cache bound per environment revision, bytes.
+    pub delta_cache_bytes: usize,
+    /// Hold for a cursor ahead of the head.
+    pub ahead_hold: Duration,
     /// Change-log revisions.
     pub changelog_revisions: usize,
     /// Change-log bytes.
@@ -321,6 +335,8 @@ impl Options {
             hello_timeout: d(self.hello_timeout, 10),
             max_stream_age: d(self.max_stream_age, 30 * 60),
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
+            delta_cache_bytes: self.delta_cache_bytes.unwrap_or(8 << 20),
+            ahead_hold: d(self.ahead_hold, 30),
             changelog_revisions: self.changelog_revisions.unwrap_or(1024),
             changelog_bytes: self.changelog_bytes.unwrap_or(8 << 20),
             audit_revisions: self.audit_revisions.unwrap_or(100_000),

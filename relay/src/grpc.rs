@@ -41,7 +41,7 @@ pub struct SyncRoute {
 
 impl SyncRoute {
     /// Serves `service`; request messages (Hello, acks) larger than
-    /// `max_request_bytes` end the stream with `RESOURCE_EXHAUSTED`.
+    /// `max_request_bytes` end the stream with `OUT_OF_RANGE`.
     pub fn new(service: SyncService, max_request_bytes: usize) -> SyncRoute {
         SyncRoute { service, max_request_bytes }
     }
@@ -95,7 +95,7 @@ pub(crate) struct Inbound {
 
 impl Inbound {
     /// The next request message; `None` when the client half-closed. A
-    /// message over the size limit is `RESOURCE_EXHAUSTED` (nothing of it
+    /// message over the size limit is `OUT_OF_RANGE` (not to be retried unchanged; nothing of it
     /// is buffered beyond its prefix), a compressed or undecodable one
     /// `INVALID_ARGUMENT`.
     pub(crate) async fn message(&mut self) -> Result<Option<pb::SubscribeRequest>, Status> {
@@ -130,7 +130,7 @@ impl Inbound {
         }
         let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
         if len > self.max {
-            return Err(Status::resource_exhausted(format!(
+            return Err(Status::out_of_range(format!(
                 "request message of {len} bytes exceeds the limit of {} bytes",
                 self.max
             )));

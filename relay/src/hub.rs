@@ -49,10 +49,13 @@ pub struct Subscriber {
     pub env: String,
     /// Highest revision the subscriber acknowledged.
     pub applied: AtomicU64,
-    /// Unix ms of the last message handed to the transport.
+    /// When the last message was handed to the transport: monotonic ms
+    /// ([`Hub::mono_ms`]), so a wall-clock step cuts nobody off.
     pub last_progress_ms: AtomicU64,
-    /// Unix ms when the stream started.
-    pub started_ms: u64,
+    /// When the stream started, monotonic ms (for its age).
+    pub started_mono_ms: u64,
+    /// When the stream started, Unix ms (compared with commit times).
+    pub started_unix_ms: u64,
     /// The stream's task while it waits: woken on stop and on drain.
     /// (Registering is a compare-and-swap; a cancellation token would take
     /// a mutex on every wait, i.e. on every delivery.)
@@ -158,6 +161,8 @@ pub struct Hub {
     /// Limits in force.
     pub limits: HubLimits,
     metrics: Metrics,
+    /// Origin of the monotonic clock every timeout here is measured on.
+    clock: tokio::time::Instant,
 }
 
 fn bucket_of(ms: u64) -> usize {
@@ -184,7 +189,16 @@ impl Hub {
             stats: Mutex::new(HashMap::default()),
             limits,
             metrics,
+            clock: tokio::time::Instant::now(),
         }
+    }
+
+    /// Monotonic milliseconds since the hub was made: what liveness
+    /// deadlines compare (tokio's clock: never steps, and a paused test
+    /// clock drives it).
+    #[inline]
+    pub fn mono_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -260,13 +274,14 @@ impl Hub {
             return Err(Rejection::EnvFull);
         }
         *n += 1;
-        let now = now_ms();
+        let mono = self.mono_ms();
         let sub = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             env: env.to_owned(),
             applied: AtomicU64::new(applied),
-            last_progress_ms: AtomicU64::new(now),
-            started_ms: now,
+            last_progress_ms: AtomicU64::new(mono),
+            started_mono_ms: mono,
+            started_unix_ms: now_ms(),
             wake: AtomicWaker::new(),
             stopped: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -289,7 +304,7 @@ impl Hub {
             *n = n.saturating_sub(1);
             self.metrics.subscribers.get_or_create(&vec![("env", sub.env.clone())]).set(*n as i64);
         }
-        let age_s = now_ms().saturating_sub(sub.started_ms) as f64 / 1000.0;
+        let age_s = self.mono_ms().saturating_sub(sub.started_mono_ms) as f64 / 1000.0;
         self.metrics.stream_age.observe(age_s);
         self.metrics.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc();
     }
@@ -325,7 +340,7 @@ impl Hub {
             .take_while(|e| e.revision <= revision)
             // Revisions committed before this stream began were not
             // propagated to it: a new subscriber gives no latency sample.
-            .filter(|e| e.committed_unix_ms >= sub.started_ms);
+            .filter(|e| e.committed_unix_ms >= sub.started_unix_ms);
         let mut latest_ms = None;
         let mut stats = Self::lock(&self.stats);
         // Every ack passes here: no allocation once the ring exists.
@@ -410,7 +425,7 @@ impl Hub {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(period) => {}
             }
-            let now = now_ms();
+            let now = self.mono_ms();
             let stuck: Vec<Arc<Subscriber>> = Self::lock(&self.subs)
                 .values()
                 .filter(|s| now.saturating_sub(s.last_progress_ms.load(Ordering::Relaxed)) > allowed)
@@ -426,5 +441,56 @@ impl Hub {
                 self.leave(&s, "send_deadline");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub() -> Arc<Hub> {
+        let limits = HubLimits {
+            max_subscribers: 10,
+            max_subscribers_per_env: 10,
+            snapshot_concurrency: 1,
+            send_deadline: Duration::from_secs(2),
+            heartbeat: Duration::from_secs(1),
+        };
+        Arc::new(Hub::new(limits, Metrics::new()))
+    }
+
+    /// Steps the paused clock in small increments, letting the reaper run.
+    async fn advance(ms: u64) {
+        for _ in 0..ms / 100 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The send deadline runs on the monotonic clock: a subscriber that
+    /// keeps pulling is never cut off, one that stops is cut off once
+    /// heartbeat + deadline have passed, not before.
+    #[tokio::test(start_paused = true)]
+    async fn reaper_cuts_off_only_subscribers_past_the_deadline_on_the_monotonic_clock() {
+        let hub = hub();
+        let stop = CancellationToken::new();
+        tokio::spawn(hub.clone().reap(stop.clone()));
+        let stuck = hub.admit("e", None, String::new(), 0).unwrap();
+        let reading = hub.admit("e", None, String::new(), 0).unwrap();
+        for _ in 0..25 {
+            advance(100).await;
+            reading.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);
+        }
+        // 2.5 s: within heartbeat (1 s) + deadline (2 s).
+        assert!(!stuck.is_stopped());
+        for _ in 0..15 {
+            advance(100).await;
+            reading.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);
+        }
+        // 4 s: past it.
+        assert!(stuck.is_stopped(), "the stuck subscriber was not cut off");
+        assert!(!reading.is_stopped(), "a reading subscriber was cut off");
+        assert_eq!(hub.total(), 1);
+        stop.cancel();
     }
 }

@@ -18,16 +18,22 @@ pub mod error;
 pub mod grpc;
 pub mod hub;
 pub mod metrics;
+pub mod refusal;
 pub mod server;
 pub mod store;
 pub mod subscribe;
 pub mod transport;
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
+/// Colours only on a terminal: a log file or journal gets plain text.
 pub fn init_tracing(json: bool) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

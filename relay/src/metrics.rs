@@ -4,13 +4,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -18,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Label set: `(name, value)` pairs.
@@ -59,6 +61,10 @@ pub struct Metrics {
     pub snapshot_sends: Gauge,
     /// Streams ended, by reason.
     pub stream_ends: Family<Labels, Counter>,
+    /// Deltas evicted from the per-revision delta cache (its byte bound).
+    pub delta_cache_evictions: Counter,
+    /// Every non-OK status answered, by service, method and code.
+    pub refusals: Family<Labels, Counter>,
     /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
     /// the per-message path neither allocates labels nor locks the family.
     pub sent: Arc<[(Counter, Counter); 4]>,
@@ -105,6 +111,8 @@ impl Metrics {
             limit_hits: Family::default(),
             snapshot_sends: Gauge::default(),
             stream_ends: Family::default(),
+            delta_cache_evictions: Counter::default(),
+            refusals: Family::default(),
             sent: Arc::new(Default::default()),
         };
         r.register("subscribers", "Connected subscribers", m.subscribers.clone());
@@ -135,6 +143,16 @@ impl Metrics {
         r.register("limit_hits", "Limits that triggered, by limit", m.limit_hits.clone());
         r.register("snapshot_sends", "Subscribers currently receiving a snapshot", m.snapshot_sends.clone());
         r.register("stream_ends", "Subscribe streams ended, by reason", m.stream_ends.clone());
+        r.register(
+            "delta_cache_evictions",
+            "Encoded deltas evicted from the delta cache by its byte bound",
+            m.delta_cache_evictions.clone(),
+        );
+        r.register(
+            "grpc_refusals",
+            "Every non-OK gRPC status the relay answered, by service, method and code",
+            m.refusals.clone(),
+        );
         let sent = ["snapshot_chunk", "delta", "heartbeat", "reconnect"].map(|kind| {
             let labels = vec![("kind", kind.to_owned())];
             (m.sent_messages.get_or_create(&labels).clone(), m.sent_bytes.get_or_create(&labels).clone())
@@ -151,16 +169,22 @@ impl Metrics {
             "storage_failure",
             "stored_data_invalid",
             "subscribe_request_bytes",
+            "delta_cache_bytes",
+            "cursor_ahead",
+            "metrics_connections",
+            "metrics_accept_error",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
         for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "error"] {
             m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
         }
-        for cause in ["empty_cursor", "foreign_epoch", "ahead_of_head", "too_old", "delta_too_large"] {
+        for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large"] {
             m.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc_by(0);
         }
-        for reason in ["client_gone", "drain", "max_stream_age", "send_deadline", "environment_deleted"] {
+        for reason in
+            ["client_gone", "drain", "max_stream_age", "send_deadline", "environment_deleted", "cursor_ahead"]
+        {
             m.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc_by(0);
         }
         Metrics { registry: Arc::new(r), sent: Arc::new(sent), ..m }
@@ -190,21 +214,51 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `stop` fires.
+/// Most scrape connections open at once; more are closed on accept.
+pub const MAX_METRICS_CONNECTIONS: usize = 32;
+/// Time a scrape connection has to send its request headers.
+pub const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a scrape connection stays open (keep-alive included).
+const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Serves `GET /metrics` on `listener` until `stop` fires. Bounded like the
+/// gRPC listener: at most [`MAX_METRICS_CONNECTIONS`] connections (more
+/// are closed at once and counted as `limit_hits{limit="metrics_connections"}`),
+/// [`METRICS_HEADER_TIMEOUT`] to send the headers, a minute per
+/// connection, and a failing `accept` (e.g. out of file descriptors) backs
+/// off instead of spinning.
 pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(MAX_METRICS_CONNECTIONS));
+    let mut backoff = Duration::from_millis(10);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff = Duration::from_millis(10);
+                    a
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "metrics accept failed");
+                    metrics.limit_hit("metrics_accept_error");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
                     continue;
                 }
             },
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            metrics.limit_hit("metrics_connections");
+            tracing::warn!(%peer, limit = MAX_METRICS_CONNECTIONS, "metrics connection refused: too many open");
+            drop(stream);
+            continue;
+        };
         let metrics = metrics.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let metrics = metrics.clone();
                 async move {
@@ -223,8 +277,14 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
                     resp.map_err(std::io::Error::other)
                 }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
-                tracing::debug!(error = %e, "metrics connection ended");
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(METRICS_HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            match tokio::time::timeout(METRICS_CONNECTION_LIFETIME, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection ended"),
+                Err(_) => tracing::debug!(%peer, "metrics connection closed after its lifetime"),
             }
         });
     }

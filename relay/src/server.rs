@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
+use crate::refusal::RefusalLayer;
 use crate::store::{Retention, Store};
 use crate::subscribe::{StreamConfig, SyncService};
 use crate::transport::{self, SocketOptions};
@@ -141,6 +142,8 @@ pub async fn serve(
             heartbeat: cfg.heartbeat,
             max_stream_age: cfg.max_stream_age,
             chunk_bytes: cfg.chunk_bytes,
+            delta_cache_bytes: cfg.delta_cache_bytes,
+            ahead_hold: cfg.ahead_hold,
             drain_spread: cfg.drain_spread,
         },
     );
@@ -166,6 +169,7 @@ pub async fn serve(
         builder = builder.tls_config(t).map_err(|e| anyhow::anyhow!("TLS configuration: {e}"))?;
     }
     let server = builder
+        .layer(RefusalLayer::new(metrics.clone()))
         .http2_keepalive_interval(Some(cfg.keepalive_interval))
         .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
         .max_concurrent_streams(Some(cfg.max_concurrent_streams))

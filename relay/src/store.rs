@@ -60,7 +60,7 @@ pub enum StoreError {
         changed_by: Option<String>,
     },
     /// The environment moved past the revision a batch expected.
-    #[error("environment {env:?} is at revision {current}, the batch expected {expected}")]
+    #[error("environment {env:?} is at revision {current}, the request expected {expected}")]
     RevisionConflict {
         /// Environment.
         env: String,
@@ -223,7 +223,7 @@ impl Store {
     /// stored only as a hash). Completes even if the caller goes away.
     pub async fn create_env(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
         let mut errors = Vec::new();
-        let path = "environment.name";
+        let path = "name";
         if name.is_empty()
             || name.len() > 64
             || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')

@@ -23,7 +23,7 @@ use crate::encoded::{self, Encoded};
 use crate::grpc::Inbound;
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::metrics::SentKind;
-use crate::store::state::{Catchup, EnvState};
+use crate::store::state::{Bounds, Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
 use crate::{auth, error};
@@ -39,6 +39,11 @@ pub struct StreamConfig {
     pub max_stream_age: Duration,
     /// Snapshot chunk bound, bytes.
     pub chunk_bytes: usize,
+    /// Delta cache bound per environment revision, bytes.
+    pub delta_cache_bytes: usize,
+    /// How long a cursor ahead of the head is held with heartbeats before
+    /// the stream is asked to reconnect elsewhere.
+    pub ahead_hold: Duration,
     /// Reconnect delays on drain are spread over 0..this.
     pub drain_spread: Duration,
 }
@@ -83,7 +88,7 @@ impl SyncService {
         let first = match tokio::time::timeout(self.cfg.hello_timeout, inbound.message()).await {
             Ok(Ok(m)) => m,
             Ok(Err(status)) => {
-                if status.code() == tonic::Code::ResourceExhausted {
+                if status.code() == tonic::Code::OutOfRange {
                     self.store.metrics().limit_hit("subscribe_request_bytes");
                 }
                 refused("bad_request");
@@ -151,6 +156,7 @@ impl SyncService {
             },
             age_deadline,
             age: Box::pin(tokio::time::sleep_until(age_deadline)),
+            ahead_until: None,
             first: true,
             guard: Leave { hub: self.hub.clone(), sub, reason: "client_gone" },
             done: false,
@@ -158,7 +164,7 @@ impl SyncService {
         let stream = futures_util::stream::unfold(out, |mut o| async move {
             let item = o.next().await?;
             if let Ok(msg) = &item {
-                o.guard.sub.last_progress_ms.store(now_ms(), Ordering::Relaxed);
+                o.guard.sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
                 o.hub_sent(msg);
             }
             Some((item, o))
@@ -192,7 +198,7 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
-                if status.code() == tonic::Code::ResourceExhausted {
+                if status.code() == tonic::Code::OutOfRange {
                     store.metrics().limit_hit("subscribe_request_bytes");
                 }
                 tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
@@ -241,6 +247,9 @@ struct Outbound {
     /// Fires at `age_deadline`; kept across waits so the timer is
     /// registered once per stream, not once per wait.
     age: Pin<Box<tokio::time::Sleep>>,
+    /// Set when the cursor was first seen ahead of the head: the stream
+    /// is held with heartbeats until then, then asked to go elsewhere.
+    ahead_until: Option<Instant>,
     first: bool,
     guard: Leave,
     done: bool,
@@ -340,9 +349,21 @@ impl Outbound {
                 return Some(Ok(self.heartbeat_msg(&state)));
             }
             let metrics = self.store.metrics();
-            match state.catchup(&self.cursor.0, self.cursor.1, self.cfg.chunk_bytes, metrics) {
-                Catchup::Current => {
+            let bounds =
+                Bounds { chunk_bytes: self.cfg.chunk_bytes, delta_cache_bytes: self.cfg.delta_cache_bytes };
+            match state.catchup(&self.cursor.0, self.cursor.1, bounds, metrics) {
+                c @ (Catchup::Current | Catchup::Ahead) => {
                     drop(state);
+                    let ahead = matches!(c, Catchup::Ahead);
+                    let hold = match (ahead, self.ahead_until) {
+                        (false, _) => None,
+                        (true, Some(until)) => Some(until),
+                        (true, None) => Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold)),
+                    };
+                    if hold.is_some_and(|until| Instant::now() >= until) {
+                        return Some(Ok(self.cursor_ahead()));
+                    }
+                    let far = self.age_deadline;
                     tokio::select! {
                         // Head first: the common wake-up polls one future.
                         biased;
@@ -354,6 +375,7 @@ impl Outbound {
                         _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
                         _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => {}
                         _ = self.age.as_mut() => {}
+                        _ = tokio::time::sleep_until(hold.unwrap_or(far)), if hold.is_some() => {}
                     }
                 }
                 Catchup::Delta(delta) => {
@@ -399,6 +421,20 @@ impl Outbound {
                 }
             }
         }
+    }
+
+    /// Ends the stream: its cursor stayed ahead of this relay's head for
+    /// the whole hold (PROTOCOL.md §2.2); it must not get older data here.
+    fn cursor_ahead(&mut self) -> Encoded {
+        self.store.metrics().limit_hit("cursor_ahead");
+        tracing::info!(env = %self.guard.sub.env, subscriber = self.guard.sub.id, cursor = self.cursor.1, head = self.env.state.load().revision, "cursor ahead of the head for the whole hold: asking the subscriber to reconnect elsewhere");
+        let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
+        self.reconnect(
+            pb::ReconnectReason::Rebalance,
+            delay,
+            "cursor_ahead",
+            "your cursor is ahead of this relay's head; reconnect (possibly elsewhere)",
+        )
     }
 
     /// Ends the stream: the environment was deleted.

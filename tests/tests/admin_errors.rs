@@ -181,3 +181,107 @@ async fn evaluate_matches_the_engine() {
     let reason = r.reason.unwrap();
     assert_eq!((reason.kind, reason.rule_id.as_str()), (pb::ReasonKind::RuleMatch as i32, "us-enterprise"));
 }
+
+fn put_op(flag: pb::Flag) -> pb::BatchOp {
+    pb::BatchOp {
+        op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(flag), expected_version: None })),
+    }
+}
+
+/// A batch error names the op it comes from (`ops[i]: ...`), conversion
+/// errors included; an item named twice and a delete "expecting" version 0
+/// are refused; nothing is applied.
+#[tokio::test]
+async fn batch_errors_name_the_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let mut admin = relay.admin().await;
+    let before = state(&mut admin).await;
+    let batch = |ops: Vec<pb::BatchOp>| pb::BatchRequest {
+        environment: "demo".into(),
+        ops,
+        expected_revision: None,
+        comment: String::new(),
+    };
+
+    let mut bad = bool_flag("bad", true);
+    bad.off_variation = 7;
+    let ops = vec![put_op(bool_flag("a", true)), put_op(bool_flag("b", true)), put_op(bad)];
+    let err = admin.batch(batch(ops)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().starts_with(r#"ops[2]: flags["bad"].off_variation: variation index 7"#),
+        "{}",
+        err.message()
+    );
+
+    let mut bad_type = bool_flag("typed", true);
+    bad_type.r#type = 42;
+    let err = admin.batch(batch(vec![put_op(bool_flag("a", true)), put_op(bad_type)])).await.unwrap_err();
+    assert!(err.message().starts_with("ops[1].put_flag.flag: "), "{}", err.message());
+
+    let err = admin
+        .batch(batch(vec![put_op(bool_flag("a", true)), put_op(bool_flag("a", false))]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains(r#"ops[1]: flag "a" is already named by ops[0]"#), "{}", err.message());
+
+    let delete = pb::BatchOp {
+        op: Some(pb::batch_op::Op::DeleteFlag(pb::DeleteFlagOp {
+            key: "new-checkout".into(),
+            expected_version: Some(0),
+        })),
+    };
+    let err = admin.batch(batch(vec![delete])).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("ops[0].expected_version: 0 means"), "{}", err.message());
+
+    assert_eq!(state(&mut admin).await, before, "the store changed after rejected batches");
+}
+
+/// A page of large segments stays under the response size limit: it is cut
+/// by bytes as well as by count, and the page token leads to the rest.
+#[tokio::test]
+async fn list_pages_are_bounded_in_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let mut admin = relay.admin().await;
+    for s in 0..8 {
+        let segment = pb::Segment {
+            key: format!("big-{s}"),
+            included: (0..40_000).map(|i| format!("user-{s}-{i:012}-padding")).collect(),
+            ..Default::default()
+        };
+        admin
+            .put_segment(pb::PutSegmentRequest {
+                environment: "demo".into(),
+                segment: Some(segment),
+                expected_version: None,
+                comment: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+    let (mut seen, mut token, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let r = admin
+            .list_segments(pb::ListSegmentsRequest {
+                environment: "demo".into(),
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("a page under the response limit")
+            .into_inner();
+        pages += 1;
+        seen.extend(r.segments.into_iter().map(|s| s.key));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
+    assert!(pages > 1, "eight 1.3 MB segments came in one page");
+    let big: Vec<_> = seen.iter().filter(|k| k.starts_with("big-")).cloned().collect();
+    assert_eq!(big, (0..8).map(|s| format!("big-{s}")).collect::<Vec<_>>());
+}

@@ -94,8 +94,8 @@ async fn send_deadline_cuts_off_a_reader_that_stopped() {
 }
 
 /// A request message over the 1 MiB limit (here a Hello) is refused with
-/// RESOURCE_EXHAUSTED naming the size and the limit, and counted; the
-/// relay keeps serving others.
+/// OUT_OF_RANGE (a code clients do not retry) naming the size and the
+/// limit, and counted; the relay keeps serving others.
 #[tokio::test]
 async fn oversized_request_message_is_refused_and_counted() {
     use flagstream_proto::v1::sync_client::SyncClient;
@@ -108,7 +108,7 @@ async fn oversized_request_message_is_refused_and_counted() {
         Ok(r) => r.into_inner().message().await.unwrap_err(),
         Err(e) => e,
     };
-    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
     assert!(err.message().contains("exceeds the limit of 1048576 bytes"), "{}", err.message());
     assert_eq!(relay.metric("flagstream_limit_hits_total{limit=\"subscribe_request_bytes\"}").await, 1.0);
     let mut ok = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();

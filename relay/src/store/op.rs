@@ -301,12 +301,13 @@ fn stamp(m: &mut Model, version: u64, revision: u64) {
 fn patch_flag(f: &mut Flag, patches: &[pb::FlagPatch], op_index: usize) -> Result<(), StoreError> {
     use pb::flag_patch::Op as P;
     for (j, p) in patches.iter().enumerate() {
-        let path = format!("ops[{op_index}].patches[{j}]");
+        let path = format!("ops[{op_index}].patch_flag.ops[{j}]");
         match &p.op {
             None => return Err(invalid(path, "empty patch")),
             Some(P::SetOn(on)) => f.on = *on,
             Some(P::SetOffVariation(v)) => f.off_variation = *v,
             Some(P::SetFallthrough(s)) => f.fallthrough = wire::serve_from_proto(&path, Some(s))?,
+            Some(P::AddTargets(t)) if t.keys.is_empty() => {}
             Some(P::AddTargets(t)) => add_targets(f, t.variation, &t.keys),
             Some(P::RemoveTargets(t)) => {
                 let remove: HashSet<&str> = t.keys.iter().map(String::as_str).collect();
@@ -359,7 +360,7 @@ fn patch_segment(s: &mut Segment, patches: &[pb::SegmentPatch], op_index: usize)
             Some(P::RemoveIncluded(k)) => remove_keys(&mut s.included, &k.keys),
             Some(P::AddExcluded(k)) => add_keys(&mut s.excluded, &k.keys),
             Some(P::RemoveExcluded(k)) => remove_keys(&mut s.excluded, &k.keys),
-            None => return Err(invalid(format!("ops[{op_index}].patches[{j}]"), "empty patch")),
+            None => return Err(invalid(format!("ops[{op_index}].patch_segment.ops[{j}]"), "empty patch")),
         }
     }
     Ok(())

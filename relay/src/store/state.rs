@@ -89,10 +89,34 @@ pub struct EnvState {
     /// Encoded snapshot chunks at this revision, made on first demand.
     chunks: OnceLock<Arc<Vec<Encoded>>>,
     /// The delta from the previous revision: what nearly every subscriber
-    /// needs, read without a lock.
-    delta_from_previous: OnceLock<Encoded>,
-    /// Encoded deltas to this revision from older revisions, by `from`.
-    deltas: Mutex<HashMap<u64, Encoded>>,
+    /// needs, read without a lock (`None`: larger than the delta bound).
+    delta_from_previous: OnceLock<Option<Encoded>>,
+    /// Encoded deltas to this revision from older revisions, by `from`,
+    /// bounded in bytes.
+    deltas: Mutex<DeltaCache>,
+}
+
+/// Deltas from older cursors, encoded once each while they fit the byte
+/// budget. Any SDK-key holder chooses its cursor, so the cache must not
+/// grow with what clients ask for: it holds at most `budget` bytes of
+/// encodings (oldest insertions evicted first, each eviction counted),
+/// and a delta over the delta bound is remembered only as "too large".
+#[derive(Debug, Default)]
+struct DeltaCache {
+    /// `None`: larger than the delta bound (a snapshot is sent instead).
+    entries: HashMap<u64, Option<Encoded>>,
+    /// Insertion order of cached encodings, for eviction.
+    order: VecDeque<u64>,
+    bytes: usize,
+}
+
+/// Size bounds of what a subscriber is sent and of the delta cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Largest snapshot chunk, and largest delta, in bytes.
+    pub chunk_bytes: usize,
+    /// Most bytes of cached deltas per environment revision.
+    pub delta_cache_bytes: usize,
 }
 
 /// What a subscriber at some cursor needs next.
@@ -104,6 +128,9 @@ pub enum Catchup {
     Delta(Encoded),
     /// A full snapshot (cursor empty, foreign or too old).
     Snapshot(Arc<Vec<Encoded>>),
+    /// The cursor is ahead of this head (same epoch): nothing may be sent
+    /// until the head reaches it (PROTOCOL.md §2.2).
+    Ahead,
 }
 
 impl EnvState {
@@ -129,7 +156,7 @@ impl EnvState {
             snapshot,
             chunks: OnceLock::new(),
             delta_from_previous: OnceLock::new(),
-            deltas: Mutex::new(HashMap::new()),
+            deltas: Mutex::new(DeltaCache::default()),
         }
     }
 
@@ -139,7 +166,7 @@ impl EnvState {
     }
 
     /// What a subscriber at `(epoch, revision)` needs to reach head.
-    pub fn catchup(&self, epoch: &str, revision: u64, chunk_bytes: usize, metrics: &Metrics) -> Catchup {
+    pub fn catchup(&self, epoch: &str, revision: u64, bounds: Bounds, metrics: &Metrics) -> Catchup {
         if epoch == self.epoch && revision == self.revision {
             return Catchup::Current;
         }
@@ -148,20 +175,19 @@ impl EnvState {
         } else if epoch != self.epoch {
             "foreign_epoch"
         } else if revision > self.revision {
-            "ahead_of_head"
+            return Catchup::Ahead;
         } else if revision < self.oldest_delta_base() {
             "too_old"
         } else {
-            let delta = self.delta_from(revision, metrics);
             // Deltas obey the same size bound as snapshot chunks, so no
             // message outgrows what clients decode; a snapshot is chunked.
-            if delta.len() <= chunk_bytes {
-                return Catchup::Delta(delta);
+            match self.delta_from(revision, bounds, metrics) {
+                Some(delta) => return Catchup::Delta(delta),
+                None => "delta_too_large",
             }
-            "delta_too_large"
         };
         metrics.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc();
-        Catchup::Snapshot(self.chunks(chunk_bytes, metrics))
+        Catchup::Snapshot(self.chunks(bounds.chunk_bytes, metrics))
     }
 
     /// The encoded snapshot at this revision (encoded once).
@@ -189,22 +215,47 @@ impl EnvState {
             .clone()
     }
 
-    /// The delta from `from` to head (encoded once per `from`).
-    fn delta_from(&self, from: u64, metrics: &Metrics) -> Encoded {
+    /// The delta from `from` to head, encoded once per `from` while the
+    /// cache has room; `None` if it is over the delta bound.
+    fn delta_from(&self, from: u64, bounds: Bounds, metrics: &Metrics) -> Option<Encoded> {
+        let fits = |e: Encoded| (e.len() <= bounds.chunk_bytes).then_some(e);
         if from + 1 == self.revision {
-            return self.delta_from_previous.get_or_init(|| self.encode_delta(from, metrics)).clone();
+            return self.delta_from_previous.get_or_init(|| fits(self.encode_delta(from, metrics))).clone();
         }
         // A poisoned lock only means another subscriber panicked while
         // encoding; the map itself is still a valid cache.
         let mut cache = self.deltas.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = cache.get(&from) {
+        if let Some(e) = cache.entries.get(&from) {
             return e.clone();
         }
-        let e = self.encode_delta(from, metrics);
-        // Bounded: one entry per distinct cursor, and the whole map dies
-        // with this revision's state.
-        cache.insert(from, e.clone());
-        e
+        let delta = fits(self.encode_delta(from, metrics));
+        let len = delta.as_ref().map_or(0, Encoded::len);
+        if len > bounds.delta_cache_bytes {
+            // Served, never cached: it alone would break the budget.
+            metrics.limit_hit("delta_cache_bytes");
+            return delta;
+        }
+        while cache.bytes + len > bounds.delta_cache_bytes {
+            let Some(old) = cache.order.pop_front() else { break };
+            if let Some(Some(e)) = cache.entries.remove(&old) {
+                cache.bytes -= e.len();
+                metrics.delta_cache_evictions.inc();
+            }
+        }
+        if delta.is_some() {
+            cache.order.push_back(from);
+            cache.bytes += len;
+        }
+        // A "too large" marker costs a map slot; there is at most one per
+        // revision in the change log.
+        cache.entries.insert(from, delta.clone());
+        delta
+    }
+
+    /// Bytes of deltas cached now.
+    #[cfg(test)]
+    fn delta_cache_bytes(&self) -> usize {
+        self.deltas.lock().unwrap_or_else(|p| p.into_inner()).bytes
     }
 
     /// Encodes the delta `from` → this revision (counted: encode-once is
@@ -240,5 +291,75 @@ impl EnvState {
     /// Bytes of all item encodings (store size).
     pub fn item_bytes(&self) -> usize {
         self.items.values().map(|i| i.bytes.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Revision 20 of an environment whose revision `r` changed flag `f-r`
+    /// (1 KiB each).
+    fn state() -> EnvState {
+        let mut items = BTreeMap::new();
+        let mut log = VecDeque::new();
+        for r in 1..=20u64 {
+            let key = (Kind::Flag, format!("f-{r}"));
+            let bytes = Bytes::from(vec![b'x'; 1024]);
+            items
+                .insert(key.clone(), Item { hash: item_hash(Kind::Flag, &key.1, &bytes), bytes, version: 1 });
+            log.push_back(LogEntry { revision: r, changed: vec![key], committed_unix_ms: 0, bytes: 1024 });
+        }
+        EnvState::new(
+            "e".into(),
+            "E".into(),
+            20,
+            0,
+            Arc::new(items),
+            Arc::new(log),
+            Arc::new(Snapshot::empty()),
+        )
+    }
+
+    fn delta_encodes(m: &Metrics) -> u64 {
+        m.encodes.get_or_create(&vec![("kind", "delta".to_owned())]).get()
+    }
+
+    #[test]
+    fn delta_cache_stays_within_its_byte_bound_and_counts_evictions() {
+        let (s, m) = (state(), Metrics::new());
+        let bounds = Bounds { chunk_bytes: 64 << 10, delta_cache_bytes: 8 << 10 };
+        // Cursors 5..=15 ask for deltas of 5..15 KiB: more than the bound
+        // in total, and some alone larger than it.
+        for from in 5..=15 {
+            assert!(matches!(s.catchup("E", from, bounds, &m), Catchup::Delta(_)), "from {from}");
+            assert!(
+                s.delta_cache_bytes() <= bounds.delta_cache_bytes,
+                "{} bytes cached",
+                s.delta_cache_bytes()
+            );
+        }
+        assert!(m.delta_cache_evictions.get() > 0, "nothing evicted");
+        assert!(m.limit_hits.get_or_create(&vec![("limit", "delta_cache_bytes".to_owned())]).get() > 0);
+        // A cached delta is served again without encoding.
+        let before = delta_encodes(&m);
+        assert!(matches!(s.catchup("E", 15, bounds, &m), Catchup::Delta(_)));
+        assert_eq!(delta_encodes(&m), before, "a cached delta was encoded again");
+    }
+
+    #[test]
+    fn deltas_over_the_delta_bound_become_snapshots_and_are_not_cached() {
+        let (s, m) = (state(), Metrics::new());
+        let bounds = Bounds { chunk_bytes: 4 << 10, delta_cache_bytes: 1 << 20 };
+        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(_)));
+        assert_eq!(s.delta_cache_bytes(), 0);
+        assert_eq!(m.resyncs.get_or_create(&vec![("cause", "delta_too_large".to_owned())]).get(), 1);
+        // Remembered as too large: not encoded again.
+        let before = delta_encodes(&m);
+        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(_)));
+        assert_eq!(delta_encodes(&m), before);
+        // Small ones still come as deltas; cursors ahead are held.
+        assert!(matches!(s.catchup("E", 19, bounds, &m), Catchup::Delta(_)));
+        assert!(matches!(s.catchup("E", 21, bounds, &m), Catchup::Ahead));
     }
 }

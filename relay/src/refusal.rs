@@ -1,0 +1,285 @@
+//! Every refusal visible: a tower layer around the whole gRPC server that
+//! sees each response's final status (a Trailers-Only header, or the
+//! trailers of a stream) and, for every non-OK one, counts it in
+//! `flagstream_grpc_refusals_total{service, method, code}` and logs it with
+//! its cause, rate-limited so a flood (a client guessing admin tokens)
+//! cannot fill the disk; lines dropped by the limit are counted in the next
+//! line logged.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use http_body::Frame;
+use tonic::body::Body;
+use tonic::{Code, Status};
+
+use crate::metrics::Metrics;
+use crate::transport::ConnInfo;
+
+/// Log lines about refusals per second (bursts up to twice that).
+const LOG_PER_SECOND: u32 = 20;
+
+/// Every method the relay serves, by service: the only label values used
+/// (anything else is `unknown`, so a client cannot mint label series).
+const METHODS: &[(&str, &[&str])] = &[
+    ("flagstream.v1.Sync", &["Subscribe"]),
+    (
+        "flagstream.v1.Admin",
+        &[
+            "CreateEnvironment",
+            "ListEnvironments",
+            "DeleteEnvironment",
+            "GetFlag",
+            "ListFlags",
+            "PutFlag",
+            "DeleteFlag",
+            "PatchFlag",
+            "GetSegment",
+            "ListSegments",
+            "PutSegment",
+            "DeleteSegment",
+            "PatchSegment",
+            "Batch",
+            "ListAudit",
+            "GetPropagation",
+            "WatchPropagation",
+            "Evaluate",
+            "Status",
+        ],
+    ),
+    ("grpc.health.v1.Health", &["Check", "Watch"]),
+];
+
+/// `(service, method)` labels of a request path.
+fn labels(path: &str) -> (&'static str, &'static str) {
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (service, method) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    for (s, methods) in METHODS {
+        if *s == service {
+            return (s, methods.iter().find(|m| **m == method).copied().unwrap_or("unknown"));
+        }
+    }
+    ("unknown", "unknown")
+}
+
+/// The `SCREAMING_CASE` name of a gRPC code (as in the gRPC spec).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Counts and logs refusals; shared by every request.
+#[derive(Debug)]
+struct Recorder {
+    metrics: Metrics,
+    log: DefaultDirectRateLimiter,
+    suppressed: AtomicU64,
+}
+
+impl Recorder {
+    fn record(&self, status: &Status, service: &'static str, method: &'static str, peer: Option<SocketAddr>) {
+        if status.code() == Code::Ok {
+            return;
+        }
+        let code = code_name(status.code());
+        let labels =
+            vec![("service", service.to_owned()), ("method", method.to_owned()), ("code", code.to_owned())];
+        self.metrics.refusals.get_or_create(&labels).inc();
+        if self.log.check().is_err() {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+        let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+        let cause = status.message();
+        match status.code() {
+            // What an operator must look at: credentials, limits, failures.
+            Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::ResourceExhausted
+            | Code::OutOfRange
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss
+            | Code::Unknown => {
+                tracing::warn!(service, method, code, cause, peer, suppressed, "request refused")
+            }
+            _ => tracing::info!(service, method, code, cause, peer, suppressed, "request refused"),
+        }
+    }
+}
+
+/// The layer: wrap the gRPC server with it.
+#[derive(Debug, Clone)]
+pub struct RefusalLayer {
+    recorder: Arc<Recorder>,
+}
+
+impl RefusalLayer {
+    /// Counts into `metrics`.
+    pub fn new(metrics: Metrics) -> RefusalLayer {
+        let per_second = NonZeroU32::new(LOG_PER_SECOND).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(LOG_PER_SECOND * 2).unwrap_or(NonZeroU32::MIN);
+        let recorder = Arc::new(Recorder {
+            metrics,
+            log: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
+            suppressed: AtomicU64::new(0),
+        });
+        tokio::spawn(report_suppressed(Arc::downgrade(&recorder)));
+        RefusalLayer { recorder }
+    }
+}
+
+/// Once a second, says how many refusal lines the rate limit dropped since
+/// the last line (so the count is never lost when a flood stops); ends
+/// with the layer.
+async fn report_suppressed(recorder: std::sync::Weak<Recorder>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(r) = recorder.upgrade() else { return };
+        let suppressed = r.suppressed.swap(0, Ordering::Relaxed);
+        if suppressed > 0 {
+            tracing::warn!(suppressed, "request refused lines suppressed by the log rate limit");
+        }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for RefusalLayer {
+    type Service = Refusals<S>;
+
+    fn layer(&self, inner: S) -> Refusals<S> {
+        Refusals { inner, recorder: self.recorder.clone() }
+    }
+}
+
+/// The wrapped service.
+#[derive(Debug, Clone)]
+pub struct Refusals<S> {
+    inner: S,
+    recorder: Arc<Recorder>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S> tower_service::Service<http::Request<Body>> for Refusals<S>
+where
+    S: tower_service::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<http::Response<Body>, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let (service, method) = labels(req.uri().path());
+        let ext = req.extensions();
+        let peer = ext
+            .get::<ConnInfo>()
+            .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
+            .and_then(|c| c.remote);
+        let watch = Watch { recorder: self.recorder.clone(), service, method, peer };
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let (parts, body) = response.await?.into_parts();
+            // Trailers-Only: the status is in the headers, the body empty.
+            let watch = match Status::from_header_map(&parts.headers) {
+                Some(status) => {
+                    watch.see(&status);
+                    None
+                }
+                None => Some(watch),
+            };
+            Ok(http::Response::from_parts(parts, Body::new(Observed { body, watch })))
+        })
+    }
+}
+
+/// Who asked what, waiting for the response's status.
+struct Watch {
+    recorder: Arc<Recorder>,
+    service: &'static str,
+    method: &'static str,
+    peer: Option<SocketAddr>,
+}
+
+impl Watch {
+    fn see(&self, status: &Status) {
+        self.recorder.record(status, self.service, self.method, self.peer);
+    }
+}
+
+/// A response body whose trailers are looked at on their way out.
+struct Observed {
+    body: Body,
+    watch: Option<Watch>,
+}
+
+impl http_body::Body for Observed {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if let Some(Ok(f)) = &frame
+            && let Some(trailers) = f.trailers_ref()
+            && let Some(watch) = self.watch.take()
+            && let Some(status) = Status::from_header_map(trailers)
+        {
+            watch.see(&status);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_a_closed_set() {
+        assert_eq!(labels("/flagstream.v1.Admin/PutFlag"), ("flagstream.v1.Admin", "PutFlag"));
+        assert_eq!(labels("/flagstream.v1.Admin/Guess123"), ("flagstream.v1.Admin", "unknown"));
+        assert_eq!(labels("/evil.Service/X"), ("unknown", "unknown"));
+        assert_eq!(labels(""), ("unknown", "unknown"));
+    }
+}
