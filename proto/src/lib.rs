@@ -7,4 +7,11 @@
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod v1 {
     tonic::include_proto!("flagstream.v1");
+
+    /// `flagstream.v1.mirror`: the Subscribe response with items as raw
+    /// bytes, for clients that hash items as received (PROTOCOL.md §3.1).
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+    pub mod mirror {
+        tonic::include_proto!("flagstream.v1.mirror");
+    }
 }
