@@ -390,14 +390,15 @@ impl Admin for AdminService {
             self.store.metrics().limit_hit("batch_ops");
             return Err(self.refused(invalid("ops", format!("{} operations, limit {MAX_OPS}", r.ops.len()))));
         }
-        let ops = r
-            .ops
-            .into_iter()
-            .enumerate()
-            .map(|(i, op)| op_from_proto(i, op))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.refused(e))?;
-        let result = self.write(&r.environment, ops, r.expected_revision, &actor, &r.comment).await?;
+        let pb::BatchRequest { environment, ops, expected_revision, comment } = r;
+        // Converting 10,000 flags is CPU work: not on a runtime worker.
+        let ops = tokio::task::spawn_blocking(move || {
+            ops.into_iter().enumerate().map(|(i, op)| op_from_proto(i, op)).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("converting the batch failed: {e}")))?
+        .map_err(|e| self.refused(e))?;
+        let result = self.write(&environment, ops, expected_revision, &actor, &comment).await?;
         Ok(Response::new(pb::BatchResponse { result: Some(result_to_proto(&result)) }))
     }
 

@@ -383,8 +383,15 @@ impl Store {
             });
         }
         let (store, committing) = (self.clone(), env.clone());
-        let result =
-            blocking(move || store.commit_blocking(&committing, &state, ops, &actor, &comment)).await;
+        // `state` moves into the closure: if this write replaces it, the
+        // last reference to a possibly huge state is dropped there, on the
+        // blocking pool, not on a runtime worker.
+        let result = blocking(move || {
+            let result = store.commit_blocking(&committing, &state, ops, &actor, &comment);
+            drop(state);
+            result
+        })
+        .await;
         if let Err(StoreError::Task(e)) = &result {
             // The commit panicked: whether it reached sled is unknown.
             self.poison(&env, env_name, e);

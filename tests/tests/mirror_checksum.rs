@@ -39,7 +39,10 @@ fn checksum(items: &Items) -> u64 {
 }
 
 /// Subscribes through the generic gRPC client with the mirror response type.
-async fn subscribe(relay: &Relay, sdk_key: &str) -> (mpsc::Sender<pb::SubscribeRequest>, Streaming<mirror::SubscribeResponse>) {
+async fn subscribe(
+    relay: &Relay,
+    sdk_key: &str,
+) -> (mpsc::Sender<pb::SubscribeRequest>, Streaming<mirror::SubscribeResponse>) {
     let (tx, rx) = mpsc::channel(4);
     let hello = pb::Hello { sdk_key: sdk_key.into(), sdk_name: "mirror-test".into(), ..Default::default() };
     tx.send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) }).await.unwrap();
@@ -102,7 +105,9 @@ async fn relay_traffic_decoded_with_the_mirror_matches_the_checksum() {
         .unwrap();
     let mut at = revision;
     while at < to + 1 {
-        let mirror::subscribe_response::Kind::Delta(d) = next_data(&mut stream).await else { panic!("expected a delta") };
+        let mirror::subscribe_response::Kind::Delta(d) = next_data(&mut stream).await else {
+            panic!("expected a delta")
+        };
         assert_eq!((d.epoch.as_str(), d.from_revision), (epoch.as_str(), at));
         for f in &d.upserted_flags {
             items.insert((1, key_of(f)), f.clone());
@@ -135,7 +140,9 @@ async fn the_published_vectors_are_what_the_relay_sends() {
     let v = vectors();
     let (flag_bytes, segment_bytes) = (hex(&v["flag.bytes"]), hex(&v["segment.bytes"]));
     // The SDK's hash and the spec's formula agree with the published values.
-    for (kind, key, bytes, name) in [(1u8, "demo", &flag_bytes, "flag"), (2, "beta", &segment_bytes, "segment")] {
+    for (kind, key, bytes, name) in
+        [(1u8, "demo", &flag_bytes, "flag"), (2, "beta", &segment_bytes, "segment")]
+    {
         let want = hash_value(&v[&format!("{name}.item_hash")]);
         assert_eq!(item_hash(kind, key, bytes), want, "{name}: spec formula");
         assert_eq!(flagstream::checksum::item_hash(kind, key, bytes), want, "{name}: SDK");
@@ -149,16 +156,30 @@ async fn the_published_vectors_are_what_the_relay_sends() {
     let mut flag = bool_flag("demo", true);
     flag.off_variation = 1;
     flag.description.clear();
-    let segment = pb::Segment { key: "beta".into(), included: vec!["alice".into(), "bob".into()], ..Default::default() };
+    let segment = pb::Segment {
+        key: "beta".into(),
+        included: vec!["alice".into(), "bob".into()],
+        ..Default::default()
+    };
     let ops = vec![
-        pb::BatchOp { op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(flag), expected_version: None })) },
         pb::BatchOp {
-            op: Some(pb::batch_op::Op::PutSegment(pb::PutSegmentOp { segment: Some(segment), expected_version: None })),
+            op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(flag), expected_version: None })),
+        },
+        pb::BatchOp {
+            op: Some(pb::batch_op::Op::PutSegment(pb::PutSegmentOp {
+                segment: Some(segment),
+                expected_version: None,
+            })),
         },
     ];
     let mut admin = relay.admin().await;
     let r = admin
-        .batch(pb::BatchRequest { environment: "vectors".into(), ops, expected_revision: None, comment: String::new() })
+        .batch(pb::BatchRequest {
+            environment: "vectors".into(),
+            ops,
+            expected_revision: None,
+            comment: String::new(),
+        })
         .await
         .unwrap();
     assert_eq!(r.into_inner().result.unwrap().revision, 1);

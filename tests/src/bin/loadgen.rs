@@ -58,6 +58,14 @@ struct Args {
     /// Do not acknowledge deltas (isolates the cost of acks).
     #[arg(long)]
     no_ack: bool,
+    /// Heavy writes to another environment during the second half of the
+    /// measured writes: a 50,000-flag environment rewritten 10,000 flags
+    /// per batch, alternating with 100,000-key segment patches. The first
+    /// half is the baseline of the same run; both are reported (latency
+    /// and the longest gap between messages a subscriber saw, with a 1 s
+    /// heartbeat).
+    #[arg(long)]
+    heavy: bool,
 }
 
 fn now_ms() -> u64 {
@@ -83,7 +91,13 @@ fn proc_stats(pid: u32) -> (u64, u64) {
 /// each subscriber keeps its latency samples and hands them over once,
 /// when its stream ends.
 struct Recorder {
-    latencies_ms: Mutex<Vec<u64>>,
+    /// `(revision, commit → receive ms)`.
+    latencies_ms: Mutex<Vec<(u64, u64)>>,
+    /// The measured phase now (0 = baseline, 1 = with heavy writes).
+    phase: std::sync::atomic::AtomicUsize,
+    /// Per phase: the longest wait between two messages (any kind, heartbeats
+    /// included) one subscriber saw, ms.
+    max_gap_ms: [AtomicU64; 2],
     /// Per revision (the index): subscribers that have it.
     received: Vec<AtomicU64>,
     /// Per revision: when the last subscriber got it (Unix ms).
@@ -102,6 +116,8 @@ impl Recorder {
         let zeros = || (0..=max_revision).map(|_| AtomicU64::new(0)).collect();
         Recorder {
             latencies_ms: Mutex::default(),
+            phase: Default::default(),
+            max_gap_ms: Default::default(),
             received: zeros(),
             last_at_ms: zeros(),
             committed_ms: zeros(),
@@ -188,7 +204,7 @@ async fn subscribe(
     key: String,
     rec: &Recorder,
     ready: &mpsc::Sender<()>,
-    latencies: &mut Vec<u64>,
+    latencies: &mut Vec<(u64, u64)>,
     signalled: &mut bool,
 ) -> anyhow::Result<()> {
     let request = http::Request::post(format!("{url}/flagstream.v1.Sync/Subscribe"))
@@ -209,6 +225,7 @@ async fn subscribe(
     let mut body = response.into_body();
     let mut buf = BytesMut::new();
     let mut epoch = String::new();
+    let mut last_message = Instant::now();
     // Received bytes not yet returned to the flow-control window: returned
     // in small batches (fewer h2 locks), small enough that thousands of
     // streams on one connection never hold its window.
@@ -227,6 +244,11 @@ async fn subscribe(
                 break;
             }
             let frame = buf.split_to(5 + len);
+            if *signalled {
+                let gap = last_message.elapsed().as_millis() as u64;
+                rec.max_gap_ms[rec.phase.load(Ordering::Relaxed).min(1)].fetch_max(gap, Ordering::Relaxed);
+            }
+            last_message = Instant::now();
             let applied = match Envelope::decode(&frame[5..])?.kind {
                 Some(EnvelopeKind::Chunk(c)) if c.last_chunk => {
                     rec.snapshots.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +257,7 @@ async fn subscribe(
                 }
                 Some(EnvelopeKind::Delta(d)) => {
                     let now = now_ms();
-                    latencies.push(now.saturating_sub(d.committed_unix_ms));
+                    latencies.push((d.to_revision, now.saturating_sub(d.committed_unix_ms)));
                     let i = d.to_revision as usize;
                     if let (Some(n), Some(at), Some(c)) =
                         (rec.received.get(i), rec.last_at_ms.get(i), rec.committed_ms.get(i))
@@ -281,6 +303,117 @@ fn grpc_ok(headers: &http::HeaderMap) -> anyhow::Result<()> {
         Some(code) => {
             let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
             anyhow::bail!("grpc-status {code}: {message}")
+        }
+    }
+}
+
+/// The heavy writer of `--heavy`.
+mod heavy {
+    use std::time::{Duration, Instant};
+
+    use flagstream_proto::v1 as pb;
+    use flagstream_tests::relay::{Admin, bool_flag};
+    use tokio::sync::watch;
+
+    /// Flags in the heavy environment.
+    const FLAGS: usize = 50_000;
+    /// Flags per batch (the Batch op limit).
+    const BATCH: usize = 10_000;
+    /// Keys per segment patch (the segment key limit).
+    const KEYS: usize = 100_000;
+
+    fn batch(round: usize, part: usize) -> pb::BatchRequest {
+        let ops = (part * BATCH..(part + 1) * BATCH)
+            .map(|i| {
+                let mut f = bool_flag(&format!("heavy-{i}"), (i + round).is_multiple_of(2));
+                f.description = format!("round {round}");
+                pb::BatchOp {
+                    op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                        flag: Some(f),
+                        expected_version: None,
+                    })),
+                }
+            })
+            .collect();
+        pb::BatchRequest { environment: "heavy".into(), ops, expected_revision: None, comment: String::new() }
+    }
+
+    fn keys(round: usize) -> pb::ContextKeys {
+        pb::ContextKeys { keys: (0..KEYS).map(|i| format!("user-{i:08}-{}", round % 2)).collect() }
+    }
+
+    /// Creates the 50,000-flag environment and its (empty) segment.
+    pub(super) async fn setup(admin: &mut Admin) -> anyhow::Result<()> {
+        admin
+            .create_environment(pb::CreateEnvironmentRequest {
+                name: "heavy".into(),
+                description: String::new(),
+            })
+            .await?;
+        for part in 0..FLAGS / BATCH {
+            admin.batch(batch(0, part)).await?;
+        }
+        let segment = pb::Segment { key: "big".into(), ..Default::default() };
+        let put = pb::PutSegmentRequest {
+            environment: "heavy".into(),
+            segment: Some(segment),
+            expected_version: None,
+            comment: String::new(),
+        };
+        admin.put_segment(put).await?;
+        Ok(())
+    }
+
+    /// Writes flat out until stopped.
+    pub(super) struct Writer {
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<anyhow::Result<String>>,
+    }
+
+    impl Writer {
+        pub(super) fn start(mut admin: Admin) -> Writer {
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(async move {
+                let (mut batches, mut patches) = (Vec::new(), Vec::new());
+                let mut round = 1;
+                while !*stopped.borrow() {
+                    let started = Instant::now();
+                    admin.batch(batch(round, round % (FLAGS / BATCH))).await?;
+                    batches.push(started.elapsed());
+                    // Add 100,000 keys, then swap them for 100,000 others.
+                    use pb::segment_patch::Op as P;
+                    let mut ops = vec![pb::SegmentPatch { op: Some(P::AddIncluded(keys(round))) }];
+                    if round > 1 {
+                        ops.insert(0, pb::SegmentPatch { op: Some(P::RemoveIncluded(keys(round - 1))) });
+                    }
+                    let patch = pb::PatchSegmentRequest {
+                        environment: "heavy".into(),
+                        key: "big".into(),
+                        expected_version: None,
+                        ops,
+                        comment: String::new(),
+                    };
+                    let started = Instant::now();
+                    admin.patch_segment(patch).await?;
+                    patches.push(started.elapsed());
+                    round += 1;
+                }
+                let mean = |v: &[Duration]| v.iter().sum::<Duration>() / (v.len().max(1) as u32);
+                Ok(format!(
+                    "heavy writes               {} batches of {BATCH} flags into a {FLAGS}-flag environment (mean {:.0?} each), {} segment patches of {KEYS} keys (mean {:.0?} each)",
+                    batches.len(),
+                    mean(&batches),
+                    patches.len(),
+                    mean(&patches)
+                ))
+            });
+            Writer { stop, task }
+        }
+
+        pub(super) async fn stop(self) -> anyhow::Result<String> {
+            // The task checks between writes; a send error means it ended.
+            let _ = self.stop.send(true);
+            self.task.await?
         }
     }
 }
@@ -372,23 +505,28 @@ async fn connection(
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let relay = Relay::start(
-        dir.path(),
-        &[
-            "--max-concurrent-streams",
-            &(args.subscribers / args.connections + 16).to_string(),
-            "--max-subscribers",
-            &(args.subscribers + 100).to_string(),
-            "--max-subscribers-per-env",
-            &(args.subscribers + 100).to_string(),
-        ],
-    )
-    .await;
+    let (streams, subs) =
+        ((args.subscribers / args.connections + 16).to_string(), (args.subscribers + 100).to_string());
+    let mut relay_args = vec![
+        "--max-concurrent-streams",
+        &streams,
+        "--max-subscribers",
+        &subs,
+        "--max-subscribers-per-env",
+        &subs,
+    ];
+    if args.heavy {
+        relay_args.extend(["--heartbeat", "1s"]);
+    }
+    let relay = Relay::start(dir.path(), &relay_args).await;
     let pid = relay.pid();
     let key = relay.demo_key();
     let mut admin = relay.admin().await;
     for i in 0..args.flags {
         put(&mut admin, "demo", bool_flag(&format!("bulk-{i}"), i % 2 == 0)).await?;
+    }
+    if args.heavy {
+        heavy::setup(&mut admin).await?;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, rss_before) = proc_stats(pid);
@@ -436,11 +574,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let period = Duration::from_secs_f64(1.0 / args.writes_per_sec);
     let mut revisions = Vec::new();
     let mut next = tokio::time::Instant::now();
+    let mut heavy_writer = None;
+    let mut first_heavy_revision = u64::MAX;
     for i in 0..args.writes {
+        if args.heavy && i == args.writes / 2 {
+            rec.phase.store(1, Ordering::Relaxed);
+            heavy_writer = Some(heavy::Writer::start(relay.admin().await));
+        }
         next += period;
         tokio::time::sleep_until(next).await;
-        revisions.push(put(&mut admin, "demo", bool_flag("load-toggle", i % 2 == 0)).await?);
+        let revision = put(&mut admin, "demo", bool_flag("load-toggle", i % 2 == 0)).await?;
+        if heavy_writer.is_some() {
+            first_heavy_revision = first_heavy_revision.min(revision);
+        }
+        revisions.push(revision);
     }
+    let heavy_report = match heavy_writer {
+        Some(w) => Some(w.stop().await?),
+        None => None,
+    };
     // Wait (bounded) for every subscriber to have the last revision.
     let last = *revisions.last().unwrap_or(&0);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -473,7 +625,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("warning: {unfinished} subscribers did not hand over their samples");
     }
     drop(loops);
-    let mut lat = std::mem::take(&mut *rec.latencies_ms.lock().expect("recorder lock"));
+    let samples = std::mem::take(&mut *rec.latencies_ms.lock().expect("recorder lock"));
+    let phase_of = |revision: u64| usize::from(revision >= first_heavy_revision);
+    let mut by_phase: [Vec<u64>; 2] = Default::default();
+    for (revision, ms) in &samples {
+        by_phase[phase_of(*revision)].push(*ms);
+    }
+    for p in &mut by_phase {
+        p.sort_unstable();
+    }
+    let mut lat: Vec<u64> = samples.iter().map(|(_, ms)| *ms).collect();
     lat.sort_unstable();
     let mut all_by: Vec<u64> = revisions
         .iter()
@@ -532,5 +693,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!("delta encodings        {encodes} for {} revisions", revisions.len());
     println!("acks the relay timed   {acks} (commit->ack latency samples)");
+    if let Some(h) = heavy_report {
+        for (phase, name) in [(0, "baseline (no heavy writes)"), (1, "during heavy writes")] {
+            let l = &by_phase[phase];
+            println!(
+                "{name:<27} commit->receive p50 {} ms, p99 {} ms, max {} ms over {} deliveries; longest gap between messages {} ms",
+                pct(l, 0.5),
+                pct(l, 0.99),
+                l.last().unwrap_or(&0),
+                l.len(),
+                rec.max_gap_ms[phase].load(Ordering::Relaxed)
+            );
+        }
+        println!("{h}");
+    }
     Ok(())
 }
