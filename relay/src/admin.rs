@@ -1,6 +1,10 @@
 //! The Admin gRPC service: translates requests into store operations and
-//! store state into responses. Authentication is the interceptor in
-//! `auth.rs`; error mapping is `error.rs`.
+//! store state into responses, after checking the caller's role and
+//! environments (`access.rs`; the interceptor in `auth.rs` authenticates).
+//! Error mapping is `error.rs`; the key, token and audit-chain calls are in
+//! `admin/access.rs`.
+
+mod access;
 
 use std::borrow::Cow;
 use std::pin::Pin;
@@ -14,10 +18,11 @@ use futures_util::Stream;
 use serde_json::Value as Json;
 use tonic::{Request, Response, Status};
 
+use crate::access::{Principal, Role, Tokens};
 use crate::error::invalid;
 use crate::hub::Hub;
 use crate::store::state::Kind;
-use crate::store::{Env, Op, Store, WriteResult};
+use crate::store::{Env, Op, Store, Who, WriteResult};
 
 /// Largest page a list call returns.
 const MAX_PAGE: usize = 1_000;
@@ -27,25 +32,45 @@ const MAX_PAGE: usize = 1_000;
 pub struct AdminService {
     store: Store,
     hub: Arc<Hub>,
+    tokens: Arc<Tokens>,
     started: Instant,
 }
 
 impl AdminService {
-    /// A service over `store`.
-    pub fn new(store: Store, hub: Arc<Hub>) -> AdminService {
-        AdminService { store, hub, started: Instant::now() }
+    /// A service over `store`, authorizing with `tokens`.
+    pub fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>) -> AdminService {
+        AdminService { store, hub, tokens, started: Instant::now() }
     }
 }
 
-fn actor<T>(req: &Request<T>) -> String {
-    req.metadata()
+/// The token the request was authenticated with (set by `AdminAuth`).
+fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
+    req.extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("admin token required: send `authorization: Bearer <token>`"))
+}
+
+/// Checks that the caller has `role` on `env` (`None`: all environments)
+/// and returns who it is.
+fn authorize<T>(req: &Request<T>, role: Role, env: Option<&str>, what: &str) -> Result<Principal, Status> {
+    let p = principal(req)?;
+    p.require(role, env, what)?;
+    Ok(p)
+}
+
+/// The audit identity of a write: the principal, and the caller's
+/// `x-flagstream-actor` header as an unverified note.
+fn who<T>(req: &Request<T>, p: &Principal) -> Who {
+    let on_behalf_of = req
+        .metadata()
         .get("x-flagstream-actor")
         .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-        .unwrap_or("admin")
+        .unwrap_or("")
         .chars()
         .take(128)
-        .collect()
+        .collect();
+    Who { principal: p.name().to_owned(), on_behalf_of }
 }
 
 fn kind_to_proto(k: Kind) -> pb::ItemKind {
@@ -156,14 +181,14 @@ impl AdminService {
         env: &str,
         ops: Vec<Op>,
         expected_revision: Option<u64>,
-        actor: &str,
+        who: &Who,
         comment: &str,
     ) -> Result<WriteResult, Status> {
         if comment.len() > 1024 {
             self.store.metrics().limit_hit("comment_bytes");
             return Err(self.refused(invalid("comment", format!("{} bytes, limit 1024", comment.len()))));
         }
-        Ok(self.store.write(env, ops, expected_revision, actor, comment).await?)
+        Ok(self.store.write(env, ops, expected_revision, who, comment).await?)
     }
 
     fn flag_now(&self, env: &str, key: &str) -> Result<Option<pb::Flag>, Status> {
@@ -205,9 +230,10 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::CreateEnvironmentRequest>,
     ) -> Result<Response<pb::CreateEnvironmentResponse>, Status> {
+        let p = authorize(&req, Role::Admin, None, "create environments")?;
         let r = req.into_inner();
-        let (env, sdk_key) = self.store.create_env(&r.name, &r.description).await?;
-        tracing::info!(env = %r.name, "environment created");
+        let (env, sdk_key) = self.store.create_env(&r.name, &r.description, p.name()).await?;
+        tracing::info!(env = %r.name, by = %p.name(), "environment created");
         Ok(Response::new(pb::CreateEnvironmentResponse { environment: Some(env_to_proto(&env)), sdk_key }))
     }
 
@@ -215,10 +241,19 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListEnvironmentsRequest>,
     ) -> Result<Response<pb::ListEnvironmentsResponse>, Status> {
+        // Every role may list; a token scoped to some environments sees only those.
+        let p = principal(&req)?;
         let r = req.into_inner();
         let size = page_size(r.page_size);
-        let envs: Vec<_> =
-            self.store.envs().into_iter().filter(|e| e.meta.load().name > r.page_token).collect();
+        let envs: Vec<_> = self
+            .store
+            .envs()
+            .into_iter()
+            .filter(|e| {
+                let name = &e.meta.load().name;
+                *name > r.page_token && p.sees(name)
+            })
+            .collect();
         let next = if envs.len() > size { envs[size - 1].meta.load().name.clone() } else { String::new() };
         let environments = envs.iter().take(size).map(|e| env_to_proto(e)).collect();
         Ok(Response::new(pb::ListEnvironmentsResponse { environments, next_page_token: next }))
@@ -228,9 +263,10 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::DeleteEnvironmentRequest>,
     ) -> Result<Response<pb::DeleteEnvironmentResponse>, Status> {
+        let p = authorize(&req, Role::Admin, None, "delete environments")?;
         let r = req.into_inner();
         self.store.delete_env(&r.name, r.expected_revision).await?;
-        tracing::info!(env = %r.name, "environment deleted");
+        tracing::info!(env = %r.name, by = %p.name(), "environment deleted");
         Ok(Response::new(pb::DeleteEnvironmentResponse {}))
     }
 
@@ -238,6 +274,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::GetFlagRequest>,
     ) -> Result<Response<pb::GetFlagResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read flags")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
@@ -254,6 +292,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListFlagsRequest>,
     ) -> Result<Response<pb::ListFlagsResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read flags")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
@@ -274,7 +314,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::PutFlagRequest>,
     ) -> Result<Response<pb::PutFlagResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write flags")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let flag = flag_arg("flag", r.flag).map_err(|e| self.refused(e))?;
         let key = flag.key.clone();
@@ -288,7 +330,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::DeleteFlagRequest>,
     ) -> Result<Response<pb::DeleteFlagResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write flags")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let op = Op::DeleteFlag { key: r.key, expected: r.expected_version };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -299,7 +343,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::PatchFlagRequest>,
     ) -> Result<Response<pb::PatchFlagResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write flags")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let op = Op::PatchFlag { key: r.key.clone(), expected: r.expected_version, patches: r.ops };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -311,6 +357,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::GetSegmentRequest>,
     ) -> Result<Response<pb::GetSegmentResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read segments")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
@@ -327,6 +375,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListSegmentsRequest>,
     ) -> Result<Response<pb::ListSegmentsResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read segments")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
@@ -349,7 +399,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::PutSegmentRequest>,
     ) -> Result<Response<pb::PutSegmentResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write segments")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let segment = segment_arg("segment", r.segment).map_err(|e| self.refused(e))?;
         let key = segment.key.clone();
@@ -364,7 +416,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::DeleteSegmentRequest>,
     ) -> Result<Response<pb::DeleteSegmentResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write segments")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let op = Op::DeleteSegment { key: r.key, expected: r.expected_version };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -375,7 +429,9 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::PatchSegmentRequest>,
     ) -> Result<Response<pb::PatchSegmentResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write segments")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         let op = Op::PatchSegment { key: r.key, expected: r.expected_version, patches: r.ops };
         let result = self.write(&r.environment, vec![op], None, &actor, &r.comment).await?;
@@ -383,7 +439,9 @@ impl Admin for AdminService {
     }
 
     async fn batch(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        let actor = actor(&req);
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Write, Some(&env), "write flags and segments")?;
+        let actor = who(&req, &p);
         let r = req.into_inner();
         const MAX_OPS: usize = 10_000;
         if r.ops.len() > MAX_OPS {
@@ -406,6 +464,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::ListAuditRequest>,
     ) -> Result<Response<pb::ListAuditResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read the audit log")?;
         let r = req.into_inner();
         let kind = match pb::ItemKind::try_from(r.item_kind) {
             Ok(pb::ItemKind::Segment) => Kind::Segment,
@@ -441,6 +501,9 @@ impl Admin for AdminService {
                     _ => pb::AuditAction::Update,
                 } as i32,
                 comment: a.comment,
+                on_behalf_of: a.on_behalf_of,
+                hash: a.hash,
+                prev_hash: a.prev_hash,
             })
             .collect();
         Ok(Response::new(pb::ListAuditResponse { entries, next_page_token: next }))
@@ -450,6 +513,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::GetPropagationRequest>,
     ) -> Result<Response<pb::GetPropagationResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read propagation")?;
         let r = req.into_inner();
         Ok(Response::new(pb::GetPropagationResponse {
             propagation: Some(self.propagation(&r.environment, r.revision)?),
@@ -462,6 +527,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::WatchPropagationRequest>,
     ) -> Result<Response<PropagationStream>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read propagation")?;
         let r = req.into_inner();
         let first = self.propagation(&r.environment, r.revision)?;
         let revision = first.revision;
@@ -494,6 +561,8 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::EvaluateRequest>,
     ) -> Result<Response<pb::EvaluateResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "evaluate flags")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
@@ -540,11 +609,13 @@ impl Admin for AdminService {
         }))
     }
 
-    async fn status(&self, _req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let p = principal(&req)?;
         let environments = self
             .store
             .envs()
             .iter()
+            .filter(|e| p.sees(&e.meta.load().name))
             .map(|e| {
                 let s = e.state.load();
                 pb::EnvironmentStatus {
@@ -558,15 +629,73 @@ impl Admin for AdminService {
                 }
             })
             .collect();
+        // Relay-wide totals only for a token that sees every environment.
+        let subscribers_total = if p.all_environments() { self.hub.total() as u64 } else { 0 };
         Ok(Response::new(pb::StatusResponse {
             role: pb::RelayRole::Primary as i32,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             ready: !self.hub.is_draining(),
             upstream: String::new(),
             environments,
-            subscribers_total: self.hub.total() as u64,
+            subscribers_total,
             uptime_ms: self.started.elapsed().as_millis() as u64,
         }))
+    }
+
+    async fn verify_audit(
+        &self,
+        req: Request<pb::VerifyAuditRequest>,
+    ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+        self.verify_audit_call(req).await
+    }
+
+    async fn create_sdk_key(
+        &self,
+        req: Request<pb::CreateSdkKeyRequest>,
+    ) -> Result<Response<pb::CreateSdkKeyResponse>, Status> {
+        self.create_sdk_key_call(req).await
+    }
+
+    async fn list_sdk_keys(
+        &self,
+        req: Request<pb::ListSdkKeysRequest>,
+    ) -> Result<Response<pb::ListSdkKeysResponse>, Status> {
+        self.list_sdk_keys_call(req)
+    }
+
+    async fn rotate_sdk_key(
+        &self,
+        req: Request<pb::RotateSdkKeyRequest>,
+    ) -> Result<Response<pb::RotateSdkKeyResponse>, Status> {
+        self.rotate_sdk_key_call(req).await
+    }
+
+    async fn revoke_sdk_key(
+        &self,
+        req: Request<pb::RevokeSdkKeyRequest>,
+    ) -> Result<Response<pb::RevokeSdkKeyResponse>, Status> {
+        self.revoke_sdk_key_call(req).await
+    }
+
+    async fn create_token(
+        &self,
+        req: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        self.create_token_call(req).await
+    }
+
+    async fn list_tokens(
+        &self,
+        req: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        self.list_tokens_call(req)
+    }
+
+    async fn revoke_token(
+        &self,
+        req: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        self.revoke_token_call(req).await
     }
 }
 

@@ -1,17 +1,16 @@
-//! Secrets: SDK keys and the admin token. Secrets are random, shown once,
-//! and stored only as SHA-256 hashes; comparisons are constant-time.
-//! Full tenancy (scopes, rotation, several tokens) comes later; the seams
-//! are `hash_secret` and the admin interceptor.
+//! Secrets (SDK keys, admin tokens) and the admin interceptor. Secrets are
+//! random, shown once, and stored only as SHA-256 hashes; comparisons are
+//! constant-time. Which token may do what is `access.rs`.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use tonic::{Request, Status};
 
-/// sled key of the admin token's hash in the `meta` tree.
-const ADMIN_TOKEN_KEY: &str = "admin_token_sha256";
+use crate::access::Tokens;
 
 /// File the first start writes the admin token to (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
@@ -40,23 +39,6 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Ensures an admin token exists. On first start it creates one, writes it
-/// to `dir/admin-token` with mode 0600 and returns that path (to be
-/// announced once); afterwards returns `None`. Returns the token's hash.
-pub fn ensure_admin_token(db: &sled::Db, dir: &Path) -> std::io::Result<(String, Option<PathBuf>)> {
-    let meta = db.open_tree("meta").map_err(std::io::Error::other)?;
-    if let Some(h) = meta.get(ADMIN_TOKEN_KEY).map_err(std::io::Error::other)? {
-        return Ok((String::from_utf8_lossy(&h).into_owned(), None));
-    }
-    let token = new_secret("fs_admin_");
-    let path = dir.join(ADMIN_TOKEN_FILE);
-    write_private(&path, &token)?;
-    let hash = hash_secret(&token);
-    meta.insert(ADMIN_TOKEN_KEY, hash.as_bytes()).map_err(std::io::Error::other)?;
-    db.flush().map_err(std::io::Error::other)?;
-    Ok((hash, Some(path)))
-}
-
 /// Writes a secret to `path`, readable by the owner only (mode 0600, also
 /// when the file already existed), and syncs it.
 pub fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
@@ -72,15 +54,17 @@ pub fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// The admin API's gatekeeper: requires `authorization: Bearer <token>`.
+/// The admin API's gatekeeper: requires `authorization: Bearer <token>`
+/// of a known token and hands the methods its
+/// [`Principal`](crate::access::Principal).
 #[derive(Clone, Debug)]
 pub struct AdminAuth {
-    /// Hash of the admin token.
-    pub token_hash: String,
+    /// The token registry.
+    pub tokens: Arc<Tokens>,
 }
 
 impl tonic::service::Interceptor for AdminAuth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         let token = req
             .metadata()
             .get("authorization")
@@ -89,33 +73,11 @@ impl tonic::service::Interceptor for AdminAuth {
             .ok_or_else(|| {
                 Status::unauthenticated("admin token required: send `authorization: Bearer <token>`")
             })?;
-        if constant_time_eq(&hash_secret(token.trim()), &self.token_hash) {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated("admin token is not valid"))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The token file is created once, private, and its hash persisted.
-    #[test]
-    fn admin_token_created_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path().join("db")).open().unwrap();
-        let (h1, path) = ensure_admin_token(&db, dir.path()).unwrap();
-        let path = path.expect("created on first start");
-        let token = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(hash_secret(token.trim()), h1);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        }
-        let (h2, again) = ensure_admin_token(&db, dir.path()).unwrap();
-        assert_eq!((h2, again), (h1, None));
+        let principal = self
+            .tokens
+            .authenticate(token.trim())
+            .ok_or_else(|| Status::unauthenticated("admin token is not valid"))?;
+        req.extensions_mut().insert(principal);
+        Ok(req)
     }
 }

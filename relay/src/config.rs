@@ -93,7 +93,8 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_DATA_DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
-    /// Seed a `demo` environment on first start [default: true].
+    /// Seed a `demo` environment on first start [default: false; true
+    /// under the `demo` command].
     #[arg(long, env = "FLAGSTREAM_DEMO")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub demo: Option<bool>,
@@ -330,7 +331,7 @@ impl Options {
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("./flagstream-data")),
-            demo: self.demo.unwrap_or(true),
+            demo: self.demo.unwrap_or(false),
             heartbeat: d(self.heartbeat, 15),
             hello_timeout: d(self.hello_timeout, 10),
             max_stream_age: d(self.max_stream_age, 30 * 60),
@@ -366,6 +367,11 @@ impl Options {
             format!("chunk-bytes: {} is outside 16384..=4194304", c.chunk_bytes),
         )?;
         check(c.heartbeat >= Duration::from_millis(100), "heartbeat: must be at least 100ms".into())?;
+        check(
+            c.delta_cache_bytes >= c.chunk_bytes,
+            format!("delta-cache-bytes: {} is below chunk-bytes ({})", c.delta_cache_bytes, c.chunk_bytes),
+        )?;
+        check(c.ahead_hold <= Duration::from_secs(86_400), "ahead-hold: at most 1 day".into())?;
         check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
         check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
         check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
@@ -398,7 +404,11 @@ impl Cli {
     pub fn into_parts(self) -> (Options, Option<Duration>) {
         match self.command {
             Some(Command::Serve(o)) => (o, None),
-            Some(Command::Demo(d)) => (d.options, Some(d.churn.0)),
+            Some(Command::Demo(d)) => {
+                let mut o = d.options;
+                o.demo.get_or_insert(true);
+                (o, Some(d.churn.0))
+            }
             None => (self.serve, None),
         }
     }
@@ -435,7 +445,11 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
         assert_eq!(c.heartbeat, Duration::from_secs(15));
         assert_eq!(c.chunk_bytes, 1 << 20);
-        assert!(c.demo);
+        // Safe default: nothing is seeded unless asked for.
+        assert!(!c.demo);
+        let demo =
+            Cli::try_parse_from(["flagstream-relay", "demo"]).expect("parses").options().resolve().unwrap();
+        assert!(demo.demo, "the demo command seeds the demo environment");
     }
 
     /// Bad values name the option and the allowed range.

@@ -3,6 +3,7 @@
 //! formatting and exit codes; `ctl/flag.rs` the flag and segment commands,
 //! `ctl/gitops.rs` export/apply.
 
+mod access;
 mod flag;
 mod gitops;
 
@@ -38,6 +39,8 @@ pub mod exit {
     pub const UNAUTHENTICATED: i32 = 7;
     /// The user declined the confirmation.
     pub const DECLINED: i32 = 8;
+    /// `audit verify`: the audit hash chain is broken.
+    pub const BROKEN_CHAIN: i32 = 9;
 }
 
 /// flagctl: edit and inspect feature flags on a flagstream relay.
@@ -59,12 +62,17 @@ pub struct ConnArgs {
     /// Relay URL [default: http://127.0.0.1:7070].
     #[arg(long, global = true, env = "FLAGSTREAM_RELAY")]
     pub relay: Option<String>,
-    /// Admin token [default: the contents of ./flagstream-data/admin-token].
+    /// Admin token. Prefer FLAGSTREAM_TOKEN, `token_file` in a profile, or
+    /// the default file: a `--token` value is visible to other users in the
+    /// process list and lands in shell history [default: the contents of
+    /// ./flagstream-data/admin-token].
     #[arg(long, global = true, env = "FLAGSTREAM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Environment [default: demo].
-    #[arg(long = "env", short = 'e', global = true, env = "FLAGSTREAM_ENV")]
-    pub environment: Option<String>,
+    /// Environment. There is no default: commands that act on an
+    /// environment need it here, in FLAGSTREAM_ENV or in the profile.
+    /// (`token create` takes it repeatedly: the token's environments.)
+    #[arg(long = "env", short = 'e', global = true, env = "FLAGSTREAM_ENV", action = clap::ArgAction::Append)]
+    pub environment: Vec<String>,
     /// Profile in the config file.
     #[arg(long, global = true, env = "FLAGSTREAM_PROFILE")]
     pub profile: Option<String>,
@@ -123,6 +131,15 @@ pub enum Command {
     Eval(flag::EvalArgs),
     /// Relay health, role, revisions and subscribers.
     Status,
+    /// SDK keys of an environment.
+    #[command(subcommand)]
+    Key(access::KeyCmd),
+    /// Named admin tokens.
+    #[command(subcommand)]
+    Token(access::TokenCmd),
+    /// The audit log.
+    #[command(subcommand)]
+    Audit(access::AuditCmd),
     /// Follow an environment's changes live (subscribes like an SDK).
     Watch(WatchArgs),
     /// Print shell completions.
@@ -357,7 +374,7 @@ impl Conn {
             .max_encoding_message_size(8 << 20);
         Ok(Conn {
             admin,
-            env: args.environment.clone().or(p.env).unwrap_or_else(|| "demo".into()),
+            env: args.environment.last().cloned().or(p.env).unwrap_or_default(),
             output: args.output,
             yes: args.yes,
             relay,
@@ -443,7 +460,32 @@ async fn run(cli: Cli) -> CmdResult {
         }
         Command::Watch(w) => watch(&cli.conn, w).await,
         command => {
+            let needs_env = matches!(
+                command,
+                Command::Flag(_)
+                    | Command::Segment(_)
+                    | Command::Apply(_)
+                    | Command::Export
+                    | Command::Eval(_)
+                    | Command::Key(_)
+                    | Command::Audit(_)
+            );
+            let token_create = matches!(command, Command::Token(access::TokenCmd::Create { .. }));
+            if cli.conn.environment.len() > 1 && !token_create {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "-e/--env given more than once (only `token create` takes several)",
+                ));
+            }
             let mut conn = Conn::open(&cli.conn).await?;
+            if needs_env && conn.env.is_empty() {
+                // Never a silent default: a write must land where the
+                // operator said.
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "no environment: pass -e/--env ENV, set FLAGSTREAM_ENV, or set `env` in your profile",
+                ));
+            }
             match command {
                 Command::Env(e) => env_cmd(&mut conn, e).await,
                 Command::Flag(f) => flag::flag_cmd(&mut conn, f).await,
@@ -452,6 +494,9 @@ async fn run(cli: Cli) -> CmdResult {
                 Command::Export => gitops::export(&mut conn).await,
                 Command::Eval(e) => flag::eval(&mut conn, e).await,
                 Command::Status => status(&mut conn).await,
+                Command::Key(k) => access::key_cmd(&mut conn, k).await,
+                Command::Token(t) => access::token_cmd(&mut conn, t, cli.conn.environment.clone()).await,
+                Command::Audit(a) => access::audit_cmd(&mut conn, a).await,
                 Command::Completions { .. } | Command::Markdown | Command::Watch(_) => Ok(()),
             }
         }

@@ -9,7 +9,7 @@ use flagstream::{Client, Context, FlagSet};
 use flagstream_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Op, Store, StoreError};
+use crate::store::{Op, Store, StoreError, Who};
 
 /// The demo flags and segment, in the export file format.
 pub const DEMO: &str = r#"
@@ -74,7 +74,7 @@ flags:
 
 /// Creates the `demo` environment with the demo flags; returns its SDK key.
 pub async fn seed(store: &Store) -> Result<String, StoreError> {
-    let (_, key) = store.create_env("demo", "Demo environment seeded on first start").await?;
+    let (_, key) = store.create_env("demo", "Demo environment seeded on first start", "relay").await?;
     let set: FlagSet = serde_yaml_ng::from_str(DEMO)
         .map_err(|e| StoreError::Corrupt { what: "built-in demo flags".into(), source: Box::new(e) })?;
     let ops = set
@@ -83,7 +83,7 @@ pub async fn seed(store: &Store) -> Result<String, StoreError> {
         .map(|segment| Op::PutSegment { segment, expected: Some(0) })
         .chain(set.flags.into_iter().map(|flag| Op::PutFlag { flag, expected: Some(0) }))
         .collect();
-    store.write("demo", ops, None, "flagstream-relay", "demo seed").await?;
+    store.write("demo", ops, None, &Who::relay("relay"), "demo seed").await?;
     Ok(key)
 }
 
@@ -164,7 +164,7 @@ pub async fn live(
                         patches: vec![pb::FlagPatch { op: Some(pb::flag_patch::Op::SetOn(step.is_multiple_of(2))) }],
                     },
                 ];
-                match store.write("demo", ops, None, "demo-writer", "demo churn").await {
+                match store.write("demo", ops, None, &Who::relay("demo-writer"), "demo churn").await {
                     Ok(r) => println!("[writer] revision {:>3}: new-checkout rollout {percent}%, beta-banner {}", r.revision, if step.is_multiple_of(2) { "on" } else { "off" }),
                     Err(e) => println!("[writer] write refused: {e}"),
                 }

@@ -21,7 +21,9 @@ pub fn retry_later(message: &str, delay_ms: u64) -> Status {
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Status {
         match &e {
-            StoreError::EnvNotFound(_) | StoreError::ItemNotFound { .. } => Status::not_found(e.to_string()),
+            StoreError::EnvNotFound(_) | StoreError::ItemNotFound { .. } | StoreError::KeyNotFound { .. } => {
+                Status::not_found(e.to_string())
+            }
             StoreError::EnvExists(_) => Status::already_exists(e.to_string()),
             StoreError::Conflict { .. } | StoreError::RevisionConflict { .. } => {
                 Status::failed_precondition(e.to_string())
@@ -31,9 +33,10 @@ impl From<StoreError> for Status {
             StoreError::Storage(cause) => {
                 tracing::error!(error = %cause, "storage failure");
                 Status::unavailable(
-                    "storage failure; the write may or may not be stored, and the environment refuses further writes until the relay restarts",
+                    "storage failure; see the relay's log (a failed commit or flush stops writes to its environment until the relay restarts)",
                 )
             }
+            StoreError::Abandoned => Status::cancelled(e.to_string()),
             StoreError::Task(cause) => {
                 tracing::error!(error = %cause, "write task failed");
                 Status::internal(

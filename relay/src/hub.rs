@@ -47,6 +47,8 @@ pub struct Subscriber {
     pub id: u64,
     /// Environment name.
     pub env: String,
+    /// Id of the SDK key the stream was opened with.
+    pub key_id: String,
     /// Highest revision the subscriber acknowledged.
     pub applied: AtomicU64,
     /// When the last message was handed to the transport: monotonic ms
@@ -229,11 +231,12 @@ impl Hub {
     pub fn admit(
         &self,
         env: &str,
+        key_id: &str,
         conn: Option<ConnInfo>,
         sdk: String,
         applied: u64,
     ) -> Result<Arc<Subscriber>, Rejection> {
-        let result = self.try_admit(env, conn, sdk, applied);
+        let result = self.try_admit(env, key_id, conn, sdk, applied);
         let (result_label, reason) = match &result {
             Ok(_) => ("accepted", "ok"),
             Err(Rejection::RelayFull) => ("rejected", "relay_full"),
@@ -257,6 +260,7 @@ impl Hub {
     fn try_admit(
         &self,
         env: &str,
+        key_id: &str,
         conn: Option<ConnInfo>,
         sdk: String,
         applied: u64,
@@ -278,6 +282,7 @@ impl Hub {
         let sub = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             env: env.to_owned(),
+            key_id: key_id.to_owned(),
             applied: AtomicU64::new(applied),
             last_progress_ms: AtomicU64::new(mono),
             started_mono_ms: mono,
@@ -307,6 +312,20 @@ impl Hub {
         let age_s = self.mono_ms().saturating_sub(sub.started_mono_ms) as f64 / 1000.0;
         self.metrics.stream_age.observe(age_s);
         self.metrics.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc();
+    }
+
+    /// Ends every stream of `env` opened with SDK key `key_id` (revoked or
+    /// expired) with UNAUTHENTICATED; returns how many.
+    pub fn end_key(&self, env: &str, key_id: &str, why: &str) -> usize {
+        let subs: Vec<Arc<Subscriber>> =
+            Self::lock(&self.subs).values().filter(|s| s.env == env && s.key_id == key_id).cloned().collect();
+        for s in &subs {
+            s.fail(tonic::Status::unauthenticated(format!("SDK key {key_id} {why}")));
+        }
+        if !subs.is_empty() {
+            tracing::info!(env, key = key_id, streams = subs.len(), why, "ended the streams of an SDK key");
+        }
+        subs.len()
     }
 
     /// Subscribers connected now.
@@ -475,8 +494,8 @@ mod tests {
         let hub = hub();
         let stop = CancellationToken::new();
         tokio::spawn(hub.clone().reap(stop.clone()));
-        let stuck = hub.admit("e", None, String::new(), 0).unwrap();
-        let reading = hub.admit("e", None, String::new(), 0).unwrap();
+        let stuck = hub.admit("e", "k1", None, String::new(), 0).unwrap();
+        let reading = hub.admit("e", "k1", None, String::new(), 0).unwrap();
         for _ in 0..25 {
             advance(100).await;
             reading.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);

@@ -8,6 +8,7 @@
 //! [`hub`] propagation stats. [`server`] wires it together; [`config`] reads
 //! the options.
 
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod config;

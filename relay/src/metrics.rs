@@ -176,7 +176,7 @@ impl Metrics {
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
-        for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "error"] {
+        for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "abandoned", "error"] {
             m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
         }
         for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large"] {

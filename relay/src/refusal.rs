@@ -26,6 +26,21 @@ use crate::transport::ConnInfo;
 /// Log lines about refusals per second (bursts up to twice that).
 const LOG_PER_SECOND: u32 = 20;
 
+/// Longest cause logged, bytes (the status message itself is not cut).
+const MAX_CAUSE: usize = 512;
+
+/// `s` cut to at most `max` bytes on a character boundary, marked if cut.
+fn truncate(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len()).into()
+}
+
 /// Every method the relay serves, by service: the only label values used
 /// (anything else is `unknown`, so a client cannot mint label series).
 const METHODS: &[(&str, &[&str])] = &[
@@ -115,7 +130,8 @@ impl Recorder {
         }
         let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
         let peer = peer.map(|p| p.to_string()).unwrap_or_default();
-        let cause = status.message();
+        // Bounded: a rejected 10,000-op batch can have a megabyte of message.
+        let cause = truncate(status.message(), MAX_CAUSE);
         match status.code() {
             // What an operator must look at: credentials, limits, failures.
             Code::Unauthenticated
@@ -126,9 +142,9 @@ impl Recorder {
             | Code::Unavailable
             | Code::DataLoss
             | Code::Unknown => {
-                tracing::warn!(service, method, code, cause, peer, suppressed, "request refused")
+                tracing::warn!(service, method, code, cause = %cause, peer, suppressed, "request refused")
             }
-            _ => tracing::info!(service, method, code, cause, peer, suppressed, "request refused"),
+            _ => tracing::info!(service, method, code, cause = %cause, peer, suppressed, "request refused"),
         }
     }
 }

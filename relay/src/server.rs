@@ -13,6 +13,7 @@ use flagstream_proto::v1::admin_server::AdminServer;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
+use crate::access::Tokens;
 use crate::admin::AdminService;
 use crate::auth::{self, AdminAuth};
 use crate::config::Config;
@@ -55,6 +56,23 @@ pub async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<()> {
         std::io::stdout().flush()
     })
     .await
+}
+
+/// Once a second: SDK keys whose rotation grace period is over are removed
+/// and their open streams end with UNAUTHENTICATED (new Subscribe calls
+/// are refused from the moment of expiry).
+async fn expire_keys(store: Store, hub: Arc<Hub>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for (env, id) in store.expire_sdk_keys().await {
+            hub.end_key(&env, &id, "expired (its rotation grace period is over)");
+        }
+    }
 }
 
 async fn wait_for_signal() {
@@ -100,9 +118,10 @@ pub async fn serve(
         audit_revisions: cfg.audit_revisions,
     };
     let store = Store::open(&cfg.data_dir.join("db"), Limits::default(), retention, metrics.clone())?;
-    let (token_hash, new_token) = auth::ensure_admin_token(store.db(), &cfg.data_dir)?;
+    let (tokens, new_token) = Tokens::open(store.db(), &cfg.data_dir)?;
+    let tokens = Arc::new(tokens);
     if let Some(path) = &new_token {
-        tracing::info!(path = %path.display(), "created the admin token (shown once; file mode 0600)");
+        tracing::info!(path = %path.display(), "created the admin token `bootstrap` (role admin, all environments; shown once in this file, mode 0600)");
     }
     // The demo is seeded on the very first start only (when the admin token
     // is created), never again after its environments were deleted.
@@ -147,16 +166,17 @@ pub async fn serve(
             drain_spread: cfg.drain_spread,
         },
     );
-    let admin = AdminService::new(store.clone(), hub.clone());
+    let admin = AdminService::new(store.clone(), hub.clone(), tokens.clone());
     let background = CancellationToken::new();
     tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
     tokio::spawn(hub.clone().reap(background.clone()));
+    tokio::spawn(expire_keys(store.clone(), hub.clone(), background.clone()));
 
     let admin = tonic::service::interceptor::InterceptedService::new(
         AdminServer::new(admin)
             .max_decoding_message_size(MAX_ADMIN_REQUEST)
             .max_encoding_message_size(MAX_RESPONSE),
-        AdminAuth { token_hash },
+        AdminAuth { tokens },
     );
     let server_stop = CancellationToken::new();
     let mut builder = Server::builder();

@@ -7,6 +7,8 @@
 //! published to subscribers. Subscribers read memory only. This module knows
 //! nothing of gRPC: `error.rs` maps [`StoreError`] to a status.
 
+pub mod audit;
+mod key;
 mod op;
 mod persist;
 pub mod state;
@@ -22,8 +24,9 @@ use tokio::sync::{Mutex, watch};
 
 use crate::auth;
 use crate::metrics::Metrics;
+pub use audit::{AuditPos, AuditRecord, Verification, Who};
 pub use op::{Op, WriteResult};
-pub use persist::{AuditPos, AuditRecord, EnvMeta};
+pub use persist::{EnvMeta, SdkKeyRecord};
 use state::{EnvState, Item, Kind, LogEntry};
 
 /// Store errors. Each names what was wrong and where.
@@ -32,6 +35,14 @@ pub enum StoreError {
     /// No such environment.
     #[error("environment {0:?} not found")]
     EnvNotFound(String),
+    /// No such SDK key (or it expired).
+    #[error("SDK key {id:?} not found in environment {env:?}")]
+    KeyNotFound {
+        /// Environment.
+        env: String,
+        /// Key id.
+        id: String,
+    },
     /// The environment name is taken.
     #[error("environment {0:?} already exists")]
     EnvExists(String),
@@ -79,6 +90,10 @@ pub enum StoreError {
     /// writes stop until a restart reloads the truth from disk.
     #[error("environment {0:?} refuses writes after a storage failure; restart the relay to reload it")]
     Poisoned(String),
+    /// The caller went away while the write waited for its turn; it was
+    /// not started.
+    #[error("the caller went away before the write started; nothing was written")]
+    Abandoned,
     /// A write's task failed (panicked, or the runtime is shutting down).
     #[error("the write's task failed")]
     Task(#[source] tokio::task::JoinError),
@@ -108,6 +123,40 @@ pub struct Env {
     /// Set when a commit failed after reaching sled: the outcome on disk
     /// is unknown, so no further write may build on memory.
     pub poisoned: std::sync::atomic::AtomicBool,
+    /// Set (under the write lock) when the environment is deleted: a write
+    /// that was waiting for the lock must not resurrect it on disk.
+    pub deleted: std::sync::atomic::AtomicBool,
+    /// Set while a commit is between reaching sled and publishing: a panic
+    /// then leaves disk unknown (poison); a panic before it does not.
+    pub committing: std::sync::atomic::AtomicBool,
+}
+
+impl Env {
+    /// A new environment handle at `state`.
+    pub(crate) fn new(state: EnvState, meta: EnvMeta) -> Env {
+        Env {
+            head: watch::channel(state.revision).0,
+            state: ArcSwap::from_pointee(state),
+            write: Mutex::new(()),
+            meta: ArcSwap::from_pointee(meta),
+            poisoned: std::sync::atomic::AtomicBool::new(false),
+            deleted: std::sync::atomic::AtomicBool::new(false),
+            committing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// After taking the write lock: refuses if the environment was deleted
+    /// meanwhile or a storage failure poisoned it.
+    fn check_writable(&self) -> Result<(), StoreError> {
+        let name = || self.meta.load().name.clone();
+        if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::EnvNotFound(name()));
+        }
+        if self.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::Poisoned(name()));
+        }
+        Ok(())
+    }
 }
 
 /// Retention of the in-memory and on-disk change log.
@@ -202,14 +251,20 @@ impl Store {
         self.inner.envs.load().get(name).cloned().ok_or_else(|| StoreError::EnvNotFound(name.to_owned()))
     }
 
-    /// The environment whose SDK key hashes to `hash`.
-    pub fn env_by_key_hash(&self, hash: &str) -> Option<Arc<Env>> {
-        self.inner
-            .envs
-            .load()
-            .values()
-            .find(|e| auth::constant_time_eq(&e.meta.load().sdk_key_hash, hash))
-            .cloned()
+    /// The environment, and the id of its SDK key, whose secret hashes to
+    /// `hash`, if that key works now. Every key is compared in constant
+    /// time.
+    pub fn env_by_key_hash(&self, hash: &str) -> Option<(Arc<Env>, String)> {
+        let now = now_ms();
+        let mut found = None;
+        for env in self.inner.envs.load().values() {
+            for k in &env.meta.load().sdk_keys {
+                if auth::constant_time_eq(&k.hash, hash) && k.valid_at(now) {
+                    found = Some((env.clone(), k.id.clone()));
+                }
+            }
+        }
+        found
     }
 
     /// All environments, sorted by name.
@@ -221,7 +276,12 @@ impl Store {
 
     /// Creates an environment; returns it and its SDK key (shown once,
     /// stored only as a hash). Completes even if the caller goes away.
-    pub async fn create_env(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
+    pub async fn create_env(
+        &self,
+        name: &str,
+        description: &str,
+        created_by: &str,
+    ) -> Result<(Arc<Env>, String), StoreError> {
         let mut errors = Vec::new();
         let path = "name";
         if name.is_empty()
@@ -237,18 +297,24 @@ impl Store {
             return Err(ValidationErrors(errors).into());
         }
         let (this, name, description) = (self.clone(), name.to_owned(), description.to_owned());
+        let created_by = created_by.to_owned();
         detached(async move {
             let _guard = this.inner.envs_lock.lock().await;
             if this.inner.envs.load().contains_key(&name) {
                 return Err(StoreError::EnvExists(name));
             }
             let store = this.clone();
-            blocking(move || store.create_env_blocking(&name, &description)).await
+            blocking(move || store.create_env_blocking(&name, &description, &created_by)).await
         })
         .await
     }
 
-    fn create_env_blocking(&self, name: &str, description: &str) -> Result<(Arc<Env>, String), StoreError> {
+    fn create_env_blocking(
+        &self,
+        name: &str,
+        description: &str,
+        created_by: &str,
+    ) -> Result<(Arc<Env>, String), StoreError> {
         // A crash during an earlier delete may have left this name's trees.
         persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
         let sdk_key = auth::new_secret("fs_sdk_");
@@ -260,7 +326,17 @@ impl Store {
             checksum: 0,
             committed_unix_ms: now_ms(),
             created_unix_ms: now_ms(),
-            sdk_key_hash: auth::hash_secret(&sdk_key),
+            sdk_key_hash: String::new(),
+            sdk_keys: vec![SdkKeyRecord {
+                id: "k1".into(),
+                name: "default".into(),
+                hash: auth::hash_secret(&sdk_key),
+                created_unix_ms: now_ms(),
+                expires_unix_ms: 0,
+                created_by: created_by.to_owned(),
+            }],
+            keys_made: 1,
+            audit_head: String::new(),
         };
         persist::put_meta(&self.inner.meta, &meta)?;
         self.inner.db.flush()?;
@@ -273,13 +349,7 @@ impl Store {
             Arc::new(VecDeque::new()),
             Arc::new(Snapshot::empty()),
         );
-        let env = Arc::new(Env {
-            state: ArcSwap::from_pointee(state),
-            head: watch::channel(0).0,
-            write: Mutex::new(()),
-            meta: ArcSwap::from_pointee(meta),
-            poisoned: std::sync::atomic::AtomicBool::new(false),
-        });
+        let env = Arc::new(Env::new(state, meta));
         let mut all = HashMap::clone(&self.inner.envs.load());
         all.insert(name.to_owned(), env.clone());
         self.inner.envs.store(Arc::new(all));
@@ -295,6 +365,7 @@ impl Store {
             let _guard = this.inner.envs_lock.lock().await;
             let env = this.env(&name)?;
             let _write = env.write.lock().await;
+            env.check_writable()?;
             let current = env.state.load().revision;
             if let Some(expected) = expected_revision.filter(|e| *e != current) {
                 return Err(StoreError::RevisionConflict { env: name, expected, current });
@@ -314,6 +385,7 @@ impl Store {
             self.poison(env, name, &e);
             return Err(e);
         }
+        env.deleted.store(true, std::sync::atomic::Ordering::Release);
         let mut all = HashMap::clone(&self.inner.envs.load());
         all.remove(name);
         self.inner.envs.store(Arc::new(all));
@@ -340,25 +412,33 @@ impl Store {
         env_name: &str,
         ops: Vec<Op>,
         expected_revision: Option<u64>,
-        actor: &str,
+        who: &Who,
         comment: &str,
     ) -> Result<WriteResult, StoreError> {
         let this = self.clone();
-        let (env_name, actor, comment) = (env_name.to_owned(), actor.to_owned(), comment.to_owned());
-        detached(async move {
-            let result = this.write_inner(&env_name, ops, expected_revision, actor, comment).await;
+        let (env_name, who, comment) = (env_name.to_owned(), who.clone(), comment.to_owned());
+        // Dropped with the caller's future: a write whose caller left while
+        // it waited for the lock is not started at all (one that started
+        // finishes whole).
+        let caller = Arc::new(());
+        let waiting = Arc::downgrade(&caller);
+        let result = detached(async move {
+            let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
             let label = match &result {
                 Ok(_) => "ok",
                 Err(StoreError::Invalid(_)) => "invalid",
                 Err(StoreError::Poisoned(_)) => "poisoned",
                 Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
                 Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+                Err(StoreError::Abandoned) => "abandoned",
                 Err(_) => "error",
             };
             this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
             result
         })
-        .await
+        .await;
+        drop(caller);
+        result
     }
 
     async fn write_inner(
@@ -366,14 +446,17 @@ impl Store {
         env_name: &str,
         ops: Vec<Op>,
         expected_revision: Option<u64>,
-        actor: String,
+        who: Who,
         comment: String,
+        caller: std::sync::Weak<()>,
     ) -> Result<WriteResult, StoreError> {
         let env = self.env(env_name)?;
         let _write = env.write.lock().await;
-        if env.poisoned.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(StoreError::Poisoned(env_name.to_owned()));
+        if caller.strong_count() == 0 {
+            tracing::info!(env = %env_name, by = %who.principal, "write dropped: its caller went away before it started");
+            return Err(StoreError::Abandoned);
         }
+        env.check_writable()?;
         let state = env.state.load_full();
         if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
             return Err(StoreError::RevisionConflict {
@@ -387,14 +470,18 @@ impl Store {
         // last reference to a possibly huge state is dropped there, on the
         // blocking pool, not on a runtime worker.
         let result = blocking(move || {
-            let result = store.commit_blocking(&committing, &state, ops, &actor, &comment);
+            let result = store.commit_blocking(&committing, &state, ops, &who, &comment);
             drop(state);
             result
         })
         .await;
         if let Err(StoreError::Task(e)) = &result {
-            // The commit panicked: whether it reached sled is unknown.
-            self.poison(&env, env_name, e);
+            if env.committing.load(std::sync::atomic::Ordering::Acquire) {
+                // It panicked after reaching sled: disk is unknown.
+                self.poison(&env, env_name, e);
+            } else {
+                tracing::error!(env = %env_name, error = %e, "write task failed before reaching storage; nothing was written");
+            }
         }
         result
     }
@@ -406,13 +493,13 @@ impl Store {
         env: &Env,
         state: &EnvState,
         ops: Vec<Op>,
-        actor: &str,
+        who: &Who,
         comment: &str,
     ) -> Result<WriteResult, StoreError> {
         let env_name = state.name.as_str();
         let revision = state.revision + 1;
         let plan = op::plan(state, ops, revision, &self.inner.limits, |kind, key| {
-            persist::last_actor(&self.inner.db, env_name, kind, key)
+            audit::last_actor(&self.inner.db, env_name, kind, key)
         })?;
         if plan.changes.is_empty() {
             return Ok(WriteResult { revision: state.revision, items: plan.versions });
@@ -458,15 +545,16 @@ impl Store {
         );
         meta.checksum = new_state.checksum;
         // Durable before anyone is told: the caller, and the subscribers.
+        env.committing.store(true, std::sync::atomic::Ordering::Release);
         let outcome = persist::commit(
             &self.inner.db,
             &self.inner.meta,
-            &meta,
+            &mut meta,
             &plan.changes,
             &entry,
             &trimmed,
             self.inner.retention.audit_floor(revision),
-            actor,
+            who,
             comment,
         )
         .and_then(|audit_trimmed| {
@@ -482,6 +570,7 @@ impl Store {
         env.meta.store(Arc::new(meta));
         env.state.store(Arc::new(new_state));
         env.head.send_replace(revision);
+        env.committing.store(false, std::sync::atomic::Ordering::Release);
         self.update_env_gauges(env);
         Ok(WriteResult { revision, items: plan.versions })
     }
@@ -500,10 +589,21 @@ impl Store {
         env: &str,
         key: Option<(Kind, &str)>,
         limit: usize,
-        before: Option<persist::AuditPos>,
-    ) -> Result<Vec<(persist::AuditPos, persist::AuditRecord)>, StoreError> {
+        before: Option<AuditPos>,
+    ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
         self.env(env)?;
-        persist::audit(&self.inner.db, env, key, limit, before)
+        audit::list(&self.inner.db, env, key, limit, before)
+    }
+
+    /// Checks an environment's audit hash chain (on the blocking pool; it
+    /// reads every retained record). Taken under the environment's write
+    /// lock, so no commit moves the chain's end meanwhile.
+    pub async fn verify_audit(&self, env: &str) -> Result<Verification, StoreError> {
+        let (this, env) = (self.clone(), self.env(env)?);
+        let _write = env.write.lock().await;
+        let head = env.meta.load().audit_head.clone();
+        let name = env.meta.load().name.clone();
+        blocking(move || audit::verify(&this.inner.db, &name, &head)).await
     }
 
     fn update_gauges(&self) {

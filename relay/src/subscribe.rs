@@ -106,7 +106,7 @@ impl SyncService {
                 return Err(Status::invalid_argument("the first message of Subscribe must be a Hello"));
             }
         };
-        let Some(env) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
+        let Some((env, key_id)) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
             refused("unknown_sdk_key");
             tracing::info!(sdk = %hello.sdk_name, "Subscribe with an unknown SDK key refused");
             return Err(Status::unauthenticated("unknown SDK key"));
@@ -125,7 +125,7 @@ impl SyncService {
         let head = env.state.load();
         let applied = if cursor.epoch == head.epoch { cursor.revision.min(head.revision) } else { 0 };
         drop(head);
-        let sub = self.hub.admit(&env_name, conn, sdk, applied).map_err(|r| {
+        let sub = self.hub.admit(&env_name, &key_id, conn, sdk, applied).map_err(|r| {
             let (msg, delay) = match r {
                 Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
                 Rejection::EnvFull => ("environment subscriber limit reached", 5_000),
@@ -355,6 +355,12 @@ impl Outbound {
                 c @ (Catchup::Current | Catchup::Ahead) => {
                     drop(state);
                     let ahead = matches!(c, Catchup::Ahead);
+                    if !ahead && self.ahead_until.take().is_some() {
+                        // The head reached the cursor this stream was held
+                        // at: the subscriber has that revision (it sends no
+                        // ack, as it receives nothing).
+                        self.guard.sub.applied.fetch_max(self.cursor.1, Ordering::Relaxed);
+                    }
                     let hold = match (ahead, self.ahead_until) {
                         (false, _) => None,
                         (true, Some(until)) => Some(until),
@@ -379,6 +385,7 @@ impl Outbound {
                     }
                 }
                 Catchup::Delta(delta) => {
+                    self.ahead_until = None;
                     // A delta never changes the epoch: no copy of it per send.
                     self.cursor.1 = state.revision;
                     return Some(Ok(delta));

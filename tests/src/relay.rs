@@ -86,6 +86,8 @@ impl Relay {
             .args(["--listen", listen])
             .arg("--data-dir")
             .arg(dir.join("data"))
+            // Tests use the demo environment unless they say otherwise.
+            .args(if args.contains(&"--demo") { &[][..] } else { &["--demo", "true"][..] })
             .args(args)
             .env("RUST_LOG", "info,flagstream_relay=debug")
             .stdout(Stdio::piped())

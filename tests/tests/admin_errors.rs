@@ -36,7 +36,7 @@ async fn stale_expected_version_conflicts() {
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(
         err.message()
-            .contains("expected version 1, but it is at version 2 (last changed by test-suite at revision"),
+            .contains("expected version 1, but it is at version 2 (last changed by bootstrap at revision"),
         "{}",
         err.message()
     );

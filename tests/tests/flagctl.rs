@@ -28,7 +28,9 @@ impl Ctl {
         Command::new(flagctl_binary())
             .args(["--relay", &self.relay, "--token", &self.token, "--config", "/nonexistent/flagctl.toml"])
             .args(args)
-            .env_remove("FLAGSTREAM_ENV")
+            // The environment every command here acts on unless it names
+            // another with -e (there is no built-in default).
+            .env("FLAGSTREAM_ENV", "demo")
             .output()
             .expect("flagctl runs")
     }

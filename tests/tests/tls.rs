@@ -48,7 +48,12 @@ fn pki(dir: &Path) -> Pki {
 fn flagctl(args: &[&str]) -> std::process::Output {
     let bin = flagstream_tests::relay::relay_binary()
         .with_file_name(format!("flagctl{}", std::env::consts::EXE_SUFFIX));
-    Command::new(bin).args(["--config", "/nonexistent/flagctl.toml"]).args(args).output().unwrap()
+    Command::new(bin)
+        .args(["--config", "/nonexistent/flagctl.toml"])
+        .args(args)
+        .env("FLAGSTREAM_ENV", "demo")
+        .output()
+        .unwrap()
 }
 
 /// Mutual TLS: with the CA and a client certificate everything works;

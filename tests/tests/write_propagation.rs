@@ -110,7 +110,7 @@ async fn audit_log_records_writes() {
     assert_eq!((entries[0].version_before, entries[0].version_after), (1, 2));
     assert_eq!(entries[0].action, pb::AuditAction::Update as i32);
     assert_eq!(entries[1].action, pb::AuditAction::Create as i32);
-    assert_eq!(entries[0].actor, "test-suite");
+    assert_eq!((entries[0].actor.as_str(), entries[0].on_behalf_of.as_str()), ("bootstrap", "test-suite"));
 }
 
 /// Audit pages never skip entries, even inside one large batch.

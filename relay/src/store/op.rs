@@ -258,19 +258,27 @@ pub(crate) fn plan(
 
 /// Prefixes each validation error with the op it comes from (`ops[3]: ...`,
 /// PROTOCOL.md §7): the op that wrote the item the error's path is in, or
-/// else the op whose item the message names (e.g. a deleted segment that
-/// another flag still references).
+/// else the op whose item the message names in quotes (e.g. a deleted
+/// segment that another flag still references). Hash lookups only:
+/// O(errors + ops), deterministic.
 fn name_ops(errors: ValidationErrors, named_by: &HashMap<ItemKey, usize>) -> ValidationErrors {
+    let by_path: HashMap<String, usize> = named_by
+        .iter()
+        .map(|(key, i)| {
+            (format!("{}[{:?}]", if key.0 == Kind::Flag { "flags" } else { "segments" }, key.1), *i)
+        })
+        .collect();
+    // A key named by two ops of different kinds: the lower op index.
+    let mut by_key: HashMap<&str, usize> = HashMap::new();
+    for (key, i) in named_by {
+        by_key.entry(key.1.as_str()).and_modify(|j| *j = (*j).min(*i)).or_insert(*i);
+    }
     let op_of = |e: &ValidationError| -> Option<usize> {
-        named_by
-            .iter()
-            .filter(|(key, _)| {
-                let item = format!("{}[{:?}]", if key.0 == Kind::Flag { "flags" } else { "segments" }, key.1);
-                e.path.starts_with(&item)
-            })
-            .chain(named_by.iter().filter(|(key, _)| e.message.contains(&format!("{:?}", key.1))))
-            .map(|(_, i)| *i)
-            .next()
+        let item = e.path.find(']').map(|end| &e.path[..=end]);
+        item.and_then(|p| by_path.get(p).copied()).or_else(|| {
+            // Quoted names in the message: `unknown segment "beta"`.
+            e.message.split('"').skip(1).step_by(2).filter_map(|name| by_key.get(name).copied()).min()
+        })
     };
     ValidationErrors(
         errors

@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use flagstream::{FlagSet, Limits, Snapshot, wire};
 use flagstream_proto::v1 as pb;
@@ -18,8 +17,8 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
-use tokio::sync::{Mutex, watch};
 
+use super::audit::{self, Who};
 use super::op::Change;
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
 use super::{Env, Retention, StoreError, now_ms, trim_log};
@@ -42,34 +41,60 @@ pub struct EnvMeta {
     pub committed_unix_ms: u64,
     /// Creation time.
     pub created_unix_ms: u64,
-    /// SHA-256 (hex) of the SDK key.
+    /// SHA-256 (hex) of the SDK key, before environments had several keys
+    /// (migrated into `sdk_keys` on load).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sdk_key_hash: String,
+    /// The environment's SDK keys.
+    #[serde(default)]
+    pub sdk_keys: Vec<SdkKeyRecord>,
+    /// Number of SDK keys ever made (ids `k1`, `k2`, ...; never reused).
+    #[serde(default)]
+    pub keys_made: u64,
+    /// Hash of the newest audit record: the chain must end here.
+    #[serde(default)]
+    pub audit_head: String,
 }
 
-/// Where an audit entry sits: `(revision, sequence within the revision)`.
-pub type AuditPos = (u64, u32);
+impl EnvMeta {
+    /// Moves a pre-multi-key `sdk_key_hash` into `sdk_keys` as `k1`.
+    pub(crate) fn migrate_keys(&mut self) {
+        if self.sdk_keys.is_empty() && !self.sdk_key_hash.is_empty() {
+            self.sdk_keys.push(SdkKeyRecord {
+                id: "k1".into(),
+                name: "default".into(),
+                hash: std::mem::take(&mut self.sdk_key_hash),
+                created_unix_ms: self.created_unix_ms,
+                expires_unix_ms: 0,
+                created_by: "relay".into(),
+            });
+            self.keys_made = self.keys_made.max(1);
+        }
+    }
+}
 
-/// One audit log entry.
+/// One SDK key of an environment; the secret only as its hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct AuditRecord {
-    /// Revision of the write.
-    pub revision: u64,
-    /// Who wrote.
-    pub actor: String,
-    /// When, Unix ms.
-    pub time_unix_ms: u64,
-    /// Item kind.
-    pub kind: Kind,
-    /// Item key.
-    pub key: String,
-    /// Version before (0 = created).
-    pub version_before: u64,
-    /// Version after (for a delete, the version it had).
-    pub version_after: u64,
-    /// `create`, `update` or `delete`.
-    pub action: String,
-    /// The writer's comment.
-    pub comment: String,
+pub struct SdkKeyRecord {
+    /// `k1`, `k2`, ...
+    pub id: String,
+    /// Free text.
+    pub name: String,
+    /// SHA-256 (hex) of the secret.
+    pub hash: String,
+    /// Creation time, Unix ms.
+    pub created_unix_ms: u64,
+    /// When it stops working, Unix ms; 0: never.
+    pub expires_unix_ms: u64,
+    /// The admin token that made it.
+    pub created_by: String,
+}
+
+impl SdkKeyRecord {
+    /// Whether it works at `now` (Unix ms).
+    pub fn valid_at(&self, now: u64) -> bool {
+        self.expires_unix_ms == 0 || now < self.expires_unix_ms
+    }
 }
 
 fn meta_key(name: &str) -> String {
@@ -83,13 +108,13 @@ fn item_key(key: &ItemKey) -> Vec<u8> {
     k
 }
 
-fn corrupt(what: String, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+pub(crate) fn corrupt(what: String, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Corrupt { what, source: Box::new(e) }
 }
 
 /// Serialises a record; a failure is reported, never written as an empty
 /// (corrupt) value.
-fn to_json<T: Serialize>(what: &str, v: &T) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn to_json<T: Serialize>(what: &str, v: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(v).map_err(|e| corrupt(format!("{what} (while encoding)"), e))
 }
 
@@ -117,6 +142,8 @@ pub(crate) fn load_env(
     retention: Retention,
     metrics: &Metrics,
 ) -> Result<Env, StoreError> {
+    let mut meta = meta;
+    meta.migrate_keys();
     let name = meta.name.clone();
     let items_tree = db.open_tree(format!("items/{name}"))?;
     let mut items = BTreeMap::new();
@@ -162,7 +189,7 @@ pub(crate) fn load_env(
     for revision in trim_log(&mut log, retention) {
         log_tree.remove(revision.to_be_bytes())?;
     }
-    let audit_trimmed = trim_audit(db, &name, retention.audit_floor(meta.revision))?;
+    let audit_trimmed = audit::trim(db, &name, retention.audit_floor(meta.revision))?;
     if audit_trimmed > 0 {
         tracing::info!(env = %name, records = audit_trimmed, "audit records past the retention dropped");
         metrics.audit_trimmed.inc_by(audit_trimmed as u64);
@@ -196,13 +223,7 @@ pub(crate) fn load_env(
         });
     }
     tracing::info!(env = %name, revision = meta.revision, items = state.items.len(), "environment loaded");
-    Ok(Env {
-        head: watch::channel(meta.revision).0,
-        state: ArcSwap::from_pointee(state),
-        write: Mutex::new(()),
-        meta: ArcSwap::from_pointee(meta),
-        poisoned: std::sync::atomic::AtomicBool::new(false),
-    })
+    Ok(Env::new(state, meta))
 }
 
 /// Removes an environment's trees and metadata.
@@ -214,75 +235,33 @@ pub(crate) fn delete_env(db: &sled::Db, meta: &sled::Tree, name: &str) -> Result
     Ok(())
 }
 
-/// Keys of the audit records of revisions up to `floor`.
-fn expired_audit(audit: &sled::Tree, floor: u64) -> Result<Vec<sled::IVec>, StoreError> {
-    let end = floor.saturating_add(1).to_be_bytes();
-    Ok(audit.range(..end.as_slice()).keys().collect::<Result<_, _>>()?)
-}
-
-/// Drops the audit records past the retention (after it was lowered, or
-/// from before retention existed); returns how many.
-pub(crate) fn trim_audit(db: &sled::Db, name: &str, floor: Option<u64>) -> Result<usize, StoreError> {
-    let Some(floor) = floor else { return Ok(0) };
-    let audit = db.open_tree(format!("audit/{name}"))?;
-    let expired = expired_audit(&audit, floor)?;
-    for k in &expired {
-        audit.remove(k)?;
-    }
-    Ok(expired.len())
-}
-
 /// Commits one revision atomically; returns how many audit records it
-/// dropped for the retention.
+/// dropped for the retention. Seals the revision's audit records onto the
+/// environment's chain and moves `meta.audit_head` to the last of them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn commit(
     db: &sled::Db,
     meta_tree: &sled::Tree,
-    meta: &EnvMeta,
+    meta: &mut EnvMeta,
     changes: &[Change],
     entry: &LogEntry,
     trimmed: &[u64],
     audit_floor: Option<u64>,
-    actor: &str,
+    who: &Who,
     comment: &str,
 ) -> Result<usize, StoreError> {
-    let name = &meta.name;
+    let name = meta.name.clone();
     let items = db.open_tree(format!("items/{name}"))?;
     let log = db.open_tree(format!("log/{name}"))?;
     let audit = db.open_tree(format!("audit/{name}"))?;
-    let now = now_ms();
-    let records: Vec<(Vec<u8>, Vec<u8>)> = changes
-        .iter()
-        .enumerate()
-        .map(|(seq, c)| {
-            let action = match (c.version_before, &c.bytes) {
-                (_, None) => "delete",
-                (0, Some(_)) => "create",
-                _ => "update",
-            };
-            let rec = AuditRecord {
-                revision: entry.revision,
-                actor: actor.to_owned(),
-                time_unix_ms: now,
-                kind: c.key.0,
-                key: c.key.1.clone(),
-                version_before: c.version_before,
-                version_after: c.version_after,
-                action: action.to_owned(),
-                comment: comment.to_owned(),
-            };
-            let mut k = entry.revision.to_be_bytes().to_vec();
-            k.extend_from_slice(&(seq as u32).to_be_bytes());
-            Ok((k, to_json("audit record", &rec)?))
-        })
-        .collect::<Result<_, StoreError>>()?;
+    let records = audit::seal(changes, entry.revision, now_ms(), who, comment, &mut meta.audit_head)?;
     // Audit records past the retention: normally one revision's worth.
     let expired = match audit_floor {
-        Some(floor) => expired_audit(&audit, floor)?,
+        Some(floor) => audit::expired(&audit, floor)?,
         None => Vec::new(),
     };
     let entry_json = to_json("change-log entry", entry)?;
-    let meta_json = to_json("environment metadata", meta)?;
+    let meta_json = to_json("environment metadata", &*meta)?;
     (meta_tree, &items, &log, &audit)
         .transaction(|(m, i, l, a)| {
             for c in changes {
@@ -301,7 +280,7 @@ pub(crate) fn commit(
             for k in &expired {
                 a.remove(k)?;
             }
-            m.insert(meta_key(name).as_bytes(), meta_json.as_slice())?;
+            m.insert(meta_key(&name).as_bytes(), meta_json.as_slice())?;
             Ok::<(), ConflictableTransactionError<()>>(())
         })
         .map(|()| expired.len())
@@ -311,49 +290,4 @@ pub(crate) fn commit(
                 StoreError::Storage(sled::Error::Unsupported("transaction aborted".into()))
             }
         })
-}
-
-/// Who last changed an item, and at which revision, from the audit log
-/// (scans back at most 10,000 entries).
-pub(crate) fn last_actor(db: &sled::Db, env: &str, kind: Kind, key: &str) -> Option<String> {
-    let audit = db.open_tree(format!("audit/{env}")).ok()?;
-    audit.iter().rev().take(10_000).filter_map(Result::ok).find_map(|(_, v)| {
-        let r: AuditRecord = serde_json::from_slice(&v).ok()?;
-        (r.kind == kind && r.key == key).then(|| format!("{} at revision {}", r.actor, r.revision))
-    })
-}
-
-/// Audit entries, newest first, optionally for one item and strictly
-/// before a `(revision, sequence)` position (a page token). Each comes with
-/// its own position, the token of the page after it.
-pub(crate) fn audit(
-    db: &sled::Db,
-    env: &str,
-    key: Option<(Kind, &str)>,
-    limit: usize,
-    before: Option<(u64, u32)>,
-) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
-    let tree = db.open_tree(format!("audit/{env}"))?;
-    let mut upper = before.map_or(u64::MAX, |b| b.0).to_be_bytes().to_vec();
-    upper.extend_from_slice(&before.map_or(u32::MAX, |b| b.1).to_be_bytes());
-    let mut out = Vec::new();
-    for r in tree.range(..upper.as_slice()).rev() {
-        let (k, v) = r?;
-        let rec: AuditRecord =
-            serde_json::from_slice(&v).map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
-        let pos = match (k.get(..8), k.get(8..12)) {
-            (Some(rev), Some(seq)) => (
-                u64::from_be_bytes(rev.try_into().unwrap_or([0; 8])),
-                u32::from_be_bytes(seq.try_into().unwrap_or([0; 4])),
-            ),
-            _ => return Err(corrupt(format!("audit key in {env:?}"), std::io::Error::other("short key"))),
-        };
-        if key.is_none_or(|(k, name)| rec.kind == k && rec.key == name) {
-            out.push((pos, rec));
-            if out.len() >= limit {
-                break;
-            }
-        }
-    }
-    Ok(out)
 }

@@ -1,0 +1,391 @@
+//! Who may do what: named admin tokens with a role and a set of
+//! environments, the principal a request was authenticated as, and the
+//! authorization check every Admin method makes. Tokens live in sled's
+//! `meta` tree (`token/{name}` → JSON [`TokenRecord`], the secret only as
+//! its SHA-256) and in memory behind an `ArcSwap`; the first start creates
+//! an admin token named `bootstrap` and writes its secret to the data
+//! directory (mode 0600).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tonic::Status;
+
+use crate::auth::{self, constant_time_eq, hash_secret, new_secret};
+use crate::store::now_ms;
+
+/// sled key of the pre-token admin token's hash (migrated to `bootstrap`).
+const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
+/// Prefix of token records in the `meta` tree.
+const TOKEN_PREFIX: &str = "token/";
+/// The token the first start creates.
+pub const BOOTSTRAP: &str = "bootstrap";
+
+/// What a token may do; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Read flags, segments, audit, propagation, status; evaluate.
+    Read = 1,
+    /// Read, and write flags and segments.
+    Write = 2,
+    /// Everything on its environments (with all environments: also
+    /// environments and tokens).
+    Admin = 3,
+}
+
+impl Role {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// One admin token as stored.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// Unique name; the audit principal.
+    pub name: String,
+    /// Role.
+    pub role: Role,
+    /// Environments it may act on; empty: all.
+    pub environments: Vec<String>,
+    /// May follow every environment as a replica.
+    pub replicate: bool,
+    /// SHA-256 (hex) of the secret.
+    pub hash: String,
+    /// Creation time, Unix ms.
+    pub created_unix_ms: u64,
+    /// The token that created it.
+    pub created_by: String,
+}
+
+impl std::fmt::Debug for TokenRecord {
+    /// Never prints the hash (it identifies the secret).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRecord")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("environments", &self.environments)
+            .field("replicate", &self.replicate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who a request was authenticated as: put in the request's extensions by
+/// the admin interceptor.
+#[derive(Debug, Clone)]
+pub struct Principal(pub Arc<TokenRecord>);
+
+impl Principal {
+    /// The token's name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Whether the token covers every environment.
+    pub fn all_environments(&self) -> bool {
+        self.0.environments.is_empty()
+    }
+
+    /// Whether the token may act on `env`.
+    pub fn sees(&self, env: &str) -> bool {
+        self.all_environments() || self.0.environments.iter().any(|e| e == env)
+    }
+
+    /// `Ok` if the token has `role` on `env` (`None`: on all
+    /// environments); else PERMISSION_DENIED naming what is missing.
+    pub fn require(&self, role: Role, env: Option<&str>, what: &str) -> Result<(), Status> {
+        let t = &self.0;
+        let scope_ok = match env {
+            Some(e) => self.sees(e),
+            None => self.all_environments(),
+        };
+        if t.role >= role && scope_ok {
+            return Ok(());
+        }
+        let needs = match env {
+            Some(e) => format!("role {} on environment {e:?}", role.name()),
+            None => format!("role {} on all environments", role.name()),
+        };
+        let has = if t.environments.is_empty() {
+            "all environments".to_owned()
+        } else {
+            format!("environments [{}]", t.environments.join(", "))
+        };
+        Err(Status::permission_denied(format!(
+            "token {:?} may not {what}: that needs {needs}; the token has role {} on {has}",
+            t.name,
+            t.role.name()
+        )))
+    }
+}
+
+/// Token errors.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+    /// The name is taken.
+    #[error("token {0:?} already exists")]
+    Exists(String),
+    /// No such token.
+    #[error("token {0:?} not found")]
+    NotFound(String),
+    /// Revoking it would leave no admin token for all environments.
+    #[error("token {0:?} is the last admin token for all environments; create another first")]
+    LastAdmin(String),
+    /// sled failed.
+    #[error("storage error")]
+    Storage(#[from] sled::Error),
+    /// A stored record did not decode.
+    #[error("stored token {0:?} is corrupt")]
+    Corrupt(String, #[source] serde_json::Error),
+    /// Writing the bootstrap token file failed.
+    #[error("writing the bootstrap token file")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<AccessError> for Status {
+    fn from(e: AccessError) -> Status {
+        match &e {
+            AccessError::Invalid(m) => Status::invalid_argument(m.clone()),
+            AccessError::Exists(_) => Status::already_exists(e.to_string()),
+            AccessError::NotFound(_) => Status::not_found(e.to_string()),
+            AccessError::LastAdmin(_) => Status::failed_precondition(e.to_string()),
+            AccessError::Storage(cause) => {
+                tracing::error!(error = %cause, "token storage failure");
+                Status::unavailable("storage failure")
+            }
+            AccessError::Corrupt(name, cause) => {
+                tracing::error!(token = %name, error = %cause, "corrupt token record");
+                Status::internal(e.to_string())
+            }
+            AccessError::Io(cause) => {
+                tracing::error!(error = %cause, "token file");
+                Status::internal(e.to_string())
+            }
+        }
+    }
+}
+
+/// The registry of admin tokens.
+#[derive(Debug)]
+pub struct Tokens {
+    meta: sled::Tree,
+    db: sled::Db,
+    by_name: ArcSwap<BTreeMap<String, Arc<TokenRecord>>>,
+    /// Serialises changes (create, revoke).
+    changes: Mutex<()>,
+}
+
+fn check_name(name: &str) -> Result<(), AccessError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(AccessError::Invalid(format!("name: {name:?}: 1-64 bytes of A-Z a-z 0-9 . _ -")))
+    }
+}
+
+impl Tokens {
+    /// Loads the tokens. On the first start (no token at all) creates the
+    /// `bootstrap` admin token, writes its secret to `dir/admin-token`
+    /// (0600) and returns that path; a store from before named tokens has
+    /// its one token become `bootstrap`.
+    pub fn open(db: &sled::Db, dir: &Path) -> Result<(Tokens, Option<PathBuf>), AccessError> {
+        let meta = db.open_tree("meta")?;
+        let mut by_name = BTreeMap::new();
+        for r in meta.scan_prefix(TOKEN_PREFIX) {
+            let (k, v) = r?;
+            let name = String::from_utf8_lossy(&k[TOKEN_PREFIX.len()..]).into_owned();
+            let t: TokenRecord =
+                serde_json::from_slice(&v).map_err(|e| AccessError::Corrupt(name.clone(), e))?;
+            by_name.insert(name, Arc::new(t));
+        }
+        let tokens =
+            Tokens { meta, db: db.clone(), by_name: ArcSwap::from_pointee(by_name), changes: Mutex::new(()) };
+        let mut created = None;
+        if tokens.by_name.load().is_empty() {
+            let hash = match tokens.meta.get(LEGACY_TOKEN_KEY)? {
+                Some(h) => String::from_utf8_lossy(&h).into_owned(),
+                None => {
+                    let secret = new_secret("fs_admin_");
+                    let path = dir.join(auth::ADMIN_TOKEN_FILE);
+                    auth::write_private(&path, &secret)?;
+                    created = Some(path);
+                    hash_secret(&secret)
+                }
+            };
+            let t = TokenRecord {
+                name: BOOTSTRAP.into(),
+                role: Role::Admin,
+                environments: vec![],
+                replicate: false,
+                hash,
+                created_unix_ms: now_ms(),
+                created_by: "relay".into(),
+            };
+            tokens.put(&t)?;
+            tokens.meta.remove(LEGACY_TOKEN_KEY)?;
+            tokens.db.flush()?;
+            tokens.publish(|m| {
+                m.insert(t.name.clone(), Arc::new(t));
+            });
+        }
+        Ok((tokens, created))
+    }
+
+    fn put(&self, t: &TokenRecord) -> Result<(), AccessError> {
+        let json = serde_json::to_vec(t).map_err(|e| AccessError::Corrupt(t.name.clone(), e))?;
+        self.meta.insert(format!("{TOKEN_PREFIX}{}", t.name), json)?;
+        Ok(())
+    }
+
+    fn publish(&self, change: impl FnOnce(&mut BTreeMap<String, Arc<TokenRecord>>)) {
+        let mut m = BTreeMap::clone(&self.by_name.load());
+        change(&mut m);
+        self.by_name.store(Arc::new(m));
+    }
+
+    /// The token whose secret is `secret`.
+    pub fn authenticate(&self, secret: &str) -> Option<Principal> {
+        let hash = hash_secret(secret);
+        // Every record compared in constant time; no early exit on a match
+        // position that would tell which token is near.
+        let mut found = None;
+        for t in self.by_name.load().values() {
+            if constant_time_eq(&t.hash, &hash) {
+                found = Some(t.clone());
+            }
+        }
+        found.map(Principal)
+    }
+
+    /// All tokens, by name.
+    pub fn list(&self) -> Vec<Arc<TokenRecord>> {
+        self.by_name.load().values().cloned().collect()
+    }
+
+    /// Creates a token; returns it and its secret (shown once).
+    pub async fn create(
+        &self,
+        name: &str,
+        role: Role,
+        environments: Vec<String>,
+        replicate: bool,
+        created_by: &str,
+    ) -> Result<(Arc<TokenRecord>, String), AccessError> {
+        check_name(name)?;
+        let _guard = self.changes.lock().await;
+        if self.by_name.load().contains_key(name) {
+            return Err(AccessError::Exists(name.to_owned()));
+        }
+        let secret = new_secret("fs_admin_");
+        let mut environments = environments;
+        environments.sort();
+        environments.dedup();
+        let t = TokenRecord {
+            name: name.to_owned(),
+            role,
+            environments,
+            replicate,
+            hash: hash_secret(&secret),
+            created_unix_ms: now_ms(),
+            created_by: created_by.to_owned(),
+        };
+        self.put(&t)?;
+        self.db.flush_async().await?;
+        let t = Arc::new(t);
+        self.publish(|m| {
+            m.insert(t.name.clone(), t.clone());
+        });
+        Ok((t, secret))
+    }
+
+    /// Revokes a token at once.
+    pub async fn revoke(&self, name: &str) -> Result<(), AccessError> {
+        let _guard = self.changes.lock().await;
+        let all = self.by_name.load();
+        let t = all.get(name).ok_or_else(|| AccessError::NotFound(name.to_owned()))?;
+        let full_admin = |t: &TokenRecord| t.role == Role::Admin && t.environments.is_empty();
+        if full_admin(t) && all.values().filter(|t| full_admin(t)).count() == 1 {
+            return Err(AccessError::LastAdmin(name.to_owned()));
+        }
+        // Memory first: a revoked token stops working at once, even if the
+        // caller goes away before the disk write.
+        self.publish(|m| {
+            m.remove(name);
+        });
+        self.meta.remove(format!("{TOKEN_PREFIX}{name}"))?;
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(role: Role, envs: &[&str]) -> Principal {
+        Principal(Arc::new(TokenRecord {
+            name: "t".into(),
+            role,
+            environments: envs.iter().map(|e| (*e).to_owned()).collect(),
+            replicate: false,
+            hash: String::new(),
+            created_unix_ms: 0,
+            created_by: String::new(),
+        }))
+    }
+
+    #[test]
+    fn roles_and_environments_gate_every_call() {
+        let reader = principal(Role::Read, &["staging"]);
+        assert!(reader.require(Role::Read, Some("staging"), "read flags").is_ok());
+        let e = reader.require(Role::Write, Some("staging"), "write flags").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(e.message().contains("needs role write on environment \"staging\""), "{}", e.message());
+        let e = reader.require(Role::Read, Some("prod"), "read flags").unwrap_err();
+        assert!(e.message().contains("the token has role read on environments [staging]"), "{}", e.message());
+        let env_admin = principal(Role::Admin, &["prod"]);
+        assert!(env_admin.require(Role::Admin, Some("prod"), "manage SDK keys").is_ok());
+        assert!(env_admin.require(Role::Admin, None, "create environments").is_err());
+        assert!(principal(Role::Admin, &[]).require(Role::Admin, None, "create environments").is_ok());
+    }
+
+    #[tokio::test]
+    async fn bootstrap_then_named_tokens_then_revocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path().join("db")).open().unwrap();
+        let (tokens, created) = Tokens::open(&db, dir.path()).unwrap();
+        let secret = std::fs::read_to_string(created.expect("bootstrap created")).unwrap();
+        assert_eq!(tokens.authenticate(secret.trim()).unwrap().name(), BOOTSTRAP);
+        let (_, ci) = tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP).await.unwrap();
+        assert!(matches!(
+            tokens.create("ci", Role::Read, vec![], false, BOOTSTRAP).await,
+            Err(AccessError::Exists(_))
+        ));
+        assert!(matches!(tokens.revoke(BOOTSTRAP).await, Err(AccessError::LastAdmin(_))));
+        drop(tokens);
+        // Persisted: a reopen knows both, creates nothing.
+        let (tokens, created) = Tokens::open(&db, dir.path()).unwrap();
+        assert!(created.is_none());
+        assert_eq!(tokens.authenticate(&ci).unwrap().name(), "ci");
+        tokens.revoke("ci").await.unwrap();
+        assert!(tokens.authenticate(&ci).is_none());
+        assert!(format!("{:?}", tokens.list()).contains("bootstrap"));
+        assert!(!format!("{:?}", tokens.list()).contains(&hash_secret(secret.trim())), "Debug shows a hash");
+    }
+}

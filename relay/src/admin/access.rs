@@ -1,0 +1,169 @@
+//! The Admin calls that manage access: SDK keys (role admin on the
+//! environment), admin tokens (role admin on all environments), and the
+//! audit chain check (role read). Keys that stop working end their streams
+//! here, right after the change is durable.
+
+use flagstream_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use super::{AdminService, authorize};
+use crate::access::{Role, TokenRecord};
+use crate::store::SdkKeyRecord;
+
+fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
+    pb::SdkKey {
+        id: k.id.clone(),
+        name: k.name.clone(),
+        created_unix_ms: k.created_unix_ms,
+        expires_unix_ms: k.expires_unix_ms,
+        created_by: k.created_by.clone(),
+    }
+}
+
+fn role_to_proto(r: Role) -> pb::TokenRole {
+    match r {
+        Role::Read => pb::TokenRole::Read,
+        Role::Write => pb::TokenRole::Write,
+        Role::Admin => pb::TokenRole::Admin,
+    }
+}
+
+fn token_to_proto(t: &TokenRecord) -> pb::Token {
+    pb::Token {
+        name: t.name.clone(),
+        role: role_to_proto(t.role) as i32,
+        environments: t.environments.clone(),
+        replicate: t.replicate,
+        created_unix_ms: t.created_unix_ms,
+        created_by: t.created_by.clone(),
+    }
+}
+
+impl AdminService {
+    pub(super) async fn verify_audit_call(
+        &self,
+        req: Request<pb::VerifyAuditRequest>,
+    ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env), "read the audit log")?;
+        let v = self.store.verify_audit(&env).await?;
+        let (first_broken, problem) = match &v.broken {
+            Some(((rev, seq), why)) => {
+                tracing::warn!(env = %env, record = %format!("{rev}.{seq}"), problem = %why, "audit chain broken");
+                (format!("{rev}.{seq}"), why.clone())
+            }
+            None => (String::new(), String::new()),
+        };
+        Ok(Response::new(pb::VerifyAuditResponse {
+            records_checked: v.checked,
+            ok: v.broken.is_none(),
+            first_broken,
+            problem,
+        }))
+    }
+
+    pub(super) async fn create_sdk_key_call(
+        &self,
+        req: Request<pb::CreateSdkKeyRequest>,
+    ) -> Result<Response<pb::CreateSdkKeyResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let r = req.into_inner();
+        let (key, secret) = self.store.create_sdk_key(&env, &r.name, p.name()).await?;
+        tracing::info!(env = %env, key = %key.id, by = %p.name(), "SDK key created");
+        Ok(Response::new(pb::CreateSdkKeyResponse { key: Some(key_to_proto(&key)), secret }))
+    }
+
+    pub(super) fn list_sdk_keys_call(
+        &self,
+        req: Request<pb::ListSdkKeysRequest>,
+    ) -> Result<Response<pb::ListSdkKeysResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let keys = self.store.sdk_keys(&env)?.iter().map(key_to_proto).collect();
+        Ok(Response::new(pb::ListSdkKeysResponse { keys }))
+    }
+
+    pub(super) async fn rotate_sdk_key_call(
+        &self,
+        req: Request<pb::RotateSdkKeyRequest>,
+    ) -> Result<Response<pb::RotateSdkKeyResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let r = req.into_inner();
+        let rotated = self.store.rotate_sdk_key(&env, &r.id, r.grace_ms, &r.name, p.name()).await?;
+        if rotated.old.is_none() {
+            self.hub.end_key(&env, &r.id, "was rotated without a grace period");
+        }
+        tracing::info!(env = %env, old = %r.id, new = %rotated.key.id, grace_ms = r.grace_ms, by = %p.name(), "SDK key rotated");
+        Ok(Response::new(pb::RotateSdkKeyResponse {
+            old: rotated.old.as_ref().map(key_to_proto),
+            key: Some(key_to_proto(&rotated.key)),
+            secret: rotated.secret,
+        }))
+    }
+
+    pub(super) async fn revoke_sdk_key_call(
+        &self,
+        req: Request<pb::RevokeSdkKeyRequest>,
+    ) -> Result<Response<pb::RevokeSdkKeyResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let r = req.into_inner();
+        self.store.revoke_sdk_key(&env, &r.id).await?;
+        let ended = self.hub.end_key(&env, &r.id, "was revoked");
+        tracing::info!(env = %env, key = %r.id, streams_ended = ended, by = %p.name(), "SDK key revoked");
+        Ok(Response::new(pb::RevokeSdkKeyResponse {}))
+    }
+
+    pub(super) async fn create_token_call(
+        &self,
+        req: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let p = authorize(&req, Role::Admin, None, "manage admin tokens")?;
+        let r = req.into_inner();
+        let role = match pb::TokenRole::try_from(r.role) {
+            Ok(pb::TokenRole::Read) => Role::Read,
+            Ok(pb::TokenRole::Write) => Role::Write,
+            Ok(pb::TokenRole::Admin) => Role::Admin,
+            _ => return Err(crate::error::invalid("role", "must be READ, WRITE or ADMIN")),
+        };
+        for e in &r.environments {
+            self.store.env(e).map_err(|_| {
+                crate::error::invalid("environments", format!("no environment {e:?}; create it first"))
+            })?;
+        }
+        // On a task of its own: a caller that goes away cannot leave the
+        // token on disk but not in memory.
+        let (tokens, by) = (self.tokens.clone(), p.name().to_owned());
+        let (t, secret) =
+            tokio::spawn(async move { tokens.create(&r.name, role, r.environments, r.replicate, &by).await })
+                .await
+                .map_err(|e| Status::internal(format!("creating the token failed: {e}")))??;
+        tracing::info!(token = %t.name, role = t.role.name(), environments = ?t.environments, by = %p.name(), "admin token created");
+        Ok(Response::new(pb::CreateTokenResponse { token: Some(token_to_proto(&t)), secret }))
+    }
+
+    pub(super) fn list_tokens_call(
+        &self,
+        req: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        authorize(&req, Role::Admin, None, "manage admin tokens")?;
+        let tokens = self.tokens.list().iter().map(|t| token_to_proto(t)).collect();
+        Ok(Response::new(pb::ListTokensResponse { tokens }))
+    }
+
+    pub(super) async fn revoke_token_call(
+        &self,
+        req: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        let p = authorize(&req, Role::Admin, None, "manage admin tokens")?;
+        let r = req.into_inner();
+        let (tokens, name) = (self.tokens.clone(), r.name.clone());
+        tokio::spawn(async move { tokens.revoke(&name).await })
+            .await
+            .map_err(|e| Status::internal(format!("revoking the token failed: {e}")))??;
+        tracing::info!(token = %r.name, by = %p.name(), "admin token revoked");
+        Ok(Response::new(pb::RevokeTokenResponse {}))
+    }
+}

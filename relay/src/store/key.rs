@@ -1,0 +1,199 @@
+//! SDK keys: several per environment, kept in its metadata (the secret
+//! only as its SHA-256). Creating, rotating (the old key keeps working for
+//! a grace period), revoking and expiring keys each rewrite the metadata
+//! under the environment's write lock, durably, on a task the caller does
+//! not own; the caller (the Admin API, the expiry task) then ends the
+//! streams of keys that stopped working.
+
+use std::sync::Arc;
+
+use super::persist::{self, EnvMeta, SdkKeyRecord};
+use super::{Env, Store, StoreError, blocking, detached, now_ms};
+use crate::auth;
+
+/// Longest rotation grace period: 30 days.
+const MAX_GRACE_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// Longest key name, bytes.
+const MAX_NAME: usize = 128;
+
+fn invalid(path: &str, message: String) -> StoreError {
+    StoreError::Invalid(flagstream::ValidationErrors(vec![flagstream::ValidationError {
+        path: path.into(),
+        message,
+    }]))
+}
+
+fn check_name(name: &str) -> Result<(), StoreError> {
+    if name.len() > MAX_NAME {
+        return Err(invalid("name", format!("{} bytes, limit {MAX_NAME}", name.len())));
+    }
+    Ok(())
+}
+
+/// A new key record and its secret.
+fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, String) {
+    let secret = auth::new_secret("fs_sdk_");
+    meta.keys_made += 1;
+    let key = SdkKeyRecord {
+        id: format!("k{}", meta.keys_made),
+        name: name.to_owned(),
+        hash: auth::hash_secret(&secret),
+        created_unix_ms: now_ms(),
+        expires_unix_ms: 0,
+        created_by: created_by.to_owned(),
+    };
+    meta.sdk_keys.push(key.clone());
+    (key, secret)
+}
+
+/// What a rotation did.
+#[derive(Debug, Clone)]
+pub struct Rotated {
+    /// The old key with its expiry; `None` when the grace was 0 (gone).
+    pub old: Option<SdkKeyRecord>,
+    /// The new key.
+    pub key: SdkKeyRecord,
+    /// The new key's secret.
+    pub secret: String,
+}
+
+impl Store {
+    /// Rewrites `env`'s metadata with `change` under its write lock,
+    /// durably, whatever happens to the caller; returns what `change`
+    /// returned.
+    async fn change_meta<T: Send + 'static>(
+        &self,
+        env: &str,
+        change: impl FnOnce(&mut EnvMeta) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (this, env) = (self.clone(), self.env(env)?);
+        detached(async move {
+            let _write = env.write.lock().await;
+            env.check_writable()?;
+            let (store, changing) = (this.clone(), env.clone());
+            blocking(move || store.change_meta_blocking(&changing, change)).await
+        })
+        .await
+    }
+
+    fn change_meta_blocking<T>(
+        &self,
+        env: &Env,
+        change: impl FnOnce(&mut EnvMeta) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut meta = EnvMeta::clone(&env.meta.load());
+        let out = change(&mut meta)?;
+        let stored = persist::put_meta(&self.inner.meta, &meta)
+            .and_then(|()| self.inner.db.flush().map(|_| ()).map_err(StoreError::from));
+        if let Err(e) = stored {
+            self.poison(env, &meta.name, &e);
+            return Err(e);
+        }
+        env.meta.store(Arc::new(meta));
+        Ok(out)
+    }
+
+    /// Creates another SDK key for `env`; returns it and its secret.
+    pub async fn create_sdk_key(
+        &self,
+        env: &str,
+        name: &str,
+        created_by: &str,
+    ) -> Result<(SdkKeyRecord, String), StoreError> {
+        check_name(name)?;
+        let (name, created_by) = (name.to_owned(), created_by.to_owned());
+        self.change_meta(env, move |meta| Ok(make_key(meta, &name, &created_by))).await
+    }
+
+    /// The keys of `env` that work now.
+    pub fn sdk_keys(&self, env: &str) -> Result<Vec<SdkKeyRecord>, StoreError> {
+        let now = now_ms();
+        Ok(self.env(env)?.meta.load().sdk_keys.iter().filter(|k| k.valid_at(now)).cloned().collect())
+    }
+
+    /// Replaces key `id` of `env` with a new one; the old one keeps working
+    /// for `grace_ms` (0: removed now).
+    pub async fn rotate_sdk_key(
+        &self,
+        env: &str,
+        id: &str,
+        grace_ms: u64,
+        name: &str,
+        created_by: &str,
+    ) -> Result<Rotated, StoreError> {
+        check_name(name)?;
+        if grace_ms > MAX_GRACE_MS {
+            return Err(invalid("grace_ms", format!("{grace_ms} ms, limit {MAX_GRACE_MS} (30 days)")));
+        }
+        let (env_name, id, name, created_by) =
+            (env.to_owned(), id.to_owned(), name.to_owned(), created_by.to_owned());
+        self.change_meta(env, move |meta| {
+            let now = now_ms();
+            let i = meta
+                .sdk_keys
+                .iter()
+                .position(|k| k.id == id && k.valid_at(now))
+                .ok_or_else(|| StoreError::KeyNotFound { env: env_name, id })?;
+            let old = if grace_ms == 0 {
+                meta.sdk_keys.remove(i);
+                None
+            } else {
+                let k = &mut meta.sdk_keys[i];
+                let until = now + grace_ms;
+                // A second rotation never extends an earlier, shorter grace.
+                k.expires_unix_ms = if k.expires_unix_ms == 0 { until } else { k.expires_unix_ms.min(until) };
+                Some(k.clone())
+            };
+            let new_name =
+                if name.is_empty() { old.as_ref().map(|k| k.name.clone()).unwrap_or_default() } else { name };
+            let (key, secret) = make_key(meta, &new_name, &created_by);
+            Ok(Rotated { old, key, secret })
+        })
+        .await
+    }
+
+    /// Removes key `id` of `env` at once.
+    pub async fn revoke_sdk_key(&self, env: &str, id: &str) -> Result<(), StoreError> {
+        let (env_name, id) = (env.to_owned(), id.to_owned());
+        self.change_meta(env, move |meta| {
+            let before = meta.sdk_keys.len();
+            meta.sdk_keys.retain(|k| k.id != id);
+            if meta.sdk_keys.len() == before {
+                return Err(StoreError::KeyNotFound { env: env_name, id });
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes every key whose grace period is over; returns
+    /// `(environment, key id)` of each (their streams must end).
+    pub async fn expire_sdk_keys(&self) -> Vec<(String, String)> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for env in self.envs() {
+            let meta = env.meta.load();
+            if meta.sdk_keys.iter().all(|k| k.valid_at(now)) {
+                continue;
+            }
+            let name = meta.name.clone();
+            let gone: Vec<String> =
+                meta.sdk_keys.iter().filter(|k| !k.valid_at(now)).map(|k| k.id.clone()).collect();
+            drop(meta);
+            let removed = self
+                .change_meta(&name, move |meta| {
+                    meta.sdk_keys.retain(|k| k.valid_at(now));
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = removed {
+                // Lookups refuse an expired key already, and its streams
+                // end below; the removal from disk is retried next tick.
+                tracing::error!(env = %name, error = %e, "removing expired SDK keys failed");
+            }
+            out.extend(gone.into_iter().map(|id| (name.clone(), id)));
+        }
+        out
+    }
+}
