@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status};
 use crate::access::{Principal, Role, Tokens};
 use crate::error::invalid;
 use crate::hub::Hub;
+use crate::quota::Quotas;
 use crate::store::state::Kind;
 use crate::store::{Env, Op, Store, Who, WriteResult};
 
@@ -33,13 +34,15 @@ pub struct AdminService {
     store: Store,
     hub: Arc<Hub>,
     tokens: Arc<Tokens>,
+    quotas: Arc<Quotas>,
     started: Instant,
 }
 
 impl AdminService {
-    /// A service over `store`, authorizing with `tokens`.
-    pub fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>) -> AdminService {
-        AdminService { store, hub, tokens, started: Instant::now() }
+    /// A service over `store`, authorizing with `tokens`, writes limited
+    /// by `quotas`.
+    pub fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>, quotas: Arc<Quotas>) -> AdminService {
+        AdminService { store, hub, tokens, quotas, started: Instant::now() }
     }
 }
 
@@ -188,6 +191,7 @@ impl AdminService {
             self.store.metrics().limit_hit("comment_bytes");
             return Err(self.refused(invalid("comment", format!("{} bytes, limit 1024", comment.len()))));
         }
+        self.quotas.check_write(env, &who.principal)?;
         Ok(self.store.write(env, ops, expected_revision, who, comment).await?)
     }
 

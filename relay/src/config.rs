@@ -85,6 +85,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    /// Serve the Admin API on this address only (not on `listen`), so it
+    /// can be fenced off from the SDK-facing port [default: on `listen`].
+    #[arg(long, env = "FLAGSTREAM_ADMIN_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<SocketAddr>,
     /// Prometheus /metrics listen address [default: 127.0.0.1:9090].
     #[arg(long, env = "FLAGSTREAM_METRICS_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +129,39 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_AHEAD_HOLD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ahead_hold: Option<Dur>,
+    /// Most flags in one environment [default: 20000].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_FLAGS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_flags: Option<usize>,
+    /// Most segments in one environment [default: 2000].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_SEGMENTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_segments: Option<usize>,
+    /// Most bytes of flags and segments (≈ snapshot size) in one
+    /// environment [default: 67108864].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_SNAPSHOT_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_snapshot_bytes: Option<usize>,
+    /// Admin writes per second to one environment, bursts of twice that
+    /// [default: 100].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_WRITES_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_writes_per_sec: Option<u32>,
+    /// Admin writes per second by one admin token, bursts of twice that
+    /// [default: 100].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_TOKEN_WRITES_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_token_writes_per_sec: Option<u32>,
+    /// New subscriptions per second to one environment, bursts of twice
+    /// that [default: 1000].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_SUBSCRIBES_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_subscribes_per_sec: Option<u32>,
+    /// New subscriptions per second to the whole relay, bursts of twice
+    /// that: the reconnect-storm guard [default: 5000].
+    #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBES_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_subscribes_per_sec: Option<u32>,
     /// Change-log revisions kept for deltas [default: 1024].
     #[arg(long, env = "FLAGSTREAM_CHANGELOG_REVISIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,6 +244,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Metrics listen address.
     pub metrics_listen: SocketAddr,
+    /// Admin API address, if separate from `listen`.
+    pub admin_listen: Option<SocketAddr>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Seed the demo environment on first start.
@@ -220,6 +260,10 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Delta cache bound per environment revision, bytes.
     pub delta_cache_bytes: usize,
+    /// Per-environment quotas and admission rates.
+    pub quotas: crate::quota::QuotaConfig,
+    /// The options this was resolved from (to reload on SIGHUP).
+    pub source: Option<Options>,
     /// Hold for a cursor ahead of the head.
     pub ahead_hold: Duration,
     /// Change-log revisions.
@@ -283,6 +327,7 @@ impl Options {
     /// Fills unset options from the `--config` file, then defaults, and
     /// validates the result.
     pub fn resolve(self) -> Result<Config, ConfigError> {
+        let source = self.clone();
         let merged = match &self.config {
             None => self,
             Some(path) => {
@@ -293,7 +338,9 @@ impl Options {
                 self.or(file)?
             }
         };
-        merged.finish()
+        let mut c = merged.finish()?;
+        c.source = Some(source);
+        Ok(c)
     }
 
     /// `self`'s set options, else `other`'s.
@@ -330,6 +377,7 @@ impl Options {
         let c = Config {
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
+            admin_listen: self.admin_listen,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("./flagstream-data")),
             demo: self.demo.unwrap_or(false),
             heartbeat: d(self.heartbeat, 15),
@@ -337,6 +385,21 @@ impl Options {
             max_stream_age: d(self.max_stream_age, 30 * 60),
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
             delta_cache_bytes: self.delta_cache_bytes.unwrap_or(8 << 20),
+            quotas: {
+                let q = crate::quota::QuotaConfig::default();
+                crate::quota::QuotaConfig {
+                    flags: self.quota_flags.unwrap_or(q.flags),
+                    segments: self.quota_segments.unwrap_or(q.segments),
+                    snapshot_bytes: self.quota_snapshot_bytes.unwrap_or(q.snapshot_bytes),
+                    writes_per_sec: self.quota_writes_per_sec.unwrap_or(q.writes_per_sec),
+                    token_writes_per_sec: self.quota_token_writes_per_sec.unwrap_or(q.token_writes_per_sec),
+                    subscribes_per_sec: self.quota_subscribes_per_sec.unwrap_or(q.subscribes_per_sec),
+                    relay_subscribes_per_sec: self
+                        .max_subscribes_per_sec
+                        .unwrap_or(q.relay_subscribes_per_sec),
+                }
+            },
+            source: None,
             ahead_hold: d(self.ahead_hold, 30),
             changelog_revisions: self.changelog_revisions.unwrap_or(1024),
             changelog_bytes: self.changelog_bytes.unwrap_or(8 << 20),
@@ -372,6 +435,18 @@ impl Options {
             format!("delta-cache-bytes: {} is below chunk-bytes ({})", c.delta_cache_bytes, c.chunk_bytes),
         )?;
         check(c.ahead_hold <= Duration::from_secs(86_400), "ahead-hold: at most 1 day".into())?;
+        let q = &c.quotas;
+        for (name, v) in [
+            ("quota-flags", q.flags),
+            ("quota-segments", q.segments),
+            ("quota-snapshot-bytes", q.snapshot_bytes),
+            ("quota-writes-per-sec", q.writes_per_sec as usize),
+            ("quota-token-writes-per-sec", q.token_writes_per_sec as usize),
+            ("quota-subscribes-per-sec", q.subscribes_per_sec as usize),
+            ("max-subscribes-per-sec", q.relay_subscribes_per_sec as usize),
+        ] {
+            check(v >= 1, format!("{name}: must be at least 1"))?;
+        }
         check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
         check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
         check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
@@ -389,6 +464,10 @@ impl Options {
         check(
             c.listen != c.metrics_listen || c.listen.port() == 0,
             "metrics-listen: must differ from listen".into(),
+        )?;
+        check(
+            c.admin_listen.is_none_or(|a| a.port() == 0 || (a != c.listen && a != c.metrics_listen)),
+            "admin-listen: must differ from listen and metrics-listen".into(),
         )?;
         Ok(c)
     }
@@ -425,8 +504,19 @@ mod tests {
     /// The example configuration shipped in deploy/ is valid.
     #[test]
     fn deploy_example_parses() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/relay.toml");
-        let c = parse(&["flagstream-relay", "serve", "--config", path]).unwrap();
+        // Its TLS files are read at start: point them at stand-ins.
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/relay.toml")).unwrap();
+        for f in ["relay.crt", "relay.key"] {
+            std::fs::write(dir.path().join(f), "stand-in").unwrap();
+        }
+        let text = text.replace("/etc/flagstream/tls/", &format!("{}/", dir.path().display()));
+        let path = dir.path().join("relay.toml");
+        std::fs::write(&path, text).unwrap();
+        let c = parse(&["flagstream-relay", "serve", "--config", path.to_str().unwrap()]).unwrap();
+        assert!(c.tls.is_some(), "the deploy example serves TLS");
+        assert!(c.admin_listen.is_some(), "the deploy example fences the Admin API off");
         assert_eq!(c.changelog_bytes, 3 << 20);
         assert!(c.log_json && !c.demo);
     }

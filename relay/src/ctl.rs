@@ -67,7 +67,7 @@ pub struct ConnArgs {
     /// process list and lands in shell history [default: the contents of
     /// ./flagstream-data/admin-token].
     #[arg(long, global = true, env = "FLAGSTREAM_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<flagstream::Secret>,
     /// Environment. There is no default: commands that act on an
     /// environment need it here, in FLAGSTREAM_ENV or in the profile.
     /// (`token create` takes it repeatedly: the token's environments.)
@@ -177,7 +177,7 @@ pub enum EnvCmd {
 pub struct WatchArgs {
     /// SDK key of the environment (watch subscribes like an SDK).
     #[arg(long, env = "FLAGSTREAM_SDK_KEY", hide_env_values = true)]
-    pub sdk_key: String,
+    pub sdk_key: flagstream::Secret,
     /// Stop after this many changes (default: run until interrupted).
     #[arg(long)]
     pub count: Option<u64>,
@@ -237,13 +237,13 @@ pub struct Conn {
 /// Adds the token and the actor name to every admin request.
 #[derive(Clone, Debug)]
 pub struct Auth {
-    token: String,
+    token: flagstream::Secret,
     actor: String,
 }
 
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Ok(v) = MetadataValue::try_from(format!("Bearer {}", self.token)) {
+        if let Ok(v) = MetadataValue::try_from(format!("Bearer {}", self.token.expose())) {
             req.metadata_mut().insert("authorization", v);
         }
         if let Ok(v) = MetadataValue::try_from(self.actor.as_str()) {
@@ -267,7 +267,7 @@ struct ConfigFile {
 #[serde(deny_unknown_fields)]
 struct Profile {
     relay: Option<String>,
-    token: Option<String>,
+    token: Option<flagstream::Secret>,
     token_file: Option<PathBuf>,
     env: Option<String>,
     ca_cert: Option<PathBuf>,
@@ -339,7 +339,7 @@ impl Conn {
             Some(t) => t,
             None => {
                 let file = p.token_file.unwrap_or_else(|| PathBuf::from("flagstream-data/admin-token"));
-                std::fs::read_to_string(&file).map(|t| t.trim().to_owned()).map_err(|e| {
+                std::fs::read_to_string(&file).map(|t| flagstream::Secret::new(t.trim())).map_err(|e| {
                     Failure::new(
                         exit::UNAUTHENTICATED,
                         format!("no admin token: pass --token or FLAGSTREAM_TOKEN ({}: {e})", file.display()),
@@ -413,6 +413,43 @@ fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+/// Most tries of a write the relay refuses for a rate quota.
+const MAX_TRIES: u32 = 5;
+
+/// Runs an admin write; while the relay refuses it with RESOURCE_EXHAUSTED
+/// and a `flagstream-retry-after-ms` hint (a rate quota: nothing was
+/// written), waits the hint plus a random `[0, hint]` and tries again, up
+/// to 5 tries. Safe because every flagctl write carries its expected
+/// version or revision. Any other outcome is returned as it is.
+pub(crate) async fn with_retry<T, F, Fut>(mut call: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut tries = 1;
+    loop {
+        let status = match call().await {
+            Err(s) if s.code() == tonic::Code::ResourceExhausted && tries < MAX_TRIES => s,
+            other => return other,
+        };
+        let hint = status
+            .metadata()
+            .get(crate::error::RETRY_AFTER_MS)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let Some(hint) = hint else { return Err(status) };
+        let hint = hint.min(60_000);
+        let wait = hint + rand::Rng::random_range(&mut rand::rng(), 0..=hint);
+        eprintln!(
+            "relay busy: {}; retrying in {wait} ms (try {} of {MAX_TRIES})",
+            status.message(),
+            tries + 1
+        );
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        tries += 1;
+    }
 }
 
 /// Prints a serialisable value as JSON or YAML.
@@ -609,7 +646,7 @@ async fn status(conn: &mut Conn) -> CmdResult {
 async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
     let p = profile(args)?;
     let relay = args.relay.clone().or(p.relay).unwrap_or_else(|| "http://127.0.0.1:7070".into());
-    let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(w.sdk_key);
+    let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(w.sdk_key.expose());
     if let Some(ca) = args.ca_cert.as_deref().or(p.ca_cert.as_deref()) {
         builder = builder.tls_ca_pem(read_pem("--ca-cert", ca)?);
     }

@@ -37,6 +37,8 @@ impl From<StoreError> for Status {
                 )
             }
             StoreError::Abandoned => Status::cancelled(e.to_string()),
+            // A size: retrying unchanged cannot help, so no retry hint.
+            StoreError::Quota { .. } => Status::resource_exhausted(e.to_string()),
             StoreError::Task(cause) => {
                 tracing::error!(error = %cause, "write task failed");
                 Status::internal(

@@ -19,6 +19,7 @@ pub mod error;
 pub mod grpc;
 pub mod hub;
 pub mod metrics;
+pub mod quota;
 pub mod refusal;
 pub mod server;
 pub mod store;

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub delta_cache_evictions: Counter,
     /// Every non-OK status answered, by service, method and code.
     pub refusals: Family<Labels, Counter>,
+    /// Requests refused by a quota, by environment and quota.
+    pub quota_refusals: Family<Labels, Counter>,
     /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
     /// the per-message path neither allocates labels nor locks the family.
     pub sent: Arc<[(Counter, Counter); 4]>,
@@ -113,6 +115,7 @@ impl Metrics {
             stream_ends: Family::default(),
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
+            quota_refusals: Family::default(),
             sent: Arc::new(Default::default()),
         };
         r.register("subscribers", "Connected subscribers", m.subscribers.clone());
@@ -149,6 +152,11 @@ impl Metrics {
             m.delta_cache_evictions.clone(),
         );
         r.register(
+            "quota_refusals",
+            "Requests refused by a per-environment or relay-wide quota, by environment and quota",
+            m.quota_refusals.clone(),
+        );
+        r.register(
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",
             m.refusals.clone(),
@@ -176,7 +184,7 @@ impl Metrics {
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
-        for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "abandoned", "error"] {
+        for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "abandoned", "quota", "error"] {
             m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
         }
         for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large"] {
@@ -196,6 +204,16 @@ impl Metrics {
         let (messages, bytes) = &self.sent[kind as usize];
         messages.inc();
         bytes.inc_by(len as u64);
+    }
+
+    /// Counts one quota refusal (`env` is `*` for relay-wide quotas).
+    pub fn quota_refusal(&self, env: &str, quota: &str) {
+        self.quota_refusals.get_or_create(&vec![("env", env.to_owned()), ("quota", quota.to_owned())]).inc();
+    }
+
+    /// Refusals counted so far for `(env, quota)` (tests).
+    pub fn quota_refusals_for(&self, env: &str, quota: &str) -> u64 {
+        self.quota_refusals.get_or_create(&vec![("env", env.to_owned()), ("quota", quota.to_owned())]).get()
     }
 
     /// Counts one triggered limit.

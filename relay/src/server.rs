@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
+use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
 use crate::store::{Retention, Store};
 use crate::subscribe::{StreamConfig, SyncService};
@@ -39,6 +40,8 @@ pub struct Running {
     pub grpc: SocketAddr,
     /// Bound metrics address.
     pub metrics: SocketAddr,
+    /// Where the Admin API is served (`grpc` unless `admin-listen` is set).
+    pub admin: SocketAddr,
 }
 
 /// Runs a relay until SIGTERM/SIGINT, then drains and returns. With
@@ -51,7 +54,7 @@ pub async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<()> {
         signal.cancel();
     });
     serve(cfg, stop, demo, |r| {
-        println!("flagstream-relay listening grpc={} metrics={}", r.grpc, r.metrics);
+        println!("flagstream-relay listening grpc={} metrics={} admin={}", r.grpc, r.metrics, r.admin);
         // Tests and scripts read this line; make sure it is out.
         std::io::stdout().flush()
     })
@@ -71,6 +74,56 @@ async fn expire_keys(store: Store, hub: Arc<Hub>, stop: CancellationToken) {
         }
         for (env, id) in store.expire_sdk_keys().await {
             hub.end_key(&env, &id, "expired (its rotation grace period is over)");
+        }
+    }
+}
+
+/// On SIGHUP: re-reads the configuration (command line, environment and
+/// the `--config` file, as at start) and applies the quota settings; a bad
+/// file is logged and changes nothing. Other settings need a restart.
+async fn reload_on_sighup(source: Option<crate::config::Options>, store: Store, quotas: Arc<Quotas>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP; quotas cannot be reloaded");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let Some(options) = source.clone() else { continue };
+            match options.resolve() {
+                Ok(cfg) => {
+                    quotas.reload(cfg.quotas);
+                    store.set_size_quota(cfg.quotas.sizes());
+                    tracing::info!(quotas = ?cfg.quotas, "SIGHUP: configuration reloaded (quotas applied; other settings need a restart)");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: configuration not reloaded; the quotas in force stay")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (source, store, quotas);
+}
+
+/// Warns, loudly, for every gRPC listener that is reachable from other
+/// hosts without TLS: SDK keys and admin tokens would cross the network in
+/// clear.
+fn warn_if_plaintext(cfg: &Config, running: &Running) {
+    if cfg.tls.is_some() {
+        return;
+    }
+    let mut exposed = vec![("grpc", running.grpc)];
+    if cfg.admin_listen.is_some() {
+        exposed.push(("admin", running.admin));
+    }
+    for (what, addr) in exposed {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(listener = what, %addr, "serving gRPC WITHOUT TLS on a non-loopback address: SDK keys and admin tokens cross the network in clear; set tls-cert and tls-key (docs/SECURITY.md)");
         }
     }
 }
@@ -140,8 +193,17 @@ pub async fn serve(
         keepalive_retries: 3,
     };
     let listener = transport::bind(cfg.listen, &opts)?;
+    let admin_listener = cfg.admin_listen.map(|a| transport::bind(a, &opts)).transpose()?;
     let metrics_listener = metrics::bind(cfg.metrics_listen).await?;
-    let running = Running { grpc: listener.local_addr()?, metrics: metrics_listener.local_addr()? };
+    let running = Running {
+        grpc: listener.local_addr()?,
+        metrics: metrics_listener.local_addr()?,
+        admin: match &admin_listener {
+            Some(l) => l.local_addr()?,
+            None => listener.local_addr()?,
+        },
+    };
+    warn_if_plaintext(&cfg, &running);
 
     let hub = Arc::new(Hub::new(
         HubLimits {
@@ -153,9 +215,12 @@ pub async fn serve(
         },
         metrics.clone(),
     ));
+    let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
+    store.set_size_quota(cfg.quotas.sizes());
     let sync = SyncService::new(
         store.clone(),
         hub.clone(),
+        quotas.clone(),
         StreamConfig {
             hello_timeout: cfg.hello_timeout,
             heartbeat: cfg.heartbeat,
@@ -166,7 +231,8 @@ pub async fn serve(
             drain_spread: cfg.drain_spread,
         },
     );
-    let admin = AdminService::new(store.clone(), hub.clone(), tokens.clone());
+    let admin = AdminService::new(store.clone(), hub.clone(), tokens.clone(), quotas.clone());
+    tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone()));
     let background = CancellationToken::new();
     tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
     tokio::spawn(hub.clone().reap(background.clone()));
@@ -179,29 +245,47 @@ pub async fn serve(
         AdminAuth { tokens },
     );
     let server_stop = CancellationToken::new();
-    let mut builder = Server::builder();
-    if let Some(tls) = &cfg.tls {
-        let mut t = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
-        if let Some(ca) = &tls.client_ca {
-            t = t.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+    let refusals = RefusalLayer::new(metrics.clone());
+    // One configuration for both gRPC listeners.
+    let grpc_server = || -> anyhow::Result<_> {
+        let mut builder = Server::builder();
+        if let Some(tls) = &cfg.tls {
+            let mut t = tonic::transport::ServerTlsConfig::new()
+                .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
+            if let Some(ca) = &tls.client_ca {
+                t = t.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            builder = builder.tls_config(t).map_err(|e| anyhow::anyhow!("TLS configuration: {e}"))?;
         }
-        builder = builder.tls_config(t).map_err(|e| anyhow::anyhow!("TLS configuration: {e}"))?;
-    }
-    let server = builder
-        .layer(RefusalLayer::new(metrics.clone()))
-        .http2_keepalive_interval(Some(cfg.keepalive_interval))
-        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
-        .max_concurrent_streams(Some(cfg.max_concurrent_streams))
-        .tcp_nodelay(true)
-        .add_service(health_service)
-        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST))
-        .add_service(admin)
-        .serve_with_incoming_shutdown(
+        Ok(builder
+            .layer(refusals.clone())
+            .http2_keepalive_interval(Some(cfg.keepalive_interval))
+            .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
+            .max_concurrent_streams(Some(cfg.max_concurrent_streams))
+            .tcp_nodelay(true))
+    };
+    let main = grpc_server()?
+        .add_service(health_service.clone())
+        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST));
+    let mut servers = Vec::new();
+    match admin_listener {
+        None => servers.push(tokio::spawn(main.add_service(admin).serve_with_incoming_shutdown(
             transport::incoming(listener, opts),
             server_stop.clone().cancelled_owned(),
-        );
-    let server = tokio::spawn(server);
+        ))),
+        Some(admin_listener) => {
+            servers.push(tokio::spawn(main.serve_with_incoming_shutdown(
+                transport::incoming(listener, opts),
+                server_stop.clone().cancelled_owned(),
+            )));
+            servers.push(tokio::spawn(
+                grpc_server()?.add_service(health_service).add_service(admin).serve_with_incoming_shutdown(
+                    transport::incoming(admin_listener, opts),
+                    server_stop.clone().cancelled_owned(),
+                ),
+            ));
+        }
+    }
 
     // The store is loaded and the listeners are bound: ready.
     health_reporter.set_serving::<SyncRoute>().await;
@@ -236,11 +320,13 @@ pub async fn serve(
         tracing::info!("all subscribers left");
     }
     server_stop.cancel();
-    match tokio::time::timeout(Duration::from_secs(5), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "gRPC server ended with an error"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server task failed"),
-        Err(_) => tracing::warn!("gRPC server did not stop within 5s; exiting anyway"),
+    for server in servers {
+        match tokio::time::timeout(Duration::from_secs(5), server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "gRPC server ended with an error"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server task failed"),
+            Err(_) => tracing::warn!("gRPC server did not stop within 5s; exiting anyway"),
+        }
     }
     background.cancel();
     store.flush().await?;

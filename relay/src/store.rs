@@ -24,10 +24,11 @@ use tokio::sync::{Mutex, watch};
 
 use crate::auth;
 use crate::metrics::Metrics;
+use crate::quota::SizeQuota;
 pub use audit::{AuditPos, AuditRecord, Verification, Who};
 pub use op::{Op, WriteResult};
 pub use persist::{EnvMeta, SdkKeyRecord};
-use state::{EnvState, Item, Kind, LogEntry};
+use state::{EnvState, Item, ItemKey, Kind, LogEntry};
 
 /// Store errors. Each names what was wrong and where.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +91,24 @@ pub enum StoreError {
     /// writes stop until a restart reloads the truth from disk.
     #[error("environment {0:?} refuses writes after a storage failure; restart the relay to reload it")]
     Poisoned(String),
+    /// The write would take the environment past a size quota.
+    #[error(
+        "environment {env:?}: the write would make {used} {what}, quota {limit} ({setting}); nothing was written"
+    )]
+    Quota {
+        /// Environment.
+        env: String,
+        /// What is counted (`flags`, `segments`, `bytes of flags and segments`).
+        what: &'static str,
+        /// The quota's metric label.
+        quota: &'static str,
+        /// The relay option that sets it.
+        setting: &'static str,
+        /// What the write would make.
+        used: usize,
+        /// The quota.
+        limit: usize,
+    },
     /// The caller went away while the write waited for its turn; it was
     /// not started.
     #[error("the caller went away before the write started; nothing was written")]
@@ -193,6 +212,8 @@ struct Inner {
     limits: Limits,
     retention: Retention,
     metrics: Metrics,
+    /// Per-environment size quotas (replaced on a configuration reload).
+    size_quota: ArcSwap<SizeQuota>,
 }
 
 /// Unix time in ms.
@@ -225,10 +246,16 @@ impl Store {
                 limits,
                 retention,
                 metrics,
+                size_quota: ArcSwap::from_pointee(crate::quota::QuotaConfig::default().sizes()),
             }),
         };
         store.update_gauges();
         Ok(store)
+    }
+
+    /// Sets the per-environment size quotas (at start and on reload).
+    pub fn set_size_quota(&self, q: SizeQuota) {
+        self.inner.size_quota.store(Arc::new(q));
     }
 
     /// The validation limits in force.
@@ -431,6 +458,7 @@ impl Store {
                 Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
                 Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
                 Err(StoreError::Abandoned) => "abandoned",
+                Err(StoreError::Quota { .. }) => "quota",
                 Err(_) => "error",
             };
             this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
@@ -522,6 +550,7 @@ impl Store {
                 }
             }
         }
+        self.check_size_quota(env_name, &state.items, &items)?;
         let entry = LogEntry {
             revision,
             changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
@@ -573,6 +602,44 @@ impl Store {
         env.committing.store(false, std::sync::atomic::Ordering::Release);
         self.update_env_gauges(env);
         Ok(WriteResult { revision, items: plan.versions })
+    }
+
+    /// Refuses a write that takes an environment past a size quota. A
+    /// write that does not grow an exceeded dimension (after a quota was
+    /// lowered) still goes through, so an environment can always shrink.
+    fn check_size_quota(
+        &self,
+        env: &str,
+        before: &BTreeMap<ItemKey, Item>,
+        after: &BTreeMap<ItemKey, Item>,
+    ) -> Result<(), StoreError> {
+        let q = **self.inner.size_quota.load();
+        let usage = |m: &BTreeMap<ItemKey, Item>| {
+            let flags = m.keys().filter(|(k, _)| *k == Kind::Flag).count();
+            let bytes: usize = m.values().map(|i| i.bytes.len()).sum();
+            (flags, m.len() - flags, bytes)
+        };
+        let (b, a) = (usage(before), usage(after));
+        let checks = [
+            (a.0, b.0, q.flags, "flags", "flags", "quota-flags"),
+            (a.1, b.1, q.segments, "segments", "segments", "quota-segments"),
+            (
+                a.2,
+                b.2,
+                q.snapshot_bytes,
+                "bytes of flags and segments",
+                "snapshot_bytes",
+                "quota-snapshot-bytes",
+            ),
+        ];
+        for (used, was, limit, what, quota, setting) in checks {
+            if used > limit && used > was {
+                self.inner.metrics.quota_refusal(env, quota);
+                tracing::warn!(env, quota, used, limit, "quota refused a write");
+                return Err(StoreError::Quota { env: env.to_owned(), what, quota, setting, used, limit });
+            }
+        }
+        Ok(())
     }
 
     /// Stops all writes to `env` after a failure that may have left disk

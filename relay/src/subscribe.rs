@@ -23,6 +23,7 @@ use crate::encoded::{self, Encoded};
 use crate::grpc::Inbound;
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::metrics::SentKind;
+use crate::quota::Quotas;
 use crate::store::state::{Bounds, Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
@@ -53,13 +54,15 @@ pub struct StreamConfig {
 pub struct SyncService {
     store: Store,
     hub: Arc<Hub>,
+    quotas: Arc<Quotas>,
     cfg: Arc<StreamConfig>,
 }
 
 impl SyncService {
-    /// A service over `store`, registering subscribers in `hub`.
-    pub fn new(store: Store, hub: Arc<Hub>, cfg: StreamConfig) -> SyncService {
-        SyncService { store, hub, cfg: Arc::new(cfg) }
+    /// A service over `store`, registering subscribers in `hub`, new
+    /// subscriptions limited by `quotas`.
+    pub fn new(store: Store, hub: Arc<Hub>, quotas: Arc<Quotas>, cfg: StreamConfig) -> SyncService {
+        SyncService { store, hub, quotas, cfg: Arc::new(cfg) }
     }
 }
 
@@ -118,6 +121,10 @@ impl SyncService {
                 "hello.environment: {:?} is not the SDK key's environment",
                 hello.environment
             )));
+        }
+        if let Err(status) = self.quotas.check_subscribe(&env_name) {
+            refused("subscribe_rate");
+            return Err(status);
         }
         let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
         // No cursor means "no data yet" (PROTOCOL.md §2.2): the empty cursor.

@@ -153,7 +153,7 @@ impl Default for Builder {
         Builder {
             cfg: SyncConfig {
                 endpoints: Vec::new(),
-                sdk_key: String::new(),
+                sdk_key: crate::Secret::default(),
                 sdk_name: "flagstream-rust".into(),
                 instance_id: format!("{:016x}", rand::random::<u64>()),
                 connect_timeout: Duration::from_secs(3),
@@ -207,7 +207,7 @@ impl Builder {
 
     /// The environment's SDK key.
     pub fn sdk_key(mut self, key: impl Into<String>) -> Self {
-        self.cfg.sdk_key = key.into();
+        self.cfg.sdk_key = crate::Secret::new(key.into());
         self
     }
 
@@ -336,7 +336,7 @@ impl Builder {
 
         let mut replica = None;
         if let Some(c) = &cache {
-            match c.load(sync::key_fingerprint(&self.cfg.sdk_key), &self.cfg.limits) {
+            match c.load(sync::key_fingerprint(self.cfg.sdk_key.expose()), &self.cfg.limits) {
                 Ok(Some((r, snap))) => {
                     tracing::info!(
                         revision = r.revision,
@@ -366,7 +366,7 @@ impl Builder {
         let mut tasks = Tasks::none();
         tasks.handles.push(runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica)));
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
-            let fp = sync::key_fingerprint(&self.cfg.sdk_key);
+            let fp = sync::key_fingerprint(self.cfg.sdk_key.expose());
             let cache = Arc::new(cache);
             let writer = sync::cache_writer(
                 shared.clone(),

@@ -37,7 +37,7 @@ const ACK_QUEUE: usize = 4;
 #[derive(Debug, Clone)]
 pub(crate) struct SyncConfig {
     pub(crate) endpoints: Vec<String>,
-    pub(crate) sdk_key: String,
+    pub(crate) sdk_key: crate::Secret,
     pub(crate) sdk_name: String,
     pub(crate) instance_id: String,
     pub(crate) connect_timeout: Duration,
@@ -304,7 +304,7 @@ async fn stream_once(
     };
     let (tx, rx) = mpsc::channel(ACK_QUEUE);
     let hello = pb::Hello {
-        sdk_key: cfg.sdk_key.clone(),
+        sdk_key: cfg.sdk_key.expose().to_owned(),
         cursor: replica.as_ref().map(Replica::cursor),
         sdk_name: cfg.sdk_name.clone(),
         sdk_version: env!("CARGO_PKG_VERSION").to_owned(),

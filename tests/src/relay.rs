@@ -36,6 +36,8 @@ pub struct Relay {
     pub grpc: SocketAddr,
     /// Metrics address.
     pub metrics: SocketAddr,
+    /// Admin API address (= `grpc` unless started with `--admin-listen`).
+    pub admin: SocketAddr,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Captured stderr lines so far are written here.
@@ -124,6 +126,7 @@ impl Relay {
         Relay {
             grpc: field("grpc="),
             metrics: field("metrics="),
+            admin: field("admin="),
             child,
             data_dir: dir.join("data"),
             stderr_log,
@@ -158,10 +161,14 @@ impl Relay {
         Channel::from_shared(self.url()).expect("url").connect().await.expect("relay reachable")
     }
 
-    /// An authenticated admin client.
+    /// An authenticated admin client (on the Admin API's address).
     pub async fn admin(&self) -> Admin {
-        AdminClient::with_interceptor(self.channel().await, Token(self.admin_token()))
-            .max_decoding_message_size(16 << 20)
+        let channel = Channel::from_shared(format!("http://{}", self.admin))
+            .expect("url")
+            .connect()
+            .await
+            .expect("admin listener reachable");
+        AdminClient::with_interceptor(channel, Token(self.admin_token())).max_decoding_message_size(16 << 20)
     }
 
     /// Creates an environment; returns its SDK key.

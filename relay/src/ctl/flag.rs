@@ -12,7 +12,7 @@ use flagstream::{Flag, FlagType, Segment, wire};
 use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
 
-use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation};
+use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation, with_retry};
 
 /// Options shared by every write.
 #[derive(Debug, Clone, Args)]
@@ -405,16 +405,20 @@ async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &Wri
     show_diff(&format!("flag {:?} in {}:", after.key, conn.env), &b, &a);
     conn.confirm(&format!("write flag {:?}", after.key))?;
     let expected = Some(before.map_or(0, |f| f.version));
-    let r = conn
-        .admin
-        .put_flag(pb::PutFlagRequest {
+    let r = {
+        let req = pb::PutFlagRequest {
             environment: conn.env.clone(),
             flag: Some(wire::flag_to_proto(&after)),
             expected_version: expected,
             comment: w.comment.clone(),
+        };
+        with_retry(|| {
+            let (mut admin, req) = (conn.admin.clone(), req.clone());
+            async move { admin.put_flag(req).await }
         })
         .await?
-        .into_inner();
+    }
+    .into_inner();
     let revision = r.result.map_or(0, |r| r.revision);
     committed(conn, &format!("flag {:?} written", after.key), revision, w.wait, w.wait_timeout).await
 }
@@ -580,17 +584,21 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 remove.join(", ")
             );
             conn.confirm(&format!("patch the targets of flag {key:?}"))?;
-            let r = conn
-                .admin
-                .patch_flag(pb::PatchFlagRequest {
+            let r = {
+                let req = pb::PatchFlagRequest {
                     environment: conn.env.clone(),
                     key: key.clone(),
                     expected_version: Some(before.version),
                     ops,
                     comment: write.comment.clone(),
+                };
+                with_retry(|| {
+                    let (mut admin, req) = (conn.admin.clone(), req.clone());
+                    async move { admin.patch_flag(req).await }
                 })
                 .await?
-                .into_inner();
+            }
+            .into_inner();
             let after = r
                 .flag
                 .as_ref()
@@ -652,16 +660,20 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 "",
             );
             conn.confirm(&format!("delete flag {key:?}"))?;
-            let r = conn
-                .admin
-                .delete_flag(pb::DeleteFlagRequest {
+            let r = {
+                let req = pb::DeleteFlagRequest {
                     environment: conn.env.clone(),
                     key: key.clone(),
                     expected_version: Some(before.version),
                     comment: write.comment.clone(),
+                };
+                with_retry(|| {
+                    let (mut admin, req) = (conn.admin.clone(), req.clone());
+                    async move { admin.delete_flag(req).await }
                 })
                 .await?
-                .into_inner();
+            }
+            .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
             committed(conn, &format!("flag {key:?} deleted"), revision, write.wait, write.wait_timeout)
                 .await?;
@@ -806,16 +818,20 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
             }
             show_diff(&format!("segment {key:?} in {}:", conn.env), &b, &a);
             conn.confirm(&format!("write segment {key:?}"))?;
-            let r = conn
-                .admin
-                .put_segment(pb::PutSegmentRequest {
+            let r = {
+                let req = pb::PutSegmentRequest {
                     environment: conn.env.clone(),
                     segment: Some(wire::segment_to_proto(&after)),
                     expected_version: Some(before.map_or(0, |s| s.version)),
                     comment: write.comment.clone(),
+                };
+                with_retry(|| {
+                    let (mut admin, req) = (conn.admin.clone(), req.clone());
+                    async move { admin.put_segment(req).await }
                 })
                 .await?
-                .into_inner();
+            }
+            .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
             committed(conn, &format!("segment {key:?} written"), revision, write.wait, write.wait_timeout)
                 .await?;
@@ -833,16 +849,20 @@ pub(crate) async fn segment_cmd(conn: &mut Conn, cmd: SegmentCmd) -> CmdResult {
                 "",
             );
             conn.confirm(&format!("delete segment {key:?}"))?;
-            let r = conn
-                .admin
-                .delete_segment(pb::DeleteSegmentRequest {
+            let r = {
+                let req = pb::DeleteSegmentRequest {
                     environment: conn.env.clone(),
                     key: key.clone(),
                     expected_version: Some(before.version),
                     comment: write.comment.clone(),
+                };
+                with_retry(|| {
+                    let (mut admin, req) = (conn.admin.clone(), req.clone());
+                    async move { admin.delete_segment(req).await }
                 })
                 .await?
-                .into_inner();
+            }
+            .into_inner();
             let revision = r.result.map_or(0, |r| r.revision);
             committed(conn, &format!("segment {key:?} deleted"), revision, write.wait, write.wait_timeout)
                 .await?;

@@ -14,7 +14,7 @@ use flagstream::{Flag, FlagSet, Segment, wire};
 use flagstream_proto::v1 as pb;
 
 use super::flag::{read_file, show_diff, strip_flag, strip_segment, yaml_for_diff};
-use super::{CmdResult, Conn, Failure, Output, exit, print_data};
+use super::{CmdResult, Conn, Failure, Output, exit, print_data, with_retry};
 
 /// `apply` options.
 #[derive(Debug, Args)]
@@ -291,18 +291,22 @@ pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
         return Ok(());
     }
     conn.confirm(&format!("apply {} changes to {}", creates + updates + deletes, conn.env))?;
-    let r = conn
-        .admin
-        .batch(pb::BatchRequest {
+    let r = {
+        let req = pb::BatchRequest {
             environment: conn.env.clone(),
             ops: ops.into_iter().map(|op| pb::BatchOp { op: Some(op) }).collect(),
             // The plan was computed against `revision`: any other write
             // since then makes this a conflict, not a silent mix.
             expected_revision: Some(revision),
             comment: a.comment.clone(),
+        };
+        with_retry(|| {
+            let (mut admin, req) = (conn.admin.clone(), req.clone());
+            async move { admin.batch(req).await }
         })
         .await?
-        .into_inner();
+    }
+    .into_inner();
     let new_revision = r.result.map_or(0, |r| r.revision);
     let what = format!("applied to {}", conn.env);
     super::flag::committed(conn, &what, new_revision, a.wait, a.wait_timeout).await

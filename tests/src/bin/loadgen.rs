@@ -66,6 +66,14 @@ struct Args {
     /// heartbeat).
     #[arg(long)]
     heavy: bool,
+    /// A noisy neighbour during the second half of the measured writes:
+    /// environment `noisy` floods writes and new subscriptions at 10× its
+    /// quotas (the relay runs with 20 writes/s and 50 subscriptions/s per
+    /// environment); the first half is the baseline of the same run. The
+    /// measured subscribers connect through the same quota, retrying on
+    /// its hint like SDKs.
+    #[arg(long, conflicts_with = "heavy")]
+    noisy: bool,
 }
 
 fn now_ms() -> u64 {
@@ -177,6 +185,18 @@ fn grpc_frame(msg: &impl prost::Message) -> Bytes {
     buf.freeze()
 }
 
+/// A refusal with a retry hint (ms): the subscriber waits and tries again.
+#[derive(Debug)]
+struct RetryAfter(u64);
+
+impl std::fmt::Display for RetryAfter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused; retry in {} ms", self.0)
+    }
+}
+
+impl std::error::Error for RetryAfter {}
+
 async fn subscriber(
     h2: h2::client::SendRequest<Bytes>,
     url: String,
@@ -185,7 +205,20 @@ async fn subscriber(
     ready: mpsc::Sender<()>,
 ) {
     let (mut latencies, mut signalled) = (Vec::new(), false);
-    if let Err(e) = subscribe(h2, &url, key, &rec, &ready, &mut latencies, &mut signalled).await {
+    let mut result = Ok(());
+    // Like an SDK: a refusal with a hint is retried after hint + jitter
+    // (bounded), e.g. while a subscription-rate quota admits the fleet.
+    for _ in 0..200 {
+        result = subscribe(h2.clone(), &url, key.clone(), &rec, &ready, &mut latencies, &mut signalled).await;
+        match result.as_ref().err().and_then(|e| e.downcast_ref::<RetryAfter>()) {
+            Some(RetryAfter(ms)) if !signalled => {
+                let wait = ms + rand::Rng::random_range(&mut rand::rng(), 0..=*ms);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            _ => break,
+        }
+    }
+    if let Err(e) = result {
         // Counted; streams also fail when the tool stops the relay.
         rec.errors.fetch_add(1, Ordering::Relaxed);
         if !rec.stopping.load(Ordering::Relaxed) {
@@ -221,6 +254,11 @@ async fn subscribe(
     let response = response.await?;
     anyhow::ensure!(response.status() == 200, "HTTP status {}", response.status());
     // A refusal is a trailers-only response: the status is in the headers.
+    if let Some(ms) =
+        response.headers().get("flagstream-retry-after-ms").and_then(|v| v.to_str().ok()?.parse().ok())
+    {
+        return Err(RetryAfter(ms).into());
+    }
     grpc_ok(response.headers())?;
     let mut body = response.into_body();
     let mut buf = BytesMut::new();
@@ -303,6 +341,147 @@ fn grpc_ok(headers: &http::HeaderMap) -> anyhow::Result<()> {
         Some(code) => {
             let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
             anyhow::bail!("grpc-status {code}: {message}")
+        }
+    }
+}
+
+/// The noisy neighbour of `--noisy`.
+mod noisy {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use flagstream_proto::v1 as pb;
+    use flagstream_proto::v1::admin_client::AdminClient;
+    use flagstream_proto::v1::sync_client::SyncClient;
+    use flagstream_tests::relay::{Relay, Token, bool_flag, put};
+    use tokio::sync::watch;
+
+    /// The relay's write quota per environment in this mode, per second.
+    pub(super) const WRITE_QUOTA: &str = "20";
+    /// Its new-subscription quota per environment, per second.
+    pub(super) const SUBSCRIBE_QUOTA: &str = "50";
+
+    /// Creates the noisy tenant: environment `noisy` and a write token
+    /// scoped to it. Returns (token secret, SDK key).
+    pub(super) async fn setup(
+        admin: &mut flagstream_tests::relay::Admin,
+    ) -> anyhow::Result<(String, String)> {
+        let env = pb::CreateEnvironmentRequest { name: "noisy".into(), description: String::new() };
+        let key = admin.create_environment(env).await?.into_inner().sdk_key;
+        let token = pb::CreateTokenRequest {
+            name: "noisy-tenant".into(),
+            role: pb::TokenRole::Write as i32,
+            environments: vec!["noisy".into()],
+            replicate: false,
+        };
+        Ok((admin.create_token(token).await?.into_inner().secret, key))
+    }
+
+    #[derive(Default)]
+    struct Counts {
+        writes: AtomicU64,
+        writes_refused: AtomicU64,
+        subscribes: AtomicU64,
+        subscribes_refused: AtomicU64,
+        other_errors: AtomicU64,
+    }
+
+    /// Floods at 10× the quotas until stopped.
+    pub(super) struct Flood {
+        stop: watch::Sender<bool>,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+        counts: Arc<Counts>,
+        started: std::time::Instant,
+    }
+
+    fn per_sec(quota: &str) -> f64 {
+        quota.parse::<f64>().unwrap_or(1.0) * 10.0
+    }
+
+    impl Flood {
+        pub(super) async fn start(relay: &Relay, token: &str, key: &str) -> Flood {
+            let (stop, stopped) = watch::channel(false);
+            let counts = Arc::new(Counts::default());
+            let channel = relay.channel().await;
+            let mut admin = AdminClient::with_interceptor(channel.clone(), Token(token.to_owned()));
+            let (c, mut s) = (counts.clone(), stopped.clone());
+            let writes = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sec(WRITE_QUOTA)));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                for i in 0u64.. {
+                    tokio::select! {
+                        _ = s.changed() => return,
+                        _ = tick.tick() => {}
+                    }
+                    c.writes.fetch_add(1, Ordering::Relaxed);
+                    match put(&mut admin, "noisy", bool_flag(&format!("n{}", i % 100), i % 2 == 0)).await {
+                        Ok(_) => {}
+                        Err(e) if e.code() == tonic::Code::ResourceExhausted => {
+                            c.writes_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            c.other_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+            let (c, mut s, key) = (counts.clone(), stopped, key.to_owned());
+            let subscribes = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sec(SUBSCRIBE_QUOTA)));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    tokio::select! {
+                        _ = s.changed() => return,
+                        _ = tick.tick() => {}
+                    }
+                    c.subscribes.fetch_add(1, Ordering::Relaxed);
+                    let (mut client, c, key) = (SyncClient::new(channel.clone()), c.clone(), key.clone());
+                    // Each attempt opens a stream, reads its first message
+                    // (or the refusal) and hangs up: a reconnect storm.
+                    tokio::spawn(async move {
+                        let hello =
+                            pb::Hello { sdk_key: key, sdk_name: "noisy".into(), ..Default::default() };
+                        let first =
+                            pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) };
+                        let outcome = match client.subscribe(tokio_stream::iter([first])).await {
+                            Ok(r) => r.into_inner().message().await.map(|_| ()),
+                            Err(e) => Err(e),
+                        };
+                        match outcome {
+                            Ok(()) => {}
+                            Err(e) if e.code() == tonic::Code::ResourceExhausted => {
+                                c.subscribes_refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                c.other_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            });
+            Flood { stop, tasks: vec![writes, subscribes], counts, started: std::time::Instant::now() }
+        }
+
+        pub(super) async fn stop(self) -> anyhow::Result<String> {
+            // The tasks check between attempts; a send error means they ended.
+            let _ = self.stop.send(true);
+            for t in self.tasks {
+                t.await?;
+            }
+            let secs = self.started.elapsed().as_secs_f64();
+            let c = &self.counts;
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            Ok(format!(
+                "noisy neighbour             {:.0} write attempts/s ({} of {} refused by quota-writes-per-sec {WRITE_QUOTA}/s), {:.0} subscription attempts/s ({} of {} refused by quota-subscribes-per-sec {SUBSCRIBE_QUOTA}/s), {} other errors",
+                get(&c.writes) as f64 / secs,
+                get(&c.writes_refused),
+                get(&c.writes),
+                get(&c.subscribes) as f64 / secs,
+                get(&c.subscribes_refused),
+                get(&c.subscribes),
+                get(&c.other_errors)
+            ))
         }
     }
 }
@@ -514,20 +693,51 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &subs,
         "--max-subscribers-per-env",
         &subs,
+        // The tool opens its subscribers at once and measures the relay,
+        // not its admission quotas (`--noisy` measures those).
+        "--max-subscribes-per-sec",
+        &subs,
+        "--quota-flags",
+        "100000",
+        "--quota-snapshot-bytes",
+        "268435456",
     ];
     if args.heavy {
-        relay_args.extend(["--heartbeat", "1s"]);
+        relay_args.extend(["--heartbeat", "1s", "--quota-subscribes-per-sec", &subs]);
+    } else if args.noisy {
+        let (w, s) = (noisy::WRITE_QUOTA, noisy::SUBSCRIBE_QUOTA);
+        relay_args.extend(["--quota-writes-per-sec", w, "--quota-subscribes-per-sec", s]);
+    } else {
+        relay_args.extend(["--quota-subscribes-per-sec", &subs]);
     }
     let relay = Relay::start(dir.path(), &relay_args).await;
     let pid = relay.pid();
     let key = relay.demo_key();
     let mut admin = relay.admin().await;
-    for i in 0..args.flags {
-        put(&mut admin, "demo", bool_flag(&format!("bulk-{i}"), i % 2 == 0)).await?;
-    }
+    // The extra flags in one batch (one revision).
+    let ops = (0..args.flags)
+        .map(|i| pb::BatchOp {
+            op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                flag: Some(bool_flag(&format!("bulk-{i}"), i % 2 == 0)),
+                expected_version: None,
+            })),
+        })
+        .collect();
+    admin
+        .batch(pb::BatchRequest {
+            environment: "demo".into(),
+            ops,
+            expected_revision: None,
+            comment: String::new(),
+        })
+        .await?;
     if args.heavy {
         heavy::setup(&mut admin).await?;
     }
+    let noisy_setup = match args.noisy {
+        true => Some(noisy::setup(&mut admin).await?),
+        false => None,
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, rss_before) = proc_stats(pid);
 
@@ -575,23 +785,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut revisions = Vec::new();
     let mut next = tokio::time::Instant::now();
     let mut heavy_writer = None;
+    let mut flood = None;
     let mut first_heavy_revision = u64::MAX;
     for i in 0..args.writes {
         if args.heavy && i == args.writes / 2 {
             rec.phase.store(1, Ordering::Relaxed);
             heavy_writer = Some(heavy::Writer::start(relay.admin().await));
         }
+        if let Some((token, key)) = noisy_setup.as_ref().filter(|_| i == args.writes / 2) {
+            rec.phase.store(1, Ordering::Relaxed);
+            flood = Some(noisy::Flood::start(&relay, token, key).await);
+        }
         next += period;
         tokio::time::sleep_until(next).await;
         let revision = put(&mut admin, "demo", bool_flag("load-toggle", i % 2 == 0)).await?;
-        if heavy_writer.is_some() {
+        if heavy_writer.is_some() || flood.is_some() {
             first_heavy_revision = first_heavy_revision.min(revision);
         }
         revisions.push(revision);
     }
-    let heavy_report = match heavy_writer {
-        Some(w) => Some(w.stop().await?),
-        None => None,
+    let heavy_report = match (heavy_writer, flood) {
+        (Some(w), _) => Some(("heavy writes", w.stop().await?)),
+        (None, Some(f)) => Some(("the noisy neighbour", f.stop().await?)),
+        (None, None) => None,
     };
     // Wait (bounded) for every subscriber to have the last revision.
     let last = *revisions.last().unwrap_or(&0);
@@ -693,8 +909,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!("delta encodings        {encodes} for {} revisions", revisions.len());
     println!("acks the relay timed   {acks} (commit->ack latency samples)");
-    if let Some(h) = heavy_report {
-        for (phase, name) in [(0, "baseline (no heavy writes)"), (1, "during heavy writes")] {
+    if let Some((what, h)) = heavy_report {
+        for (phase, name) in [(0, "baseline (quiet)".to_owned()), (1, format!("during {what}"))] {
             let l = &by_phase[phase];
             println!(
                 "{name:<27} commit->receive p50 {} ms, p99 {} ms, max {} ms over {} deliveries; longest gap between messages {} ms",

@@ -1,0 +1,217 @@
+//! Tenant isolation: per-environment quotas and admission rates, so one
+//! environment's flood cannot starve the others. Size quotas (flags,
+//! segments, snapshot bytes) are checked by the store against the state a
+//! write would produce; rates are token buckets (`governor`): writes per
+//! environment and per admin token, new subscriptions per environment and
+//! relay-wide (the reconnect-storm guard). Every refusal is
+//! RESOURCE_EXHAUSTED naming the quota and its setting (rates with a
+//! `flagstream-retry-after-ms` hint), logged, and counted in
+//! `flagstream_quota_refusals_total{env, quota}`. Settings are reloaded on
+//! SIGHUP.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tonic::Status;
+
+use crate::error;
+use crate::metrics::Metrics;
+
+/// The quota settings (relay options `quota-*`, `max-subscribes-per-sec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaConfig {
+    /// Most flags in one environment.
+    pub flags: usize,
+    /// Most segments in one environment.
+    pub segments: usize,
+    /// Most bytes of item encodings (≈ the snapshot) in one environment.
+    pub snapshot_bytes: usize,
+    /// Admin writes per second to one environment (bursts of twice that).
+    pub writes_per_sec: u32,
+    /// Admin writes per second by one admin token (bursts of twice that).
+    pub token_writes_per_sec: u32,
+    /// New subscriptions per second to one environment (bursts of twice).
+    pub subscribes_per_sec: u32,
+    /// New subscriptions per second to the whole relay (bursts of twice).
+    pub relay_subscribes_per_sec: u32,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> QuotaConfig {
+        QuotaConfig {
+            flags: 20_000,
+            segments: 2_000,
+            snapshot_bytes: 64 << 20,
+            writes_per_sec: 100,
+            token_writes_per_sec: 100,
+            subscribes_per_sec: 1_000,
+            relay_subscribes_per_sec: 5_000,
+        }
+    }
+}
+
+/// The size quotas the store checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeQuota {
+    /// Most flags.
+    pub flags: usize,
+    /// Most segments.
+    pub segments: usize,
+    /// Most bytes of item encodings.
+    pub snapshot_bytes: usize,
+}
+
+impl QuotaConfig {
+    /// The part the store enforces.
+    pub fn sizes(&self) -> SizeQuota {
+        SizeQuota { flags: self.flags, segments: self.segments, snapshot_bytes: self.snapshot_bytes }
+    }
+}
+
+fn quota(per_sec: u32) -> Quota {
+    let rate = NonZeroU32::new(per_sec.max(1)).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(per_sec.max(1).saturating_mul(2)).unwrap_or(NonZeroU32::MIN);
+    Quota::per_second(rate).allow_burst(burst)
+}
+
+/// The token buckets of one configuration.
+#[derive(Debug)]
+struct Buckets {
+    cfg: QuotaConfig,
+    writes: DefaultKeyedRateLimiter<String>,
+    token_writes: DefaultKeyedRateLimiter<String>,
+    subscribes: DefaultKeyedRateLimiter<String>,
+    relay_subscribes: DefaultDirectRateLimiter,
+}
+
+impl Buckets {
+    fn new(cfg: QuotaConfig) -> Buckets {
+        Buckets {
+            cfg,
+            writes: RateLimiter::keyed(quota(cfg.writes_per_sec)),
+            token_writes: RateLimiter::keyed(quota(cfg.token_writes_per_sec)),
+            subscribes: RateLimiter::keyed(quota(cfg.subscribes_per_sec)),
+            relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
+        }
+    }
+}
+
+/// The rate quotas in force; cheap to share.
+#[derive(Debug)]
+pub struct Quotas {
+    buckets: ArcSwap<Buckets>,
+    metrics: Metrics,
+}
+
+impl Quotas {
+    /// Quotas per `cfg`.
+    pub fn new(cfg: QuotaConfig, metrics: Metrics) -> Quotas {
+        Quotas { buckets: ArcSwap::from_pointee(Buckets::new(cfg)), metrics }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> QuotaConfig {
+        self.buckets.load().cfg
+    }
+
+    /// Applies new settings (SIGHUP). A change replaces every bucket
+    /// (they start full: at most one extra burst); no change keeps them.
+    pub fn reload(&self, cfg: QuotaConfig) {
+        if self.buckets.load().cfg == cfg {
+            return;
+        }
+        self.buckets.store(Arc::new(Buckets::new(cfg)));
+        tracing::info!(?cfg, "quotas reloaded");
+    }
+
+    /// Counts and logs a refusal, and makes its status.
+    pub fn refuse(&self, env: &str, quota: &str, message: String, retry: Option<Duration>) -> Status {
+        self.metrics.quota_refusal(env, quota);
+        tracing::warn!(env, quota, cause = %message, "quota refused a request");
+        match retry {
+            // The hint: the bucket's next token, at least 1 ms.
+            Some(wait) => error::retry_later(&message, (wait.as_millis() as u64).max(1)),
+            None => Status::resource_exhausted(message),
+        }
+    }
+
+    /// A write to `env` by `token`: both buckets must have room.
+    pub fn check_write(&self, env: &str, token: &str) -> Result<(), Status> {
+        let b = self.buckets.load();
+        let now = DefaultClock::default().now();
+        if let Err(not_until) = b.writes.check_key(&env.to_owned()) {
+            let msg = format!(
+                "environment {env:?}: over its write rate of {}/s (quota-writes-per-sec)",
+                b.cfg.writes_per_sec
+            );
+            return Err(self.refuse(env, "writes_per_sec", msg, Some(not_until.wait_time_from(now))));
+        }
+        if let Err(not_until) = b.token_writes.check_key(&token.to_owned()) {
+            let msg = format!(
+                "token {token:?}: over its write rate of {}/s (quota-token-writes-per-sec)",
+                b.cfg.token_writes_per_sec
+            );
+            return Err(self.refuse(env, "token_writes_per_sec", msg, Some(not_until.wait_time_from(now))));
+        }
+        Ok(())
+    }
+
+    /// A new subscription to `env`: the environment's and the relay's
+    /// buckets must have room.
+    pub fn check_subscribe(&self, env: &str) -> Result<(), Status> {
+        let b = self.buckets.load();
+        let now = DefaultClock::default().now();
+        if let Err(not_until) = b.relay_subscribes.check() {
+            let msg = format!(
+                "relay over its rate of new subscriptions, {}/s (max-subscribes-per-sec)",
+                b.cfg.relay_subscribes_per_sec
+            );
+            return Err(self.refuse(
+                "*",
+                "relay_subscribes_per_sec",
+                msg,
+                Some(not_until.wait_time_from(now)),
+            ));
+        }
+        if let Err(not_until) = b.subscribes.check_key(&env.to_owned()) {
+            let msg = format!(
+                "environment {env:?}: over its rate of new subscriptions, {}/s (quota-subscribes-per-sec)",
+                b.cfg.subscribes_per_sec
+            );
+            return Err(self.refuse(env, "subscribes_per_sec", msg, Some(not_until.wait_time_from(now))));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_rates_refuse_with_a_hint_and_count() {
+        let m = Metrics::new();
+        let q = Quotas::new(
+            QuotaConfig { writes_per_sec: 2, token_writes_per_sec: 100, ..QuotaConfig::default() },
+            m.clone(),
+        );
+        // A burst of twice the rate, then refusals with a retry hint.
+        for _ in 0..4 {
+            q.check_write("a", "t").unwrap();
+        }
+        let e = q.check_write("a", "t").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.message().contains("quota-writes-per-sec"), "{}", e.message());
+        assert!(e.metadata().get(error::RETRY_AFTER_MS).is_some());
+        // Another environment is not affected.
+        q.check_write("b", "t").unwrap();
+        assert_eq!(m.quota_refusals_for("a", "writes_per_sec"), 1);
+        // A reload to a higher rate takes effect.
+        q.reload(QuotaConfig { writes_per_sec: 100, ..q.config() });
+        q.check_write("a", "t").unwrap();
+    }
+}
