@@ -18,10 +18,11 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::cache::Cache;
+use crate::follow::FollowConfig;
 use crate::replica::Replica;
 use crate::stats::{Counters, Stats};
 use crate::status::{Source, Status};
-use crate::sync::{self, SyncConfig};
+use crate::sync;
 use crate::{Context, Detail, ErrorKind, FlagSet, FromValue, Limits, Reason, Snapshot, SnapshotCell};
 
 /// Applied revisions kept for slow change listeners before they lag.
@@ -49,6 +50,12 @@ pub(crate) struct Shared {
     pub(crate) ready: AtomicBool,
     /// Whether the served data is stale (read on every detail call).
     pub(crate) stale: AtomicBool,
+    /// The relay's `staleness_ms` in its latest heartbeat: how old its own
+    /// data was (0 on a primary; a replica cut off from its upstream says
+    /// how long). Part of [`Client::data_age`].
+    pub(crate) relay_staleness_ms: std::sync::atomic::AtomicU64,
+    /// When the served data was last confirmed current (Unix ms; 0: never).
+    pub(crate) confirmed_unix_ms: std::sync::atomic::AtomicU64,
     pub(crate) status: watch::Sender<Status>,
     pub(crate) counters: Counters,
     pub(crate) changes: broadcast::Sender<Change>,
@@ -140,7 +147,8 @@ pub enum BuildError {
 /// Builder for [`Client`]; every setting has a production default.
 #[derive(Debug, Clone)]
 pub struct Builder {
-    cfg: SyncConfig,
+    cfg: FollowConfig,
+    limits: Limits,
     cache_dir: Option<PathBuf>,
     cache_interval: Duration,
     file: Option<PathBuf>,
@@ -151,27 +159,8 @@ pub struct Builder {
 impl Default for Builder {
     fn default() -> Self {
         Builder {
-            cfg: SyncConfig {
-                endpoints: Vec::new(),
-                sdk_key: crate::Secret::default(),
-                sdk_name: "flagstream-rust".into(),
-                instance_id: format!("{:016x}", rand::random::<u64>()),
-                connect_timeout: Duration::from_secs(3),
-                keepalive_interval: Duration::from_secs(10),
-                keepalive_timeout: Duration::from_secs(5),
-                tcp_user_timeout: Duration::from_secs(20),
-                first_message_timeout: Duration::from_secs(10),
-                heartbeat_default: Duration::from_secs(15),
-                watchdog_misses: 3,
-                backoff_base: Duration::from_secs(1),
-                backoff_cap: Duration::from_secs(30),
-                healthy_after: Duration::from_secs(60),
-                stall_jitter: Duration::from_secs(2),
-                stale_after: Duration::from_secs(5),
-                max_message_bytes: 16 << 20,
-                limits: Limits::default(),
-                tls: crate::sync::ClientTls::default(),
-            },
+            cfg: FollowConfig::default(),
+            limits: Limits::default(),
             cache_dir: None,
             cache_interval: Duration::from_millis(500),
             file: None,
@@ -207,7 +196,7 @@ impl Builder {
 
     /// The environment's SDK key.
     pub fn sdk_key(mut self, key: impl Into<String>) -> Self {
-        self.cfg.sdk_key = crate::Secret::new(key.into());
+        self.cfg.credential = crate::Secret::new(key.into());
         self
     }
 
@@ -268,8 +257,12 @@ impl Builder {
         stall_jitter: Duration);
     setter!(/// Without a stream for this long, data is reported stale (default 5 s).
         stale_after: Duration);
-    setter!(/// Validation limits for received data.
-        limits: Limits);
+    /// Validation limits for received data.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.cfg.max_snapshot_bytes = limits.max_snapshot_bytes;
+        self.limits = limits;
+        self
+    }
 
     /// Builds the client. Returns at once: the cache (if any) is loaded
     /// first, synchronously, then the sync task starts in the background.
@@ -290,7 +283,7 @@ impl Builder {
             if self.cfg.endpoints.is_empty() {
                 return Err(BuildError::NoEndpoints);
             }
-            if self.cfg.sdk_key.is_empty() {
+            if self.cfg.credential.is_empty() {
                 return Err(BuildError::NoSdkKey);
             }
             if let Some(bad) =
@@ -314,6 +307,8 @@ impl Builder {
             cell: SnapshotCell::new(Snapshot::empty()),
             ready: AtomicBool::new(false),
             stale: AtomicBool::new(false),
+            relay_staleness_ms: std::sync::atomic::AtomicU64::new(0),
+            confirmed_unix_ms: std::sync::atomic::AtomicU64::new(0),
             status,
             counters: Counters::default(),
             changes,
@@ -321,22 +316,32 @@ impl Builder {
         });
 
         if let Some(set) = self.test_data.take() {
-            let snap = Snapshot::compile(&set, &self.cfg.limits)
+            let snap = Snapshot::compile(&set, &self.limits)
                 .map_err(|e| BuildError::File { path: "test data".into(), source: Box::new(e) })?;
-            shared.publish(Arc::new(snap), Source::Test, set.flags.into_iter().map(|f| f.key).collect());
+            shared.publish(
+                Arc::new(snap),
+                Source::Test,
+                set.flags.into_iter().map(|f| f.key).collect(),
+                None,
+            );
             return Ok(Client { shared, _tasks: Arc::new(Tasks::none()) });
         }
         if let Some(path) = &self.file {
             let set = read_flag_file(path)?;
-            let snap = Snapshot::compile(&set, &self.cfg.limits)
+            let snap = Snapshot::compile(&set, &self.limits)
                 .map_err(|e| BuildError::File { path: path.display().to_string(), source: Box::new(e) })?;
-            shared.publish(Arc::new(snap), Source::File, set.flags.into_iter().map(|f| f.key).collect());
+            shared.publish(
+                Arc::new(snap),
+                Source::File,
+                set.flags.into_iter().map(|f| f.key).collect(),
+                None,
+            );
             return Ok(Client { shared, _tasks: Arc::new(Tasks::none()) });
         }
 
         let mut replica = None;
         if let Some(c) = &cache {
-            match c.load(sync::key_fingerprint(self.cfg.sdk_key.expose()), &self.cfg.limits) {
+            match c.load(sync::key_fingerprint(self.cfg.credential.expose()), &self.limits) {
                 Ok(Some((r, snap))) => {
                     tracing::info!(
                         revision = r.revision,
@@ -351,9 +356,13 @@ impl Builder {
                         let compiled = warm.warm_up();
                         tracing::debug!(compiled, "cached flags compiled");
                     });
-                    shared.publish(snap, Source::Cache, Vec::new());
                     // Cached data is stale until the stream confirms it.
-                    shared.mark_stale("serving cached flags; not yet confirmed by a relay");
+                    shared.publish(
+                        snap,
+                        Source::Cache,
+                        Vec::new(),
+                        Some("serving cached flags; not yet confirmed by a relay"),
+                    );
                     replica = Some(r);
                 }
                 Ok(None) => {}
@@ -364,9 +373,15 @@ impl Builder {
             }
         }
         let mut tasks = Tasks::none();
-        tasks.handles.push(runtime.spawn(sync::run(shared.clone(), self.cfg.clone(), replica)));
+        let sink = Arc::new(sync::ClientSink::new(
+            shared.clone(),
+            self.limits.clone(),
+            self.cfg.stale_after,
+            replica,
+        ));
+        tasks.handles.push(runtime.spawn(crate::follow::run(sink, self.cfg.clone())));
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
-            let fp = sync::key_fingerprint(self.cfg.sdk_key.expose());
+            let fp = sync::key_fingerprint(self.cfg.credential.expose());
             let cache = Arc::new(cache);
             let writer = sync::cache_writer(
                 shared.clone(),
@@ -610,6 +625,20 @@ impl Client {
             tracing::debug!(?timeout, "wait_ready timed out");
         }
         self.status()
+    }
+
+    /// How old the served data may be: the time since a relay last
+    /// confirmed it current, plus how old that relay said its own data was
+    /// then (a replica relay cut off from its upstream reports its age in
+    /// every heartbeat, PROTOCOL.md §2.6). `None` until a relay confirmed
+    /// anything (data from the cache, a file or test data).
+    pub fn data_age(&self) -> Option<Duration> {
+        let confirmed = self.shared.confirmed_unix_ms.load(Ordering::Relaxed);
+        if confirmed == 0 {
+            return None;
+        }
+        let relay = self.shared.relay_staleness_ms.load(Ordering::Relaxed);
+        Some(Duration::from_millis(now_ms().saturating_sub(confirmed) + relay))
     }
 
     /// Counters.

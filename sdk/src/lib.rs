@@ -23,6 +23,7 @@ mod clause;
 mod client;
 mod context;
 mod eval;
+pub mod follow;
 mod handle;
 mod limit;
 pub mod model;

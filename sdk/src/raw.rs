@@ -29,52 +29,73 @@ pub(crate) enum RawKind {
     Reconnect(flagstream_proto::v1::Reconnect),
 }
 
-/// `SnapshotChunk` with raw items.
+/// `SnapshotChunk` with its items as the raw bytes they arrived in (see
+/// `flagstream.v1.SnapshotChunk` for the fields).
 #[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct RawChunk {
+pub struct RawChunk {
     #[prost(string, tag = "1")]
-    pub(crate) epoch: String,
+    /// Epoch of the snapshot.
+    pub epoch: String,
     #[prost(uint64, tag = "2")]
-    pub(crate) revision: u64,
+    /// Revision it represents.
+    pub revision: u64,
     #[prost(uint32, tag = "3")]
-    pub(crate) chunk_index: u32,
+    /// 0-based position.
+    pub chunk_index: u32,
     #[prost(uint32, tag = "4")]
-    pub(crate) total_chunks: u32,
+    /// Chunks in the snapshot.
+    pub total_chunks: u32,
     #[prost(bool, tag = "5")]
-    pub(crate) last_chunk: bool,
+    /// True on the final chunk only.
+    pub last_chunk: bool,
     #[prost(bytes = "bytes", repeated, tag = "6")]
-    pub(crate) flags: Vec<Bytes>,
+    /// Encoded `Flag`s, as received.
+    pub flags: Vec<Bytes>,
     #[prost(bytes = "bytes", repeated, tag = "7")]
-    pub(crate) segments: Vec<Bytes>,
+    /// Encoded `Segment`s, as received.
+    pub segments: Vec<Bytes>,
     #[prost(fixed64, tag = "8")]
-    pub(crate) checksum: u64,
+    /// Checksum of the whole state at `revision`.
+    pub checksum: u64,
     #[prost(string, tag = "9")]
-    pub(crate) environment: String,
+    /// Environment name.
+    pub environment: String,
     #[prost(uint64, tag = "10")]
-    pub(crate) committed_unix_ms: u64,
+    /// Commit time of `revision` on the primary, Unix ms.
+    pub committed_unix_ms: u64,
 }
 
-/// `Delta` with raw items.
+/// `Delta` with its items as the raw bytes they arrived in (see
+/// `flagstream.v1.Delta` for the fields).
 #[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct RawDelta {
+pub struct RawDelta {
     #[prost(string, tag = "1")]
-    pub(crate) epoch: String,
+    /// Epoch of both revisions.
+    pub epoch: String,
     #[prost(uint64, tag = "2")]
-    pub(crate) from_revision: u64,
+    /// Revision the delta starts from.
+    pub from_revision: u64,
     #[prost(uint64, tag = "3")]
-    pub(crate) to_revision: u64,
+    /// Revision after applying it.
+    pub to_revision: u64,
     #[prost(bytes = "bytes", repeated, tag = "4")]
-    pub(crate) upserted_flags: Vec<Bytes>,
+    /// Encoded `Flag`s created or changed, as received.
+    pub upserted_flags: Vec<Bytes>,
     #[prost(bytes = "bytes", repeated, tag = "5")]
-    pub(crate) upserted_segments: Vec<Bytes>,
+    /// Encoded `Segment`s created or changed, as received.
+    pub upserted_segments: Vec<Bytes>,
     #[prost(string, repeated, tag = "6")]
-    pub(crate) deleted_flag_keys: Vec<String>,
+    /// Keys of deleted flags.
+    pub deleted_flag_keys: Vec<String>,
     #[prost(string, repeated, tag = "7")]
-    pub(crate) deleted_segment_keys: Vec<String>,
+    /// Keys of deleted segments.
+    pub deleted_segment_keys: Vec<String>,
     #[prost(fixed64, tag = "8")]
-    pub(crate) checksum: u64,
+    /// Checksum of the whole state at `to_revision`.
+    pub checksum: u64,
     #[prost(uint64, tag = "9")]
-    pub(crate) committed_unix_ms: u64,
+    /// Commit time of `to_revision` on the primary, Unix ms.
+    pub committed_unix_ms: u64,
 }
 
 /// The cache file's content: one atomic value.
