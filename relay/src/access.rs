@@ -1,10 +1,10 @@
 //! Who may do what: named admin tokens with a role and a set of
 //! environments, the principal a request was authenticated as, and the
-//! authorization check every Admin method makes. Tokens live in sled's
-//! `meta` tree (`token/{name}` → JSON [`TokenRecord`], the secret only as
-//! its SHA-256) and in memory behind an `ArcSwap`; the first start creates
-//! an admin token named `bootstrap` and writes its secret to the data
-//! directory (mode 0600).
+//! authorization check every Admin method makes. Token records (the
+//! secret only as its SHA-256) are stored by the store's backend and held
+//! in memory behind an `ArcSwap`; a primary's first start creates an admin
+//! token named `bootstrap` and writes its secret to the data directory
+//! (mode 0600). A replica holds the tokens its upstream's catalog lists.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,12 +16,8 @@ use tokio::sync::Mutex;
 use tonic::Status;
 
 use crate::auth::{self, constant_time_eq, hash_secret, new_secret};
-use crate::store::now_ms;
+use crate::store::{Backend, StoreError, now_ms};
 
-/// sled key of the pre-token admin token's hash (migrated to `bootstrap`).
-const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
-/// Prefix of token records in the `meta` tree.
-const TOKEN_PREFIX: &str = "token/";
 /// The token the first start creates.
 pub const BOOTSTRAP: &str = "bootstrap";
 
@@ -144,12 +140,12 @@ pub enum AccessError {
     /// Revoking it would leave no admin token for all environments.
     #[error("token {0:?} is the last admin token for all environments; create another first")]
     LastAdmin(String),
-    /// sled failed.
+    /// The store failed.
     #[error("storage error")]
-    Storage(#[from] sled::Error),
-    /// A stored record did not decode.
-    #[error("stored token {0:?} is corrupt")]
-    Corrupt(String, #[source] serde_json::Error),
+    Storage(#[from] StoreError),
+    /// This relay is a replica: tokens are managed at the primary.
+    #[error("{0}")]
+    ReadOnly(String),
     /// Writing the bootstrap token file failed.
     #[error("writing the bootstrap token file")]
     Io(#[from] std::io::Error),
@@ -166,10 +162,7 @@ impl From<AccessError> for Status {
                 tracing::error!(error = %cause, "token storage failure");
                 Status::unavailable("storage failure")
             }
-            AccessError::Corrupt(name, cause) => {
-                tracing::error!(token = %name, error = %cause, "corrupt token record");
-                Status::internal(e.to_string())
-            }
+            AccessError::ReadOnly(m) => Status::unimplemented(m.clone()),
             AccessError::Io(cause) => {
                 tracing::error!(error = %cause, "token file");
                 Status::internal(e.to_string())
@@ -181,11 +174,14 @@ impl From<AccessError> for Status {
 /// The registry of admin tokens.
 #[derive(Debug)]
 pub struct Tokens {
-    meta: sled::Tree,
-    db: sled::Db,
+    backend: Arc<dyn Backend>,
     by_name: ArcSwap<BTreeMap<String, Arc<TokenRecord>>>,
-    /// Serialises changes (create, revoke).
+    /// Serialises changes (create, revoke, replace).
     changes: Mutex<()>,
+    /// Bumped on every change (replicas follow it in the catalog).
+    changed: tokio::sync::watch::Sender<u64>,
+    /// `Some(why)` on a replica: tokens are managed at the primary.
+    read_only: Option<String>,
 }
 
 fn check_name(name: &str) -> Result<(), AccessError> {
@@ -200,63 +196,95 @@ fn check_name(name: &str) -> Result<(), AccessError> {
 }
 
 impl Tokens {
-    /// Loads the tokens. On the first start (no token at all) creates the
-    /// `bootstrap` admin token, writes its secret to `dir/admin-token`
-    /// (0600) and returns that path; a store from before named tokens has
-    /// its one token become `bootstrap`.
-    pub fn open(db: &sled::Db, dir: &Path) -> Result<(Tokens, Option<PathBuf>), AccessError> {
-        let meta = db.open_tree("meta")?;
-        let mut by_name = BTreeMap::new();
-        for r in meta.scan_prefix(TOKEN_PREFIX) {
-            let (k, v) = r?;
-            let name = String::from_utf8_lossy(&k[TOKEN_PREFIX.len()..]).into_owned();
-            let t: TokenRecord =
-                serde_json::from_slice(&v).map_err(|e| AccessError::Corrupt(name.clone(), e))?;
-            by_name.insert(name, Arc::new(t));
-        }
-        let tokens =
-            Tokens { meta, db: db.clone(), by_name: ArcSwap::from_pointee(by_name), changes: Mutex::new(()) };
+    /// Loads the tokens. On a primary's first start (no token at all)
+    /// creates the `bootstrap` admin token, writes its secret to
+    /// `dir/admin-token` (0600) and returns that path. `read_only` (a
+    /// replica: why) creates nothing and refuses changes.
+    pub async fn open(
+        backend: Arc<dyn Backend>,
+        dir: &Path,
+        read_only: Option<String>,
+    ) -> Result<(Tokens, Option<PathBuf>), AccessError> {
+        let by_name: BTreeMap<String, Arc<TokenRecord>> =
+            backend.tokens().await?.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
+        let legacy = by_name.len() == 1 && by_name.contains_key(BOOTSTRAP);
+        let tokens = Tokens {
+            backend,
+            by_name: ArcSwap::from_pointee(by_name),
+            changes: Mutex::new(()),
+            changed: tokio::sync::watch::channel(0).0,
+            read_only,
+        };
         let mut created = None;
-        if tokens.by_name.load().is_empty() {
-            let hash = match tokens.meta.get(LEGACY_TOKEN_KEY)? {
-                Some(h) => String::from_utf8_lossy(&h).into_owned(),
-                None => {
-                    let secret = new_secret("fs_admin_");
-                    let path = dir.join(auth::ADMIN_TOKEN_FILE);
-                    auth::write_private(&path, &secret)?;
-                    created = Some(path);
-                    hash_secret(&secret)
-                }
-            };
+        if tokens.read_only.is_none() && tokens.by_name.load().is_empty() {
+            let secret = new_secret("fs_admin_");
+            let path = dir.join(auth::ADMIN_TOKEN_FILE);
+            auth::write_private(&path, &secret)?;
+            created = Some(path);
             let t = TokenRecord {
                 name: BOOTSTRAP.into(),
                 role: Role::Admin,
                 environments: vec![],
                 replicate: false,
-                hash,
+                hash: hash_secret(&secret),
                 created_unix_ms: now_ms(),
                 created_by: "relay".into(),
             };
-            tokens.put(&t)?;
-            tokens.meta.remove(LEGACY_TOKEN_KEY)?;
-            tokens.db.flush()?;
+            tokens.backend.put_token(t.clone()).await?;
             tokens.publish(|m| {
                 m.insert(t.name.clone(), Arc::new(t));
             });
+        } else if legacy && tokens.read_only.is_none() {
+            // Stores the record of a pre-named-token store in today's form
+            // (a no-op rewrite for a current store).
+            if let Some(t) = tokens.by_name.load().get(BOOTSTRAP) {
+                tokens.backend.put_token(TokenRecord::clone(t)).await?;
+            }
         }
         Ok((tokens, created))
-    }
-
-    fn put(&self, t: &TokenRecord) -> Result<(), AccessError> {
-        let json = serde_json::to_vec(t).map_err(|e| AccessError::Corrupt(t.name.clone(), e))?;
-        self.meta.insert(format!("{TOKEN_PREFIX}{}", t.name), json)?;
-        Ok(())
     }
 
     fn publish(&self, change: impl FnOnce(&mut BTreeMap<String, Arc<TokenRecord>>)) {
         let mut m = BTreeMap::clone(&self.by_name.load());
         change(&mut m);
         self.by_name.store(Arc::new(m));
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// A receiver that changes whenever a token is created or revoked.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn check_writable(&self) -> Result<(), AccessError> {
+        match &self.read_only {
+            Some(why) => Err(AccessError::ReadOnly(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Replaces every token with `records` (a replica applying its
+    /// upstream's catalog); returns the names that are gone.
+    pub async fn replace_all(&self, records: Vec<TokenRecord>) -> Result<Vec<String>, AccessError> {
+        let _guard = self.changes.lock().await;
+        let old = self.by_name.load_full();
+        let new: BTreeMap<String, Arc<TokenRecord>> =
+            records.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
+        if *old == new {
+            return Ok(Vec::new());
+        }
+        for (name, t) in &new {
+            if old.get(name) != Some(t) {
+                self.backend.put_token(TokenRecord::clone(t)).await?;
+            }
+        }
+        let gone: Vec<String> = old.keys().filter(|n| !new.contains_key(*n)).cloned().collect();
+        // Memory first for removals: a revoked token stops working at once.
+        self.publish(|m| *m = new);
+        for name in &gone {
+            self.backend.remove_token(name.clone()).await?;
+        }
+        Ok(gone)
     }
 
     /// The token whose secret is `secret`.
@@ -287,6 +315,7 @@ impl Tokens {
         replicate: bool,
         created_by: &str,
     ) -> Result<(Arc<TokenRecord>, String), AccessError> {
+        self.check_writable()?;
         check_name(name)?;
         let _guard = self.changes.lock().await;
         if self.by_name.load().contains_key(name) {
@@ -305,8 +334,7 @@ impl Tokens {
             created_unix_ms: now_ms(),
             created_by: created_by.to_owned(),
         };
-        self.put(&t)?;
-        self.db.flush_async().await?;
+        self.backend.put_token(t.clone()).await?;
         let t = Arc::new(t);
         self.publish(|m| {
             m.insert(t.name.clone(), t.clone());
@@ -316,6 +344,7 @@ impl Tokens {
 
     /// Revokes a token at once.
     pub async fn revoke(&self, name: &str) -> Result<(), AccessError> {
+        self.check_writable()?;
         let _guard = self.changes.lock().await;
         let all = self.by_name.load();
         let t = all.get(name).ok_or_else(|| AccessError::NotFound(name.to_owned()))?;
@@ -328,8 +357,7 @@ impl Tokens {
         self.publish(|m| {
             m.remove(name);
         });
-        self.meta.remove(format!("{TOKEN_PREFIX}{name}"))?;
-        self.db.flush_async().await?;
+        self.backend.remove_token(name.to_owned()).await?;
         Ok(())
     }
 }
@@ -368,8 +396,9 @@ mod tests {
     #[tokio::test]
     async fn bootstrap_then_named_tokens_then_revocation() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path().join("db")).open().unwrap();
-        let (tokens, created) = Tokens::open(&db, dir.path()).unwrap();
+        let backend: Arc<dyn Backend> =
+            Arc::new(crate::store::sled::SledBackend::open(&dir.path().join("db")).unwrap());
+        let (tokens, created) = Tokens::open(backend.clone(), dir.path(), None).await.unwrap();
         let secret = std::fs::read_to_string(created.expect("bootstrap created")).unwrap();
         assert_eq!(tokens.authenticate(secret.trim()).unwrap().name(), BOOTSTRAP);
         let (_, ci) = tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP).await.unwrap();
@@ -380,7 +409,7 @@ mod tests {
         assert!(matches!(tokens.revoke(BOOTSTRAP).await, Err(AccessError::LastAdmin(_))));
         drop(tokens);
         // Persisted: a reopen knows both, creates nothing.
-        let (tokens, created) = Tokens::open(&db, dir.path()).unwrap();
+        let (tokens, created) = Tokens::open(backend, dir.path(), None).await.unwrap();
         assert!(created.is_none());
         assert_eq!(tokens.authenticate(&ci).unwrap().name(), "ci");
         tokens.revoke("ci").await.unwrap();

@@ -484,7 +484,7 @@ impl Admin for AdminService {
         };
         let limit = if r.limit == 0 { 100 } else { (r.limit as usize).min(MAX_PAGE) };
         let key = (!r.key.is_empty()).then_some((kind, r.key.as_str()));
-        let records = self.store.audit(&r.environment, key, limit, before)?;
+        let records = self.store.audit(&r.environment, key, limit, before).await?;
         let next = match records.last() {
             Some(((rev, seq), _)) if records.len() == limit => format!("{rev}.{seq}"),
             _ => String::new(),

@@ -37,6 +37,11 @@ impl From<StoreError> for Status {
                 )
             }
             StoreError::Abandoned => Status::cancelled(e.to_string()),
+            // A replica takes no changes: the client must go to the primary.
+            StoreError::ReadOnly { .. } => Status::unimplemented(e.to_string()),
+            // Internal to a shared backend's write loop; reaching a client
+            // means the loop gave up: retryable.
+            StoreError::Behind { .. } => Status::aborted(e.to_string()),
             // A size: retrying unchanged cannot help, so no retry hint.
             StoreError::Quota { .. } => Status::resource_exhausted(e.to_string()),
             StoreError::Task(cause) => {

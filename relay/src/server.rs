@@ -22,7 +22,8 @@ use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
 use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
-use crate::store::{Retention, Store};
+use crate::store::sled::SledBackend;
+use crate::store::{Backend, Retention, Source as StoreSource, Store};
 use crate::subscribe::{StreamConfig, SyncService};
 use crate::transport::{self, SocketOptions};
 
@@ -170,8 +171,11 @@ pub async fn serve(
         bytes: cfg.changelog_bytes,
         audit_revisions: cfg.audit_revisions,
     };
-    let store = Store::open(&cfg.data_dir.join("db"), Limits::default(), retention, metrics.clone())?;
-    let (tokens, new_token) = Tokens::open(store.db(), &cfg.data_dir)?;
+    let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?);
+    let store =
+        Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), StoreSource::Primary)
+            .await?;
+    let (tokens, new_token) = Tokens::open(backend, &cfg.data_dir, None).await?;
     let tokens = Arc::new(tokens);
     if let Some(path) = &new_token {
         tracing::info!(path = %path.display(), "created the admin token `bootstrap` (role admin, all environments; shown once in this file, mode 0600)");

@@ -1,34 +1,47 @@
-//! The authoritative flag store: environments, flags, segments, the change
-//! log and the audit log in sled, mirrored in memory as one immutable
-//! [`EnvState`] per environment behind an `ArcSwap`.
+//! The relay's flag store: environments, flags, segments, the change log
+//! and the audit log, held in memory as one immutable [`EnvState`] per
+//! environment behind an `ArcSwap`, and made durable by a [`Backend`]
+//! (the embedded sled database by default).
 //!
-//! Every admin write is one sled transaction across the environment's trees,
-//! flushed to disk before the caller hears "ok"; only then is the new state
-//! published to subscribers. Subscribers read memory only. This module knows
-//! nothing of gRPC: `error.rs` maps [`StoreError`] to a status.
+//! A revision reaches memory only after the backend made it durable;
+//! subscribers read memory only. Revisions come from admin writes
+//! (`write.rs`: planned here, committed by the backend) or, on a replica,
+//! from the upstream relay (`received.rs`: verified, persisted, passed on
+//! unchanged). This module knows nothing of gRPC: `error.rs` maps
+//! [`StoreError`] to a status.
 
 pub mod audit;
+pub mod backend;
+mod environment;
 mod key;
+pub mod meta;
 mod op;
-mod persist;
+pub mod received;
+pub mod sled;
 pub mod state;
+mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use flagstream::{Limits, Snapshot, ValidationErrors};
+use bytes::Bytes;
+use flagstream::{FlagSet, Limits, Snapshot, ValidationErrors, wire};
+use flagstream_proto::v1 as pb;
+use prost::Message;
 use tokio::sync::{Mutex, watch};
 
 use crate::auth;
 use crate::metrics::Metrics;
 use crate::quota::SizeQuota;
 pub use audit::{AuditPos, AuditRecord, Verification, Who};
-pub use op::{Op, WriteResult};
-pub use persist::{EnvMeta, SdkKeyRecord};
-use state::{EnvState, Item, ItemKey, Kind, LogEntry};
+pub use backend::Backend;
+pub use key::Rotated;
+pub use meta::{EnvMeta, SdkKeyRecord};
+pub use op::{ItemVersion, Op, WriteResult};
+use state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
 
 /// Store errors. Each names what was wrong and where.
 #[derive(Debug, thiserror::Error)]
@@ -84,9 +97,9 @@ pub enum StoreError {
     /// The write would leave invalid data.
     #[error(transparent)]
     Invalid(#[from] ValidationErrors),
-    /// sled failed.
+    /// The database failed.
     #[error("storage error")]
-    Storage(#[from] sled::Error),
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// An earlier storage failure left memory and disk possibly apart;
     /// writes stop until a restart reloads the truth from disk.
     #[error("environment {0:?} refuses writes after a storage failure; restart the relay to reload it")]
@@ -109,6 +122,24 @@ pub enum StoreError {
         /// The quota.
         limit: usize,
     },
+    /// This relay is a replica: its data comes from upstream, and every
+    /// change is made at the primary.
+    #[error("this relay is a replica (it follows {upstream}); send changes to the primary{}", primary.as_ref().map(|p| format!(" at {p}")).unwrap_or_default())]
+    ReadOnly {
+        /// The upstream URLs it follows.
+        upstream: String,
+        /// The primary's address, when the upstream announced one.
+        primary: Option<String>,
+    },
+    /// A shared backend's head moved past the revision a write was planned
+    /// on (another relay wrote): catch up and plan again.
+    #[error("environment {env:?} moved to revision {current} in the database")]
+    Behind {
+        /// Environment.
+        env: String,
+        /// The database's head.
+        current: u64,
+    },
     /// The caller went away while the write waited for its turn; it was
     /// not started.
     #[error("the caller went away before the write started; nothing was written")]
@@ -127,27 +158,90 @@ pub enum StoreError {
     },
 }
 
+impl From<::sled::Error> for StoreError {
+    fn from(e: ::sled::Error) -> StoreError {
+        StoreError::Storage(Box::new(e))
+    }
+}
+
+/// A corrupt-record error.
+pub(crate) fn corrupt(what: String, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Corrupt { what, source: Box::new(e) }
+}
+
+/// Serialises a record; a failure is reported, never written as an empty
+/// (corrupt) value.
+pub(crate) fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| corrupt(format!("{what} (while encoding)"), e))
+}
+
+/// How current a replica's copy of an environment is: what its heartbeats
+/// state as `staleness_ms` (PROTOCOL.md §2.6). A primary's is always 0.
+#[derive(Debug, Default)]
+pub struct Freshness {
+    /// Whether the upstream stream is open and delivering.
+    live: AtomicBool,
+    /// When the upstream last confirmed the data (monotonic ms of the
+    /// store's clock; 0: never).
+    confirmed_ms: AtomicU64,
+    /// The upstream's own staleness at that moment.
+    upstream_ms: AtomicU64,
+}
+
+impl Freshness {
+    /// Records that the upstream confirmed the data now, itself
+    /// `upstream_ms` stale.
+    pub fn confirm(&self, now_ms: u64, upstream_ms: u64) {
+        self.confirmed_ms.store(now_ms.max(1), Ordering::Relaxed);
+        self.upstream_ms.store(upstream_ms, Ordering::Relaxed);
+    }
+
+    /// Marks the upstream stream open (`true`) or down.
+    pub fn set_live(&self, live: bool) {
+        self.live.store(live, Ordering::Relaxed);
+    }
+
+    /// Whether the upstream stream is open.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// How old the data is, ms: the upstream's staleness while its stream
+    /// is open; once it is down, the time since it last confirmed the data
+    /// plus its staleness then. `None`: never confirmed.
+    pub fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
+        let confirmed = self.confirmed_ms.load(Ordering::Relaxed);
+        if confirmed == 0 {
+            return None;
+        }
+        let upstream = self.upstream_ms.load(Ordering::Relaxed);
+        Some(if self.is_live() { upstream } else { now_ms.saturating_sub(confirmed) + upstream })
+    }
+}
+
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]
 pub struct Env {
     /// The current state; replaced whole on every commit.
     pub state: ArcSwap<EnvState>,
-    /// Head revision, for subscribers to wait on.
+    /// Head revision, for subscribers to wait on (`u64::MAX`: deleted).
     pub head: watch::Sender<u64>,
     /// Serialises writers of this environment (one writer at a time keeps
     /// revisions gapless and versions consistent).
     write: Mutex<()>,
-    /// Persistent metadata (epoch, key hash, ...).
-    pub meta: arc_swap::ArcSwap<EnvMeta>,
-    /// Set when a commit failed after reaching sled: the outcome on disk
-    /// is unknown, so no further write may build on memory.
-    pub poisoned: std::sync::atomic::AtomicBool,
+    /// Persistent metadata (epoch, keys, ...).
+    pub meta: ArcSwap<EnvMeta>,
+    /// Set when a commit failed after reaching storage: the outcome on
+    /// disk is unknown, so no further write may build on memory.
+    pub poisoned: AtomicBool,
     /// Set (under the write lock) when the environment is deleted: a write
     /// that was waiting for the lock must not resurrect it on disk.
-    pub deleted: std::sync::atomic::AtomicBool,
-    /// Set while a commit is between reaching sled and publishing: a panic
-    /// then leaves disk unknown (poison); a panic before it does not.
-    pub committing: std::sync::atomic::AtomicBool,
+    pub deleted: AtomicBool,
+    /// Set while a commit is between reaching storage and publishing: a
+    /// panic then leaves disk unknown (poison); a panic before it does not.
+    pub committing: AtomicBool,
+    /// On a replica: how current the data is.
+    pub freshness: Freshness,
 }
 
 impl Env {
@@ -158,20 +252,28 @@ impl Env {
             state: ArcSwap::from_pointee(state),
             write: Mutex::new(()),
             meta: ArcSwap::from_pointee(meta),
-            poisoned: std::sync::atomic::AtomicBool::new(false),
-            deleted: std::sync::atomic::AtomicBool::new(false),
-            committing: std::sync::atomic::AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
+            committing: AtomicBool::new(false),
+            freshness: Freshness::default(),
         }
+    }
+
+    /// Whether the environment holds data: always on a primary; on a
+    /// replica once a first snapshot arrived (before that its epoch is
+    /// empty and subscribers are sent elsewhere).
+    pub fn has_data(&self) -> bool {
+        !self.state.load().epoch.is_empty()
     }
 
     /// After taking the write lock: refuses if the environment was deleted
     /// meanwhile or a storage failure poisoned it.
     fn check_writable(&self) -> Result<(), StoreError> {
         let name = || self.meta.load().name.clone();
-        if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
+        if self.deleted.load(Ordering::Acquire) {
             return Err(StoreError::EnvNotFound(name()));
         }
-        if self.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+        if self.poisoned.load(Ordering::Acquire) {
             return Err(StoreError::Poisoned(name()));
         }
         Ok(())
@@ -196,6 +298,18 @@ impl Retention {
     }
 }
 
+/// Where a relay's data comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// This relay is the primary: admin writes make the revisions.
+    Primary,
+    /// This relay follows an upstream relay and accepts no changes.
+    Replica {
+        /// The upstream URLs, comma-separated, for messages.
+        upstream: String,
+    },
+}
+
 /// Cloneable handle to the store.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -204,8 +318,7 @@ pub struct Store {
 
 #[derive(Debug)]
 struct Inner {
-    db: sled::Db,
-    meta: sled::Tree,
+    backend: Arc<dyn Backend>,
     envs: ArcSwap<HashMap<String, Arc<Env>>>,
     /// Serialises environment creation and deletion.
     envs_lock: Mutex<()>,
@@ -214,6 +327,14 @@ struct Inner {
     metrics: Metrics,
     /// Per-environment size quotas (replaced on a configuration reload).
     size_quota: ArcSwap<SizeQuota>,
+    source: Source,
+    /// The primary's address as the upstream announced it (replicas).
+    primary: ArcSwap<Option<String>>,
+    /// Bumped on every change to the set of environments or their keys
+    /// (what replicas follow as the catalog).
+    catalog: watch::Sender<u64>,
+    /// Origin of the monotonic clock of [`Freshness`].
+    clock: tokio::time::Instant,
 }
 
 /// Unix time in ms.
@@ -221,36 +342,156 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// An item's bytes decoded for the model and its version.
+fn decode_item(kind: Kind, bytes: &Bytes, set: &mut FlagSet) -> Result<(String, u64), String> {
+    match kind {
+        Kind::Flag => {
+            let p = pb::Flag::decode(bytes.clone()).map_err(|e| e.to_string())?;
+            let f = wire::flag_from_proto(&p).map_err(|e| e.to_string())?;
+            let v = (p.key, f.version);
+            set.flags.push(f);
+            Ok(v)
+        }
+        Kind::Segment => {
+            let p = pb::Segment::decode(bytes.clone()).map_err(|e| e.to_string())?;
+            let s = wire::segment_from_proto(&p).map_err(|e| e.to_string())?;
+            let v = (p.key, s.version);
+            set.segments.push(s);
+            Ok(v)
+        }
+    }
+}
+
+/// Items, their model and compiled snapshot, from stored or received
+/// bytes. Data that fails validation under this relay's limits (stored
+/// under older limits, or sent by a newer upstream) is still served and
+/// forwarded, loudly: it evaluates with errors here, and the bytes travel
+/// on unchanged.
+pub(crate) fn build_items(
+    env: &str,
+    raw: impl IntoIterator<Item = (Kind, Bytes)>,
+    limits: &Limits,
+    metrics: &Metrics,
+) -> Result<(BTreeMap<ItemKey, Item>, Snapshot), String> {
+    let mut set = FlagSet::default();
+    let mut items = BTreeMap::new();
+    for (kind, bytes) in raw {
+        let (key, version) =
+            decode_item(kind, &bytes, &mut set).map_err(|e| format!("{} {e}", kind.name()))?;
+        let hash = item_hash(kind, &key, &bytes);
+        items.insert((kind, key), Item { bytes, hash, version });
+    }
+    let snapshot = match Snapshot::compile(&set, limits) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(env, error = %e, "flags fail validation under this relay's limits; serving them anyway");
+            metrics.limit_hit("stored_data_invalid");
+            Snapshot::compile_unvalidated(&set, limits)
+        }
+    };
+    Ok((items, snapshot))
+}
+
 impl Store {
-    /// Opens (or creates) the store under `dir` and loads every environment
-    /// into memory.
-    pub fn open(
-        dir: &Path,
+    /// Opens the store over `backend` and loads every environment into
+    /// memory, verifying each one's checksum.
+    pub async fn open(
+        backend: Arc<dyn Backend>,
         limits: Limits,
         retention: Retention,
         metrics: Metrics,
+        source: Source,
     ) -> Result<Store, StoreError> {
-        let db = sled::Config::new().path(dir).open()?;
-        let meta = db.open_tree("meta")?;
-        let mut envs = HashMap::new();
-        for m in persist::load_metas(&meta)? {
-            let env = persist::load_env(&db, m, &limits, retention, &metrics)?;
-            envs.insert(env.meta.load().name.clone(), Arc::new(env));
-        }
+        let loaded = backend.load(retention).await?;
+        let (limits2, metrics2) = (limits.clone(), metrics.clone());
+        let envs = tokio::task::spawn_blocking(move || {
+            loaded
+                .into_iter()
+                .map(|l| {
+                    let env = load_env(l, &limits2, &metrics2)?;
+                    Ok((env.meta.load().name.clone(), Arc::new(env)))
+                })
+                .collect::<Result<HashMap<_, _>, StoreError>>()
+        })
+        .await
+        .map_err(StoreError::Task)??;
         let store = Store {
             inner: Arc::new(Inner {
-                db,
-                meta,
+                backend,
                 envs: ArcSwap::from_pointee(envs),
                 envs_lock: Mutex::new(()),
                 limits,
                 retention,
                 metrics,
                 size_quota: ArcSwap::from_pointee(crate::quota::QuotaConfig::default().sizes()),
+                source,
+                primary: ArcSwap::from_pointee(None),
+                catalog: watch::channel(0).0,
+                clock: tokio::time::Instant::now(),
             }),
         };
         store.update_gauges();
         Ok(store)
+    }
+
+    /// The backend (tokens and settings live there too).
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// Where this relay's data comes from.
+    pub fn source(&self) -> &Source {
+        &self.inner.source
+    }
+
+    /// `Err(ReadOnly)` on a replica: changes are made at the primary.
+    pub fn check_writable(&self) -> Result<(), StoreError> {
+        match &self.inner.source {
+            Source::Primary => Ok(()),
+            Source::Replica { upstream } => Err(StoreError::ReadOnly {
+                upstream: upstream.clone(),
+                primary: (**self.inner.primary.load()).clone(),
+            }),
+        }
+    }
+
+    /// Records the primary's address as announced by the upstream.
+    pub fn set_primary(&self, primary: Option<String>) {
+        self.inner.primary.store(Arc::new(primary));
+    }
+
+    /// The primary's address: this relay's own when it is the primary
+    /// (`advertised`), else what the upstream announced.
+    pub fn primary(&self) -> Option<String> {
+        (**self.inner.primary.load()).clone()
+    }
+
+    /// Monotonic milliseconds of the store's clock ([`Freshness`]).
+    pub fn mono_ms(&self) -> u64 {
+        self.inner.clock.elapsed().as_millis() as u64
+    }
+
+    /// How stale `env`'s data is, ms: 0 on a primary; on a replica what
+    /// [`Freshness::staleness_ms`] says (`u64::MAX`-free: a never-confirmed
+    /// copy counts from the relay's start).
+    pub fn staleness_ms(&self, env: &Env) -> u64 {
+        match self.inner.source {
+            Source::Primary => 0,
+            Source::Replica { .. } => {
+                let now = self.mono_ms();
+                env.freshness.staleness_ms(now).unwrap_or(now)
+            }
+        }
+    }
+
+    /// A receiver that changes whenever environments or their keys change.
+    pub fn catalog_changes(&self) -> watch::Receiver<u64> {
+        self.inner.catalog.subscribe()
+    }
+
+    /// Tells catalog followers that something changed.
+    pub fn catalog_changed(&self) {
+        self.inner.catalog.send_modify(|v| *v += 1);
     }
 
     /// Sets the per-environment size quotas (at start and on reload).
@@ -263,14 +504,14 @@ impl Store {
         &self.inner.limits
     }
 
+    /// The change-log and audit retention.
+    pub fn retention(&self) -> Retention {
+        self.inner.retention
+    }
+
     /// Metrics handle.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
-    }
-
-    /// The sled database (for the admin token record).
-    pub fn db(&self) -> &sled::Db {
-        &self.inner.db
     }
 
     /// An environment by name.
@@ -301,357 +542,8 @@ impl Store {
         v
     }
 
-    /// Creates an environment; returns it and its SDK key (shown once,
-    /// stored only as a hash). Completes even if the caller goes away.
-    pub async fn create_env(
-        &self,
-        name: &str,
-        description: &str,
-        created_by: &str,
-    ) -> Result<(Arc<Env>, String), StoreError> {
-        let mut errors = Vec::new();
-        let path = "name";
-        if name.is_empty()
-            || name.len() > 64
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            errors.push(flagstream::ValidationError {
-                path: path.into(),
-                message: format!("{name:?}: 1-64 bytes of A-Z a-z 0-9 - _"),
-            });
-        }
-        if !errors.is_empty() {
-            return Err(ValidationErrors(errors).into());
-        }
-        let (this, name, description) = (self.clone(), name.to_owned(), description.to_owned());
-        let created_by = created_by.to_owned();
-        detached(async move {
-            let _guard = this.inner.envs_lock.lock().await;
-            if this.inner.envs.load().contains_key(&name) {
-                return Err(StoreError::EnvExists(name));
-            }
-            let store = this.clone();
-            blocking(move || store.create_env_blocking(&name, &description, &created_by)).await
-        })
-        .await
-    }
-
-    fn create_env_blocking(
-        &self,
-        name: &str,
-        description: &str,
-        created_by: &str,
-    ) -> Result<(Arc<Env>, String), StoreError> {
-        // A crash during an earlier delete may have left this name's trees.
-        persist::delete_env(&self.inner.db, &self.inner.meta, name)?;
-        let sdk_key = auth::new_secret("fs_sdk_");
-        let meta = EnvMeta {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            epoch: auth::new_epoch(),
-            revision: 0,
-            checksum: 0,
-            committed_unix_ms: now_ms(),
-            created_unix_ms: now_ms(),
-            sdk_key_hash: String::new(),
-            sdk_keys: vec![SdkKeyRecord {
-                id: "k1".into(),
-                name: "default".into(),
-                hash: auth::hash_secret(&sdk_key),
-                created_unix_ms: now_ms(),
-                expires_unix_ms: 0,
-                created_by: created_by.to_owned(),
-            }],
-            keys_made: 1,
-            audit_head: String::new(),
-        };
-        persist::put_meta(&self.inner.meta, &meta)?;
-        self.inner.db.flush()?;
-        let state = EnvState::new(
-            meta.name.clone(),
-            meta.epoch.clone(),
-            0,
-            meta.committed_unix_ms,
-            Arc::new(BTreeMap::new()),
-            Arc::new(VecDeque::new()),
-            Arc::new(Snapshot::empty()),
-        );
-        let env = Arc::new(Env::new(state, meta));
-        let mut all = HashMap::clone(&self.inner.envs.load());
-        all.insert(name.to_owned(), env.clone());
-        self.inner.envs.store(Arc::new(all));
-        self.update_gauges();
-        Ok((env, sdk_key))
-    }
-
-    /// Deletes an environment and all its data. Subscribers see it vanish
-    /// (their streams end). Completes even if the caller goes away.
-    pub async fn delete_env(&self, name: &str, expected_revision: Option<u64>) -> Result<(), StoreError> {
-        let (this, name) = (self.clone(), name.to_owned());
-        detached(async move {
-            let _guard = this.inner.envs_lock.lock().await;
-            let env = this.env(&name)?;
-            let _write = env.write.lock().await;
-            env.check_writable()?;
-            let current = env.state.load().revision;
-            if let Some(expected) = expected_revision.filter(|e| *e != current) {
-                return Err(StoreError::RevisionConflict { env: name, expected, current });
-            }
-            let (store, deleting) = (this.clone(), env.clone());
-            blocking(move || store.delete_env_blocking(&name, &deleting)).await
-        })
-        .await
-    }
-
-    fn delete_env_blocking(&self, name: &str, env: &Env) -> Result<(), StoreError> {
-        let outcome = persist::delete_env(&self.inner.db, &self.inner.meta, name)
-            .and_then(|()| self.inner.db.flush().map(|_| ()).map_err(StoreError::from));
-        if let Err(e) = outcome {
-            // Part of the environment may be gone from disk: no write may
-            // build on memory any more.
-            self.poison(env, name, &e);
-            return Err(e);
-        }
-        env.deleted.store(true, std::sync::atomic::Ordering::Release);
-        let mut all = HashMap::clone(&self.inner.envs.load());
-        all.remove(name);
-        self.inner.envs.store(Arc::new(all));
-        // Wake subscribers so they notice the environment is gone.
-        env.head.send_modify(|h| *h = u64::MAX);
-        let labels = vec![("env", name.to_owned())];
-        let m = &self.inner.metrics;
-        m.store_items.remove(&labels);
-        m.store_bytes.remove(&labels);
-        m.head_revision.remove(&labels);
-        Ok(())
-    }
-
-    /// Applies `ops` atomically as one new revision of `env`. A batch that
-    /// changes nothing commits nothing and returns the current revision.
-    ///
-    /// The write runs on a task of its own, its CPU and disk work on the
-    /// blocking pool: a caller that goes away at any await (a deadline, a
-    /// Ctrl-C) leaves the commit to finish whole (disk, memory,
-    /// subscribers, audit) or, if it had not begun, not at all; and no
-    /// runtime worker is held by validation or sled.
-    pub async fn write(
-        &self,
-        env_name: &str,
-        ops: Vec<Op>,
-        expected_revision: Option<u64>,
-        who: &Who,
-        comment: &str,
-    ) -> Result<WriteResult, StoreError> {
-        let this = self.clone();
-        let (env_name, who, comment) = (env_name.to_owned(), who.clone(), comment.to_owned());
-        // Dropped with the caller's future: a write whose caller left while
-        // it waited for the lock is not started at all (one that started
-        // finishes whole).
-        let caller = Arc::new(());
-        let waiting = Arc::downgrade(&caller);
-        let result = detached(async move {
-            let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
-            let label = match &result {
-                Ok(_) => "ok",
-                Err(StoreError::Invalid(_)) => "invalid",
-                Err(StoreError::Poisoned(_)) => "poisoned",
-                Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
-                Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
-                Err(StoreError::Abandoned) => "abandoned",
-                Err(StoreError::Quota { .. }) => "quota",
-                Err(_) => "error",
-            };
-            this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
-            result
-        })
-        .await;
-        drop(caller);
-        result
-    }
-
-    async fn write_inner(
-        &self,
-        env_name: &str,
-        ops: Vec<Op>,
-        expected_revision: Option<u64>,
-        who: Who,
-        comment: String,
-        caller: std::sync::Weak<()>,
-    ) -> Result<WriteResult, StoreError> {
-        let env = self.env(env_name)?;
-        let _write = env.write.lock().await;
-        if caller.strong_count() == 0 {
-            tracing::info!(env = %env_name, by = %who.principal, "write dropped: its caller went away before it started");
-            return Err(StoreError::Abandoned);
-        }
-        env.check_writable()?;
-        let state = env.state.load_full();
-        if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
-            return Err(StoreError::RevisionConflict {
-                env: env_name.to_owned(),
-                expected,
-                current: state.revision,
-            });
-        }
-        let (store, committing) = (self.clone(), env.clone());
-        // `state` moves into the closure: if this write replaces it, the
-        // last reference to a possibly huge state is dropped there, on the
-        // blocking pool, not on a runtime worker.
-        let result = blocking(move || {
-            let result = store.commit_blocking(&committing, &state, ops, &who, &comment);
-            drop(state);
-            result
-        })
-        .await;
-        if let Err(StoreError::Task(e)) = &result {
-            if env.committing.load(std::sync::atomic::Ordering::Acquire) {
-                // It panicked after reaching sled: disk is unknown.
-                self.poison(&env, env_name, e);
-            } else {
-                tracing::error!(env = %env_name, error = %e, "write task failed before reaching storage; nothing was written");
-            }
-        }
-        result
-    }
-
-    /// Plans, validates, commits, flushes and publishes one write; runs on
-    /// the blocking pool under the environment's write lock.
-    fn commit_blocking(
-        &self,
-        env: &Env,
-        state: &EnvState,
-        ops: Vec<Op>,
-        who: &Who,
-        comment: &str,
-    ) -> Result<WriteResult, StoreError> {
-        let env_name = state.name.as_str();
-        let revision = state.revision + 1;
-        let plan = op::plan(state, ops, revision, &self.inner.limits, |kind, key| {
-            audit::last_actor(&self.inner.db, env_name, kind, key)
-        })?;
-        if plan.changes.is_empty() {
-            return Ok(WriteResult { revision: state.revision, items: plan.versions });
-        }
-        let committed = now_ms();
-        // New in-memory items and checksum.
-        let mut items = BTreeMap::clone(&state.items);
-        let mut entry_bytes = 0;
-        for c in &plan.changes {
-            match &c.bytes {
-                Some(bytes) => {
-                    entry_bytes += bytes.len();
-                    let hash = state::item_hash(c.key.0, &c.key.1, bytes);
-                    items
-                        .insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after });
-                }
-                None => {
-                    entry_bytes += c.key.1.len();
-                    items.remove(&c.key);
-                }
-            }
-        }
-        self.check_size_quota(env_name, &state.items, &items)?;
-        let entry = LogEntry {
-            revision,
-            changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
-            committed_unix_ms: committed,
-            bytes: entry_bytes,
-        };
-        let mut log = VecDeque::clone(&state.log);
-        log.push_back(entry.clone());
-        let trimmed = trim_log(&mut log, self.inner.retention);
-        let mut meta = EnvMeta::clone(&env.meta.load());
-        meta.revision = revision;
-        meta.committed_unix_ms = committed;
-        let new_state = EnvState::new(
-            state.name.clone(),
-            state.epoch.clone(),
-            revision,
-            committed,
-            Arc::new(items),
-            Arc::new(log),
-            Arc::new(plan.snapshot.with_cursor(&state.epoch, revision)),
-        );
-        meta.checksum = new_state.checksum;
-        // Durable before anyone is told: the caller, and the subscribers.
-        env.committing.store(true, std::sync::atomic::Ordering::Release);
-        let outcome = persist::commit(
-            &self.inner.db,
-            &self.inner.meta,
-            &mut meta,
-            &plan.changes,
-            &entry,
-            &trimmed,
-            self.inner.retention.audit_floor(revision),
-            who,
-            comment,
-        )
-        .and_then(|audit_trimmed| {
-            self.metrics().audit_trimmed.inc_by(audit_trimmed as u64);
-            self.inner.db.flush().map(|_| ()).map_err(StoreError::from)
-        });
-        if let Err(e) = outcome {
-            // Whether sled persisted the revision is unknown: building the
-            // next write on memory could fork memory from disk.
-            self.poison(env, env_name, &e);
-            return Err(e);
-        }
-        env.meta.store(Arc::new(meta));
-        env.state.store(Arc::new(new_state));
-        env.head.send_replace(revision);
-        env.committing.store(false, std::sync::atomic::Ordering::Release);
-        self.update_env_gauges(env);
-        Ok(WriteResult { revision, items: plan.versions })
-    }
-
-    /// Refuses a write that takes an environment past a size quota. A
-    /// write that does not grow an exceeded dimension (after a quota was
-    /// lowered) still goes through, so an environment can always shrink.
-    fn check_size_quota(
-        &self,
-        env: &str,
-        before: &BTreeMap<ItemKey, Item>,
-        after: &BTreeMap<ItemKey, Item>,
-    ) -> Result<(), StoreError> {
-        let q = **self.inner.size_quota.load();
-        let usage = |m: &BTreeMap<ItemKey, Item>| {
-            let flags = m.keys().filter(|(k, _)| *k == Kind::Flag).count();
-            let bytes: usize = m.values().map(|i| i.bytes.len()).sum();
-            (flags, m.len() - flags, bytes)
-        };
-        let (b, a) = (usage(before), usage(after));
-        let checks = [
-            (a.0, b.0, q.flags, "flags", "flags", "quota-flags"),
-            (a.1, b.1, q.segments, "segments", "segments", "quota-segments"),
-            (
-                a.2,
-                b.2,
-                q.snapshot_bytes,
-                "bytes of flags and segments",
-                "snapshot_bytes",
-                "quota-snapshot-bytes",
-            ),
-        ];
-        for (used, was, limit, what, quota, setting) in checks {
-            if used > limit && used > was {
-                self.inner.metrics.quota_refusal(env, quota);
-                tracing::warn!(env, quota, used, limit, "quota refused a write");
-                return Err(StoreError::Quota { env: env.to_owned(), what, quota, setting, used, limit });
-            }
-        }
-        Ok(())
-    }
-
-    /// Stops all writes to `env` after a failure that may have left disk
-    /// and memory apart; loud, counted.
-    fn poison(&self, env: &Env, name: &str, error: &dyn std::fmt::Display) {
-        env.poisoned.store(true, std::sync::atomic::Ordering::Release);
-        tracing::error!(env = %name, error = %error, "commit failed; this environment refuses writes until the relay restarts");
-        self.inner.metrics.limit_hit("storage_failure");
-    }
-
     /// Audit entries of an environment, newest first.
-    pub fn audit(
+    pub async fn audit(
         &self,
         env: &str,
         key: Option<(Kind, &str)>,
@@ -659,18 +551,21 @@ impl Store {
         before: Option<AuditPos>,
     ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
         self.env(env)?;
-        audit::list(&self.inner.db, env, key, limit, before)
+        let item = key.map(|(k, s)| (k, s.to_owned()));
+        self.inner.backend.audit(env.to_owned(), item, limit, before).await
     }
 
-    /// Checks an environment's audit hash chain (on the blocking pool; it
-    /// reads every retained record). Taken under the environment's write
-    /// lock, so no commit moves the chain's end meanwhile.
+    /// Checks an environment's audit hash chain. Taken under the
+    /// environment's write lock, so no commit moves the chain's end
+    /// meanwhile.
     pub async fn verify_audit(&self, env: &str) -> Result<Verification, StoreError> {
-        let (this, env) = (self.clone(), self.env(env)?);
+        let env = self.env(env)?;
         let _write = env.write.lock().await;
-        let head = env.meta.load().audit_head.clone();
-        let name = env.meta.load().name.clone();
-        blocking(move || audit::verify(&this.inner.db, &name, &head)).await
+        let (name, head) = {
+            let meta = env.meta.load();
+            (meta.name.clone(), meta.audit_head.clone())
+        };
+        self.inner.backend.verify_audit(name, head).await
     }
 
     fn update_gauges(&self) {
@@ -688,11 +583,53 @@ impl Store {
         m.head_revision.get_or_create(&labels).set(s.revision as i64);
     }
 
-    /// Flushes sled (shutdown).
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        self.inner.db.flush_async().await?;
-        Ok(())
+    /// Stops all writes to `env` after a failure that may have left disk
+    /// and memory apart; loud, counted.
+    fn poison(&self, env: &Env, name: &str, error: &dyn std::fmt::Display) {
+        env.poisoned.store(true, Ordering::Release);
+        tracing::error!(env = %name, error = %error, "commit failed; this environment refuses writes until the relay restarts");
+        self.inner.metrics.limit_hit("storage_failure");
     }
+
+    /// Makes everything durable (shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.backend.flush().await
+    }
+}
+
+/// Builds one environment's in-memory state from what the backend loaded,
+/// verifying the checksum the metadata seals.
+fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<Env, StoreError> {
+    let meta = l.meta;
+    let name = meta.name.clone();
+    if l.audit_trimmed > 0 {
+        tracing::info!(env = %name, records = l.audit_trimmed, "audit records past the retention dropped");
+        metrics.audit_trimmed.inc_by(l.audit_trimmed as u64);
+    }
+    let (items, snapshot) =
+        build_items(&name, l.items.into_iter().map(|((k, _), b)| (k, b)), limits, metrics)
+            .map_err(|e| corrupt(format!("an item of environment {name:?}"), std::io::Error::other(e)))?;
+    let state = EnvState::new(
+        name.clone(),
+        meta.epoch.clone(),
+        meta.revision,
+        meta.committed_unix_ms,
+        Arc::new(items),
+        Arc::new(VecDeque::from(l.log)),
+        Arc::new(snapshot.with_cursor(&meta.epoch, meta.revision)),
+    );
+    if state.checksum != meta.checksum {
+        return Err(StoreError::Corrupt {
+            what: format!("environment {name:?}"),
+            source: format!(
+                "checksum of stored items {:#018x} does not match the committed {:#018x}",
+                state.checksum, meta.checksum
+            )
+            .into(),
+        });
+    }
+    tracing::info!(env = %name, revision = meta.revision, items = state.items.len(), "environment loaded");
+    Ok(Env::new(state, meta))
 }
 
 /// Runs `work` on a task of its own and waits for it. The caller's future
@@ -704,7 +641,7 @@ async fn detached<T: Send + 'static>(
     tokio::spawn(work).await.map_err(StoreError::Task)?
 }
 
-/// Runs `work` on tokio's blocking pool (validation, compilation, sled).
+/// Runs `work` on tokio's blocking pool (validation, compilation).
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {

@@ -84,6 +84,10 @@ pub enum ApplyError {
     /// A cache of another format version.
     #[error("cache format {0} is not {CACHE_FORMAT}")]
     Format(u32),
+    /// The receiver could not store what it received (a replica relay's
+    /// database failed).
+    #[error("storing the received data failed")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Items by key. Keys are shared with the lazy snapshot built from the cache.

@@ -1,18 +1,18 @@
-//! The audit log: one record per changed item, written in the commit's
-//! transaction (tree `audit/{env}`, key = revision ‖ sequence, big-endian),
-//! with the authenticated principal, and hash-chained: each record holds
-//! the hash of the one before it and its own hash over both, and the
-//! environment's metadata holds the newest hash, so a record edited,
-//! removed or inserted on disk breaks the chain ([`verify`]). Also paging,
-//! "who last changed this item", and the retention.
+//! The audit log's records and chain: one record per changed item, written
+//! in the commit's transaction by the backend, with the authenticated
+//! principal, and hash-chained: each record holds the hash of the one
+//! before it and its own hash over both, and the environment's metadata
+//! holds the newest hash, so a record edited, removed or inserted in the
+//! database breaks the chain ([`verify`]). Storage-independent: backends
+//! store the records and hand them back in order.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
 use super::op::Change;
-use super::persist::{corrupt, to_json};
 use super::state::Kind;
+use super::to_json;
 
 /// Where an audit entry sits: `(revision, sequence within the revision)`.
 pub type AuditPos = (u64, u32);
@@ -77,24 +77,8 @@ impl AuditRecord {
     }
 }
 
-fn key_of(pos: AuditPos) -> Vec<u8> {
-    let mut k = pos.0.to_be_bytes().to_vec();
-    k.extend_from_slice(&pos.1.to_be_bytes());
-    k
-}
-
-fn pos_of(env: &str, k: &[u8]) -> Result<AuditPos, StoreError> {
-    match (k.get(..8).map(<[u8; 8]>::try_from), k.get(8..12).map(<[u8; 4]>::try_from)) {
-        (Some(Ok(rev)), Some(Ok(seq))) => Ok((u64::from_be_bytes(rev), u32::from_be_bytes(seq))),
-        _ => Err(corrupt(format!("audit key in {env:?}"), std::io::Error::other("short key"))),
-    }
-}
-
-/// A sled key and value.
-pub(crate) type KeyValue = (Vec<u8>, Vec<u8>);
-
 /// The records of one revision, chained after `head`, which moves to the
-/// last of them: `(key, JSON)` pairs for the commit's transaction.
+/// last of them, each with its position.
 pub(crate) fn seal(
     changes: &[Change],
     revision: u64,
@@ -102,7 +86,7 @@ pub(crate) fn seal(
     who: &Who,
     comment: &str,
     head: &mut String,
-) -> Result<Vec<KeyValue>, StoreError> {
+) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
     changes
         .iter()
         .enumerate()
@@ -128,65 +112,9 @@ pub(crate) fn seal(
             };
             rec.hash = rec.compute_hash()?;
             head.clone_from(&rec.hash);
-            Ok((key_of((revision, seq as u32)), to_json("audit record", &rec)?))
+            Ok(((revision, seq as u32), rec))
         })
         .collect()
-}
-
-/// Keys of the audit records of revisions up to `floor`.
-pub(crate) fn expired(audit: &sled::Tree, floor: u64) -> Result<Vec<sled::IVec>, StoreError> {
-    let end = floor.saturating_add(1).to_be_bytes();
-    Ok(audit.range(..end.as_slice()).keys().collect::<Result<_, _>>()?)
-}
-
-/// Drops the audit records past the retention (after it was lowered, or
-/// from before retention existed); returns how many.
-pub(crate) fn trim(db: &sled::Db, name: &str, floor: Option<u64>) -> Result<usize, StoreError> {
-    let Some(floor) = floor else { return Ok(0) };
-    let audit = db.open_tree(format!("audit/{name}"))?;
-    let expired = expired(&audit, floor)?;
-    for k in &expired {
-        audit.remove(k)?;
-    }
-    Ok(expired.len())
-}
-
-/// Who last changed an item, and at which revision, from the audit log
-/// (scans back at most 10,000 entries).
-pub(crate) fn last_actor(db: &sled::Db, env: &str, kind: Kind, key: &str) -> Option<String> {
-    let audit = db.open_tree(format!("audit/{env}")).ok()?;
-    audit.iter().rev().take(10_000).filter_map(Result::ok).find_map(|(_, v)| {
-        let r: AuditRecord = serde_json::from_slice(&v).ok()?;
-        (r.kind == kind && r.key == key).then(|| format!("{} at revision {}", r.actor, r.revision))
-    })
-}
-
-/// Audit entries, newest first, optionally for one item and strictly
-/// before a `(revision, sequence)` position (a page token). Each comes with
-/// its own position, the token of the page after it.
-pub(crate) fn list(
-    db: &sled::Db,
-    env: &str,
-    key: Option<(Kind, &str)>,
-    limit: usize,
-    before: Option<AuditPos>,
-) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
-    let tree = db.open_tree(format!("audit/{env}"))?;
-    let upper = key_of(before.unwrap_or((u64::MAX, u32::MAX)));
-    let mut out = Vec::new();
-    for r in tree.range(..upper.as_slice()).rev() {
-        let (k, v) = r?;
-        let rec: AuditRecord =
-            serde_json::from_slice(&v).map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
-        let pos = pos_of(env, &k)?;
-        if key.is_none_or(|(k, name)| rec.kind == k && rec.key == name) {
-            out.push((pos, rec));
-            if out.len() >= limit {
-                break;
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The outcome of [`verify`].
@@ -204,15 +132,19 @@ pub struct Verification {
 /// oldest retained record's `prev_hash` is taken as given (older records
 /// were dropped by the retention); records from before the chain (no
 /// hash) are skipped, and the chain restarts after them.
-pub(crate) fn verify(db: &sled::Db, env: &str, head: &str) -> Result<Verification, StoreError> {
-    let tree = db.open_tree(format!("audit/{env}"))?;
+///
+/// `records` yields every retained record oldest first, or for a record
+/// that does not decode, why.
+pub(crate) fn verify(
+    records: impl IntoIterator<Item = Result<(AuditPos, Result<AuditRecord, String>), StoreError>>,
+    head: &str,
+) -> Result<Verification, StoreError> {
     let mut checked = 0;
     let mut prev: Option<String> = None;
     let mut last: Option<AuditPos> = None;
-    for r in tree.iter() {
-        let (k, v) = r?;
-        let pos = pos_of(env, &k)?;
-        let rec: AuditRecord = match serde_json::from_slice(&v) {
+    for r in records {
+        let (pos, rec) = r?;
+        let rec = match rec {
             Ok(r) => r,
             Err(e) => {
                 return Ok(Verification { checked, broken: Some((pos, format!("does not decode: {e}"))) });

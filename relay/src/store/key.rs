@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use super::persist::{self, EnvMeta, SdkKeyRecord};
-use super::{Env, Store, StoreError, blocking, detached, now_ms};
+use super::meta::{EnvMeta, SdkKeyRecord};
+use super::{Store, StoreError, detached, now_ms};
 use crate::auth;
 
 /// Longest rotation grace period: 30 days.
@@ -62,7 +62,7 @@ impl Store {
     /// Rewrites `env`'s metadata with `change` under its write lock,
     /// durably, whatever happens to the caller; returns what `change`
     /// returned.
-    async fn change_meta<T: Send + 'static>(
+    pub(crate) async fn change_meta<T: Send + 'static>(
         &self,
         env: &str,
         change: impl FnOnce(&mut EnvMeta) -> Result<T, StoreError> + Send + 'static,
@@ -71,27 +71,17 @@ impl Store {
         detached(async move {
             let _write = env.write.lock().await;
             env.check_writable()?;
-            let (store, changing) = (this.clone(), env.clone());
-            blocking(move || store.change_meta_blocking(&changing, change)).await
+            let mut meta = EnvMeta::clone(&env.meta.load());
+            let out = change(&mut meta)?;
+            if let Err(e) = this.inner.backend.put_meta(meta.clone()).await {
+                this.poison(&env, &meta.name, &e);
+                return Err(e);
+            }
+            env.meta.store(Arc::new(meta));
+            this.catalog_changed();
+            Ok(out)
         })
         .await
-    }
-
-    fn change_meta_blocking<T>(
-        &self,
-        env: &Env,
-        change: impl FnOnce(&mut EnvMeta) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut meta = EnvMeta::clone(&env.meta.load());
-        let out = change(&mut meta)?;
-        let stored = persist::put_meta(&self.inner.meta, &meta)
-            .and_then(|()| self.inner.db.flush().map(|_| ()).map_err(StoreError::from));
-        if let Err(e) = stored {
-            self.poison(env, &meta.name, &e);
-            return Err(e);
-        }
-        env.meta.store(Arc::new(meta));
-        Ok(out)
     }
 
     /// Creates another SDK key for `env`; returns it and its secret.
@@ -101,6 +91,7 @@ impl Store {
         name: &str,
         created_by: &str,
     ) -> Result<(SdkKeyRecord, String), StoreError> {
+        self.check_writable()?;
         check_name(name)?;
         let (name, created_by) = (name.to_owned(), created_by.to_owned());
         self.change_meta(env, move |meta| Ok(make_key(meta, &name, &created_by))).await
@@ -122,6 +113,7 @@ impl Store {
         name: &str,
         created_by: &str,
     ) -> Result<Rotated, StoreError> {
+        self.check_writable()?;
         check_name(name)?;
         if grace_ms > MAX_GRACE_MS {
             return Err(invalid("grace_ms", format!("{grace_ms} ms, limit {MAX_GRACE_MS} (30 days)")));
@@ -155,6 +147,7 @@ impl Store {
 
     /// Removes key `id` of `env` at once.
     pub async fn revoke_sdk_key(&self, env: &str, id: &str) -> Result<(), StoreError> {
+        self.check_writable()?;
         let (env_name, id) = (env.to_owned(), id.to_owned());
         self.change_meta(env, move |meta| {
             let before = meta.sdk_keys.len();

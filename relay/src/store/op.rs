@@ -110,14 +110,13 @@ enum Model {
     Segment(Segment),
 }
 
-/// Plans `ops` against `state` for `revision`. `last_actor` answers who
-/// last changed an item, for conflict messages.
+/// Plans `ops` against `state` for `revision`. A version conflict leaves
+/// `changed_by` to the caller (it reads the audit log).
 pub(crate) fn plan(
     state: &EnvState,
     ops: Vec<Op>,
     revision: u64,
     limits: &Limits,
-    last_actor: impl Fn(Kind, &str) -> Option<String>,
 ) -> Result<Plan, StoreError> {
     let snap = &state.snapshot;
     let original = |key: &ItemKey| -> Option<Model> {
@@ -165,7 +164,7 @@ pub(crate) fn plan(
                 key: key.1.clone(),
                 expected,
                 current: current_version,
-                changed_by: last_actor(key.0, &key.1),
+                changed_by: None,
             });
         }
         let not_found =

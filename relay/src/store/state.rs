@@ -64,6 +64,13 @@ pub struct LogEntry {
     pub committed_unix_ms: u64,
     /// Approximate bytes this entry accounts for in the retention budget.
     pub bytes: usize,
+    /// Set on a replica when the entry was made by diffing a received
+    /// snapshot against revision `r` (the previous head): it holds the
+    /// net change from `r`, so a cursor strictly between `r` and this
+    /// revision (which this relay never served) cannot be given a delta
+    /// from it and gets a snapshot instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diffed_from: Option<u64>,
 }
 
 /// An environment at one revision.
@@ -83,6 +90,9 @@ pub struct EnvState {
     pub items: Arc<BTreeMap<ItemKey, Item>>,
     /// Retained change log, oldest first, ending at `revision`.
     pub log: Arc<VecDeque<LogEntry>>,
+    /// `(r, R)` of each diffed entry in the log: cursors strictly between
+    /// get snapshots (see [`LogEntry::diffed_from`]). Almost always empty.
+    holes: Vec<(u64, u64)>,
     /// Compiled form, for validation of the next write and server-side
     /// evaluation.
     pub snapshot: Arc<Snapshot>,
@@ -145,7 +155,9 @@ impl EnvState {
         snapshot: Arc<Snapshot>,
     ) -> EnvState {
         let checksum = items.values().fold(0u64, |sum, i| sum.wrapping_add(i.hash));
+        let holes = log.iter().filter_map(|e| e.diffed_from.map(|from| (from, e.revision))).collect();
         EnvState {
+            holes,
             name,
             epoch,
             revision,
@@ -178,6 +190,8 @@ impl EnvState {
             return Catchup::Ahead;
         } else if revision < self.oldest_delta_base() {
             "too_old"
+        } else if self.holes.iter().any(|(from, to)| *from < revision && revision < *to) {
+            "inside_diffed_snapshot"
         } else {
             // Deltas obey the same size bound as snapshot chunks, so no
             // message outgrows what clients decode; a snapshot is chunked.
@@ -308,7 +322,13 @@ mod tests {
             let bytes = Bytes::from(vec![b'x'; 1024]);
             items
                 .insert(key.clone(), Item { hash: item_hash(Kind::Flag, &key.1, &bytes), bytes, version: 1 });
-            log.push_back(LogEntry { revision: r, changed: vec![key], committed_unix_ms: 0, bytes: 1024 });
+            log.push_back(LogEntry {
+                revision: r,
+                changed: vec![key],
+                committed_unix_ms: 0,
+                bytes: 1024,
+                diffed_from: None,
+            });
         }
         EnvState::new(
             "e".into(),

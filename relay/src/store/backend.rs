@@ -1,0 +1,137 @@
+//! The store boundary: what the relay asks of the database that holds its
+//! environments, in the relay's own terms (environments, items, revisions,
+//! the change log, audit records, tokens), never in a database's.
+//!
+//! [`Store`](super::Store) keeps every environment in memory and decides
+//! what a write or a received revision changes; a [`Backend`] makes that
+//! durable, atomically per revision, and reads it back at start. The
+//! embedded sled backend (`sled.rs`) is the default. Nothing above the
+//! store (Subscribe, Admin, limits, metrics) knows which backend runs.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::audit::{AuditPos, AuditRecord, Verification};
+use super::meta::EnvMeta;
+use super::state::{ItemKey, Kind, LogEntry};
+use super::{Retention, StoreError};
+use crate::access::TokenRecord;
+
+/// One item a revision writes: its new bytes, or `None` for a delete.
+#[derive(Debug, Clone)]
+pub struct ItemChange {
+    /// Which item.
+    pub key: ItemKey,
+    /// The canonical encoding after the revision; `None`: deleted.
+    pub bytes: Option<Bytes>,
+}
+
+/// One revision to make durable, whole or not at all.
+#[derive(Debug, Clone)]
+pub struct Commit {
+    /// The environment's metadata after the revision (head revision,
+    /// checksum, commit time, epoch, audit chain head).
+    pub meta: EnvMeta,
+    /// The head revision the revision was planned on. A backend shared by
+    /// several writers refuses the commit with [`StoreError::Behind`] when
+    /// its head moved past it; the embedded backend has one writer.
+    pub base: u64,
+    /// The items it changes.
+    pub items: Vec<ItemChange>,
+    /// Its change-log entry; `None` when the log restarts empty at this
+    /// revision (`reset_log`).
+    pub entry: Option<LogEntry>,
+    /// Change-log revisions that retention drops with this commit.
+    pub trimmed: Vec<u64>,
+    /// Drop the whole change log first (an epoch change: the old history
+    /// means nothing in the new epoch).
+    pub reset_log: bool,
+    /// Its audit records, already sealed onto the chain (none for
+    /// revisions received from an upstream relay).
+    pub audit: Vec<(AuditPos, AuditRecord)>,
+    /// Audit records of revisions up to this one are dropped (retention).
+    pub audit_floor: Option<u64>,
+}
+
+/// What [`Backend::commit`] did beyond the commit itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Committed {
+    /// Audit records dropped for the retention.
+    pub audit_trimmed: usize,
+}
+
+/// One environment as stored.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Its metadata.
+    pub meta: EnvMeta,
+    /// Every live item's bytes.
+    pub items: BTreeMap<ItemKey, Bytes>,
+    /// The retained change log, oldest first, after retention.
+    pub log: Vec<LogEntry>,
+    /// Audit records dropped at load for the retention.
+    pub audit_trimmed: usize,
+}
+
+/// The durable side of the store. Every method completes or fails whole;
+/// none is called for one environment by two writers at once (the store
+/// serialises them).
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// A short name for logs and status (`sled`).
+    fn name(&self) -> &'static str;
+
+    /// Every environment, with retention applied (dropping what it no
+    /// longer keeps).
+    async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError>;
+
+    /// Stores a new environment with no items.
+    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError>;
+
+    /// Removes an environment and everything it holds.
+    async fn delete_env(&self, name: String) -> Result<(), StoreError>;
+
+    /// Rewrites an environment's metadata (SDK keys, description).
+    async fn put_meta(&self, meta: EnvMeta) -> Result<(), StoreError>;
+
+    /// Makes one revision durable, atomically: items, change log, audit
+    /// records and metadata together.
+    async fn commit(&self, commit: Commit) -> Result<Committed, StoreError>;
+
+    /// Audit records of `env`, newest first, optionally of one item, before
+    /// a position.
+    async fn audit(
+        &self,
+        env: String,
+        item: Option<(Kind, String)>,
+        limit: usize,
+        before: Option<AuditPos>,
+    ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError>;
+
+    /// Checks `env`'s audit hash chain, which must end at `head`.
+    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError>;
+
+    /// Who last changed an item and at which revision, from the audit log
+    /// (for conflict messages; `None` when unknown).
+    async fn last_actor(&self, env: String, kind: Kind, key: String) -> Option<String>;
+
+    /// Every admin token record.
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+
+    /// Stores (creates or replaces) a token record.
+    async fn put_token(&self, token: TokenRecord) -> Result<(), StoreError>;
+
+    /// Removes a token record.
+    async fn remove_token(&self, name: String) -> Result<(), StoreError>;
+
+    /// A small named setting of the store (e.g. its role), if set.
+    async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError>;
+
+    /// Stores a setting.
+    async fn put_setting(&self, name: &'static str, value: String) -> Result<(), StoreError>;
+
+    /// Makes everything written so far durable (shutdown).
+    async fn flush(&self) -> Result<(), StoreError>;
+}

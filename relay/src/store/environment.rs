@@ -1,0 +1,149 @@
+//! Creating and deleting environments: at the primary by admin request, on
+//! a replica as the upstream's catalog says. Each runs on a task the
+//! caller does not own, so it completes whole whatever happens to the
+//! caller.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use flagstream::{Snapshot, ValidationErrors};
+
+use super::meta::{EnvMeta, SdkKeyRecord};
+use super::state::EnvState;
+use super::{Env, Store, StoreError, detached, now_ms};
+use crate::auth;
+
+/// Checks an environment name: 1–64 bytes of `A-Z a-z 0-9 - _`.
+pub(crate) fn check_env_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ValidationErrors(vec![flagstream::ValidationError {
+            path: "name".into(),
+            message: format!("{name:?}: 1-64 bytes of A-Z a-z 0-9 - _"),
+        }])
+        .into());
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Creates an environment; returns it and its SDK key (shown once,
+    /// stored only as a hash). Completes even if the caller goes away.
+    pub async fn create_env(
+        &self,
+        name: &str,
+        description: &str,
+        created_by: &str,
+    ) -> Result<(Arc<Env>, String), StoreError> {
+        self.check_writable()?;
+        check_env_name(name)?;
+        let sdk_key = auth::new_secret("fs_sdk_");
+        let now = now_ms();
+        let meta = EnvMeta {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            epoch: auth::new_epoch(),
+            revision: 0,
+            checksum: 0,
+            committed_unix_ms: now,
+            created_unix_ms: now,
+            sdk_key_hash: String::new(),
+            sdk_keys: vec![SdkKeyRecord {
+                id: "k1".into(),
+                name: "default".into(),
+                hash: auth::hash_secret(&sdk_key),
+                created_unix_ms: now,
+                expires_unix_ms: 0,
+                created_by: created_by.to_owned(),
+            }],
+            keys_made: 1,
+            audit_head: String::new(),
+        };
+        let env = self.add_env(meta).await?;
+        Ok((env, sdk_key))
+    }
+
+    /// Stores and registers a new, empty environment. A replica's
+    /// environments start with an empty epoch: no data until the upstream
+    /// sends its first snapshot.
+    pub(crate) async fn add_env(&self, meta: EnvMeta) -> Result<Arc<Env>, StoreError> {
+        let this = self.clone();
+        detached(async move {
+            let _guard = this.inner.envs_lock.lock().await;
+            if this.inner.envs.load().contains_key(&meta.name) {
+                return Err(StoreError::EnvExists(meta.name));
+            }
+            // A crash during an earlier delete may have left this name's data.
+            this.inner.backend.delete_env(meta.name.clone()).await?;
+            this.inner.backend.create_env(meta.clone()).await?;
+            let state = EnvState::new(
+                meta.name.clone(),
+                meta.epoch.clone(),
+                meta.revision,
+                meta.committed_unix_ms,
+                Arc::new(BTreeMap::new()),
+                Arc::new(VecDeque::new()),
+                Arc::new(Snapshot::empty()),
+            );
+            let name = meta.name.clone();
+            let env = Arc::new(Env::new(state, meta));
+            let mut all = HashMap::clone(&this.inner.envs.load());
+            all.insert(name, env.clone());
+            this.inner.envs.store(Arc::new(all));
+            this.update_gauges();
+            this.catalog_changed();
+            Ok(env)
+        })
+        .await
+    }
+
+    /// Deletes an environment and all its data. Subscribers see it vanish
+    /// (their streams end). Completes even if the caller goes away.
+    pub async fn delete_env(&self, name: &str, expected_revision: Option<u64>) -> Result<(), StoreError> {
+        self.check_writable()?;
+        self.remove_env(name, expected_revision).await
+    }
+
+    /// [`Store::delete_env`] without the primary check (a replica removes
+    /// what its upstream removed).
+    pub(crate) async fn remove_env(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let (this, name) = (self.clone(), name.to_owned());
+        detached(async move {
+            let _guard = this.inner.envs_lock.lock().await;
+            let env = this.env(&name)?;
+            let _write = env.write.lock().await;
+            env.check_writable()?;
+            let current = env.state.load().revision;
+            if let Some(expected) = expected_revision.filter(|e| *e != current) {
+                return Err(StoreError::RevisionConflict { env: name, expected, current });
+            }
+            if let Err(e) = this.inner.backend.delete_env(name.clone()).await {
+                // Part of the environment may be gone from disk: no write may
+                // build on memory any more.
+                this.poison(&env, &name, &e);
+                return Err(e);
+            }
+            env.deleted.store(true, Ordering::Release);
+            let mut all = HashMap::clone(&this.inner.envs.load());
+            all.remove(&name);
+            this.inner.envs.store(Arc::new(all));
+            // Wake subscribers so they notice the environment is gone.
+            env.head.send_modify(|h| *h = u64::MAX);
+            let labels = vec![("env", name.clone())];
+            let m = &this.inner.metrics;
+            m.store_items.remove(&labels);
+            m.store_bytes.remove(&labels);
+            m.head_revision.remove(&labels);
+            this.catalog_changed();
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,256 @@
+//! Revisions received from an upstream relay (the replica role): verified
+//! against the upstream's checksum, persisted atomically, and published
+//! with the upstream's epoch, revision, item bytes, checksum and commit
+//! time unchanged (PROTOCOL.md §2.2), so a cursor from any relay of the
+//! tree is valid here.
+//!
+//! A snapshot of the same epoch extends the change log by diffing against
+//! the current state (subscribers at older cursors keep getting deltas); a
+//! snapshot of another epoch restarts the log. A coalesced delta, like a
+//! diffed snapshot, becomes one log entry that names every item changed
+//! since the previous head: a delta from any cursor in between is then
+//! a superset of what that cursor needs, which a client applies
+//! correctly (deleting an unknown key is a no-op).
+//!
+//! These run on tokio's blocking pool (the follow engine calls its sink
+//! there) and block on the backend.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use flagstream::follow::{RawChunk, RawDelta};
+use flagstream::{ApplyError, FlagSet, Snapshot};
+use flagstream_proto::v1 as pb;
+
+use super::backend::{Commit, ItemChange};
+use super::meta::EnvMeta;
+use super::state::{EnvState, Item, ItemKey, Kind, LogEntry};
+use super::{Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
+
+fn stored(e: StoreError) -> ApplyError {
+    ApplyError::Store(Box::new(e))
+}
+
+/// The header every chunk of one snapshot shares.
+struct Header {
+    epoch: String,
+    revision: u64,
+    checksum: u64,
+    committed_unix_ms: u64,
+}
+
+impl Store {
+    /// Applies a complete snapshot of `env` from upstream.
+    pub fn apply_snapshot_blocking(
+        &self,
+        env: &str,
+        chunks: Vec<RawChunk>,
+    ) -> Result<pb::Cursor, ApplyError> {
+        let env = self.env(env).map_err(stored)?;
+        let _write = env.write.blocking_lock();
+        self.check_receiving(&env)?;
+        let Some(first) = chunks.first() else {
+            return Err(ApplyError::Protocol("a snapshot without chunks".into()));
+        };
+        let h = Header {
+            epoch: first.epoch.clone(),
+            revision: first.revision,
+            checksum: first.checksum,
+            committed_unix_ms: first.committed_unix_ms,
+        };
+        if h.epoch.is_empty() {
+            return Err(ApplyError::Protocol("a snapshot without an epoch".into()));
+        }
+        let raw = chunks.into_iter().flat_map(|c| {
+            c.flags
+                .into_iter()
+                .map(|b| (Kind::Flag, b))
+                .chain(c.segments.into_iter().map(|b| (Kind::Segment, b)))
+        });
+        let name = env.meta.load().name.clone();
+        let (items, snapshot) = build_items(&name, raw, &self.inner.limits, &self.inner.metrics)
+            .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
+        let sum = items.values().fold(0u64, |s, i| s.wrapping_add(i.hash));
+        if sum != h.checksum {
+            return Err(ApplyError::Checksum { revision: h.revision, computed: sum, expected: h.checksum });
+        }
+        let state = env.state.load_full();
+        let same_epoch = state.epoch == h.epoch;
+        if same_epoch && h.revision < state.revision {
+            return Err(ApplyError::Protocol(format!(
+                "a snapshot at revision {} of our epoch, older than our revision {}",
+                h.revision, state.revision
+            )));
+        }
+        if same_epoch && h.revision == state.revision {
+            // Nothing new (a resync after a mismatch elsewhere in the tree).
+            return Ok(cursor(&state));
+        }
+        // What changed: upserts of new or different items, deletes of the rest.
+        let mut changes: Vec<ItemChange> = items
+            .iter()
+            .filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes))
+            .map(|(k, i)| ItemChange { key: k.clone(), bytes: Some(i.bytes.clone()) })
+            .collect();
+        changes.extend(
+            state
+                .items
+                .keys()
+                .filter(|k| !items.contains_key(*k))
+                .map(|k| ItemChange { key: k.clone(), bytes: None }),
+        );
+        // Same epoch: the log goes on with one entry holding the net change
+        // from our head. Another epoch: its history starts here, empty.
+        let log = same_epoch.then(|| (VecDeque::clone(&state.log), Some(state.revision)));
+        self.commit_received(&env, h, items, snapshot, changes, log)
+    }
+
+    /// Applies a delta of `env` from upstream.
+    pub fn apply_delta_blocking(&self, env: &str, d: RawDelta) -> Result<pb::Cursor, ApplyError> {
+        let env = self.env(env).map_err(stored)?;
+        let _write = env.write.blocking_lock();
+        self.check_receiving(&env)?;
+        let state = env.state.load_full();
+        if d.epoch != state.epoch || d.from_revision != state.revision || d.to_revision <= d.from_revision {
+            return Err(ApplyError::Gap {
+                from: d.from_revision,
+                to: d.to_revision,
+                ours: state.revision,
+                epoch_ok: d.epoch == state.epoch,
+            });
+        }
+        let mut items = BTreeMap::clone(&state.items);
+        let mut change = FlagSet::default();
+        let mut changes = Vec::new();
+        let upserts = d
+            .upserted_flags
+            .into_iter()
+            .map(|b| (Kind::Flag, b))
+            .chain(d.upserted_segments.into_iter().map(|b| (Kind::Segment, b)));
+        for (kind, bytes) in upserts {
+            let (key, version) = decode_item(kind, &bytes, &mut change)
+                .map_err(|e| ApplyError::Protocol(format!("undecodable {}: {e}", kind.name())))?;
+            let hash = item_hash(kind, &key, &bytes);
+            let k: ItemKey = (kind, key);
+            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()) });
+            items.insert(k, Item { bytes, hash, version });
+        }
+        let deletes = d
+            .deleted_flag_keys
+            .iter()
+            .map(|k| (Kind::Flag, k))
+            .chain(d.deleted_segment_keys.iter().map(|k| (Kind::Segment, k)));
+        for (kind, key) in deletes {
+            let k: ItemKey = (kind, key.clone());
+            if items.remove(&k).is_some() {
+                changes.push(ItemChange { key: k, bytes: None });
+            }
+        }
+        let sum = items.values().fold(0u64, |s, i| s.wrapping_add(i.hash));
+        if sum != d.checksum {
+            return Err(ApplyError::Checksum {
+                revision: d.to_revision,
+                computed: sum,
+                expected: d.checksum,
+            });
+        }
+        let name = state.name.clone();
+        let snapshot = match state.snapshot.apply(
+            &change,
+            &d.deleted_flag_keys,
+            &d.deleted_segment_keys,
+            &self.inner.limits,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                // A newer upstream's data this relay cannot validate: serve
+                // and forward it anyway, loudly (as `build_items` does).
+                tracing::error!(env = %name, error = %e, "received flags fail validation under this relay's limits; serving them anyway");
+                self.inner.metrics.limit_hit("stored_data_invalid");
+                let raw = items.iter().map(|((k, _), i)| (*k, i.bytes.clone()));
+                build_items(&name, raw, &self.inner.limits, &self.inner.metrics)
+                    .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?
+                    .1
+            }
+        };
+        let h = Header {
+            epoch: d.epoch,
+            revision: d.to_revision,
+            checksum: d.checksum,
+            committed_unix_ms: d.committed_unix_ms,
+        };
+        let log = VecDeque::clone(&state.log);
+        self.commit_received(&env, h, items, snapshot, changes, Some((log, None)))
+    }
+
+    /// A received revision may be stored: the environment is neither
+    /// deleted nor poisoned.
+    fn check_receiving(&self, env: &Env) -> Result<(), ApplyError> {
+        env.check_writable().map_err(stored)
+    }
+
+    /// Persists and publishes one received revision. `log`: the change
+    /// log to extend, and for a diffed snapshot the revision it was diffed
+    /// from; `None`: the log restarts empty (a new epoch).
+    fn commit_received(
+        &self,
+        env: &Env,
+        h: Header,
+        items: BTreeMap<ItemKey, Item>,
+        snapshot: Snapshot,
+        changes: Vec<ItemChange>,
+        log: Option<(VecDeque<LogEntry>, Option<u64>)>,
+    ) -> Result<pb::Cursor, ApplyError> {
+        let reset_log = log.is_none();
+        let (mut log, diffed_from) = log.unwrap_or_default();
+        let entry = (!reset_log).then(|| LogEntry {
+            revision: h.revision,
+            changed: changes.iter().map(|c| c.key.clone()).collect(),
+            committed_unix_ms: h.committed_unix_ms,
+            bytes: changes.iter().map(|c| c.bytes.as_ref().map_or(c.key.1.len(), Bytes::len)).sum(),
+            diffed_from,
+        });
+        log.extend(entry.clone());
+        let trimmed = trim_log(&mut log, self.inner.retention);
+        let mut meta = EnvMeta::clone(&env.meta.load());
+        meta.epoch.clone_from(&h.epoch);
+        meta.revision = h.revision;
+        meta.checksum = h.checksum;
+        meta.committed_unix_ms = h.committed_unix_ms;
+        let state = EnvState::new(
+            meta.name.clone(),
+            h.epoch.clone(),
+            h.revision,
+            h.committed_unix_ms,
+            Arc::new(items),
+            Arc::new(log),
+            Arc::new(snapshot.with_cursor(&h.epoch, h.revision)),
+        );
+        let commit = Commit {
+            meta: meta.clone(),
+            base: env.state.load().revision,
+            items: changes,
+            entry,
+            trimmed,
+            reset_log,
+            audit: Vec::new(),
+            audit_floor: None,
+        };
+        env.committing.store(true, Ordering::Release);
+        let outcome = tokio::runtime::Handle::current().block_on(self.inner.backend.commit(commit));
+        if let Err(e) = outcome {
+            self.poison(env, &meta.name, &e);
+            return Err(stored(e));
+        }
+        let c = cursor(&state);
+        self.publish(env, meta, state);
+        env.committing.store(false, Ordering::Release);
+        Ok(c)
+    }
+}
+
+fn cursor(state: &EnvState) -> pb::Cursor {
+    pb::Cursor { epoch: state.epoch.clone(), revision: state.revision }
+}

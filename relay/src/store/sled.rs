@@ -1,0 +1,385 @@
+//! The embedded backend: one sled database in the data directory.
+//!
+//! Trees: `meta` (`env/{name}` → JSON [`EnvMeta`], `token/{name}` → JSON
+//! [`TokenRecord`], `setting/{name}` → text); per environment
+//! `items/{name}` (`kind byte ‖ key` → the item's protobuf bytes),
+//! `log/{name}` (revision, big-endian → JSON [`LogEntry`]) and
+//! `audit/{name}` (revision ‖ sequence, big-endian → JSON
+//! [`AuditRecord`]). A commit writes all four in one sled transaction and
+//! flushes before it returns, so a crash leaves either the old revision or
+//! the new one, never a mix. sled is synchronous: every call runs on
+//! tokio's blocking pool.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sled::Transactional;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+
+use super::audit::{self, AuditPos, AuditRecord, Verification};
+use super::backend::{Backend, Commit, Committed, Loaded};
+use super::meta::EnvMeta;
+use super::state::{ItemKey, Kind, LogEntry};
+use super::{Retention, StoreError, corrupt, to_json, trim_log};
+use crate::access::{Role, TokenRecord};
+
+/// Prefix of token records in the `meta` tree.
+const TOKEN_PREFIX: &str = "token/";
+/// Prefix of settings in the `meta` tree.
+const SETTING_PREFIX: &str = "setting/";
+/// sled key of the admin token's hash from before named tokens: read as
+/// the `bootstrap` token and removed once that is stored.
+const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
+
+/// The sled backend. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SledBackend {
+    db: sled::Db,
+    meta: sled::Tree,
+}
+
+impl SledBackend {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: &Path) -> Result<SledBackend, StoreError> {
+        let db = sled::Config::new().path(dir).open()?;
+        let meta = db.open_tree("meta")?;
+        Ok(SledBackend { db, meta })
+    }
+
+    /// The database (for tests that edit it on disk).
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&SledBackend) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || work(&this)).await.map_err(StoreError::Task)?
+    }
+
+    fn put_meta_now(&self, m: &EnvMeta) -> Result<(), StoreError> {
+        self.meta.insert(meta_key(&m.name), to_json("environment metadata", m)?)?;
+        Ok(())
+    }
+
+    fn load_now(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError> {
+        let mut out = Vec::new();
+        for r in self.meta.scan_prefix(b"env/") {
+            let (k, v) = r?;
+            let meta: EnvMeta = serde_json::from_slice(&v)
+                .map_err(|e| corrupt(format!("metadata {:?}", String::from_utf8_lossy(&k)), e))?;
+            out.push(self.load_env(meta, retention)?);
+        }
+        Ok(out)
+    }
+
+    fn load_env(&self, mut meta: EnvMeta, retention: Retention) -> Result<Loaded, StoreError> {
+        meta.migrate_keys();
+        let name = meta.name.clone();
+        let mut items = BTreeMap::new();
+        for r in self.db.open_tree(format!("items/{name}"))?.iter() {
+            let (k, v) = r?;
+            let key = String::from_utf8(k[1..].to_vec())
+                .map_err(|e| corrupt(format!("item key in {name:?}"), e))?;
+            let kind = match k.first() {
+                Some(1) => Kind::Flag,
+                Some(2) => Kind::Segment,
+                _ => {
+                    return Err(corrupt(
+                        format!("item {key:?} in environment {name:?}"),
+                        std::io::Error::other("unknown item kind byte"),
+                    ));
+                }
+            };
+            items.insert((kind, key), Bytes::copy_from_slice(&v));
+        }
+        let log_tree = self.db.open_tree(format!("log/{name}"))?;
+        let mut log = std::collections::VecDeque::new();
+        for r in log_tree.iter() {
+            let (_, v) = r?;
+            let e: LogEntry =
+                serde_json::from_slice(&v).map_err(|e| corrupt(format!("change log of {name:?}"), e))?;
+            log.push_back(e);
+        }
+        // Only entries up to the committed head count (a later one cannot
+        // exist with atomic commits, but never trust more than meta says).
+        log.retain(|e| e.revision <= meta.revision);
+        // Retention may have been lowered since: drop the excess on disk too.
+        for revision in trim_log(&mut log, retention) {
+            log_tree.remove(revision.to_be_bytes())?;
+        }
+        let audit_trimmed = match retention.audit_floor(meta.revision) {
+            Some(floor) => {
+                let tree = self.db.open_tree(format!("audit/{name}"))?;
+                let expired = expired(&tree, floor)?;
+                for k in &expired {
+                    tree.remove(k)?;
+                }
+                expired.len()
+            }
+            None => 0,
+        };
+        Ok(Loaded { meta, items, log: log.into(), audit_trimmed })
+    }
+
+    fn commit_now(&self, c: Commit) -> Result<Committed, StoreError> {
+        let name = c.meta.name.clone();
+        let items = self.db.open_tree(format!("items/{name}"))?;
+        let log = self.db.open_tree(format!("log/{name}"))?;
+        let audit = self.db.open_tree(format!("audit/{name}"))?;
+        // Audit records past the retention: normally one revision's worth.
+        let expired = match c.audit_floor {
+            Some(floor) => expired(&audit, floor)?,
+            None => Vec::new(),
+        };
+        let old_log: Vec<sled::IVec> =
+            if c.reset_log { log.iter().keys().collect::<Result<_, _>>()? } else { Vec::new() };
+        let entry_json = c.entry.as_ref().map(|e| to_json("change-log entry", e)).transpose()?;
+        let meta_json = to_json("environment metadata", &c.meta)?;
+        let records = c
+            .audit
+            .iter()
+            .map(|(pos, rec)| Ok((key_of(*pos), to_json("audit record", rec)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        (&self.meta, &items, &log, &audit)
+            .transaction(|(m, i, l, a)| {
+                for change in &c.items {
+                    match &change.bytes {
+                        Some(b) => i.insert(item_key(&change.key), b.as_ref())?,
+                        None => i.remove(item_key(&change.key))?,
+                    };
+                }
+                for k in &old_log {
+                    l.remove(k)?;
+                }
+                if let (Some(entry), Some(json)) = (&c.entry, &entry_json) {
+                    l.insert(&entry.revision.to_be_bytes(), json.as_slice())?;
+                }
+                for r in &c.trimmed {
+                    l.remove(&r.to_be_bytes())?;
+                }
+                for (k, v) in &records {
+                    a.insert(k.as_slice(), v.as_slice())?;
+                }
+                for k in &expired {
+                    a.remove(k)?;
+                }
+                m.insert(meta_key(&name).as_bytes(), meta_json.as_slice())?;
+                Ok::<(), ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e: TransactionError<()>| match e {
+                TransactionError::Storage(e) => StoreError::from(e),
+                TransactionError::Abort(()) => {
+                    StoreError::from(sled::Error::Unsupported("transaction aborted".into()))
+                }
+            })?;
+        // Durable before anyone is told.
+        self.db.flush()?;
+        Ok(Committed { audit_trimmed: expired.len() })
+    }
+}
+
+fn meta_key(name: &str) -> String {
+    format!("env/{name}")
+}
+
+fn item_key(key: &ItemKey) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.1.len() + 1);
+    k.push(key.0 as u8);
+    k.extend_from_slice(key.1.as_bytes());
+    k
+}
+
+fn key_of(pos: AuditPos) -> Vec<u8> {
+    let mut k = pos.0.to_be_bytes().to_vec();
+    k.extend_from_slice(&pos.1.to_be_bytes());
+    k
+}
+
+fn pos_of(env: &str, k: &[u8]) -> Result<AuditPos, StoreError> {
+    match (k.get(..8).map(<[u8; 8]>::try_from), k.get(8..12).map(<[u8; 4]>::try_from)) {
+        (Some(Ok(rev)), Some(Ok(seq))) => Ok((u64::from_be_bytes(rev), u32::from_be_bytes(seq))),
+        _ => Err(corrupt(format!("audit key in {env:?}"), std::io::Error::other("short key"))),
+    }
+}
+
+/// Keys of the audit records of revisions up to `floor`.
+fn expired(audit: &sled::Tree, floor: u64) -> Result<Vec<sled::IVec>, StoreError> {
+    let end = floor.saturating_add(1).to_be_bytes();
+    Ok(audit.range(..end.as_slice()).keys().collect::<Result<_, _>>()?)
+}
+
+#[async_trait]
+impl Backend for SledBackend {
+    fn name(&self) -> &'static str {
+        "sled"
+    }
+
+    async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError> {
+        self.run(move |b| b.load_now(retention)).await
+    }
+
+    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError> {
+        self.run(move |b| {
+            b.put_meta_now(&meta)?;
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_env(&self, name: String) -> Result<(), StoreError> {
+        self.run(move |b| {
+            b.meta.remove(meta_key(&name))?;
+            for prefix in ["items", "log", "audit"] {
+                b.db.drop_tree(format!("{prefix}/{name}"))?;
+            }
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn put_meta(&self, meta: EnvMeta) -> Result<(), StoreError> {
+        self.run(move |b| {
+            b.put_meta_now(&meta)?;
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
+        self.run(move |b| b.commit_now(commit)).await
+    }
+
+    async fn audit(
+        &self,
+        env: String,
+        item: Option<(Kind, String)>,
+        limit: usize,
+        before: Option<AuditPos>,
+    ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
+        self.run(move |b| {
+            let tree = b.db.open_tree(format!("audit/{env}"))?;
+            let upper = key_of(before.unwrap_or((u64::MAX, u32::MAX)));
+            let mut out = Vec::new();
+            for r in tree.range(..upper.as_slice()).rev() {
+                let (k, v) = r?;
+                let rec: AuditRecord =
+                    serde_json::from_slice(&v).map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
+                let pos = pos_of(&env, &k)?;
+                if item.as_ref().is_none_or(|(k, name)| rec.kind == *k && rec.key == *name) {
+                    out.push((pos, rec));
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError> {
+        self.run(move |b| {
+            let tree = b.db.open_tree(format!("audit/{env}"))?;
+            let records = tree.iter().map(|r| {
+                let (k, v) = r?;
+                let pos = pos_of(&env, &k)?;
+                Ok((pos, serde_json::from_slice::<AuditRecord>(&v).map_err(|e| e.to_string())))
+            });
+            audit::verify(records, &head)
+        })
+        .await
+    }
+
+    async fn last_actor(&self, env: String, kind: Kind, key: String) -> Option<String> {
+        // Only used to enrich a conflict message: a read failure leaves it
+        // without the "last changed by" part.
+        self.run(move |b| {
+            let tree = b.db.open_tree(format!("audit/{env}"))?;
+            Ok(tree.iter().rev().take(10_000).filter_map(Result::ok).find_map(|(_, v)| {
+                let r: AuditRecord = serde_json::from_slice(&v).ok()?;
+                (r.kind == kind && r.key == key).then(|| format!("{} at revision {}", r.actor, r.revision))
+            }))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.run(|b| {
+            let mut out = Vec::new();
+            for r in b.meta.scan_prefix(TOKEN_PREFIX) {
+                let (k, v) = r?;
+                let name = String::from_utf8_lossy(&k[TOKEN_PREFIX.len()..]).into_owned();
+                out.push(serde_json::from_slice(&v).map_err(|e| corrupt(format!("token {name:?}"), e))?);
+            }
+            if out.is_empty()
+                && let Some(hash) = b.meta.get(LEGACY_TOKEN_KEY)?
+            {
+                // The one admin token of a store from before named tokens.
+                out.push(TokenRecord {
+                    name: crate::access::BOOTSTRAP.into(),
+                    role: Role::Admin,
+                    environments: vec![],
+                    replicate: false,
+                    hash: String::from_utf8_lossy(&hash).into_owned(),
+                    created_unix_ms: super::now_ms(),
+                    created_by: "relay".into(),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn put_token(&self, token: TokenRecord) -> Result<(), StoreError> {
+        self.run(move |b| {
+            let json = to_json("token", &token)?;
+            b.meta.insert(format!("{TOKEN_PREFIX}{}", token.name), json)?;
+            b.meta.remove(LEGACY_TOKEN_KEY)?;
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove_token(&self, name: String) -> Result<(), StoreError> {
+        self.run(move |b| {
+            b.meta.remove(format!("{TOKEN_PREFIX}{name}"))?;
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError> {
+        self.run(move |b| {
+            Ok(b.meta
+                .get(format!("{SETTING_PREFIX}{name}"))?
+                .map(|v| String::from_utf8_lossy(&v).into_owned()))
+        })
+        .await
+    }
+
+    async fn put_setting(&self, name: &'static str, value: String) -> Result<(), StoreError> {
+        self.run(move |b| {
+            b.meta.insert(format!("{SETTING_PREFIX}{name}"), value.as_bytes())?;
+            b.db.flush()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}

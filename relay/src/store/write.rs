@@ -1,0 +1,253 @@
+//! The admin write path: plan the ops against the current state (versions,
+//! patches, validation, quotas), seal the audit records, commit one
+//! revision through the backend, then publish it to memory and
+//! subscribers. Cancel-safe and off the runtime's workers.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::backend::{Commit, ItemChange};
+use super::meta::EnvMeta;
+use super::op::{self, Op, WriteResult};
+use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
+use super::{Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
+
+/// A planned write: ready to commit, or changing nothing.
+enum Prepared {
+    Commit { commit: Commit, state: EnvState, result: WriteResult },
+    NoOp(WriteResult),
+}
+
+impl Store {
+    /// Applies `ops` atomically as one new revision of `env`. A batch that
+    /// changes nothing commits nothing and returns the current revision.
+    ///
+    /// The write runs on a task of its own, its CPU work on the blocking
+    /// pool: a caller that goes away at any await (a deadline, a Ctrl-C)
+    /// leaves the commit to finish whole (disk, memory, subscribers, audit)
+    /// or, if it had not begun, not at all; and no runtime worker is held
+    /// by validation or storage.
+    pub async fn write(
+        &self,
+        env_name: &str,
+        ops: Vec<Op>,
+        expected_revision: Option<u64>,
+        who: &Who,
+        comment: &str,
+    ) -> Result<WriteResult, StoreError> {
+        self.check_writable()?;
+        let this = self.clone();
+        let (env_name, who, comment) = (env_name.to_owned(), who.clone(), comment.to_owned());
+        // Dropped with the caller's future: a write whose caller left while
+        // it waited for the lock is not started at all (one that started
+        // finishes whole).
+        let caller = Arc::new(());
+        let waiting = Arc::downgrade(&caller);
+        let result = detached(async move {
+            let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
+            let label = match &result {
+                Ok(_) => "ok",
+                Err(StoreError::Invalid(_)) => "invalid",
+                Err(StoreError::Poisoned(_)) => "poisoned",
+                Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
+                Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+                Err(StoreError::Abandoned) => "abandoned",
+                Err(StoreError::Quota { .. }) => "quota",
+                Err(_) => "error",
+            };
+            this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+            result
+        })
+        .await;
+        drop(caller);
+        result
+    }
+
+    async fn write_inner(
+        &self,
+        env_name: &str,
+        ops: Vec<Op>,
+        expected_revision: Option<u64>,
+        who: Who,
+        comment: String,
+        caller: std::sync::Weak<()>,
+    ) -> Result<WriteResult, StoreError> {
+        let env = self.env(env_name)?;
+        let _write = env.write.lock().await;
+        if caller.strong_count() == 0 {
+            tracing::info!(env = %env_name, by = %who.principal, "write dropped: its caller went away before it started");
+            return Err(StoreError::Abandoned);
+        }
+        env.check_writable()?;
+        let state = env.state.load_full();
+        if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
+            return Err(StoreError::RevisionConflict {
+                env: env_name.to_owned(),
+                expected,
+                current: state.revision,
+            });
+        }
+        let (store, planning) = (self.clone(), env.clone());
+        let prepared = blocking(move || store.prepare(&planning, &state, ops, &who, &comment)).await;
+        let prepared = match prepared {
+            Ok(Prepared::Commit { commit, state, result }) => (commit, state, result),
+            Ok(Prepared::NoOp(result)) => return Ok(result),
+            Err(StoreError::Conflict { kind, key, expected, current, changed_by: None }) => {
+                let changed_by = match current {
+                    0 => None,
+                    _ => self.inner.backend.last_actor(env_name.to_owned(), kind, key.clone()).await,
+                };
+                return Err(StoreError::Conflict { kind, key, expected, current, changed_by });
+            }
+            Err(e) => {
+                if let StoreError::Task(e) = &e {
+                    tracing::error!(env = %env_name, error = %e, "write task failed before reaching storage; nothing was written");
+                }
+                return Err(e);
+            }
+        };
+        let (commit, state, result) = prepared;
+        let meta = commit.meta.clone();
+        // Durable before anyone is told: the caller, and the subscribers.
+        env.committing.store(true, Ordering::Release);
+        match self.inner.backend.commit(commit).await {
+            Ok(done) => {
+                self.metrics().audit_trimmed.inc_by(done.audit_trimmed as u64);
+            }
+            Err(e) => {
+                // Whether the revision reached storage is unknown: building
+                // the next write on memory could fork memory from disk.
+                self.poison(&env, env_name, &e);
+                return Err(e);
+            }
+        }
+        self.publish(&env, meta, state);
+        env.committing.store(false, Ordering::Release);
+        Ok(result)
+    }
+
+    /// Swaps a committed revision into memory and wakes its subscribers;
+    /// the replaced state (possibly large) is dropped on the blocking pool.
+    pub(crate) fn publish(&self, env: &Env, meta: EnvMeta, state: EnvState) {
+        let revision = state.revision;
+        env.meta.store(Arc::new(meta));
+        let old = env.state.swap(Arc::new(state));
+        env.head.send_replace(revision);
+        self.update_env_gauges(env);
+        tokio::task::spawn_blocking(move || drop(old));
+    }
+
+    /// Plans, validates and builds one write.
+    /// Runs on the blocking pool under the environment's write lock.
+    fn prepare(
+        &self,
+        env: &Env,
+        state: &EnvState,
+        ops: Vec<Op>,
+        who: &Who,
+        comment: &str,
+    ) -> Result<Prepared, StoreError> {
+        let env_name = state.name.as_str();
+        let revision = state.revision + 1;
+        let plan = op::plan(state, ops, revision, &self.inner.limits)?;
+        if plan.changes.is_empty() {
+            return Ok(Prepared::NoOp(WriteResult { revision: state.revision, items: plan.versions }));
+        }
+        let committed = now_ms();
+        let mut items = BTreeMap::clone(&state.items);
+        let mut entry_bytes = 0;
+        for c in &plan.changes {
+            match &c.bytes {
+                Some(bytes) => {
+                    entry_bytes += bytes.len();
+                    let hash = item_hash(c.key.0, &c.key.1, bytes);
+                    items
+                        .insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after });
+                }
+                None => {
+                    entry_bytes += c.key.1.len();
+                    items.remove(&c.key);
+                }
+            }
+        }
+        self.check_size_quota(env_name, &state.items, &items)?;
+        let entry = LogEntry {
+            revision,
+            changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
+            committed_unix_ms: committed,
+            bytes: entry_bytes,
+            diffed_from: None,
+        };
+        let mut log = VecDeque::clone(&state.log);
+        log.push_back(entry.clone());
+        let trimmed = trim_log(&mut log, self.inner.retention);
+        let mut meta = EnvMeta::clone(&env.meta.load());
+        let audit = audit::seal(&plan.changes, revision, committed, who, comment, &mut meta.audit_head)?;
+        let new_state = EnvState::new(
+            state.name.clone(),
+            state.epoch.clone(),
+            revision,
+            committed,
+            Arc::new(items),
+            Arc::new(log),
+            Arc::new(plan.snapshot.with_cursor(&state.epoch, revision)),
+        );
+        meta.revision = revision;
+        meta.committed_unix_ms = committed;
+        meta.checksum = new_state.checksum;
+        let commit = Commit {
+            meta,
+            base: state.revision,
+            items: plan
+                .changes
+                .iter()
+                .map(|c| ItemChange { key: c.key.clone(), bytes: c.bytes.clone() })
+                .collect(),
+            entry: Some(entry),
+            trimmed,
+            reset_log: false,
+            audit,
+            audit_floor: self.inner.retention.audit_floor(revision),
+        };
+        let result = WriteResult { revision, items: plan.versions };
+        Ok(Prepared::Commit { commit, state: new_state, result })
+    }
+
+    /// Refuses a write that takes an environment past a size quota. A
+    /// write that does not grow an exceeded dimension (after a quota was
+    /// lowered) still goes through, so an environment can always shrink.
+    fn check_size_quota(
+        &self,
+        env: &str,
+        before: &BTreeMap<ItemKey, Item>,
+        after: &BTreeMap<ItemKey, Item>,
+    ) -> Result<(), StoreError> {
+        let q = **self.inner.size_quota.load();
+        let usage = |m: &BTreeMap<ItemKey, Item>| {
+            let flags = m.keys().filter(|(k, _)| *k == Kind::Flag).count();
+            let bytes: usize = m.values().map(|i| i.bytes.len()).sum();
+            (flags, m.len() - flags, bytes)
+        };
+        let (b, a) = (usage(before), usage(after));
+        let checks = [
+            (a.0, b.0, q.flags, "flags", "flags", "quota-flags"),
+            (a.1, b.1, q.segments, "segments", "segments", "quota-segments"),
+            (
+                a.2,
+                b.2,
+                q.snapshot_bytes,
+                "bytes of flags and segments",
+                "snapshot_bytes",
+                "quota-snapshot-bytes",
+            ),
+        ];
+        for (used, was, limit, what, quota, setting) in checks {
+            if used > limit && used > was {
+                self.inner.metrics.quota_refusal(env, quota);
+                return Err(StoreError::Quota { env: env.to_owned(), what, quota, setting, used, limit });
+            }
+        }
+        Ok(())
+    }
+}
