@@ -15,7 +15,7 @@ use super::{Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim
 
 /// A planned write: ready to commit, or changing nothing.
 enum Prepared {
-    Commit { commit: Commit, state: EnvState, result: WriteResult },
+    Commit { commit: Box<Commit>, state: Box<EnvState>, result: WriteResult },
     NoOp(WriteResult),
 }
 
@@ -91,7 +91,7 @@ impl Store {
         let (store, planning) = (self.clone(), env.clone());
         let prepared = blocking(move || store.prepare(&planning, &state, ops, &who, &comment)).await;
         let prepared = match prepared {
-            Ok(Prepared::Commit { commit, state, result }) => (commit, state, result),
+            Ok(Prepared::Commit { commit, state, result }) => (*commit, *state, result),
             Ok(Prepared::NoOp(result)) => return Ok(result),
             Err(StoreError::Conflict { kind, key, expected, current, changed_by: None }) => {
                 let changed_by = match current {
@@ -211,7 +211,7 @@ impl Store {
             audit_floor: self.inner.retention.audit_floor(revision),
         };
         let result = WriteResult { revision, items: plan.versions };
-        Ok(Prepared::Commit { commit, state: new_state, result })
+        Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result })
     }
 
     /// Refuses a write that takes an environment past a size quota. A
