@@ -6,6 +6,8 @@
 
 mod access;
 
+pub(crate) use access::key_to_proto;
+
 use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use crate::error::invalid;
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
-use crate::store::{Env, Op, Store, Who, WriteResult};
+use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
 
 /// Largest page a list call returns.
 const MAX_PAGE: usize = 1_000;
@@ -36,13 +38,32 @@ pub struct AdminService {
     tokens: Arc<Tokens>,
     quotas: Arc<Quotas>,
     started: Instant,
+    /// Whether the relay is ready (health SERVING).
+    ready: tokio::sync::watch::Receiver<bool>,
+    /// Evaluations on data staler than this say `stale`.
+    stale_after_ms: u64,
 }
 
 impl AdminService {
     /// A service over `store`, authorizing with `tokens`, writes limited
-    /// by `quotas`.
-    pub fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>, quotas: Arc<Quotas>) -> AdminService {
-        AdminService { store, hub, tokens, quotas, started: Instant::now() }
+    /// by `quotas`; `ready` says whether the relay serves.
+    pub fn new(
+        store: Store,
+        hub: Arc<Hub>,
+        tokens: Arc<Tokens>,
+        quotas: Arc<Quotas>,
+        ready: tokio::sync::watch::Receiver<bool>,
+        stale_after: Duration,
+    ) -> AdminService {
+        AdminService {
+            store,
+            hub,
+            tokens,
+            quotas,
+            started: Instant::now(),
+            ready,
+            stale_after_ms: stale_after.as_millis() as u64,
+        }
     }
 }
 
@@ -187,6 +208,8 @@ impl AdminService {
         who: &Who,
         comment: &str,
     ) -> Result<WriteResult, Status> {
+        // A replica refuses before any quota is spent.
+        self.store.check_writable()?;
         if comment.len() > 1024 {
             self.store.metrics().limit_hit("comment_bytes");
             return Err(self.refused(invalid("comment", format!("{} bytes, limit 1024", comment.len()))));
@@ -220,9 +243,52 @@ impl AdminService {
             latency_p50_ms: p.p50_ms,
             latency_p99_ms: p.p99_ms,
             latency_max_ms: p.max_ms,
-            relays_total: 0,
-            relays_reporting: 0,
+            relays_total: p.relays_total,
+            relays_reporting: p.relays_reporting,
         })
+    }
+}
+
+impl AdminService {
+    fn env_status(&self, e: &Env) -> pb::EnvironmentStatus {
+        let s = e.state.load();
+        let replicas: Vec<pb::ReplicaStatus> = self
+            .hub
+            .relays(&s.name)
+            .iter()
+            .map(|r| {
+                let applied = r.applied.load(std::sync::atomic::Ordering::Relaxed);
+                pb::ReplicaStatus {
+                    token: r.key_id.clone(),
+                    address: r
+                        .conn
+                        .as_ref()
+                        .and_then(|c| c.remote)
+                        .map(|a| a.to_string())
+                        .unwrap_or_default(),
+                    version: r.sdk.clone(),
+                    applied_revision: applied,
+                    lag_revisions: s.revision.saturating_sub(applied),
+                    subtree_subscribers: r
+                        .report
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_ref()
+                        .map_or(0, |rep| rep.subscribers),
+                }
+            })
+            .collect();
+        pb::EnvironmentStatus {
+            name: s.name.clone(),
+            epoch: s.epoch.clone(),
+            head_revision: s.revision,
+            checksum: s.checksum,
+            subscribers: self.hub.count(&s.name) as u64,
+            relay_subscribers: replicas.len() as u64,
+            staleness_ms: self.store.staleness_ms(e),
+            replicas,
+            upstream_live: e.freshness.is_live(),
+        }
     }
 }
 
@@ -470,6 +536,8 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::ListAuditResponse>, Status> {
         let env = req.get_ref().environment.clone();
         authorize(&req, Role::Read, Some(&env), "read the audit log")?;
+        // The audit log is the primary's; a replica holds none.
+        self.store.check_writable()?;
         let r = req.into_inner();
         let kind = match pb::ItemKind::try_from(r.item_kind) {
             Ok(pb::ItemKind::Segment) => Kind::Segment,
@@ -554,7 +622,10 @@ impl Admin for AdminService {
                         }
                     }
                 };
-                let complete = p.subscribers_acked >= p.subscribers_total;
+                // Complete once every subscriber counted acked and every
+                // replica relay reported on the revision.
+                let complete =
+                    p.subscribers_acked >= p.subscribers_total && p.relays_reporting >= p.relays_total;
                 Some((Ok(pb::WatchPropagationResponse { propagation: Some(p) }), (None, this, complete)))
             }
         });
@@ -609,7 +680,7 @@ impl Admin for AdminService {
             reason: Some(reason),
             flag_version: version,
             revision: state.revision,
-            stale: false,
+            stale: self.store.staleness_ms(&env) > self.stale_after_ms,
         }))
     }
 
@@ -620,30 +691,40 @@ impl Admin for AdminService {
             .envs()
             .iter()
             .filter(|e| p.sees(&e.meta.load().name))
-            .map(|e| {
-                let s = e.state.load();
-                pb::EnvironmentStatus {
-                    name: s.name.clone(),
-                    epoch: s.epoch.clone(),
-                    head_revision: s.revision,
-                    checksum: s.checksum,
-                    subscribers: self.hub.count(&s.name) as u64,
-                    relay_subscribers: 0,
-                    staleness_ms: 0,
-                }
-            })
+            .map(|e| self.env_status(e))
             .collect();
         // Relay-wide totals only for a token that sees every environment.
         let subscribers_total = if p.all_environments() { self.hub.total() as u64 } else { 0 };
+        let (role, upstream) = match self.store.source() {
+            StoreSource::Primary => (pb::RelayRole::Primary, String::new()),
+            StoreSource::Replica { upstream } => (pb::RelayRole::Replica, upstream.clone()),
+        };
         Ok(Response::new(pb::StatusResponse {
-            role: pb::RelayRole::Primary as i32,
+            role: role as i32,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            ready: !self.hub.is_draining(),
-            upstream: String::new(),
+            ready: *self.ready.borrow() && !self.hub.is_draining(),
+            upstream,
             environments,
             subscribers_total,
             uptime_ms: self.started.elapsed().as_millis() as u64,
+            primary: self.store.primary().unwrap_or_default(),
         }))
+    }
+
+    async fn get_catalog(
+        &self,
+        req: Request<pb::GetCatalogRequest>,
+    ) -> Result<Response<pb::Catalog>, Status> {
+        let p = principal(&req)?;
+        if !p.0.replicate {
+            return Err(Status::permission_denied(format!(
+                "token {:?} may not read the catalog: that needs the replicate scope",
+                p.name()
+            )));
+        }
+        let r = req.into_inner();
+        let wait = Duration::from_millis(u64::from(r.wait_ms));
+        Ok(Response::new(crate::catalog::wait(&self.store, &self.tokens, &r.known_version, wait).await))
     }
 
     async fn verify_audit(

@@ -59,6 +59,58 @@ pub enum Command {
     /// demo flags as they change, and a writer changes them every few
     /// seconds.
     Demo(DemoArgs),
+    /// Check the configuration (command line, environment, file) the way
+    /// `serve` would, then exit: 0 if it is valid, else 64 with one line
+    /// saying what is wrong. Binds nothing, opens no store.
+    Check(Options),
+    /// Turn a stopped replica's data directory into a primary's: every
+    /// environment gets a new epoch (subscribers resynchronise with a full
+    /// snapshot; no cursor from before can mix with new revisions), the
+    /// replicated admin tokens keep working, the audit log starts empty.
+    /// Then start the relay with `--role primary` on the directory.
+    Promote(PromoteArgs),
+    /// gRPC health check for container probes: exits 0 when the relay at
+    /// `--addr` answers SERVING, 1 otherwise (a minimal image has no curl).
+    Probe(ProbeArgs),
+}
+
+/// `promote` options.
+#[derive(Debug, Clone, Args)]
+pub struct PromoteArgs {
+    /// The replica's data directory (the relay must be stopped).
+    #[arg(long, env = "FLAGSTREAM_DATA_DIR", default_value = "./flagstream-data")]
+    pub data_dir: PathBuf,
+}
+
+/// `probe` options.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    /// The relay's gRPC URL.
+    #[arg(long, env = "FLAGSTREAM_PROBE_ADDR", default_value = "http://127.0.0.1:7070")]
+    pub addr: String,
+    /// Health service to check: empty for the relay's readiness,
+    /// `flagstream.v1.Upstream` for a replica's upstream link.
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// How long to wait for the answer.
+    #[arg(long, default_value = "2s")]
+    pub timeout: Dur,
+    /// PEM CA bundle for an `https://` relay.
+    #[arg(long, env = "FLAGSTREAM_PROBE_CA")]
+    pub ca: Option<PathBuf>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Action {
+    /// Run the relay; with the demo writer's period under `demo`.
+    Serve(Options, Option<Duration>),
+    /// Validate the configuration.
+    Check(Options),
+    /// Promote a replica's data directory.
+    Promote(PromoteArgs),
+    /// Health-check a relay.
+    Probe(ProbeArgs),
 }
 
 /// `demo` options.
@@ -94,6 +146,42 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_METRICS_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
+    /// `primary` (owns the flag store and takes writes) or `replica`
+    /// (follows `upstream`, serves reads and SDKs, takes no writes)
+    /// [default: primary].
+    #[arg(long, env = "FLAGSTREAM_ROLE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A replica's upstream relay URLs, comma-separated (`http://` or
+    /// `https://`); it follows one at a time and fails over between them.
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// File holding a replica's upstream credential: an admin token with
+    /// the replicate scope (`flagctl token create NAME --role read
+    /// --replicate`).
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_TOKEN_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_token_file: Option<PathBuf>,
+    /// PEM CA bundle that verifies an `https://` upstream [default: the
+    /// public web roots].
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_CA")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<PathBuf>,
+    /// The environments a replica follows, comma-separated [default: all].
+    #[arg(long, env = "FLAGSTREAM_ENVIRONMENTS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environments: Option<String>,
+    /// The URL operators reach the primary at, announced to replicas so
+    /// their refusals of writes can name it (e.g. `https://flags.example:7070`).
+    #[arg(long, env = "FLAGSTREAM_ADVERTISE_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_url: Option<String>,
+    /// Data last confirmed current longer ago than this is stale (a
+    /// replica cut off from its upstream): `Evaluate` says so [default: 5s].
+    #[arg(long, env = "FLAGSTREAM_STALE_AFTER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_after: Option<Dur>,
     /// Data directory (sled store, admin token) [default: ./flagstream-data].
     #[arg(long, env = "FLAGSTREAM_DATA_DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -237,9 +325,28 @@ pub struct Options {
     pub log_format: Option<String>,
 }
 
+/// A replica's upstream settings.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Relay URLs, in order.
+    pub urls: Vec<String>,
+    /// The replicate-scope token (read from the token file).
+    pub token: flagstream::Secret,
+    /// PEM CA for `https://` upstreams.
+    pub ca: Option<Vec<u8>>,
+    /// Environments to follow; empty: all.
+    pub environments: Vec<String>,
+}
+
 /// Validated configuration with every default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `None` on the primary; a replica's upstream.
+    pub upstream: Option<Upstream>,
+    /// The primary's advertised URL.
+    pub advertise_url: Option<String>,
+    /// Staleness threshold.
+    pub stale_after: Duration,
     /// gRPC listen address.
     pub listen: SocketAddr,
     /// Metrics listen address.
@@ -374,7 +481,70 @@ impl Options {
             (None, None) => None,
             _ => return Err(ConfigError("tls-cert and tls-key: set both or neither".into())),
         };
+        let list = |v: &Option<String>| -> Vec<String> {
+            v.iter()
+                .flat_map(|s| s.split(','))
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        let upstream = match self.role.as_deref() {
+            None | Some("primary") => {
+                for (set, name) in [
+                    (self.upstream.is_some(), "upstream"),
+                    (self.upstream_token_file.is_some(), "upstream-token-file"),
+                    (self.upstream_ca.is_some(), "upstream-ca"),
+                    (self.environments.is_some(), "environments"),
+                ] {
+                    if set {
+                        return Err(ConfigError(format!("{name}: only for --role replica")));
+                    }
+                }
+                None
+            }
+            Some("replica") => {
+                let urls = list(&self.upstream);
+                if urls.is_empty() {
+                    return Err(ConfigError("upstream: a replica needs at least one upstream URL".into()));
+                }
+                if let Some(bad) =
+                    urls.iter().find(|u| !u.starts_with("http://") && !u.starts_with("https://"))
+                {
+                    return Err(ConfigError(format!("upstream: {bad:?} is not an http:// or https:// URL")));
+                }
+                let Some(path) = &self.upstream_token_file else {
+                    return Err(ConfigError(
+                        "upstream-token-file: a replica needs its upstream credential (a token with the replicate scope)".into(),
+                    ));
+                };
+                let token = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(format!("upstream-token-file: {}: {e}", path.display())))?
+                    .trim()
+                    .to_owned();
+                if token.is_empty() {
+                    return Err(ConfigError(format!("upstream-token-file: {} is empty", path.display())));
+                }
+                if self.demo == Some(true) {
+                    return Err(ConfigError("demo: a replica serves its upstream's environments".into()));
+                }
+                Some(Upstream {
+                    urls,
+                    token: flagstream::Secret::new(token),
+                    ca: self.upstream_ca.as_ref().map(|p| read("upstream-ca", p)).transpose()?,
+                    environments: list(&self.environments),
+                })
+            }
+            Some(other) => return Err(ConfigError(format!("role: {other:?} is not `primary` or `replica`"))),
+        };
+        if upstream.is_some() && self.advertise_url.is_some() {
+            return Err(ConfigError(
+                "advertise-url: only for the primary (replicas pass the primary's on)".into(),
+            ));
+        }
         let c = Config {
+            upstream,
+            advertise_url: self.advertise_url.clone(),
+            stale_after: d(self.stale_after, 5),
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
             admin_listen: self.admin_listen,
@@ -474,21 +644,28 @@ impl Options {
 }
 
 impl Cli {
-    /// The serve options (the default command).
+    /// The relay options of `serve`, `demo` or `check` (defaults for the
+    /// other commands).
     pub fn options(self) -> Options {
-        self.into_parts().0
+        match self.action() {
+            Action::Serve(o, _) | Action::Check(o) => o,
+            Action::Promote(_) | Action::Probe(_) => Options::default(),
+        }
     }
 
-    /// The options, and the demo writer's period when running `demo`.
-    pub fn into_parts(self) -> (Options, Option<Duration>) {
+    /// What to do.
+    pub fn action(self) -> Action {
         match self.command {
-            Some(Command::Serve(o)) => (o, None),
+            Some(Command::Serve(o)) => Action::Serve(o, None),
             Some(Command::Demo(d)) => {
                 let mut o = d.options;
                 o.demo.get_or_insert(true);
-                (o, Some(d.churn.0))
+                Action::Serve(o, Some(d.churn.0))
             }
-            None => (self.serve, None),
+            Some(Command::Check(o)) => Action::Check(o),
+            Some(Command::Promote(p)) => Action::Promote(p),
+            Some(Command::Probe(p)) => Action::Probe(p),
+            None => Action::Serve(self.serve, None),
         }
     }
 }

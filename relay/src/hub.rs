@@ -1,9 +1,11 @@
-//! Subscriber registry: who is connected, to which environment, at which
-//! applied revision; admission control; the drain signal; the snapshot-send
-//! budget; propagation statistics from acks; and the reaper that cuts off
-//! subscribers whose transport stopped pulling. Sends nothing itself.
+//! Subscriber registry: who is connected (SDKs and replica relays), to
+//! which environment, at which applied revision; admission control; the
+//! drain signal; the snapshot-send budget; propagation statistics from
+//! acks and replica reports (`propagation.rs` holds the histograms); and
+//! the reaper that cuts off subscribers whose transport stopped pulling.
+//! Sends nothing itself.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,16 +15,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::propagation::{Histogram, REPORTED_REVISIONS, Report, Ring};
 use crate::store::{Env, now_ms};
 use crate::transport::ConnInfo;
-
-/// Revisions per environment whose ack latencies are kept.
-const TRACKED_REVISIONS: usize = 256;
-
-/// Latency histogram resolution: 1 ms buckets up to this, then 1 s buckets.
-const FINE_MS: u64 = 1_000;
-/// Coarse buckets (1 s each) after the fine ones: up to 10 minutes.
-const COARSE_BUCKETS: usize = 600;
 
 /// Admission and stream limits.
 #[derive(Debug, Clone)]
@@ -70,6 +65,11 @@ pub struct Subscriber {
     pub conn: Option<ConnInfo>,
     /// Client-reported name/version, for status.
     pub sdk: String,
+    /// A replica relay (not a leaf: it reports its subtree instead of
+    /// being counted, PROTOCOL.md §4).
+    pub relay: bool,
+    /// A replica relay's latest propagation report.
+    pub report: Mutex<Option<Report>>,
 }
 
 impl Subscriber {
@@ -120,15 +120,6 @@ pub enum Rejection {
     Draining,
 }
 
-#[derive(Debug)]
-struct RevisionStats {
-    revision: u64,
-    committed_ms: u64,
-    acked: u64,
-    buckets: Vec<u32>,
-    max_ms: u64,
-}
-
 /// Latency percentiles of one revision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Propagation {
@@ -146,6 +137,10 @@ pub struct Propagation {
     pub max_ms: u64,
     /// Commit time of the revision, Unix ms (0 if not tracked).
     pub committed_ms: u64,
+    /// Replica relays subscribed here for the environment.
+    pub relays_total: u32,
+    /// Of those, how many reported on the revision.
+    pub relays_reporting: u32,
 }
 
 /// The registry. Cheap to share behind an `Arc`.
@@ -159,24 +154,12 @@ pub struct Hub {
     /// Permits for concurrent snapshot sends.
     pub snapshot_permits: Arc<Semaphore>,
     /// Per environment; hashed on every ack, hence foldhash.
-    stats: Mutex<HashMap<String, VecDeque<RevisionStats>, foldhash::fast::RandomState>>,
+    stats: Mutex<HashMap<String, Ring, foldhash::fast::RandomState>>,
     /// Limits in force.
     pub limits: HubLimits,
     metrics: Metrics,
     /// Origin of the monotonic clock every timeout here is measured on.
     clock: tokio::time::Instant,
-}
-
-fn bucket_of(ms: u64) -> usize {
-    if ms < FINE_MS {
-        ms as usize
-    } else {
-        (FINE_MS as usize + ((ms - FINE_MS) / 1_000) as usize).min(FINE_MS as usize + COARSE_BUCKETS - 1)
-    }
-}
-
-fn bucket_upper_ms(b: usize) -> u64 {
-    if (b as u64) < FINE_MS { b as u64 } else { FINE_MS + (b as u64 - FINE_MS + 1) * 1_000 }
 }
 
 impl Hub {
@@ -228,6 +211,8 @@ impl Hub {
 
     /// Admits a subscriber or says why not; counted either way. `applied`
     /// is what its cursor says it already has (0 for another epoch).
+    /// A replica relay (`relay`) is admitted whatever the SDK limits say
+    /// (a replica must always be able to follow), except while draining.
     pub fn admit(
         &self,
         env: &str,
@@ -235,8 +220,9 @@ impl Hub {
         conn: Option<ConnInfo>,
         sdk: String,
         applied: u64,
+        relay: bool,
     ) -> Result<Arc<Subscriber>, Rejection> {
-        let result = self.try_admit(env, key_id, conn, sdk, applied);
+        let result = self.try_admit(env, key_id, conn, sdk, applied, relay);
         let (result_label, reason) = match &result {
             Ok(_) => ("accepted", "ok"),
             Err(Rejection::RelayFull) => ("rejected", "relay_full"),
@@ -264,20 +250,24 @@ impl Hub {
         conn: Option<ConnInfo>,
         sdk: String,
         applied: u64,
+        relay: bool,
     ) -> Result<Arc<Subscriber>, Rejection> {
         if self.is_draining() {
             return Err(Rejection::Draining);
         }
         let mut subs = Self::lock(&self.subs);
         let mut per_env = Self::lock(&self.per_env);
-        if subs.len() >= self.limits.max_subscribers {
-            return Err(Rejection::RelayFull);
+        if !relay {
+            if subs.len() >= self.limits.max_subscribers {
+                return Err(Rejection::RelayFull);
+            }
+            let n = per_env.entry(env.to_owned()).or_default();
+            if *n >= self.limits.max_subscribers_per_env {
+                return Err(Rejection::EnvFull);
+            }
+            *n += 1;
+            self.metrics.subscribers.get_or_create(&vec![("env", env.to_owned())]).set(*n as i64);
         }
-        let n = per_env.entry(env.to_owned()).or_default();
-        if *n >= self.limits.max_subscribers_per_env {
-            return Err(Rejection::EnvFull);
-        }
-        *n += 1;
         let mono = self.mono_ms();
         let sub = Arc::new(Subscriber {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -292,9 +282,10 @@ impl Hub {
             failure: Mutex::new(None),
             conn,
             sdk,
+            relay,
+            report: Mutex::new(None),
         });
         subs.insert(sub.id, sub.clone());
-        self.metrics.subscribers.get_or_create(&vec![("env", env.to_owned())]).set(*n as i64);
         Ok(sub)
     }
 
@@ -305,7 +296,9 @@ impl Hub {
             return;
         }
         let mut per_env = Self::lock(&self.per_env);
-        if let Some(n) = per_env.get_mut(&sub.env) {
+        if !sub.relay
+            && let Some(n) = per_env.get_mut(&sub.env)
+        {
             *n = n.saturating_sub(1);
             self.metrics.subscribers.get_or_create(&vec![("env", sub.env.clone())]).set(*n as i64);
         }
@@ -317,15 +310,14 @@ impl Hub {
     /// Ends every stream of `env` opened with SDK key `key_id` (revoked or
     /// expired) with UNAUTHENTICATED; returns how many.
     pub fn end_key(&self, env: &str, key_id: &str, why: &str) -> usize {
-        let subs: Vec<Arc<Subscriber>> =
-            Self::lock(&self.subs).values().filter(|s| s.env == env && s.key_id == key_id).cloned().collect();
-        for s in &subs {
-            s.fail(tonic::Status::unauthenticated(format!("SDK key {key_id} {why}")));
+        let n = self.end_key_where(
+            |s| !s.relay && s.env == env && s.key_id == key_id,
+            &format!("SDK key {key_id} {why}"),
+        );
+        if n > 0 {
+            tracing::info!(env, key = key_id, streams = n, why, "ended the streams of an SDK key");
         }
-        if !subs.is_empty() {
-            tracing::info!(env, key = key_id, streams = subs.len(), why, "ended the streams of an SDK key");
-        }
-        subs.len()
+        n
     }
 
     /// Subscribers connected now.
@@ -333,9 +325,39 @@ impl Hub {
         Self::lock(&self.subs).len()
     }
 
-    /// Subscribers of one environment now.
+    /// SDK subscribers of one environment now.
     pub fn count(&self, env: &str) -> usize {
         Self::lock(&self.per_env).get(env).copied().unwrap_or(0)
+    }
+
+    /// The replica relays subscribed for `env` now.
+    pub fn relays(&self, env: &str) -> Vec<Arc<Subscriber>> {
+        Self::lock(&self.subs).values().filter(|s| s.relay && s.env == env).cloned().collect()
+    }
+
+    /// Ends every stream opened with the admin token `name` (a replica's
+    /// credential that was revoked) with UNAUTHENTICATED.
+    pub fn end_token(&self, name: &str) -> usize {
+        self.end_key_where(|s| s.relay && s.key_id == name, &format!("token {name:?} was revoked"))
+    }
+
+    fn end_key_where(&self, pick: impl Fn(&Subscriber) -> bool, why: &str) -> usize {
+        let subs: Vec<Arc<Subscriber>> =
+            Self::lock(&self.subs).values().filter(|s| pick(s)).cloned().collect();
+        for s in &subs {
+            s.fail(tonic::Status::unauthenticated(why.to_owned()));
+        }
+        if !subs.is_empty() {
+            tracing::info!(streams = subs.len(), why, "ended streams whose credential stopped working");
+        }
+        subs.len()
+    }
+
+    /// Stores a replica relay's latest report (it replaces the previous).
+    pub fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
+        if sub.relay {
+            *Self::lock(&sub.report) = Some(Report::from_proto(report));
+        }
     }
 
     /// Records an ack of `revision` by `sub` (it has applied everything up
@@ -346,7 +368,9 @@ impl Hub {
             return; // not data this relay sent: ignored
         }
         let prev = sub.applied.fetch_max(revision, Ordering::Relaxed);
-        if revision <= prev {
+        // A replica relay's own ack says how far it is (its lag); the
+        // latencies are its subscribers', in its reports.
+        if revision <= prev || sub.relay {
             return;
         }
         let now = now_ms();
@@ -368,27 +392,9 @@ impl Hub {
             None => stats.entry(sub.env.clone()).or_default(),
         };
         for entry in newly {
-            let pos = match ring.iter().rposition(|r| r.revision == entry.revision) {
-                Some(p) => p,
-                None => {
-                    ring.push_back(RevisionStats {
-                        revision: entry.revision,
-                        committed_ms: entry.committed_unix_ms,
-                        acked: 0,
-                        buckets: vec![0; FINE_MS as usize + COARSE_BUCKETS],
-                        max_ms: 0,
-                    });
-                    while ring.len() > TRACKED_REVISIONS {
-                        ring.pop_front();
-                    }
-                    ring.len() - 1
-                }
-            };
-            let r = &mut ring[pos];
+            let r = ring.entry(entry.revision, entry.committed_unix_ms);
             let ms = now.saturating_sub(r.committed_ms);
-            r.acked += 1;
-            r.buckets[bucket_of(ms)] += 1;
-            r.max_ms = r.max_ms.max(ms);
+            r.latency.record(ms);
             if entry.revision == revision {
                 latest_ms = Some(ms);
             }
@@ -400,37 +406,98 @@ impl Hub {
         }
     }
 
-    /// Propagation of `revision` in `env`.
+    /// Propagation of `revision` in `env` over this relay's subtree: its
+    /// own SDK subscribers plus the latest reports of its replica relays.
     pub fn propagation(&self, env: &str, revision: u64) -> Propagation {
-        let subscribers = self.count(env) as u64;
-        let acked = Self::lock(&self.subs)
-            .values()
-            .filter(|s| s.env == env && s.applied.load(Ordering::Relaxed) >= revision)
-            .count() as u64;
-        let stats = Self::lock(&self.stats);
-        let Some(r) = stats.get(env).and_then(|ring| ring.iter().find(|r| r.revision == revision)) else {
-            return Propagation { subscribers, acked, ..Propagation::default() };
-        };
-        let pct = |p: f64| -> u64 {
-            let want = ((r.acked as f64) * p).ceil().max(1.0) as u64;
-            let mut seen = 0u64;
-            for (b, &n) in r.buckets.iter().enumerate() {
-                seen += u64::from(n);
-                if seen >= want {
-                    return bucket_upper_ms(b).min(r.max_ms);
-                }
+        let (own, reports) = self.own_and_reports(env);
+        let mut subscribers = 0;
+        let mut acked = 0;
+        for s in &own {
+            subscribers += 1;
+            if s.applied.load(Ordering::Relaxed) >= revision {
+                acked += 1;
             }
-            r.max_ms
-        };
+        }
+        let mut latency = Histogram::default();
+        let mut committed_ms = 0;
+        if let Some(r) = Self::lock(&self.stats).get(env).and_then(|ring| ring.get(revision)) {
+            latency.merge(&r.latency);
+            committed_ms = r.committed_ms;
+        }
+        let relays_total = reports.len() as u32;
+        let mut relays_reporting = 0;
+        for report in reports.iter().flatten() {
+            subscribers += report.subscribers;
+            if let Some((a, h)) = report.revision(revision) {
+                relays_reporting += 1;
+                acked += a;
+                latency.merge(h);
+            }
+        }
         Propagation {
             subscribers,
             acked,
-            acks_recorded: r.acked,
-            p50_ms: pct(0.50),
-            p99_ms: pct(0.99),
-            max_ms: r.max_ms,
-            committed_ms: r.committed_ms,
+            acks_recorded: latency.total(),
+            p50_ms: latency.percentile(0.50),
+            p99_ms: latency.percentile(0.99),
+            max_ms: latency.max(),
+            committed_ms,
+            relays_total,
+            relays_reporting,
         }
+    }
+
+    /// This relay's SDK subscribers of `env`, and its replica relays'
+    /// latest reports (`None`: not reported yet).
+    fn own_and_reports(&self, env: &str) -> (Vec<Arc<Subscriber>>, Vec<Option<Report>>) {
+        let subs = Self::lock(&self.subs);
+        let own = subs.values().filter(|s| !s.relay && s.env == env).cloned().collect();
+        let reports = subs
+            .values()
+            .filter(|s| s.relay && s.env == env)
+            .map(|s| Self::lock(&s.report).clone())
+            .collect();
+        (own, reports)
+    }
+
+    /// The report a replica sends its upstream for `env` at `epoch`: its
+    /// subtree's SDK count and, for the latest revisions it tracks, how
+    /// many acked and their merged latencies (PROTOCOL.md §4).
+    pub fn subtree_report(&self, env: &str, epoch: &str) -> Report {
+        let (own, reports) = self.own_and_reports(env);
+        let revisions: Vec<(u64, u64)> = {
+            let stats = Self::lock(&self.stats);
+            let mut revs: Vec<(u64, u64)> = stats
+                .get(env)
+                .map(|ring| ring.latest(REPORTED_REVISIONS).map(|r| (r.revision, r.committed_ms)).collect())
+                .unwrap_or_default();
+            for report in reports.iter().flatten() {
+                revs.extend(report.revisions.iter().map(|(r, _, _)| (*r, 0)));
+            }
+            revs.sort_unstable();
+            revs.dedup_by_key(|r| r.0);
+            revs.into_iter().rev().take(REPORTED_REVISIONS).rev().collect()
+        };
+        let subscribers = own.len() as u64 + reports.iter().flatten().map(|r| r.subscribers).sum::<u64>();
+        let stats = Self::lock(&self.stats);
+        let ring = stats.get(env);
+        let revisions = revisions
+            .into_iter()
+            .map(|(revision, _)| {
+                let mut acked =
+                    own.iter().filter(|s| s.applied.load(Ordering::Relaxed) >= revision).count() as u64;
+                let mut latency =
+                    ring.and_then(|r| r.get(revision)).map(|r| r.latency.clone()).unwrap_or_default();
+                for report in reports.iter().flatten() {
+                    if let Some((a, h)) = report.revision(revision) {
+                        acked += a;
+                        latency.merge(h);
+                    }
+                }
+                (revision, acked, latency)
+            })
+            .collect();
+        Report { epoch: epoch.to_owned(), subscribers, revisions }
     }
 
     /// Cuts off subscribers whose transport has not pulled a message for
@@ -494,8 +561,8 @@ mod tests {
         let hub = hub();
         let stop = CancellationToken::new();
         tokio::spawn(hub.clone().reap(stop.clone()));
-        let stuck = hub.admit("e", "k1", None, String::new(), 0).unwrap();
-        let reading = hub.admit("e", "k1", None, String::new(), 0).unwrap();
+        let stuck = hub.admit("e", "k1", None, String::new(), 0, false).unwrap();
+        let reading = hub.admit("e", "k1", None, String::new(), 0, false).unwrap();
         for _ in 0..25 {
             advance(100).await;
             reading.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);

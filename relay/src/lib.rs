@@ -11,6 +11,7 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod ctl;
 pub mod demo;
@@ -19,8 +20,12 @@ pub mod error;
 pub mod grpc;
 pub mod hub;
 pub mod metrics;
+pub mod probe;
+pub mod promote;
+pub mod propagation;
 pub mod quota;
 pub mod refusal;
+pub mod replica;
 pub mod server;
 pub mod store;
 pub mod subscribe;
@@ -89,16 +94,32 @@ pub async fn main_entry() {
             std::process::exit(config::EXIT_CONFIG);
         }
     };
-    let (options, demo) = cli.into_parts();
-    let cfg = match options.resolve() {
+    let resolve = |options: config::Options| match options.resolve() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("flagstream-relay: bad configuration: {e}");
             std::process::exit(config::EXIT_CONFIG);
         }
     };
-    init_tracing(cfg.log_json);
-    if let Err(e) = server::run(cfg, demo).await {
+    let outcome = match cli.action() {
+        config::Action::Serve(options, demo) => {
+            let cfg = resolve(options);
+            init_tracing(cfg.log_json);
+            server::run(cfg, demo).await
+        }
+        config::Action::Check(options) => {
+            let cfg = resolve(options);
+            let role = if cfg.upstream.is_some() { "replica" } else { "primary" };
+            println!("configuration ok ({role}, grpc {}, data {})", cfg.listen, cfg.data_dir.display());
+            Ok(())
+        }
+        config::Action::Promote(args) => promote::promote(&args.data_dir).await,
+        config::Action::Probe(args) => {
+            let serving = probe::probe(&args).await;
+            std::process::exit(if serving { 0 } else { 1 });
+        }
+    };
+    if let Err(e) = outcome {
         eprintln!("flagstream-relay: {e:#}");
         std::process::exit(1);
     }

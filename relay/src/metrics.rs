@@ -67,6 +67,12 @@ pub struct Metrics {
     pub refusals: Family<Labels, Counter>,
     /// Requests refused by a quota, by environment and quota.
     pub quota_refusals: Family<Labels, Counter>,
+    /// Replicas: 1 while the environment's upstream stream is open and
+    /// current, else 0.
+    pub upstream_live: Family<Labels, Gauge>,
+    /// How long ago the environment's data was last confirmed current,
+    /// seconds (0 on the primary; heartbeats' `staleness_ms`).
+    pub staleness_seconds: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
     /// the per-message path neither allocates labels nor locks the family.
     pub sent: Arc<[(Counter, Counter); 4]>,
@@ -116,8 +122,20 @@ impl Metrics {
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
             quota_refusals: Family::default(),
+            upstream_live: Family::default(),
+            staleness_seconds: Family::default(),
             sent: Arc::new(Default::default()),
         };
+        r.register(
+            "upstream_live",
+            "Replica: 1 while the environment's upstream stream is open and current",
+            m.upstream_live.clone(),
+        );
+        r.register(
+            "staleness_seconds",
+            "How long ago the environment's data was last confirmed current (0 on the primary)",
+            m.staleness_seconds.clone(),
+        );
         r.register("subscribers", "Connected subscribers", m.subscribers.clone());
         r.register("subscribes", "Subscribe attempts by result and reason", m.subscribes.clone());
         r.register("sent_messages", "Stream messages sent by kind", m.sent_messages.clone());

@@ -111,6 +111,64 @@ async fn reload_on_sighup(source: Option<crate::config::Options>, store: Store, 
     let _ = (source, store, quotas);
 }
 
+/// Sets health SERVING once `ready` (unless the relay is draining by then).
+async fn serve_when_ready(
+    mut ready: tokio::sync::watch::Receiver<bool>,
+    health: tonic_health::server::HealthReporter,
+    hub: Arc<Hub>,
+) {
+    if ready.wait_for(|r| *r).await.is_err() || hub.is_draining() {
+        return;
+    }
+    health.set_serving::<SyncRoute>().await;
+    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    tracing::info!("ready: health SERVING");
+}
+
+/// The role a data directory was made for (`role` setting): a primary's
+/// store never becomes a replica's (its audit log and history would be
+/// overwritten), and a replica's becomes a primary only by `promote`.
+async fn check_role(
+    backend: &dyn Backend,
+    source: &StoreSource,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let want = match source {
+        StoreSource::Primary => "primary",
+        StoreSource::Replica { .. } => "replica",
+    };
+    let have = backend.setting(ROLE_SETTING).await?;
+    match have.as_deref() {
+        None => {
+            // A new store, or one from before roles were recorded (always a
+            // primary's).
+            // Every primary's store holds its bootstrap token.
+            let legacy = !backend.tokens().await?.is_empty();
+            if legacy && want == "replica" {
+                anyhow::bail!(
+                    "{} holds a primary's store; a replica needs a data directory of its own",
+                    dir.display()
+                );
+            }
+            backend.put_setting(ROLE_SETTING, want.to_owned()).await?;
+            Ok(())
+        }
+        Some(r) if r == want => Ok(()),
+        Some("replica") => anyhow::bail!(
+            "{} holds a replica's store; to make it the primary run `flagstream-relay promote --data-dir {}` first (docs/OPERATIONS.md, promotion)",
+            dir.display(),
+            dir.display()
+        ),
+        Some(r) => anyhow::bail!(
+            "{} holds a {r}'s store; a replica needs a data directory of its own",
+            dir.display()
+        ),
+    }
+}
+
+/// The store setting naming the role its data directory was made for.
+pub const ROLE_SETTING: &str = "role";
+
 /// Warns, loudly, for every gRPC listener that is reachable from other
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
 /// clear.
@@ -172,17 +230,26 @@ pub async fn serve(
         audit_revisions: cfg.audit_revisions,
     };
     let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?);
-    let store =
-        Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), StoreSource::Primary)
-            .await?;
-    let (tokens, new_token) = Tokens::open(backend, &cfg.data_dir, None).await?;
+    let source = match &cfg.upstream {
+        None => StoreSource::Primary,
+        Some(u) => StoreSource::Replica { upstream: u.urls.join(",") },
+    };
+    check_role(backend.as_ref(), &source, &cfg.data_dir).await?;
+    let store = Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), source).await?;
+    let read_only = cfg.upstream.as_ref().map(|u| {
+        format!("this relay is a replica (it follows {}); manage tokens at the primary", u.urls.join(","))
+    });
+    let (tokens, new_token) = Tokens::open(backend, &cfg.data_dir, read_only).await?;
     let tokens = Arc::new(tokens);
+    if cfg.upstream.is_none() {
+        store.set_primary(cfg.advertise_url.clone());
+    }
     if let Some(path) = &new_token {
         tracing::info!(path = %path.display(), "created the admin token `bootstrap` (role admin, all environments; shown once in this file, mode 0600)");
     }
     // The demo is seeded on the very first start only (when the admin token
     // is created), never again after its environments were deleted.
-    if cfg.demo && new_token.is_some() && store.envs().is_empty() {
+    if cfg.demo && cfg.upstream.is_none() && new_token.is_some() && store.envs().is_empty() {
         let key = crate::demo::seed(&store).await?;
         let path = cfg.data_dir.join("demo-sdk-key");
         auth::write_private(&path, &key)?;
@@ -225,6 +292,7 @@ pub async fn serve(
         store.clone(),
         hub.clone(),
         quotas.clone(),
+        tokens.clone(),
         StreamConfig {
             hello_timeout: cfg.hello_timeout,
             heartbeat: cfg.heartbeat,
@@ -235,7 +303,16 @@ pub async fn serve(
             drain_spread: cfg.drain_spread,
         },
     );
-    let admin = AdminService::new(store.clone(), hub.clone(), tokens.clone(), quotas.clone());
+    // A primary is ready once it serves; a replica once it holds data.
+    let (ready_tx, ready) = tokio::sync::watch::channel(cfg.upstream.is_none());
+    let admin = AdminService::new(
+        store.clone(),
+        hub.clone(),
+        tokens.clone(),
+        quotas.clone(),
+        ready.clone(),
+        cfg.stale_after,
+    );
     tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone()));
     let background = CancellationToken::new();
     tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
@@ -246,7 +323,7 @@ pub async fn serve(
         AdminServer::new(admin)
             .max_decoding_message_size(MAX_ADMIN_REQUEST)
             .max_encoding_message_size(MAX_RESPONSE),
-        AdminAuth { tokens },
+        AdminAuth { tokens: tokens.clone() },
     );
     let server_stop = CancellationToken::new();
     let refusals = RefusalLayer::new(metrics.clone());
@@ -291,9 +368,17 @@ pub async fn serve(
         }
     }
 
-    // The store is loaded and the listeners are bound: ready.
-    health_reporter.set_serving::<SyncRoute>().await;
-    health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    if let Some(upstream) = cfg.upstream.clone() {
+        let replica =
+            crate::replica::Replica::new(store.clone(), tokens.clone(), hub.clone(), upstream, ready_tx);
+        health_reporter
+            .set_service_status(crate::replica::UPSTREAM_HEALTH, tonic_health::ServingStatus::NotServing)
+            .await;
+        tokio::spawn(replica.run(background.clone(), health_reporter.clone()));
+    }
+    // The listeners are bound; the relay is ready once it holds data (at
+    // once on a primary, whose store is loaded).
+    tokio::spawn(serve_when_ready(ready.clone(), health_reporter.clone(), hub.clone()));
     started(&running)?;
     tracing::info!(grpc = %running.grpc, metrics = %running.metrics, data_dir = %cfg.data_dir.display(), lifo_slot = crate::LIFO_SLOT, "relay serving");
 

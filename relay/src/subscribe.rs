@@ -19,6 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval};
 use tonic::Status;
 
+use crate::access::Tokens;
 use crate::encoded::{self, Encoded};
 use crate::grpc::Inbound;
 use crate::hub::{Hub, Rejection, Subscriber};
@@ -55,14 +56,67 @@ pub struct SyncService {
     store: Store,
     hub: Arc<Hub>,
     quotas: Arc<Quotas>,
+    tokens: Arc<Tokens>,
     cfg: Arc<StreamConfig>,
 }
 
 impl SyncService {
     /// A service over `store`, registering subscribers in `hub`, new
-    /// subscriptions limited by `quotas`.
-    pub fn new(store: Store, hub: Arc<Hub>, quotas: Arc<Quotas>, cfg: StreamConfig) -> SyncService {
-        SyncService { store, hub, quotas, cfg: Arc::new(cfg) }
+    /// subscriptions limited by `quotas`, replica relays authenticated by
+    /// `tokens`.
+    pub fn new(
+        store: Store,
+        hub: Arc<Hub>,
+        quotas: Arc<Quotas>,
+        tokens: Arc<Tokens>,
+        cfg: StreamConfig,
+    ) -> SyncService {
+        SyncService { store, hub, quotas, tokens, cfg: Arc::new(cfg) }
+    }
+
+    /// Who a Hello is from: the environment and the SDK key id, or for a
+    /// replica relay (`subscriber_kind` RELAY) the environment it names
+    /// and its token's name; the token needs the replicate scope.
+    fn authenticate(&self, hello: &pb::Hello) -> Result<(Arc<Env>, String, bool), (&'static str, Status)> {
+        if hello.subscriber_kind == pb::SubscriberKind::Relay as i32 {
+            let Some(p) = self.tokens.authenticate(&hello.sdk_key) else {
+                tracing::info!(sdk = %hello.sdk_name, "relay Subscribe with an unknown token refused");
+                return Err(("unknown_token", Status::unauthenticated("unknown token")));
+            };
+            if !p.0.replicate {
+                return Err((
+                    "not_replicate",
+                    Status::permission_denied(format!(
+                        "token {:?} may not follow environments as a replica relay: that needs the replicate scope",
+                        p.name()
+                    )),
+                ));
+            }
+            if hello.environment.is_empty() {
+                return Err((
+                    "bad_hello",
+                    Status::invalid_argument("hello.environment: a replica relay must name the environment"),
+                ));
+            }
+            let env =
+                self.store.env(&hello.environment).map_err(|e| ("unknown_environment", Status::from(e)))?;
+            return Ok((env, p.name().to_owned(), true));
+        }
+        let Some((env, key_id)) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
+            tracing::info!(sdk = %hello.sdk_name, "Subscribe with an unknown SDK key refused");
+            return Err(("unknown_sdk_key", Status::unauthenticated("unknown SDK key")));
+        };
+        let env_name = env.meta.load().name.clone();
+        if !hello.environment.is_empty() && hello.environment != env_name {
+            return Err((
+                "environment_mismatch",
+                Status::invalid_argument(format!(
+                    "hello.environment: {:?} is not the SDK key's environment",
+                    hello.environment
+                )),
+            ));
+        }
+        Ok((env, key_id, false))
     }
 }
 
@@ -109,20 +163,22 @@ impl SyncService {
                 return Err(Status::invalid_argument("the first message of Subscribe must be a Hello"));
             }
         };
-        let Some((env, key_id)) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
-            refused("unknown_sdk_key");
-            tracing::info!(sdk = %hello.sdk_name, "Subscribe with an unknown SDK key refused");
-            return Err(Status::unauthenticated("unknown SDK key"));
+        let (env, key_id, relay) = match self.authenticate(&hello) {
+            Ok(who) => who,
+            Err((reason, status)) => {
+                refused(reason);
+                return Err(status);
+            }
         };
         let env_name = env.meta.load().name.clone();
-        if !hello.environment.is_empty() && hello.environment != env_name {
-            refused("environment_mismatch");
-            return Err(Status::invalid_argument(format!(
-                "hello.environment: {:?} is not the SDK key's environment",
-                hello.environment
+        if !env.has_data() {
+            // A replica that has not received this environment yet.
+            refused("no_data");
+            return Err(Status::unavailable(format!(
+                "this relay holds no data for environment {env_name:?} yet; try another relay"
             )));
         }
-        if let Err(status) = self.quotas.check_subscribe(&env_name) {
+        if !relay && let Err(status) = self.quotas.check_subscribe(&env_name) {
             refused("subscribe_rate");
             return Err(status);
         }
@@ -132,7 +188,7 @@ impl SyncService {
         let head = env.state.load();
         let applied = if cursor.epoch == head.epoch { cursor.revision.min(head.revision) } else { 0 };
         drop(head);
-        let sub = self.hub.admit(&env_name, &key_id, conn, sdk, applied).map_err(|r| {
+        let sub = self.hub.admit(&env_name, &key_id, conn, sdk, applied, relay).map_err(|r| {
             let (msg, delay) = match r {
                 Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
                 Rejection::EnvFull => ("environment subscriber limit reached", 5_000),
@@ -193,6 +249,9 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
                 hub.ack(&env, &sub, &ack.epoch, ack.revision);
             }
+            Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(report)) })) => {
+                hub.report(&sub, &report);
+            }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(_)) })) => {
                 tracing::info!(env = %sub.env, subscriber = sub.id, "second Hello: ending the stream");
                 sub.fail(Status::invalid_argument(
@@ -200,8 +259,7 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
                 ));
                 return;
             }
-            // Propagation reports and unknown kinds: ignored (forward
-            // compatibility, PROTOCOL.md §8).
+            // Unknown kinds: ignored (forward compatibility, PROTOCOL.md §8).
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
@@ -280,7 +338,7 @@ impl Outbound {
             head_revision: state.revision,
             server_time_unix_ms: now_ms(),
             interval_ms: self.cfg.heartbeat.as_millis() as u32,
-            staleness_ms: 0,
+            staleness_ms: self.store.staleness_ms(&self.env),
         }))
     }
 

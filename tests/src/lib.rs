@@ -3,6 +3,7 @@
 //! raw protocol subscriber (`subscriber`) and a TCP fault proxy (`proxy`).
 
 pub mod case;
+pub mod cluster;
 pub mod proxy;
 pub mod relay;
 pub mod subscriber;

@@ -20,6 +20,8 @@ pub struct Proxy {
     /// Connections numbered below this are frozen.
     frozen_below: Arc<AtomicU64>,
     next: Arc<AtomicU64>,
+    /// While set, every connection, new ones included, is frozen.
+    all_frozen: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proxy {
@@ -30,18 +32,19 @@ impl Proxy {
             addr: listener.local_addr().expect("proxy addr"),
             frozen_below: Arc::new(AtomicU64::new(0)),
             next: Arc::new(AtomicU64::new(0)),
+            all_frozen: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
-        let (frozen, next) = (p.frozen_below.clone(), p.next.clone());
+        let (frozen, next, all) = (p.frozen_below.clone(), p.next.clone(), p.all_frozen.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let id = next.fetch_add(1, Ordering::SeqCst);
-                let frozen = frozen.clone();
+                let (frozen, all) = (frozen.clone(), all.clone());
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else { return };
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let a = tokio::spawn(pump(cr, sw, id, frozen.clone()));
-                    let b = tokio::spawn(pump(sr, cw, id, frozen));
+                    let a = tokio::spawn(pump(cr, sw, id, frozen.clone(), all.clone()));
+                    let b = tokio::spawn(pump(sr, cw, id, frozen, all));
                     let _ = tokio::join!(a, b); // each pump ends on its own
                 });
             }
@@ -59,6 +62,20 @@ impl Proxy {
         self.frozen_below.store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
+    /// Freezes every connection, open now or made later, until
+    /// [`Proxy::pass_new`]: the upstream is unreachable without anything
+    /// being refused or closed.
+    pub fn blackhole_all(&self) {
+        self.blackhole_existing();
+        self.all_frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// New connections pass again (frozen ones stay frozen).
+    pub fn pass_new(&self) {
+        self.blackhole_existing();
+        self.all_frozen.store(false, Ordering::SeqCst);
+    }
+
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.next.load(Ordering::SeqCst)
@@ -70,10 +87,14 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     id: u64,
     frozen_below: Arc<AtomicU64>,
+    all: Arc<std::sync::atomic::AtomicBool>,
 ) {
+    if all.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        if id < frozen_below.load(Ordering::SeqCst) {
+        if id < frozen_below.load(Ordering::SeqCst) || all.load(Ordering::SeqCst) {
             // Blackholed: hold both sockets open, forward nothing, forever
             // (the task ends when the test's runtime does).
             std::future::pending::<()>().await;

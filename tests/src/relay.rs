@@ -42,6 +42,9 @@ pub struct Relay {
     pub data_dir: PathBuf,
     /// Captured stderr lines so far are written here.
     pub stderr_log: PathBuf,
+    /// The admin token to use instead of the one the relay wrote (a
+    /// replica has none of its own: it holds its primary's tokens).
+    pub admin_secret: Option<String>,
 }
 
 /// Adds the admin bearer token to every request.
@@ -70,6 +73,7 @@ impl Relay {
 
     /// Starts a relay listening on `listen` (to restart on the same port).
     pub async fn start_on(dir: &Path, listen: &str, args: &[&str]) -> Relay {
+        std::fs::create_dir_all(dir).expect("relay dir");
         let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
         // FLAGSTREAM_RELAY_CPUS (e.g. "0") pins the relay with taskset, so a
@@ -130,6 +134,7 @@ impl Relay {
             child,
             data_dir: dir.join("data"),
             stderr_log,
+            admin_secret: None,
         }
     }
 
@@ -145,6 +150,9 @@ impl Relay {
 
     /// The admin token the relay wrote on first start.
     pub fn admin_token(&self) -> String {
+        if let Some(t) = &self.admin_secret {
+            return t.clone();
+        }
         std::fs::read_to_string(self.data_dir.join("admin-token"))
             .expect("admin token file")
             .trim()

@@ -7,35 +7,18 @@ use flagstream_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use super::{AdminService, authorize};
-use crate::access::{Role, TokenRecord};
+use crate::access::Role;
+use crate::catalog::token_to_proto;
 use crate::store::SdkKeyRecord;
 
-fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
+/// An SDK key without its secret, as the Admin API shows it.
+pub(crate) fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
     pb::SdkKey {
         id: k.id.clone(),
         name: k.name.clone(),
         created_unix_ms: k.created_unix_ms,
         expires_unix_ms: k.expires_unix_ms,
         created_by: k.created_by.clone(),
-    }
-}
-
-fn role_to_proto(r: Role) -> pb::TokenRole {
-    match r {
-        Role::Read => pb::TokenRole::Read,
-        Role::Write => pb::TokenRole::Write,
-        Role::Admin => pb::TokenRole::Admin,
-    }
-}
-
-fn token_to_proto(t: &TokenRecord) -> pb::Token {
-    pb::Token {
-        name: t.name.clone(),
-        role: role_to_proto(t.role) as i32,
-        environments: t.environments.clone(),
-        replicate: t.replicate,
-        created_unix_ms: t.created_unix_ms,
-        created_by: t.created_by.clone(),
     }
 }
 
@@ -46,6 +29,8 @@ impl AdminService {
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
         let env = req.get_ref().environment.clone();
         authorize(&req, Role::Read, Some(&env), "read the audit log")?;
+        // The audit log is the primary's; a replica holds none.
+        self.store.check_writable()?;
         let v = self.store.verify_audit(&env).await?;
         let (first_broken, problem) = match &v.broken {
             Some(((rev, seq), why)) => {

@@ -189,4 +189,31 @@ impl Store {
         }
         out
     }
+
+    /// Replaces `env`'s description and SDK keys with its upstream's (a
+    /// replica applying the catalog); returns the ids of keys that are gone
+    /// (their streams must end).
+    pub(crate) async fn replace_keys(
+        &self,
+        env: &str,
+        description: String,
+        keys: Vec<SdkKeyRecord>,
+    ) -> Result<Vec<String>, StoreError> {
+        let current = self.env(env)?.meta.load_full();
+        if current.description == description && current.sdk_keys == keys {
+            return Ok(Vec::new());
+        }
+        self.change_meta(env, move |meta| {
+            let gone = meta
+                .sdk_keys
+                .iter()
+                .filter(|k| !keys.iter().any(|n| n.id == k.id))
+                .map(|k| k.id.clone())
+                .collect();
+            meta.description = description;
+            meta.sdk_keys = keys;
+            Ok(gone)
+        })
+        .await
+    }
 }

@@ -1,0 +1,71 @@
+//! Promotion: turning a stopped replica's data directory into a primary's
+//! (the manual failover runbook in docs/OPERATIONS.md).
+//!
+//! Every environment gets a new epoch and an empty change log. The old
+//! primary may have committed revisions this replica never received, and
+//! other relays or SDKs may hold them: reusing the old epoch would let the
+//! new primary's revision r+1 meet a cursor at the old r+1 with different
+//! content. A new epoch makes every such cursor foreign, so each subscriber
+//! gets one full snapshot (a clean resync) and never mixed state.
+//! Revision numbers continue, so humans see them grow.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::auth;
+use crate::server::ROLE_SETTING;
+use crate::store::backend::Commit;
+use crate::store::sled::SledBackend;
+use crate::store::{Backend, Retention};
+
+/// Promotes the replica store in `data_dir`; prints what changed.
+pub async fn promote(data_dir: &Path) -> anyhow::Result<()> {
+    let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&data_dir.join("db")).map_err(|e| {
+        anyhow::anyhow!(
+            "opening {}: {} (is the relay still running?)",
+            data_dir.display(),
+            flagstream::follow::error_chain(&e)
+        )
+    })?);
+    match backend.setting(ROLE_SETTING).await?.as_deref() {
+        Some("replica") => {}
+        Some(other) => anyhow::bail!("{} holds a {other}'s store, not a replica's", data_dir.display()),
+        None => anyhow::bail!("{} holds no replica store", data_dir.display()),
+    }
+    let all = Retention { revisions: usize::MAX, bytes: usize::MAX, audit_revisions: usize::MAX };
+    let envs = backend.load(all).await?;
+    for env in envs {
+        let mut meta = env.meta;
+        let old = std::mem::replace(&mut meta.epoch, auth::new_epoch());
+        if old.is_empty() {
+            // It never received data: nothing to serve. Keep it empty; the
+            // new primary serves it at revision 0 of the new epoch.
+            meta.revision = 0;
+            meta.checksum = 0;
+        }
+        meta.audit_head.clear();
+        println!(
+            "environment {:?}: revision {}, epoch {old:?} -> {:?}",
+            meta.name, meta.revision, meta.epoch
+        );
+        backend
+            .commit(Commit {
+                base: meta.revision,
+                meta,
+                items: Vec::new(),
+                entry: None,
+                trimmed: Vec::new(),
+                reset_log: true,
+                audit: Vec::new(),
+                audit_floor: None,
+            })
+            .await?;
+    }
+    backend.put_setting(ROLE_SETTING, "primary".to_owned()).await?;
+    backend.flush().await?;
+    println!(
+        "promoted {}: start it with --role primary; point the other replicas' --upstream at it",
+        data_dir.display()
+    );
+    Ok(())
+}

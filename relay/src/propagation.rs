@@ -1,0 +1,277 @@
+//! Propagation statistics (PROTOCOL.md §4): for the latest revisions of
+//! each environment, the commit→ack latency of this relay's SDK
+//! subscribers in a mergeable log-linear histogram, and the merge with the
+//! reports replica relays send up the tree. Owns the histogram and the
+//! per-revision rings; who is connected is the hub's.
+
+use std::collections::VecDeque;
+
+use flagstream_proto::v1 as pb;
+
+/// Revisions per environment whose statistics are kept.
+pub const TRACKED_REVISIONS: usize = 256;
+
+/// Revisions a replica reports upstream (PROTOCOL.md §4: at most 64).
+pub const REPORTED_REVISIONS: usize = 64;
+
+/// Bucket index of a millisecond value: exact below 16 ms, then 8 buckets
+/// per power of two (each at most 1/8 of its lower bound wide).
+pub fn bucket_index(v: u64) -> usize {
+    if v < 16 {
+        return v as usize;
+    }
+    let e = 63 - u64::from(v.leading_zeros());
+    (16 + 8 * (e - 4) + ((v >> (e - 3)) & 7)) as usize
+}
+
+/// The largest value in bucket `i` (inclusive upper bound).
+pub fn bucket_upper(i: usize) -> u64 {
+    if i < 16 {
+        return i as u64;
+    }
+    let e = 4 + (i as u64 - 16) / 8;
+    let m = (i as u64 - 16) % 8;
+    let upper = (u128::from(9 + m) << (e - 3)) - 1;
+    u64::try_from(upper).unwrap_or(u64::MAX)
+}
+
+/// A latency histogram in PROTOCOL.md §4's layout, dense by index (at most
+/// ~500 buckets for any u64 value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Histogram {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+impl Histogram {
+    /// Adds one sample.
+    pub fn record(&mut self, ms: u64) {
+        let i = bucket_index(ms);
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] += 1;
+        self.total += 1;
+        self.max = self.max.max(ms);
+    }
+
+    /// Adds another histogram's counts.
+    pub fn merge(&mut self, other: &Histogram) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
+    /// Samples recorded.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The largest sample (exact).
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Percentile `q`: the upper bound of the first bucket whose cumulative
+    /// count reaches `ceil(q · N)`, capped at the exact maximum; 0 when
+    /// empty.
+    pub fn percentile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let want = ((self.total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return bucket_upper(i).min(self.max);
+            }
+        }
+        self.max
+    }
+
+    /// The sparse wire form.
+    pub fn to_buckets(&self) -> Vec<pb::LatencyBucket> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| pb::LatencyBucket { index: i as u32, count: *n })
+            .collect()
+    }
+
+    /// From the sparse wire form; indexes beyond any u64 value are ignored.
+    pub fn from_buckets(buckets: &[pb::LatencyBucket], max: u64) -> Histogram {
+        let mut h = Histogram { max, ..Histogram::default() };
+        for b in buckets {
+            let i = b.index as usize;
+            if i > bucket_index(u64::MAX) {
+                continue;
+            }
+            if h.counts.len() <= i {
+                h.counts.resize(i + 1, 0);
+            }
+            h.counts[i] += b.count;
+            h.total += b.count;
+        }
+        h
+    }
+}
+
+/// One revision's latency samples at this relay.
+#[derive(Debug, Clone)]
+pub struct RevisionStats {
+    /// The revision.
+    pub revision: u64,
+    /// Its commit time on the primary, Unix ms.
+    pub committed_ms: u64,
+    /// Commit→ack latencies of this relay's own SDK subscribers.
+    pub latency: Histogram,
+}
+
+/// The latest revisions' statistics of one environment, oldest first.
+#[derive(Debug, Default)]
+pub struct Ring {
+    revisions: VecDeque<RevisionStats>,
+}
+
+impl Ring {
+    /// The statistics of `revision`, created if new (dropping the oldest
+    /// beyond [`TRACKED_REVISIONS`]).
+    pub fn entry(&mut self, revision: u64, committed_ms: u64) -> &mut RevisionStats {
+        let pos = match self.revisions.iter().rposition(|r| r.revision == revision) {
+            Some(p) => p,
+            None => {
+                // Keep the ring ordered by revision (acks may record an
+                // older revision after a newer one).
+                let at = self.revisions.partition_point(|r| r.revision < revision);
+                self.revisions
+                    .insert(at, RevisionStats { revision, committed_ms, latency: Histogram::default() });
+                if self.revisions.len() > TRACKED_REVISIONS {
+                    self.revisions.pop_front();
+                    at.saturating_sub(1)
+                } else {
+                    at
+                }
+            }
+        };
+        &mut self.revisions[pos]
+    }
+
+    /// The statistics of `revision`, if tracked.
+    pub fn get(&self, revision: u64) -> Option<&RevisionStats> {
+        self.revisions.iter().rev().find(|r| r.revision == revision)
+    }
+
+    /// The newest `n` tracked revisions, oldest first.
+    pub fn latest(&self, n: usize) -> impl Iterator<Item = &RevisionStats> {
+        self.revisions.iter().skip(self.revisions.len().saturating_sub(n))
+    }
+}
+
+/// A replica's latest report, as the relay it reports to keeps it.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Epoch the report is about.
+    pub epoch: String,
+    /// SDK subscribers in the replica's subtree.
+    pub subscribers: u64,
+    /// Per revision: acked count and latency histogram.
+    pub revisions: Vec<(u64, u64, Histogram)>,
+}
+
+impl Report {
+    /// From the wire form.
+    pub fn from_proto(r: &pb::PropagationReport) -> Report {
+        Report {
+            epoch: r.epoch.clone(),
+            subscribers: r.subscribers,
+            revisions: r
+                .revisions
+                .iter()
+                .take(REPORTED_REVISIONS)
+                .map(|p| (p.revision, p.acked, Histogram::from_buckets(&p.latency, p.max_latency_ms)))
+                .collect(),
+        }
+    }
+
+    /// The entry for `revision`: acked and latency.
+    pub fn revision(&self, revision: u64) -> Option<(u64, &Histogram)> {
+        self.revisions.iter().find(|(r, _, _)| *r == revision).map(|(_, a, h)| (*a, h))
+    }
+
+    /// The wire form.
+    pub fn to_proto(&self) -> pb::PropagationReport {
+        pb::PropagationReport {
+            epoch: self.epoch.clone(),
+            subscribers: self.subscribers,
+            revisions: self
+                .revisions
+                .iter()
+                .map(|(revision, acked, h)| pb::RevisionPropagation {
+                    revision: *revision,
+                    acked: *acked,
+                    latency: h.to_buckets(),
+                    max_latency_ms: h.max(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout of PROTOCOL.md §4: exact below 16, then eight buckets per
+    /// power of two, each bucket's bounds as specified.
+    #[test]
+    fn bucket_layout_matches_the_protocol() {
+        for v in 0..16 {
+            assert_eq!(bucket_index(v), v as usize);
+            assert_eq!(bucket_upper(v as usize), v);
+        }
+        assert_eq!(bucket_index(16), 16);
+        assert_eq!(bucket_index(17), 16);
+        assert_eq!(bucket_index(18), 17);
+        assert_eq!(bucket_upper(16), 17);
+        assert_eq!(bucket_index(31), 23);
+        assert_eq!(bucket_index(32), 24);
+        assert_eq!(bucket_upper(24), 35);
+        // Every value lies within its bucket, at most 1/8 wide.
+        for v in [16u64, 100, 1000, 12_345, 1 << 40, u64::MAX] {
+            let i = bucket_index(v);
+            assert!(v <= bucket_upper(i), "{v}");
+            if i > 16 {
+                assert!(v > bucket_upper(i - 1), "{v}");
+            }
+        }
+    }
+
+    /// Merged histograms give the percentiles of the union, within the
+    /// bucket width (12.5 %).
+    #[test]
+    fn merged_percentiles_are_within_a_bucket() {
+        let (mut a, mut b) = (Histogram::default(), Histogram::default());
+        for v in 1..=500u64 {
+            a.record(v);
+        }
+        for v in 501..=1000u64 {
+            b.record(v);
+        }
+        let wire = Histogram::from_buckets(&b.to_buckets(), b.max());
+        a.merge(&wire);
+        assert_eq!(a.total(), 1000);
+        let p50 = a.percentile(0.5);
+        assert!((500..=563).contains(&p50), "{p50}");
+        let p99 = a.percentile(0.99);
+        assert!((990..=1000).contains(&p99), "{p99}");
+        assert_eq!(a.percentile(1.0), 1000, "capped at the exact maximum");
+    }
+}

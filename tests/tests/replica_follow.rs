@@ -1,0 +1,203 @@
+//! Replica relays follow their primary: writes reach SDKs on every replica
+//! with the primary's epoch, revision and checksum; environments, SDK keys
+//! and tokens made or removed at the primary reach the replicas; reads
+//! work on a replica and writes are refused with a message naming the
+//! primary; `--wait` and propagation count SDKs behind replicas.
+
+use std::time::Duration;
+
+use flagstream::{Client, Context};
+use flagstream_proto::v1 as pb;
+use flagstream_tests::STEP;
+use flagstream_tests::cluster::{Cluster, eventually};
+use flagstream_tests::relay::{bool_flag, put};
+use flagstream_tests::subscriber::{Subscriber, Update};
+
+fn client(url: String, key: &str) -> Client {
+    Client::builder().endpoints([url]).sdk_key(key).build().expect("client builds")
+}
+
+/// A write at the primary reaches SDKs on both replicas; every relay holds
+/// the same epoch, revision and checksum; a replica serves reads and
+/// refuses writes naming the primary.
+#[tokio::test]
+async fn writes_reach_sdks_on_both_replicas_and_replicas_refuse_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), 2, &["--advertise-url", "http://primary.example:7070"], &[]).await;
+    let key = c.primary.demo_key();
+    let sdks: Vec<Client> = c.replicas.iter().map(|r| client(r.url(), &key)).collect();
+    for s in &sdks {
+        assert!(s.wait_ready(STEP).await.has_data());
+    }
+    let mut admin = c.primary.admin().await;
+    let revision = put(&mut admin, "demo", bool_flag("from-primary", true)).await.unwrap();
+    for s in &sdks {
+        eventually("the write on an SDK behind a replica", || {
+            s.bool("from-primary", &Context::new("u"), false)
+        })
+        .await;
+        assert_eq!(s.stats().snapshots_applied, 1, "the write came as a delta");
+    }
+    let p = c.primary.status().await;
+    let head = |s: &pb::StatusResponse| {
+        let e = s.environments.iter().find(|e| e.name == "demo").unwrap();
+        (e.epoch.clone(), e.head_revision, e.checksum)
+    };
+    assert_eq!(head(&p).1, revision);
+    for r in &c.replicas {
+        r.wait_head("demo", revision).await;
+        assert_eq!(
+            head(&r.status().await),
+            head(&p),
+            "a replica passes epoch, revision and checksum through"
+        );
+    }
+
+    // Reads work on a replica...
+    let mut ra = c.replicas[0].admin().await;
+    let f = ra
+        .get_flag(pb::GetFlagRequest { environment: "demo".into(), key: "from-primary".into() })
+        .await
+        .expect("get on a replica")
+        .into_inner();
+    assert_eq!(f.flag.unwrap().key, "from-primary");
+    let listed = ra
+        .list_flags(pb::ListFlagsRequest { environment: "demo".into(), ..Default::default() })
+        .await
+        .expect("list on a replica")
+        .into_inner();
+    assert!(listed.flags.iter().any(|f| f.key == "from-primary"));
+    let s = ra.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(s.role, pb::RelayRole::Replica as i32);
+    assert_eq!(s.primary, "http://primary.example:7070", "the primary's address travels down");
+    // ...writes are refused, naming the primary, and nothing changes.
+    let e = put(&mut ra, "demo", bool_flag("at-replica", true)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+    assert!(e.message().contains("http://primary.example:7070"), "{}", e.message());
+    let e = ra
+        .create_environment(pb::CreateEnvironmentRequest { name: "x".into(), description: String::new() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+    let e = ra
+        .list_audit(pb::ListAuditRequest { environment: "demo".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "the audit log is the primary's: {e:?}");
+    assert!(c.primary.status().await.environments.iter().all(|e| e.head_revision == revision));
+}
+
+/// Environments created and deleted at the primary, and SDK keys created
+/// and revoked there, reach the replica: a new environment's key works on
+/// the replica, a revoked key's stream on the replica ends, a deleted
+/// environment's streams end with NOT_FOUND.
+#[tokio::test]
+async fn environments_and_keys_follow_the_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), 1, &[], &[]).await;
+    let replica = &c.replicas[0];
+    let staging_key = c.primary.create_env("staging").await;
+    let mut admin = c.primary.admin().await;
+    put(&mut admin, "staging", bool_flag("s", true)).await.unwrap();
+    replica.wait_head("staging", 1).await;
+    let sdk = client(replica.url(), &staging_key);
+    sdk.wait_ready(STEP).await;
+    assert!(sdk.bool("s", &Context::new("u"), false));
+
+    // A second key, made at the primary, opens a stream at the replica.
+    let made = admin
+        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "staging".into(), name: "svc".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = made.key.unwrap().id;
+    let mut sub = None;
+    for _ in 0..200 {
+        match Subscriber::connect(replica.channel().await, &made.secret, None).await {
+            Ok(s) => {
+                sub = Some(s);
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let mut sub = sub.expect("the new key works on the replica");
+    assert!(matches!(sub.next(STEP).await, Ok(Update::Snapshot { .. })));
+    // Revoked at the primary: its stream at the replica ends.
+    admin.revoke_sdk_key(pb::RevokeSdkKeyRequest { environment: "staging".into(), id }).await.unwrap();
+    let end = loop {
+        match sub.next(STEP).await {
+            Ok(Update::Heartbeat { .. }) => continue,
+            other => break other,
+        }
+    };
+    let err = end.expect_err("the stream ends");
+    assert!(err.contains("Unauthenticated") || err.contains("revoked"), "{err}");
+
+    // Deleted at the primary: the replica's streams end with NOT_FOUND.
+    let mut demo = Subscriber::connect(replica.channel().await, &c.primary.demo_key(), None).await.unwrap();
+    assert!(matches!(demo.next(STEP).await, Ok(Update::Snapshot { .. })));
+    admin
+        .delete_environment(pb::DeleteEnvironmentRequest { name: "demo".into(), expected_revision: None })
+        .await
+        .unwrap();
+    let end = loop {
+        match demo.next(STEP).await {
+            Ok(Update::Heartbeat { .. }) => continue,
+            other => break other,
+        }
+    };
+    let err = end.expect_err("the stream ends");
+    assert!(err.contains("NotFound") || err.contains("deleted"), "{err}");
+    replica.wait_status("demo gone", |s| s.environments.iter().all(|e| e.name != "demo")).await;
+}
+
+/// `WatchPropagation` at the primary (what `flagctl --wait` uses) counts
+/// the SDKs behind replicas, and says every replica reported; `Status` at
+/// the primary lists the replicas with their lag.
+#[tokio::test]
+async fn propagation_counts_sdks_behind_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), 2, &[], &[]).await;
+    let key = c.primary.demo_key();
+    let mut sdks = vec![client(c.primary.url(), &key)];
+    for r in &c.replicas {
+        sdks.push(client(r.url(), &key));
+        sdks.push(client(r.url(), &key));
+    }
+    for s in &sdks {
+        s.wait_ready(STEP).await;
+    }
+    let mut admin = c.primary.admin().await;
+    let revision = put(&mut admin, "demo", bool_flag("counted", true)).await.unwrap();
+    let mut watch = admin
+        .watch_propagation(pb::WatchPropagationRequest {
+            environment: "demo".into(),
+            revision: Some(revision),
+            min_interval_ms: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    while let Some(u) = tokio::time::timeout(STEP, watch.message()).await.expect("updates").unwrap() {
+        last = u.propagation;
+    }
+    let p = last.expect("at least one update");
+    assert_eq!(p.subscribers_total, 5, "1 SDK on the primary + 2 behind each replica: {p:?}");
+    assert_eq!(p.subscribers_acked, 5, "{p:?}");
+    assert_eq!((p.relays_total, p.relays_reporting), (2, 2), "{p:?}");
+    assert!(p.latency_max_ms >= p.latency_p99_ms);
+    let s = c.primary.status().await;
+    let demo = s.environments.iter().find(|e| e.name == "demo").unwrap();
+    assert_eq!(demo.replicas.len(), 2, "{demo:?}");
+    for r in &demo.replicas {
+        assert_eq!(r.token, "replicas");
+        assert_eq!(r.applied_revision, revision);
+        assert_eq!(r.lag_revisions, 0);
+        assert_eq!(r.subtree_subscribers, 2);
+    }
+}
