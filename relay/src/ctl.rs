@@ -68,6 +68,11 @@ pub struct ConnArgs {
     /// ./flagstream-data/admin-token].
     #[arg(long, global = true, env = "FLAGSTREAM_TOKEN", hide_env_values = true)]
     pub token: Option<flagstream::Secret>,
+    /// File holding the admin token (the safest way to pass it: no shell
+    /// history, no process list) [default: the profile's `token_file`, else
+    /// ./flagstream-data/admin-token].
+    #[arg(long, global = true, env = "FLAGSTREAM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Environment. There is no default: commands that act on an
     /// environment need it here, in FLAGSTREAM_ENV or in the profile.
     /// (`token create` takes it repeatedly: the token's environments.)
@@ -338,7 +343,11 @@ impl Conn {
         let token = match args.token.clone().or(p.token) {
             Some(t) => t,
             None => {
-                let file = p.token_file.unwrap_or_else(|| PathBuf::from("flagstream-data/admin-token"));
+                let file = args
+                    .token_file
+                    .clone()
+                    .or(p.token_file)
+                    .unwrap_or_else(|| PathBuf::from("flagstream-data/admin-token"));
                 std::fs::read_to_string(&file).map(|t| flagstream::Secret::new(t.trim())).map_err(|e| {
                     Failure::new(
                         exit::UNAUTHENTICATED,

@@ -17,7 +17,7 @@ pub async fn probe(args: &ProbeArgs) -> bool {
         }
         Ok(status) => {
             println!("{} {:?}: {}", args.addr, args.service, status.as_str_name());
-            false
+            args.live
         }
         Err(e) => {
             println!("{} {:?}: {e}", args.addr, args.service);

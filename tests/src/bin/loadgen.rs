@@ -74,6 +74,12 @@ struct Args {
     /// its hint like SDKs.
     #[arg(long, conflicts_with = "heavy")]
     noisy: bool,
+    /// Replica relays following the primary; the subscribers connect to
+    /// them (connections round-robin), so latency is the primary's commit
+    /// to the SDK's receive across the tree. RSS and CPU are then the
+    /// replicas' (summed); 0: subscribers connect to the primary.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["heavy", "noisy"])]
+    replicas: usize,
 }
 
 fn now_ms() -> u64 {
@@ -711,7 +717,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         relay_args.extend(["--quota-subscribes-per-sec", &subs]);
     }
     let relay = Relay::start(dir.path(), &relay_args).await;
-    let pid = relay.pid();
     let key = relay.demo_key();
     let mut admin = relay.admin().await;
     // The extra flags in one batch (one revision).
@@ -738,13 +743,36 @@ async fn run(args: Args) -> anyhow::Result<()> {
         true => Some(noisy::setup(&mut admin).await?),
         false => None,
     };
+    // The relays subscribers connect to: the replicas, else the primary.
+    let mut replicas = Vec::new();
+    if args.replicas > 0 {
+        let token = flagstream_tests::cluster::replicate_token(&relay, dir.path(), "loadgen").await;
+        let head = relay.status().await.environments.iter().map(|e| e.head_revision).max().unwrap_or(0);
+        for i in 0..args.replicas {
+            let r = Relay::start_replica(
+                &dir.path().join(format!("replica-{i}")),
+                &[relay.url()],
+                &token,
+                &relay_args,
+            )
+            .await;
+            let mut ready = r;
+            ready.admin_secret = Some(relay.admin_token());
+            ready.wait_ready().await;
+            ready.wait_head("demo", head).await;
+            replicas.push(ready);
+        }
+    }
+    let serving: Vec<&Relay> = if replicas.is_empty() { vec![&relay] } else { replicas.iter().collect() };
+    let pids: Vec<u32> = serving.iter().map(|r| r.pid()).collect();
+    let sum_stats =
+        |pids: &[u32]| pids.iter().map(|p| proc_stats(*p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, rss_before) = proc_stats(pid);
+    let (_, rss_before) = sum_stats(&pids);
 
     // Revisions: the demo seed's few, one per bulk flag, one per write.
     let rec = Arc::new(Recorder::new(args.flags + args.writes + 64, !args.no_ack));
-    let url = relay.url();
-    let addr = url.trim_start_matches("http://").to_owned();
+    let urls: Vec<String> = serving.iter().map(|r| r.url()).collect();
     let threads = match args.client_threads {
         0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
         n => n,
@@ -758,8 +786,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // Subscribers i with i % connections == c.
         let n = args.subscribers / connections + usize::from(c < args.subscribers % connections);
         let rt = &loops.handles[c % loops.handles.len()];
+        let url = &urls[c % urls.len()];
         opening.push(rt.spawn(connection(
-            addr.clone(),
+            url.trim_start_matches("http://").to_owned(),
             url.clone(),
             key.clone(),
             n,
@@ -776,9 +805,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let connect_time = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (ticks_idle, rss_idle) = proc_stats(pid);
-    let encodes_before = relay.metric("flagstream_encodes_total{kind=\"delta\"}").await;
-    let acks_before = relay.metric("flagstream_ack_latency_seconds_count").await;
+    let (ticks_idle, rss_idle) = sum_stats(&pids);
+    let metric = |name: &'static str| {
+        let serving = serving.clone();
+        async move {
+            let mut sum = 0.0;
+            for r in serving {
+                sum += r.metric(name).await;
+            }
+            sum
+        }
+    };
+    let encodes_before = metric("flagstream_encodes_total{kind=\"delta\"}").await;
+    let acks_before = metric("flagstream_ack_latency_seconds_count").await;
 
     let write_started = Instant::now();
     let period = Duration::from_secs_f64(1.0 / args.writes_per_sec);
@@ -819,15 +858,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let write_time = write_started.elapsed();
-    let (ticks_end, rss_end) = proc_stats(pid);
-    let encodes = relay.metric("flagstream_encodes_total{kind=\"delta\"}").await - encodes_before;
-    let acks = relay.metric("flagstream_ack_latency_seconds_count").await - acks_before;
+    let (ticks_end, rss_end) = sum_stats(&pids);
+    let encodes = metric("flagstream_encodes_total{kind=\"delta\"}").await - encodes_before;
+    let acks = metric("flagstream_ack_latency_seconds_count").await - acks_before;
     let errors = rec.errors.load(Ordering::Relaxed);
     let (own_ticks, _) = proc_stats(std::process::id());
 
     // Stopping the relay ends every stream; each subscriber then hands over
     // its latency samples.
     rec.stopping.store(true, Ordering::Relaxed);
+    drop(serving);
+    drop(replicas);
     drop(relay);
     let mut unfinished = 0;
     for t in tasks {
@@ -867,8 +908,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ticks_per_sec = 100.0; // USER_HZ on Linux
     let cpu = (ticks_end - ticks_idle) as f64 / ticks_per_sec / write_time.as_secs_f64() * 100.0;
     println!(
-        "subscribers            {} over {} connections (all connected in {:.2?})",
-        args.subscribers, args.connections, connect_time
+        "subscribers            {} over {} connections (all connected in {:.2?}){}",
+        args.subscribers,
+        args.connections,
+        connect_time,
+        if args.replicas > 0 {
+            format!(
+                ", spread over {} replicas of the primary (RSS and CPU below: the replicas, summed)",
+                args.replicas
+            )
+        } else {
+            String::new()
+        }
     );
     println!(
         "environment            {} flags; {} writes at {}/s",
