@@ -214,6 +214,8 @@ impl AdminService {
             self.store.metrics().limit_hit("comment_bytes");
             return Err(self.refused(invalid("comment", format!("{} bytes, limit 1024", comment.len()))));
         }
+        // Rate buckets are keyed by environment: only existing ones.
+        self.store.env(env)?;
         self.quotas.check_write(env, &who.principal)?;
         Ok(self.store.write(env, ops, expected_revision, who, comment).await?)
     }
@@ -576,6 +578,7 @@ impl Admin for AdminService {
                 on_behalf_of: a.on_behalf_of,
                 hash: a.hash,
                 prev_hash: a.prev_hash,
+                diff: a.diff,
             })
             .collect();
         Ok(Response::new(pb::ListAuditResponse { entries, next_page_token: next }))

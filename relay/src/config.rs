@@ -271,7 +271,8 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers: Option<usize>,
-    /// Most subscribers per environment [default: 20000].
+    /// Most SDK subscribers per environment, a quota: reloaded on SIGHUP
+    /// [default: 20000].
     #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS_PER_ENV")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers_per_env: Option<usize>,
@@ -572,6 +573,7 @@ impl Options {
                     relay_subscribes_per_sec: self
                         .max_subscribes_per_sec
                         .unwrap_or(q.relay_subscribes_per_sec),
+                    subscribers: self.max_subscribers_per_env.unwrap_or(q.subscribers),
                 }
             },
             source: None,
@@ -580,7 +582,9 @@ impl Options {
             changelog_bytes: self.changelog_bytes.unwrap_or(8 << 20),
             audit_revisions: self.audit_revisions.unwrap_or(100_000),
             max_subscribers: self.max_subscribers.unwrap_or(50_000),
-            max_subscribers_per_env: self.max_subscribers_per_env.unwrap_or(20_000),
+            max_subscribers_per_env: self
+                .max_subscribers_per_env
+                .unwrap_or(crate::quota::QuotaConfig::default().subscribers),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
             send_deadline: d(self.send_deadline, 30),
             drain_grace: d(self.drain_grace, 30),

@@ -340,7 +340,8 @@ impl Conn {
     pub async fn open(args: &ConnArgs) -> Result<Conn, Failure> {
         let p = profile(args)?;
         let relay = args.relay.clone().or(p.relay).unwrap_or_else(|| "http://127.0.0.1:7070".into());
-        let token = match args.token.clone().or(p.token) {
+        // An empty FLAGSTREAM_TOKEN counts as unset.
+        let token = match args.token.clone().filter(|t| !t.is_empty()).or(p.token) {
             Some(t) => t,
             None => {
                 let file = args

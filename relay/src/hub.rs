@@ -157,6 +157,8 @@ pub struct Hub {
     stats: Mutex<HashMap<String, Ring, foldhash::fast::RandomState>>,
     /// Limits in force.
     pub limits: HubLimits,
+    /// The per-environment subscriber quota now (reloaded on SIGHUP).
+    per_env_quota: std::sync::atomic::AtomicUsize,
     metrics: Metrics,
     /// Origin of the monotonic clock every timeout here is measured on.
     clock: tokio::time::Instant,
@@ -172,6 +174,7 @@ impl Hub {
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
             stats: Mutex::new(HashMap::default()),
+            per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
             limits,
             metrics,
             clock: tokio::time::Instant::now(),
@@ -190,6 +193,16 @@ impl Hub {
         // A panic while holding one of these locks leaves plain counters and
         // maps, still consistent enough to serve; never propagate poison.
         m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the per-environment subscriber quota (SIGHUP).
+    pub fn set_subscriber_quota(&self, n: usize) {
+        self.per_env_quota.store(n, Ordering::Relaxed);
+    }
+
+    /// The per-environment subscriber quota in force.
+    pub fn subscriber_quota(&self) -> usize {
+        self.per_env_quota.load(Ordering::Relaxed)
     }
 
     /// Starts draining: new subscribers are refused and every stream asks
@@ -235,7 +248,10 @@ impl Hub {
             .inc();
         match &result {
             Err(Rejection::RelayFull) => self.metrics.limit_hit("max_subscribers"),
-            Err(Rejection::EnvFull) => self.metrics.limit_hit("max_subscribers_per_env"),
+            Err(Rejection::EnvFull) => {
+                self.metrics.limit_hit("max_subscribers_per_env");
+                self.metrics.quota_refusal(env, "subscribers");
+            }
             // Refusals while draining are expected on every deploy; they
             // are counted in `subscribes`, not as a limit.
             Err(Rejection::Draining) | Ok(_) => {}
@@ -262,7 +278,7 @@ impl Hub {
                 return Err(Rejection::RelayFull);
             }
             let n = per_env.entry(env.to_owned()).or_default();
-            if *n >= self.limits.max_subscribers_per_env {
+            if *n >= self.per_env_quota.load(Ordering::Relaxed) {
                 return Err(Rejection::EnvFull);
             }
             *n += 1;

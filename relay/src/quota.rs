@@ -1,13 +1,15 @@
 //! Tenant isolation: per-environment quotas and admission rates, so one
 //! environment's flood cannot starve the others. Size quotas (flags,
 //! segments, snapshot bytes) are checked by the store against the state a
-//! write would produce; rates are token buckets (`governor`): writes per
-//! environment and per admin token, new subscriptions per environment and
-//! relay-wide (the reconnect-storm guard). Every refusal is
-//! RESOURCE_EXHAUSTED naming the quota and its setting (rates with a
-//! `flagstream-retry-after-ms` hint), logged, and counted in
-//! `flagstream_quota_refusals_total{env, quota}`. Settings are reloaded on
-//! SIGHUP.
+//! write would produce; the subscriber quota by the hub at admission;
+//! rates are token buckets (`governor`): writes per environment and per
+//! admin token, new subscriptions per environment and relay-wide (the
+//! reconnect-storm guard). Every refusal is RESOURCE_EXHAUSTED naming the
+//! quota and its setting (rates and subscribers with a
+//! `flagstream-retry-after-ms` hint), counted in
+//! `flagstream_quota_refusals_total{env, quota}`, and logged with its cause
+//! by the refusal layer (`refusal.rs`, rate-limited: a flood cannot fill the
+//! disk). Settings are reloaded on SIGHUP.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -38,6 +40,8 @@ pub struct QuotaConfig {
     pub subscribes_per_sec: u32,
     /// New subscriptions per second to the whole relay (bursts of twice).
     pub relay_subscribes_per_sec: u32,
+    /// Most SDK subscribers of one environment at once.
+    pub subscribers: usize,
 }
 
 impl Default for QuotaConfig {
@@ -50,6 +54,7 @@ impl Default for QuotaConfig {
             token_writes_per_sec: 100,
             subscribes_per_sec: 1_000,
             relay_subscribes_per_sec: 5_000,
+            subscribers: 20_000,
         }
     }
 }
@@ -128,10 +133,9 @@ impl Quotas {
         tracing::info!(?cfg, "quotas reloaded");
     }
 
-    /// Counts and logs a refusal, and makes its status.
+    /// Counts a refusal and makes its status (the refusal layer logs it).
     pub fn refuse(&self, env: &str, quota: &str, message: String, retry: Option<Duration>) -> Status {
         self.metrics.quota_refusal(env, quota);
-        tracing::warn!(env, quota, cause = %message, "quota refused a request");
         match retry {
             // The hint: the bucket's next token, at least 1 ms.
             Some(wait) => error::retry_later(&message, (wait.as_millis() as u64).max(1)),
@@ -139,7 +143,18 @@ impl Quotas {
         }
     }
 
-    /// A write to `env` by `token`: both buckets must have room.
+    /// Forgets buckets that are full again (keys not seen lately), so the
+    /// keyed limiters' memory stays bounded by recent use.
+    pub fn prune(&self) {
+        let b = self.buckets.load();
+        for l in [&b.writes, &b.token_writes, &b.subscribes] {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+    }
+
+    /// A write to `env` by `token`: both buckets must have room. Called only
+    /// for environments that exist (bucket keys stay bounded).
     pub fn check_write(&self, env: &str, token: &str) -> Result<(), Status> {
         let b = self.buckets.load();
         let now = DefaultClock::default().now();

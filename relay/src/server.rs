@@ -79,10 +79,26 @@ async fn expire_keys(store: Store, hub: Arc<Hub>, stop: CancellationToken) {
     }
 }
 
+/// Every minute: rate buckets of keys not seen lately are forgotten.
+async fn prune_quotas(quotas: Arc<Quotas>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => quotas.prune(),
+        }
+    }
+}
+
 /// On SIGHUP: re-reads the configuration (command line, environment and
 /// the `--config` file, as at start) and applies the quota settings; a bad
 /// file is logged and changes nothing. Other settings need a restart.
-async fn reload_on_sighup(source: Option<crate::config::Options>, store: Store, quotas: Arc<Quotas>) {
+async fn reload_on_sighup(
+    source: Option<crate::config::Options>,
+    store: Store,
+    quotas: Arc<Quotas>,
+    hub: Arc<Hub>,
+) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -99,6 +115,7 @@ async fn reload_on_sighup(source: Option<crate::config::Options>, store: Store, 
                 Ok(cfg) => {
                     quotas.reload(cfg.quotas);
                     store.set_size_quota(cfg.quotas.sizes());
+                    hub.set_subscriber_quota(cfg.quotas.subscribers);
                     tracing::info!(quotas = ?cfg.quotas, "SIGHUP: configuration reloaded (quotas applied; other settings need a restart)");
                 }
                 Err(e) => {
@@ -108,7 +125,7 @@ async fn reload_on_sighup(source: Option<crate::config::Options>, store: Store, 
         }
     }
     #[cfg(not(unix))]
-    let _ = (source, store, quotas);
+    let _ = (source, store, quotas, hub);
 }
 
 /// Sets health SERVING once `ready` (unless the relay is draining by then).
@@ -313,11 +330,12 @@ pub async fn serve(
         ready.clone(),
         cfg.stale_after,
     );
-    tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone()));
+    tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone(), hub.clone()));
     let background = CancellationToken::new();
     tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
     tokio::spawn(hub.clone().reap(background.clone()));
     tokio::spawn(expire_keys(store.clone(), hub.clone(), background.clone()));
+    tokio::spawn(prune_quotas(quotas.clone(), background.clone()));
 
     let admin = tonic::service::interceptor::InterceptedService::new(
         AdminServer::new(admin)

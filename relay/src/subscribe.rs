@@ -80,7 +80,6 @@ impl SyncService {
     fn authenticate(&self, hello: &pb::Hello) -> Result<(Arc<Env>, String, bool), (&'static str, Status)> {
         if hello.subscriber_kind == pb::SubscriberKind::Relay as i32 {
             let Some(p) = self.tokens.authenticate(&hello.sdk_key) else {
-                tracing::info!(sdk = %hello.sdk_name, "relay Subscribe with an unknown token refused");
                 return Err(("unknown_token", Status::unauthenticated("unknown token")));
             };
             if !p.0.replicate {
@@ -102,8 +101,10 @@ impl SyncService {
                 self.store.env(&hello.environment).map_err(|e| ("unknown_environment", Status::from(e)))?;
             return Ok((env, p.name().to_owned(), true));
         }
+        // Refusals are logged (rate-limited) and counted by the refusal
+        // layer, and counted by reason here: a key-guessing flood cannot
+        // fill the disk.
         let Some((env, key_id)) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
-            tracing::info!(sdk = %hello.sdk_name, "Subscribe with an unknown SDK key refused");
             return Err(("unknown_sdk_key", Status::unauthenticated("unknown SDK key")));
         };
         let env_name = env.meta.load().name.clone();
@@ -191,11 +192,27 @@ impl SyncService {
         let sub = self.hub.admit(&env_name, &key_id, conn, sdk, applied, relay).map_err(|r| {
             let (msg, delay) = match r {
                 Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
-                Rejection::EnvFull => ("environment subscriber limit reached", 5_000),
+                Rejection::EnvFull => {
+                    ("environment subscriber quota reached (max-subscribers-per-env)", 5_000)
+                }
                 Rejection::Draining => ("relay is draining", 1_000),
             };
             error::retry_later(msg, rand::rng().random_range(delay / 2..=delay))
         })?;
+        // A revocation between the lookup above and the admission would
+        // miss this stream (revocation ends admitted streams only): look
+        // again now that it is admitted.
+        let still_valid = if relay {
+            self.tokens.authenticate(&hello.sdk_key).is_some()
+        } else {
+            let now = now_ms();
+            env.meta.load().sdk_keys.iter().any(|k| k.id == key_id && k.valid_at(now))
+        };
+        if !still_valid {
+            self.hub.leave(&sub, "credential_revoked");
+            refused("credential_revoked");
+            return Err(Status::unauthenticated("the credential was revoked while the stream opened"));
+        }
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
         tokio::spawn(read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone()));

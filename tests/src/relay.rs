@@ -73,6 +73,11 @@ impl Relay {
 
     /// Starts a relay listening on `listen` (to restart on the same port).
     pub async fn start_on(dir: &Path, listen: &str, args: &[&str]) -> Relay {
+        Relay::start_logged(dir, listen, args, "info,flagstream_relay=debug").await
+    }
+
+    /// [`Relay::start_on`] with its `RUST_LOG` filter.
+    pub async fn start_logged(dir: &Path, listen: &str, args: &[&str], rust_log: &str) -> Relay {
         std::fs::create_dir_all(dir).expect("relay dir");
         let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
@@ -95,7 +100,7 @@ impl Relay {
             // Tests use the demo environment unless they say otherwise.
             .args(if args.contains(&"--demo") { &[][..] } else { &["--demo", "true"][..] })
             .args(args)
-            .env("RUST_LOG", "info,flagstream_relay=debug")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::piped())
             .stderr(log)
             .kill_on_drop(true);
@@ -119,8 +124,17 @@ impl Relay {
                 std::fs::read_to_string(&stderr_log).unwrap_or_default()
             )
         });
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep draining stdout so the child never blocks on a full pipe;
+        // what it says goes to the log file too.
+        let mut out_log = std::fs::OpenOptions::new().append(true).open(&stderr_log).expect("log file");
+        tokio::spawn(async move {
+            use std::io::Write;
+            while let Ok(Some(l)) = lines.next_line().await {
+                // Best effort: the log is for diagnosis; a failed write
+                // loses a line of it, nothing else.
+                let _ = writeln!(out_log, "[stdout] {l}");
+            }
+        });
         let field = |name: &str| -> SocketAddr {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(name))

@@ -35,6 +35,7 @@ async fn an_edited_audit_record_breaks_the_chain_at_that_record() {
     for i in 0..5 {
         put(&mut admin, "demo", bool_flag(&format!("f{i}"), true)).await.unwrap();
     }
+    put(&mut admin, "demo", bool_flag("f2", false)).await.unwrap();
     let out = verify(&relay);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("holds"));
@@ -48,7 +49,14 @@ async fn an_edited_audit_record_breaks_the_chain_at_that_record() {
         .unwrap()
         .into_inner()
         .entries;
-    let target = entries[0].revision;
+    // Each record says what changed: the update's diff, the creation's.
+    assert!(
+        entries[0].diff.contains("-on: true") && entries[0].diff.contains("+on: false"),
+        "{}",
+        entries[0].diff
+    );
+    assert!(entries[1].diff.contains("+key: f2"), "{}", entries[1].diff);
+    let target = entries[1].revision;
 
     // Someone with disk access rewrites who made revision `target`.
     relay.sigterm();

@@ -138,6 +138,14 @@ fn hash_value(s: &str) -> u64 {
 #[tokio::test]
 async fn the_published_vectors_are_what_the_relay_sends() {
     let v = vectors();
+    // PROTOCOL.md publishes the same values (other-language authors copy
+    // them from there).
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md")).unwrap();
+    for name in ["flag.bytes", "flag.item_hash", "segment.bytes", "segment.item_hash", "environment.checksum"]
+    {
+        let value = v[name].trim_start_matches("0x");
+        assert!(spec.contains(value), "PROTOCOL.md does not publish {name} = {value}");
+    }
     let (flag_bytes, segment_bytes) = (hex(&v["flag.bytes"]), hex(&v["segment.bytes"]));
     // The SDK's hash and the spec's formula agree with the published values.
     for (kind, key, bytes, name) in

@@ -4,6 +4,8 @@
 //! run: relay, SDK and flagctl.
 
 use std::io::Write;
+
+use clap::Parser;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
@@ -92,10 +94,21 @@ async fn no_secret_appears_in_logs_or_debug_output() {
             .finish(),
     );
     let dir = tempfile::tempdir().unwrap();
-    let relay = Relay::start(dir.path(), &[]).await;
+    // The relay at its most verbose.
+    let relay = Relay::start_logged(dir.path(), "127.0.0.1:0", &["--demo", "true"], "trace").await;
     let boot = relay.admin_token();
     let mut secrets = vec![boot.clone(), relay.demo_key()];
     let mut noise = String::new();
+    // flagctl's configuration structs, parsed with secrets in them.
+    let cli = flagstream_relay::ctl::Cli::try_parse_from(["flagctl", "--token", &boot, "status"]).unwrap();
+    noise += &format!("{cli:?}");
+    // The token from a file, as --help recommends.
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &boot).unwrap();
+    let out = flagctl(&relay, "", &["--token-file", token_file.to_str().unwrap(), "status"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    noise += &String::from_utf8_lossy(&out.stdout);
+    noise += &String::from_utf8_lossy(&out.stderr);
 
     // flagctl: create a token and a key, rotate, use a wrong token.
     let out = flagctl(&relay, &boot, &["token", "create", "ci", "--role", "write", "--env", "demo"]);
@@ -111,13 +124,33 @@ async fn no_secret_appears_in_logs_or_debug_output() {
         secrets.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
         noise += &String::from_utf8_lossy(&out.stderr);
     }
+    // The rest of the key and token lifecycles, printed in every format.
+    for args in [
+        &["key", "list", "-e", "demo"][..],
+        &["key", "list", "-e", "demo", "-o", "json"],
+        &["token", "list", "-o", "yaml"],
+        &["key", "revoke", "k2", "-e", "demo", "--yes"],
+        &["token", "revoke", "ci", "--yes"],
+        &["token", "list"],
+    ] {
+        let out = flagctl(&relay, &boot, args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        noise += &String::from_utf8_lossy(&out.stdout);
+        noise += &String::from_utf8_lossy(&out.stderr);
+    }
+    assert!(noise.contains("k3"), "key list shows the rotated key's successor: {noise}");
+    assert!(
+        !String::from_utf8_lossy(&flagctl(&relay, &boot, &["key", "list", "-e", "demo"]).stdout)
+            .contains("k2"),
+        "k2 was revoked"
+    );
     let out = flagctl(&relay, "fs_admin_wrong_guess_0123456789", &["flag", "list", "-e", "demo"]);
     assert_eq!(out.status.code(), Some(7));
     noise += &String::from_utf8_lossy(&out.stderr);
     secrets.push("fs_admin_wrong_guess_0123456789".into());
 
     // The SDK: build, stream, and print everything printable.
-    let sdk_key = secrets[3].clone();
+    let sdk_key = secrets[4].clone(); // k3, from the rotation (k2 was revoked)
     let builder = flagstream::Client::builder().endpoints([relay.url()]).sdk_key(sdk_key.clone());
     noise += &format!("{builder:?}");
     let client = builder.build().unwrap();

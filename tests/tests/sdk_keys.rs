@@ -51,7 +51,7 @@ async fn keys_are_created_rotated_with_grace_and_revoked() {
         .rotate_sdk_key(pb::RotateSdkKeyRequest {
             environment: "shop".into(),
             id: "k1".into(),
-            grace_ms: 1_500,
+            grace_ms: 3_000,
             name: String::new(),
         })
         .await

@@ -193,3 +193,120 @@ async fn resumed_subscribers_count_as_acked() {
     }
     assert_eq!((p.subscribers_total, p.subscribers_acked), (2, 1), "{p:?}");
 }
+
+/// Every patch kind and both deletes reach a subscriber as verified deltas
+/// with the state the Admin API promises: `add_targets` moves a key out of
+/// the flag's other target (the first target no longer wins silently), a
+/// target left empty disappears, a rule's serve is replaced by its id, and
+/// segment key lists change in place.
+#[tokio::test]
+async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let mut sub = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
+    sub.next(STEP).await.unwrap();
+    let mut admin = relay.admin().await;
+    let mut flag = bool_flag("p", true);
+    flag.targets = vec![pb::Target { variation: 1, values: vec!["alice".into(), "bob".into()] }];
+    flag.rules = vec![pb::Rule {
+        id: "r1".into(),
+        clauses: vec![pb::Clause {
+            attribute: "country".into(),
+            op: pb::Operator::In as i32,
+            values: vec![pb::Scalar { value: Some(pb::scalar::Value::StringValue("NZ".into())) }],
+            ..Default::default()
+        }],
+        serve: Some(pb::Serve { kind: Some(pb::serve::Kind::Variation(0)) }),
+    }];
+    let r = put(&mut admin, "demo", flag).await.unwrap();
+    sub.wait_revision(r, STEP).await.unwrap();
+    use pb::flag_patch::Op;
+    let patch = |ops: Vec<Op>| pb::PatchFlagRequest {
+        environment: "demo".into(),
+        key: "p".into(),
+        expected_version: None,
+        ops: ops.into_iter().map(|op| pb::FlagPatch { op: Some(op) }).collect(),
+        comment: String::new(),
+    };
+    type Check<'a> = &'a dyn Fn(&pb::Flag) -> bool;
+    let steps: Vec<(Vec<Op>, Check)> = vec![
+        (vec![Op::SetOn(false)], &|f| !f.on),
+        (vec![Op::SetOffVariation(0)], &|f| f.off_variation == 0),
+        (vec![Op::SetFallthrough(pb::Serve { kind: Some(pb::serve::Kind::Variation(1)) })], &|f| {
+            f.fallthrough.as_ref().and_then(|s| s.kind.clone()) == Some(pb::serve::Kind::Variation(1))
+        }),
+        // alice moves from variation 1's target to variation 0's.
+        (vec![Op::AddTargets(pb::TargetKeys { variation: 0, keys: vec!["alice".into()] })], &|f| {
+            f.targets.len() == 2
+                && f.targets.iter().any(|t| t.variation == 0 && t.values == ["alice"])
+                && f.targets.iter().any(|t| t.variation == 1 && t.values == ["bob"])
+        }),
+        // bob leaves: variation 1's target is empty, so it is gone.
+        (vec![Op::RemoveTargets(pb::TargetKeys { variation: 1, keys: vec!["bob".into()] })], &|f| {
+            f.targets.len() == 1 && f.targets[0].variation == 0
+        }),
+        (
+            vec![Op::SetRuleServe(pb::RuleServe {
+                rule_id: "r1".into(),
+                serve: Some(pb::Serve { kind: Some(pb::serve::Kind::Variation(1)) }),
+            })],
+            &|f| {
+                f.rules[0].serve.as_ref().and_then(|s| s.kind.clone()) == Some(pb::serve::Kind::Variation(1))
+            },
+        ),
+    ];
+    for (ops, holds) in steps {
+        let what = format!("{ops:?}");
+        let r = admin.patch_flag(patch(ops)).await.unwrap().into_inner().result.unwrap().revision;
+        assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r }, "{what}");
+        assert!(holds(&sub.flags["p"]), "{what}: {:?}", sub.flags["p"]);
+    }
+    // Segment key lists, then the segment's delete (once nothing uses it).
+    use pb::segment_patch::Op as S;
+    let seg_patch = |op: S| pb::PatchSegmentRequest {
+        environment: "demo".into(),
+        key: "beta-testers".into(),
+        expected_version: None,
+        ops: vec![pb::SegmentPatch { op: Some(op) }],
+        comment: String::new(),
+    };
+    let r =
+        admin.patch_segment(seg_patch(S::AddIncluded(pb::ContextKeys { keys: vec!["zed".into()] }))).await;
+    let r = r.unwrap().into_inner().result.unwrap().revision;
+    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
+    assert!(sub.segments["beta-testers"].included.contains(&"zed".to_owned()));
+    let r =
+        admin.patch_segment(seg_patch(S::AddExcluded(pb::ContextKeys { keys: vec!["zed".into()] }))).await;
+    let r = r.unwrap().into_inner().result.unwrap().revision;
+    sub.wait_revision(r, STEP).await.unwrap();
+    // As admin.proto says: add_excluded does not touch `included`.
+    let s = &sub.segments["beta-testers"];
+    assert!(s.excluded.contains(&"zed".to_owned()) && s.included.contains(&"zed".to_owned()), "{s:?}");
+    let r = admin
+        .delete_flag(pb::DeleteFlagRequest {
+            environment: "demo".into(),
+            key: "beta-banner".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap()
+        .revision;
+    sub.wait_revision(r, STEP).await.unwrap();
+    let r = admin
+        .delete_segment(pb::DeleteSegmentRequest {
+            environment: "demo".into(),
+            key: "beta-testers".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap()
+        .revision;
+    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
+    assert!(!sub.segments.contains_key("beta-testers") && !sub.flags.contains_key("beta-banner"));
+}

@@ -165,6 +165,9 @@ pub enum FlagCmd {
         /// Most entries.
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Show what each change did (the recorded diff).
+        #[arg(long)]
+        diff: bool,
     },
 }
 
@@ -678,7 +681,7 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             committed(conn, &format!("flag {key:?} deleted"), revision, write.wait, write.wait_timeout)
                 .await?;
         }
-        FlagCmd::History { key, limit } => history(conn, pb::ItemKind::Flag, &key, limit).await?,
+        FlagCmd::History { key, limit, diff } => history(conn, pb::ItemKind::Flag, &key, limit, diff).await?,
     }
     Ok(())
 }
@@ -690,7 +693,7 @@ async fn set_on(conn: &mut Conn, key: &str, on: bool, w: &WriteArgs) -> CmdResul
     write_flag(conn, Some(&before), after, w).await
 }
 
-async fn history(conn: &mut Conn, kind: pb::ItemKind, key: &str, limit: u32) -> CmdResult {
+async fn history(conn: &mut Conn, kind: pb::ItemKind, key: &str, limit: u32, diff: bool) -> CmdResult {
     let r = conn
         .admin
         .list_audit(pb::ListAuditRequest {
@@ -729,10 +732,15 @@ async fn history(conn: &mut Conn, kind: pb::ItemKind, key: &str, limit: u32) -> 
             ]);
         }
         println!("{t}");
+        if diff {
+            for (e, action) in &rows {
+                println!("\nrevision {} ({action} by {}):\n{}", e.revision, e.actor, e.diff);
+            }
+        }
     } else {
         let v: Vec<_> = rows
             .iter()
-            .map(|(e, action)| serde_json::json!({"revision": e.revision, "time_unix_ms": e.time_unix_ms, "actor": e.actor, "action": action, "version_before": e.version_before, "version_after": e.version_after, "comment": e.comment}))
+            .map(|(e, action)| serde_json::json!({"revision": e.revision, "time_unix_ms": e.time_unix_ms, "actor": e.actor, "action": action, "version_before": e.version_before, "version_after": e.version_after, "comment": e.comment, "diff": e.diff}))
             .collect();
         print_data(conn.output, &v)?;
     }

@@ -58,6 +58,11 @@ pub struct AuditRecord {
     /// Whom the caller says it acts for (unverified).
     #[serde(default)]
     pub on_behalf_of: String,
+    /// What changed: a unified diff of the item's YAML before and after
+    /// (at most [`MAX_DIFF`] bytes; larger items are summarised). Not
+    /// serialised when empty, so records from before it hash as they did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub diff: String,
     /// Hash of the previous record of this environment.
     #[serde(default)]
     pub prev_hash: String,
@@ -77,10 +82,70 @@ impl AuditRecord {
     }
 }
 
+/// Largest diff kept in a record, bytes.
+pub const MAX_DIFF: usize = 16 << 10;
+/// Items larger than this (either side) get a summary, not a line diff:
+/// diffing 100,000-key segments would cost more than the write.
+const MAX_DIFFED_ITEM: usize = 256 << 10;
+
+/// An item's bytes as YAML (the file format), for the diff.
+fn yaml(kind: Kind, bytes: &[u8]) -> String {
+    use prost::Message;
+    let text = match kind {
+        Kind::Flag => flagstream_proto::v1::Flag::decode(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|p| flagstream::wire::flag_from_proto(&p).map_err(|e| e.to_string()))
+            .and_then(|mut f| {
+                // Versions change on every write; the diff shows content.
+                (f.version, f.revision) = (0, 0);
+                serde_yaml_ng::to_string(&f).map_err(|e| e.to_string())
+            }),
+        Kind::Segment => flagstream_proto::v1::Segment::decode(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|p| flagstream::wire::segment_from_proto(&p).map_err(|e| e.to_string()))
+            .and_then(|mut s| {
+                (s.version, s.revision) = (0, 0);
+                serde_yaml_ng::to_string(&s).map_err(|e| e.to_string())
+            }),
+    };
+    text.unwrap_or_else(|e| format!("<undecodable: {e}>\n"))
+}
+
+/// The diff of one change: unified, capped at [`MAX_DIFF`] bytes.
+pub(crate) fn diff(kind: Kind, before: Option<&[u8]>, after: Option<&[u8]>) -> String {
+    let size = |b: Option<&[u8]>| b.map_or(0, <[u8]>::len);
+    if size(before).max(size(after)) > MAX_DIFFED_ITEM {
+        return format!(
+            "(item too large to diff: {} bytes before, {} bytes after)\n",
+            size(before),
+            size(after)
+        );
+    }
+    let (old, new) =
+        (before.map(|b| yaml(kind, b)).unwrap_or_default(), after.map(|b| yaml(kind, b)).unwrap_or_default());
+    let mut d = similar::TextDiff::from_lines(&old, &new)
+        .unified_diff()
+        .context_radius(2)
+        .header("before", "after")
+        .to_string();
+    if d.len() > MAX_DIFF {
+        let mut end = MAX_DIFF;
+        while !d.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = d.len();
+        d.truncate(end);
+        d.push_str(&format!("\n… (diff cut at {MAX_DIFF} of {total} bytes)\n"));
+    }
+    d
+}
+
 /// The records of one revision, chained after `head`, which moves to the
-/// last of them, each with its position.
-pub(crate) fn seal(
+/// last of them, each with its position. `before` gives each changed
+/// item's bytes before the write (for the diff).
+pub(crate) fn seal<'a>(
     changes: &[Change],
+    before: impl Fn(&super::state::ItemKey) -> Option<&'a [u8]>,
     revision: u64,
     now: u64,
     who: &Who,
@@ -107,6 +172,7 @@ pub(crate) fn seal(
                 action: action.to_owned(),
                 comment: comment.to_owned(),
                 on_behalf_of: who.on_behalf_of.clone(),
+                diff: diff(c.key.0, before(&c.key), c.bytes.as_deref()),
                 prev_hash: head.clone(),
                 hash: String::new(),
             };

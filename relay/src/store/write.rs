@@ -183,7 +183,9 @@ impl Store {
         log.push_back(entry.clone());
         let trimmed = trim_log(&mut log, self.inner.retention);
         let mut meta = EnvMeta::clone(&env.meta.load());
-        let audit = audit::seal(&plan.changes, revision, committed, who, comment, &mut meta.audit_head)?;
+        let before = |k: &ItemKey| state.items.get(k).map(|i| i.bytes.as_ref());
+        let audit =
+            audit::seal(&plan.changes, before, revision, committed, who, comment, &mut meta.audit_head)?;
         let new_state = EnvState::new(
             state.name.clone(),
             state.epoch.clone(),
