@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "flagstream/v1/model.proto",
         "flagstream/v1/sync.proto",
         "flagstream/v1/admin.proto",
+        "flagstream/v1/replication.proto",
         "flagstream/v1/mirror/sync_mirror.proto",
     ];
     for f in &files {

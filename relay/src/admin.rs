@@ -230,7 +230,7 @@ impl AdminService {
         let e = self.store.env(env)?;
         let state = e.state.load();
         let revision = revision.unwrap_or(state.revision);
-        let p = self.hub.propagation(env, revision);
+        let p = self.hub.propagation(env, &state.epoch, revision);
         Ok(pb::Propagation {
             environment: env.to_owned(),
             epoch: state.epoch.clone(),
@@ -712,22 +712,6 @@ impl Admin for AdminService {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             primary: self.store.primary().unwrap_or_default(),
         }))
-    }
-
-    async fn get_catalog(
-        &self,
-        req: Request<pb::GetCatalogRequest>,
-    ) -> Result<Response<pb::Catalog>, Status> {
-        let p = principal(&req)?;
-        if !p.0.replicate {
-            return Err(Status::permission_denied(format!(
-                "token {:?} may not read the catalog: that needs the replicate scope",
-                p.name()
-            )));
-        }
-        let r = req.into_inner();
-        let wait = Duration::from_millis(u64::from(r.wait_ms));
-        Ok(Response::new(crate::catalog::wait(&self.store, &self.tokens, &r.known_version, wait).await))
     }
 
     async fn verify_audit(

@@ -192,6 +192,7 @@ pub async fn apply(
                     sdk_keys: keys,
                     keys_made: 0,
                     audit_head: String::new(),
+                    confirmed_unix_ms: 0,
                 })
                 .await?;
             tracing::info!(env = %name, "environment created upstream: following it");

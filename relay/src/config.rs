@@ -98,9 +98,17 @@ pub struct ProbeArgs {
     /// PEM CA bundle for an `https://` relay.
     #[arg(long, env = "FLAGSTREAM_PROBE_CA")]
     pub ca: Option<PathBuf>,
+    /// PEM client certificate, for a relay that requires mutual TLS (with
+    /// `--client-key`).
+    #[arg(long, env = "FLAGSTREAM_PROBE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM key of `--client-cert`.
+    #[arg(long, env = "FLAGSTREAM_PROBE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
     /// Liveness: exit 0 whenever the relay answers, ready or not (a relay
-    /// that is still loading, draining or waiting for its upstream is
-    /// alive and must not be restarted).
+    /// that is draining or waiting for its upstream is alive and must not be
+    /// restarted; one still loading its store does not answer yet: give it
+    /// a startup probe).
     #[arg(long)]
     pub live: bool,
 }
@@ -173,6 +181,15 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_UPSTREAM_CA")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ca: Option<PathBuf>,
+    /// PEM client certificate a replica presents to an upstream that
+    /// requires mutual TLS (with `upstream-client-key`).
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_CLIENT_CERT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_client_cert: Option<PathBuf>,
+    /// PEM key of `upstream-client-cert`.
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_CLIENT_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_client_key: Option<PathBuf>,
     /// The environments a replica follows, comma-separated [default: all].
     #[arg(long, env = "FLAGSTREAM_ENVIRONMENTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -340,6 +357,8 @@ pub struct Upstream {
     pub token: flagstream::Secret,
     /// PEM CA for `https://` upstreams.
     pub ca: Option<Vec<u8>>,
+    /// PEM client certificate and key (mutual TLS to the upstream).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// Environments to follow; empty: all.
     pub environments: Vec<String>,
 }
@@ -500,6 +519,8 @@ impl Options {
                     (self.upstream.is_some(), "upstream"),
                     (self.upstream_token_file.is_some(), "upstream-token-file"),
                     (self.upstream_ca.is_some(), "upstream-ca"),
+                    (self.upstream_client_cert.is_some(), "upstream-client-cert"),
+                    (self.upstream_client_key.is_some(), "upstream-client-key"),
                     (self.environments.is_some(), "environments"),
                 ] {
                     if set {
@@ -533,10 +554,22 @@ impl Options {
                 if self.demo == Some(true) {
                     return Err(ConfigError("demo: a replica serves its upstream's environments".into()));
                 }
+                let identity = match (&self.upstream_client_cert, &self.upstream_client_key) {
+                    (Some(c), Some(k)) => {
+                        Some((read("upstream-client-cert", c)?, read("upstream-client-key", k)?))
+                    }
+                    (None, None) => None,
+                    _ => {
+                        return Err(ConfigError(
+                            "upstream-client-cert and upstream-client-key: set both or neither".into(),
+                        ));
+                    }
+                };
                 Some(Upstream {
                     urls,
                     token: flagstream::Secret::new(token),
                     ca: self.upstream_ca.as_ref().map(|p| read("upstream-ca", p)).transpose()?,
+                    identity,
                     environments: list(&self.environments),
                 })
             }

@@ -768,11 +768,19 @@ pub(crate) async fn wait_propagation(conn: &mut Conn, revision: u64, timeout: Du
             Ok(Ok(None)) => break,
             Ok(Ok(Some(m))) => {
                 if let Some(p) = m.propagation {
+                    let relays = if p.relays_total > 0 {
+                        format!(" ({} of {} replicas reporting)", p.relays_reporting, p.relays_total)
+                    } else {
+                        String::new()
+                    };
                     eprintln!(
-                        "revision {}: {} of {} subscribers",
+                        "revision {}: {} of {} subscribers{relays}",
                         p.revision, p.subscribers_acked, p.subscribers_total
                     );
-                    let done = p.subscribers_acked >= p.subscribers_total;
+                    // Done once every subscriber counted acked and every
+                    // replica reported (else the count is incomplete).
+                    let done =
+                        p.subscribers_acked >= p.subscribers_total && p.relays_reporting >= p.relays_total;
                     last = Some(p);
                     if done {
                         break;
@@ -784,11 +792,19 @@ pub(crate) async fn wait_propagation(conn: &mut Conn, revision: u64, timeout: Du
     let p =
         last.ok_or_else(|| Failure::new(exit::INCOMPLETE, "no propagation information before the timeout"))?;
     let summary = format!(
-        "revision {} reached {} of {} subscribers in {} ms (p99)",
-        p.revision, p.subscribers_acked, p.subscribers_total, p.latency_p99_ms
+        "revision {} reached {} of {} subscribers in {} ms (p99){}",
+        p.revision,
+        p.subscribers_acked,
+        p.subscribers_total,
+        p.latency_p99_ms,
+        if p.relays_total > 0 {
+            format!(", {} of {} replicas reporting", p.relays_reporting, p.relays_total)
+        } else {
+            String::new()
+        }
     );
     println!("{summary}");
-    if p.subscribers_acked < p.subscribers_total {
+    if p.subscribers_acked < p.subscribers_total || p.relays_reporting < p.relays_total {
         return Err(Failure::new(
             exit::INCOMPLETE,
             format!("propagation incomplete after {timeout:?}: {summary}"),

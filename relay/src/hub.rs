@@ -274,7 +274,8 @@ impl Hub {
         let mut subs = Self::lock(&self.subs);
         let mut per_env = Self::lock(&self.per_env);
         if !relay {
-            if subs.len() >= self.limits.max_subscribers {
+            // SDK subscribers only: replica relays are not counted.
+            if per_env.values().sum::<usize>() >= self.limits.max_subscribers {
                 return Err(Rejection::RelayFull);
             }
             let n = per_env.entry(env.to_owned()).or_default();
@@ -424,8 +425,8 @@ impl Hub {
 
     /// Propagation of `revision` in `env` over this relay's subtree: its
     /// own SDK subscribers plus the latest reports of its replica relays.
-    pub fn propagation(&self, env: &str, revision: u64) -> Propagation {
-        let (own, reports) = self.own_and_reports(env);
+    pub fn propagation(&self, env: &str, epoch: &str, revision: u64) -> Propagation {
+        let (own, reports) = self.own_and_reports(env, epoch);
         let mut subscribers = 0;
         let mut acked = 0;
         for s in &own {
@@ -464,29 +465,33 @@ impl Hub {
     }
 
     /// This relay's SDK subscribers of `env`, and its replica relays'
-    /// latest reports (`None`: not reported yet).
-    fn own_and_reports(&self, env: &str) -> (Vec<Arc<Subscriber>>, Vec<Option<Report>>) {
+    /// latest reports about `epoch` (`None`: none yet, or about another
+    /// epoch: that replica has not caught up with it).
+    fn own_and_reports(&self, env: &str, epoch: &str) -> (Vec<Arc<Subscriber>>, Vec<Option<Report>>) {
         let subs = Self::lock(&self.subs);
         let own = subs.values().filter(|s| !s.relay && s.env == env).cloned().collect();
         let reports = subs
             .values()
             .filter(|s| s.relay && s.env == env)
-            .map(|s| Self::lock(&s.report).clone())
+            .map(|s| Self::lock(&s.report).clone().filter(|r| r.epoch == epoch))
             .collect();
         (own, reports)
     }
 
     /// The report a replica sends its upstream for `env` at `epoch`: its
-    /// subtree's SDK count and, for the latest revisions it tracks, how
-    /// many acked and their merged latencies (PROTOCOL.md §4).
-    pub fn subtree_report(&self, env: &str, epoch: &str) -> Report {
-        let (own, reports) = self.own_and_reports(env);
+    /// subtree's SDK count and, for the latest revisions (those it tracks
+    /// latencies of, its replicas report, and `recent`: the newest of its
+    /// change log, so a replica without SDKs still reports), how many acked
+    /// and their merged latencies (PROTOCOL.md §4).
+    pub fn subtree_report(&self, env: &str, epoch: &str, recent: &[u64]) -> Report {
+        let (own, reports) = self.own_and_reports(env, epoch);
         let revisions: Vec<(u64, u64)> = {
             let stats = Self::lock(&self.stats);
             let mut revs: Vec<(u64, u64)> = stats
                 .get(env)
                 .map(|ring| ring.latest(REPORTED_REVISIONS).map(|r| (r.revision, r.committed_ms)).collect())
                 .unwrap_or_default();
+            revs.extend(recent.iter().map(|r| (*r, 0)));
             for report in reports.iter().flatten() {
                 revs.extend(report.revisions.iter().map(|(r, _, _)| (*r, 0)));
             }
@@ -497,20 +502,21 @@ impl Hub {
         let subscribers = own.len() as u64 + reports.iter().flatten().map(|r| r.subscribers).sum::<u64>();
         let stats = Self::lock(&self.stats);
         let ring = stats.get(env);
+        // A revision is reported only once every replica below has reported
+        // it: else the subtree's count would look complete while it is not.
         let revisions = revisions
             .into_iter()
-            .map(|(revision, _)| {
+            .filter_map(|(revision, _)| {
                 let mut acked =
                     own.iter().filter(|s| s.applied.load(Ordering::Relaxed) >= revision).count() as u64;
                 let mut latency =
                     ring.and_then(|r| r.get(revision)).map(|r| r.latency.clone()).unwrap_or_default();
-                for report in reports.iter().flatten() {
-                    if let Some((a, h)) = report.revision(revision) {
-                        acked += a;
-                        latency.merge(h);
-                    }
+                for report in &reports {
+                    let (a, h) = report.as_ref()?.revision(revision)?;
+                    acked += a;
+                    latency.merge(h);
                 }
-                (revision, acked, latency)
+                Some((revision, acked, latency))
             })
             .collect();
         Report { epoch: epoch.to_owned(), subscribers, revisions }

@@ -26,6 +26,7 @@ pub mod propagation;
 pub mod quota;
 pub mod refusal;
 pub mod replica;
+pub mod replication;
 pub mod server;
 pub mod store;
 pub mod subscribe;

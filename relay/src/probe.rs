@@ -37,6 +37,10 @@ async fn check(args: &ProbeArgs) -> Result<ServingStatus, String> {
             let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
             tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
         }
+        if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+            let read = |p: &std::path::PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+            tls = tls.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+        }
         ep = ep.tls_config(tls).map_err(|e| format!("TLS: {e}"))?;
     }
     let channel = ep.connect().await.map_err(|e| format!("connect: {e}"))?;

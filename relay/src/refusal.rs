@@ -75,9 +75,9 @@ const METHODS: &[(&str, &[&str])] = &[
             "CreateToken",
             "ListTokens",
             "RevokeToken",
-            "GetCatalog",
         ],
     ),
+    ("flagstream.v1.Replication", &["GetCatalog"]),
     ("grpc.health.v1.Health", &["Check", "Watch"]),
 ];
 

@@ -12,14 +12,14 @@
 //! for every environment in it, and stays ready after that.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flagstream::follow::{self, Event, FollowConfig, RawChunk, RawDelta, Sink};
 use flagstream::{ApplyError, Secret};
 use flagstream_proto::v1 as pb;
-use flagstream_proto::v1::admin_client::AdminClient;
+use flagstream_proto::v1::replication_client::ReplicationClient;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -87,7 +87,7 @@ impl Replica {
             subscriber_kind: pb::SubscriberKind::Relay,
             sdk_name: "flagstream-relay".into(),
             max_snapshot_bytes: store.limits().max_snapshot_bytes,
-            tls: follow::Tls { ca: upstream.ca.clone(), identity: None },
+            tls: follow::Tls { ca: upstream.ca.clone(), identity: upstream.identity.clone() },
             ..FollowConfig::default()
         };
         Replica { store, tokens, hub, upstream, follow, ready }
@@ -96,42 +96,38 @@ impl Replica {
     /// Runs until `stop`: the catalog follower, one follower per
     /// environment, and the freshness reporter.
     pub async fn run(self, stop: CancellationToken, health: tonic_health::server::HealthReporter) {
-        let mut followers: HashMap<String, Follower> = HashMap::new();
+        let followers: Arc<Mutex<HashMap<String, Follower>>> = Arc::default();
+        let link = Arc::new(Link::default());
         // Serve and follow what is stored at once, upstream or not.
-        self.sync_followers(&mut followers);
+        self.sync_followers(&followers);
+        // The stored version stands for the chosen environments it was
+        // applied with: another choice (a changed --environments) fetches
+        // the catalog again.
+        let chosen = self.upstream.environments.join(",");
         let mut known = match self.store.backend().setting(CATALOG_SETTING).await {
-            Ok(v) => v.unwrap_or_default(),
+            Ok(Some(v)) => match v.split_once(' ') {
+                Some((version, with)) if with == chosen => version.to_owned(),
+                None if chosen.is_empty() => v,
+                _ => String::new(),
+            },
+            Ok(None) => String::new(),
             Err(e) => {
                 tracing::error!(error = %e, "reading the stored catalog version failed; fetching it again");
                 String::new()
             }
         };
-        self.check_ready(!known.is_empty());
-        let mut fresh = tokio::time::interval(FRESHNESS_TICK);
-        let mut upstream_live = None;
+        link.catalog_known.store(!known.is_empty(), Ordering::Relaxed);
+        self.check_ready(&link);
+        tokio::spawn(self.clone().report_freshness(followers.clone(), link.clone(), health, stop.clone()));
         let mut backoff = Backoff::new();
         let mut idx = 0usize;
         loop {
             let endpoint = self.upstream.urls[idx % self.upstream.urls.len()].clone();
-            let result = {
-                let poll = self.poll_catalog(&endpoint, &known);
-                tokio::pin!(poll);
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        r = &mut poll => break r,
-                        _ = fresh.tick() => {
-                            let live = self.report_freshness(&followers);
-                            if upstream_live != Some(live) {
-                                upstream_live = Some(live);
-                                let status = if live { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
-                                health.set_service_status(UPSTREAM_HEALTH, status).await;
-                            }
-                            self.check_ready(!known.is_empty());
-                        }
-                    }
-                }
+            let result = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = self.poll_catalog(&endpoint, &known) => r,
             };
+            link.catalog_ok.store(result.is_ok(), Ordering::Relaxed);
             match result {
                 Ok(c) if c.unchanged => backoff.reset(),
                 Ok(c) => match catalog::apply(
@@ -145,17 +141,21 @@ impl Replica {
                 {
                     Ok(applied) => {
                         backoff.reset();
-                        if let Err(e) =
-                            self.store.backend().put_setting(CATALOG_SETTING, c.version.clone()).await
-                        {
+                        let stored = if chosen.is_empty() {
+                            c.version.clone()
+                        } else {
+                            format!("{} {chosen}", c.version)
+                        };
+                        if let Err(e) = self.store.backend().put_setting(CATALOG_SETTING, stored).await {
                             tracing::error!(error = %e, "storing the catalog version failed");
                         }
                         known = c.version;
                         if !applied.created.is_empty() || !applied.deleted.is_empty() {
                             tracing::info!(created = ?applied.created, deleted = ?applied.deleted, "catalog applied");
                         }
-                        self.sync_followers(&mut followers);
-                        self.check_ready(true);
+                        self.sync_followers(&followers);
+                        link.catalog_known.store(true, Ordering::Relaxed);
+                        self.check_ready(&link);
                     }
                     Err(e) => {
                         self.store.metrics().limit_hit("catalog_apply_failed");
@@ -191,7 +191,7 @@ impl Replica {
         known: &str,
     ) -> Result<pb::Catalog, (String, Option<Duration>)> {
         let channel = follow::connect(&self.follow, endpoint).await.map_err(|e| (e, None))?;
-        let mut client = AdminClient::with_interceptor(channel, Bearer(self.upstream.token.clone()))
+        let mut client = ReplicationClient::with_interceptor(channel, Bearer(self.upstream.token.clone()))
             .max_decoding_message_size(64 << 20);
         let mut req = tonic::Request::new(pb::GetCatalogRequest {
             known_version: known.to_owned(),
@@ -206,8 +206,9 @@ impl Replica {
 
     /// Starts a follower for every environment of the store that has none,
     /// and stops those of environments that are gone.
-    fn sync_followers(&self, followers: &mut HashMap<String, Follower>) {
+    fn sync_followers(&self, followers: &Mutex<HashMap<String, Follower>>) {
         let names: Vec<String> = self.store.envs().iter().map(|e| e.meta.load().name.clone()).collect();
+        let mut followers = followers.lock().unwrap_or_else(|p| p.into_inner());
         followers.retain(|name, _| names.contains(name));
         for name in names {
             followers.entry(name.clone()).or_insert_with(|| {
@@ -226,25 +227,52 @@ impl Replica {
         }
     }
 
-    /// Updates the freshness gauges; returns whether every followed stream
-    /// is live.
-    fn report_freshness(&self, followers: &HashMap<String, Follower>) -> bool {
-        let m = self.store.metrics();
-        let mut all_live = true;
-        for env in self.store.envs() {
-            let name = env.meta.load().name.clone();
-            let live = followers.contains_key(&name) && env.freshness.is_live();
-            all_live &= live;
-            let labels = vec![("env", name)];
-            m.upstream_live.get_or_create(&labels).set(i64::from(live));
-            m.staleness_seconds.get_or_create(&labels).set(self.store.staleness_ms(&env) as f64 / 1000.0);
+    /// Every second, until `stop`: the freshness gauges, the upstream
+    /// health service (SERVING while the catalog poll works and every
+    /// followed stream is live and current), and readiness. A task of its
+    /// own, so a catalog poll in backoff never freezes them.
+    async fn report_freshness(
+        self,
+        followers: Arc<Mutex<HashMap<String, Follower>>>,
+        link: Arc<Link>,
+        health: tonic_health::server::HealthReporter,
+        stop: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(FRESHNESS_TICK);
+        let mut reported = None;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let m = self.store.metrics();
+            let mut all_live = link.catalog_ok.load(Ordering::Relaxed);
+            let followed: Vec<String> =
+                followers.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+            for env in self.store.envs() {
+                let name = env.meta.load().name.clone();
+                let live = followed.contains(&name) && env.freshness.is_live();
+                all_live &= live;
+                let labels = vec![("env", name)];
+                m.upstream_live.get_or_create(&labels).set(i64::from(live));
+                m.staleness_seconds.get_or_create(&labels).set(self.store.staleness_ms(&env) as f64 / 1000.0);
+            }
+            if reported != Some(all_live) {
+                reported = Some(all_live);
+                let status = if all_live {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                };
+                health.set_service_status(UPSTREAM_HEALTH, status).await;
+            }
+            self.check_ready(&link);
         }
-        all_live
     }
 
     /// Ready once a catalog is held and every environment in it has data.
-    fn check_ready(&self, catalog_known: bool) {
-        if *self.ready.borrow() || !catalog_known {
+    fn check_ready(&self, link: &Link) {
+        if *self.ready.borrow() || !link.catalog_known.load(Ordering::Relaxed) {
             return;
         }
         if self.store.envs().iter().all(|e| e.has_data()) {
@@ -252,6 +280,15 @@ impl Replica {
             self.ready.send_replace(true);
         }
     }
+}
+
+/// The state of the link to the upstream, shared with the freshness task.
+#[derive(Debug, Default)]
+struct Link {
+    /// The last catalog poll succeeded.
+    catalog_ok: AtomicBool,
+    /// A catalog is held (fetched, or stored by an earlier run).
+    catalog_known: AtomicBool,
 }
 
 /// Adds the upstream token to every call.
@@ -308,7 +345,7 @@ impl EnvSink {
 
     fn confirm(&self) {
         if let Ok(env) = self.store.env(&self.env) {
-            env.freshness.confirm(self.store.mono_ms(), self.upstream_staleness.load(Ordering::Relaxed));
+            env.freshness.confirm(crate::store::now_ms(), self.upstream_staleness.load(Ordering::Relaxed));
             env.freshness.set_live(true);
         }
     }
@@ -362,8 +399,13 @@ impl Sink for EnvSink {
 
     fn report(&self) -> Option<pb::PropagationReport> {
         let env = self.store.env(&self.env).ok()?;
-        let epoch = env.state.load().epoch.clone();
-        let report = self.hub.subtree_report(&self.env, &epoch).to_proto();
+        let state = env.state.load();
+        // The head always (after a snapshot of a new epoch the log is
+        // empty), then the newest of the change log.
+        let recent: Vec<u64> = std::iter::once(state.revision)
+            .chain(state.log.iter().rev().take(crate::propagation::REPORTED_REVISIONS).map(|e| e.revision))
+            .collect();
+        let report = self.hub.subtree_report(&self.env, &state.epoch, &recent).to_proto();
         let mut last = self.last_report.lock().unwrap_or_else(|p| p.into_inner());
         if last.as_ref() == Some(&report) {
             return None;

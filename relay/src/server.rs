@@ -22,10 +22,12 @@ use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
 use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
+use crate::replication::ReplicationService;
 use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention, Source as StoreSource, Store};
 use crate::subscribe::{StreamConfig, SyncService};
 use crate::transport::{self, SocketOptions};
+use flagstream_proto::v1::replication_server::ReplicationServer;
 
 /// Largest request a subscriber may send (Hello, Ack, reports are small).
 const MAX_SUBSCRIBE_REQUEST: usize = 1 << 20;
@@ -33,6 +35,9 @@ const MAX_SUBSCRIBE_REQUEST: usize = 1 << 20;
 const MAX_ADMIN_REQUEST: usize = 8 << 20;
 /// Largest message the relay sends: a chunk bound or one large item.
 const MAX_RESPONSE: usize = 8 << 20;
+/// Largest catalog sent (every environment's key hashes and every token):
+/// ~100 bytes a key or token, so hundreds of thousands fit.
+const MAX_CATALOG: usize = 64 << 20;
 
 /// A started relay's addresses and its stop switch.
 #[derive(Debug, Clone)]
@@ -363,9 +368,15 @@ pub async fn serve(
             .max_concurrent_streams(Some(cfg.max_concurrent_streams))
             .tcp_nodelay(true))
     };
+    let replication = tonic::service::interceptor::InterceptedService::new(
+        ReplicationServer::new(ReplicationService::new(store.clone(), tokens.clone()))
+            .max_encoding_message_size(MAX_CATALOG),
+        AdminAuth { tokens: tokens.clone() },
+    );
     let main = grpc_server()?
         .add_service(health_service.clone())
-        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST));
+        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST))
+        .add_service(replication);
     let mut servers = Vec::new();
     match admin_listener {
         None => servers.push(tokio::spawn(main.add_service(admin).serve_with_incoming_shutdown(
@@ -436,6 +447,9 @@ pub async fn serve(
         }
     }
     background.cancel();
+    if let Err(e) = store.persist_freshness().await {
+        tracing::error!(error = %e, "storing how current each environment is failed; after the restart its age counts from its last revision");
+    }
     store.flush().await?;
     tracing::info!("relay stopped");
     Ok(())

@@ -177,20 +177,24 @@ pub(crate) fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>,
 
 /// How current a replica's copy of an environment is: what its heartbeats
 /// state as `staleness_ms` (PROTOCOL.md §2.6). A primary's is always 0.
+///
+/// Wall-clock time, because it must survive restarts: a replica restarted
+/// with its upstream down serves data whose age it learns from its store
+/// (`EnvMeta::confirmed_unix_ms`), never as fresh. (Liveness deadlines use
+/// the monotonic clock; this is a reported age, not a deadline.)
 #[derive(Debug, Default)]
 pub struct Freshness {
     /// Whether the upstream stream is open and delivering.
     live: AtomicBool,
-    /// When the upstream last confirmed the data (monotonic ms of the
-    /// store's clock; 0: never).
+    /// When the upstream last confirmed the data, Unix ms (0: never).
     confirmed_ms: AtomicU64,
     /// The upstream's own staleness at that moment.
     upstream_ms: AtomicU64,
 }
 
 impl Freshness {
-    /// Records that the upstream confirmed the data now, itself
-    /// `upstream_ms` stale.
+    /// Records that the upstream confirmed the data at `now_ms` (Unix ms),
+    /// itself `upstream_ms` stale.
     pub fn confirm(&self, now_ms: u64, upstream_ms: u64) {
         self.confirmed_ms.store(now_ms.max(1), Ordering::Relaxed);
         self.upstream_ms.store(upstream_ms, Ordering::Relaxed);
@@ -199,6 +203,13 @@ impl Freshness {
     /// Marks the upstream stream open (`true`) or down.
     pub fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::Relaxed);
+    }
+
+    /// When the upstream last confirmed the data, Unix ms, less its own
+    /// staleness then (what is persisted across restarts); 0: never.
+    pub fn confirmed_unix_ms(&self) -> u64 {
+        let c = self.confirmed_ms.load(Ordering::Relaxed);
+        if c == 0 { 0 } else { c.saturating_sub(self.upstream_ms.load(Ordering::Relaxed)).max(1) }
     }
 
     /// Whether the upstream stream is open.
@@ -333,8 +344,6 @@ struct Inner {
     /// Bumped on every change to the set of environments or their keys
     /// (what replicas follow as the catalog).
     catalog: watch::Sender<u64>,
-    /// Origin of the monotonic clock of [`Freshness`].
-    clock: tokio::time::Instant,
 }
 
 /// Unix time in ms.
@@ -427,7 +436,6 @@ impl Store {
                 source,
                 primary: ArcSwap::from_pointee(None),
                 catalog: watch::channel(0).0,
-                clock: tokio::time::Instant::now(),
             }),
         };
         store.update_gauges();
@@ -466,22 +474,39 @@ impl Store {
         (**self.inner.primary.load()).clone()
     }
 
-    /// Monotonic milliseconds of the store's clock ([`Freshness`]).
-    pub fn mono_ms(&self) -> u64 {
-        self.inner.clock.elapsed().as_millis() as u64
-    }
-
     /// How stale `env`'s data is, ms: 0 on a primary; on a replica what
-    /// [`Freshness::staleness_ms`] says (`u64::MAX`-free: a never-confirmed
-    /// copy counts from the relay's start).
+    /// [`Freshness::staleness_ms`] says; a copy never confirmed counts from
+    /// its head's commit time.
     pub fn staleness_ms(&self, env: &Env) -> u64 {
         match self.inner.source {
             Source::Primary => 0,
             Source::Replica { .. } => {
-                let now = self.mono_ms();
-                env.freshness.staleness_ms(now).unwrap_or(now)
+                let now = now_ms();
+                env.freshness
+                    .staleness_ms(now)
+                    .unwrap_or_else(|| now.saturating_sub(env.state.load().committed_unix_ms))
             }
         }
+    }
+
+    /// Persists each environment's last confirmation (a replica, at
+    /// shutdown), so a restart knows how old its data is.
+    pub async fn persist_freshness(&self) -> Result<(), StoreError> {
+        if self.inner.source == Source::Primary {
+            return Ok(());
+        }
+        for env in self.envs() {
+            let confirmed = env.freshness.confirmed_unix_ms();
+            let name = env.meta.load().name.clone();
+            if confirmed > env.meta.load().confirmed_unix_ms {
+                self.change_meta(&name, move |m| {
+                    m.confirmed_unix_ms = confirmed;
+                    Ok(())
+                })
+                .await?;
+            }
+        }
+        Ok(())
     }
 
     /// A receiver that changes whenever environments or their keys change.
@@ -629,7 +654,13 @@ fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<En
         });
     }
     tracing::info!(env = %name, revision = meta.revision, items = state.items.len(), "environment loaded");
-    Ok(Env::new(state, meta))
+    let env = Env::new(state, meta);
+    // A replica's copy is as old as its last confirmation (0 on a primary).
+    let confirmed = env.meta.load().confirmed_unix_ms;
+    if confirmed > 0 {
+        env.freshness.confirm(confirmed, 0);
+    }
+    Ok(env)
 }
 
 /// Runs `work` on a task of its own and waits for it. The caller's future

@@ -295,7 +295,11 @@ async fn every_role_and_operation_combination_is_enforced() {
             }
         }
         // Reading the catalog needs the replicate scope, whatever the role.
-        let e = c.get_catalog(pb::GetCatalogRequest::default()).await.unwrap_err();
+        let mut r = flagstream_proto::v1::replication_client::ReplicationClient::with_interceptor(
+            relay.channel().await,
+            Token(secret.clone()),
+        );
+        let e = r.get_catalog(pb::GetCatalogRequest::default()).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{name}: {e:?}");
         assert!(e.message().contains("replicate scope"), "{}", e.message());
     }

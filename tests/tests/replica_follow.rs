@@ -23,7 +23,15 @@ fn client(url: String, key: &str) -> Client {
 #[tokio::test]
 async fn writes_reach_sdks_on_both_replicas_and_replicas_refuse_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Cluster::start(dir.path(), 2, &["--advertise-url", "http://primary.example:7070"], &[]).await;
+    // The Admin API fenced off on its own address: replicas need only the
+    // SDK-facing one.
+    let c = Cluster::start(
+        dir.path(),
+        2,
+        &["--advertise-url", "http://primary.example:7070", "--admin-listen", "127.0.0.1:0"],
+        &[],
+    )
+    .await;
     let key = c.primary.demo_key();
     let sdks: Vec<Client> = c.replicas.iter().map(|r| client(r.url(), &key)).collect();
     for s in &sdks {
@@ -153,6 +161,25 @@ async fn environments_and_keys_follow_the_primary() {
     let err = end.expect_err("the stream ends");
     assert!(err.contains("NotFound") || err.contains("deleted"), "{err}");
     replica.wait_status("demo gone", |s| s.environments.iter().all(|e| e.name != "demo")).await;
+
+    // The replicas' token revoked at the primary: their streams end there
+    // at once, and the replica says its upstream is down.
+    replica
+        .wait_status("staging live", |s| {
+            s.environments.iter().any(|e| e.name == "staging" && e.upstream_live)
+        })
+        .await;
+    admin.revoke_token(pb::RevokeTokenRequest { name: "replicas".into() }).await.unwrap();
+    replica
+        .wait_status("staging cut off", |s| {
+            s.environments.iter().any(|e| e.name == "staging" && !e.upstream_live)
+        })
+        .await;
+    assert!(
+        replica.log().contains("Unauthenticated") || replica.log().contains("revoked"),
+        "{}",
+        replica.log()
+    );
 }
 
 /// `WatchPropagation` at the primary (what `flagctl --wait` uses) counts

@@ -75,6 +75,7 @@ async fn a_replica_serves_its_persisted_copy_with_the_upstream_down_and_is_never
     c.replicas[0].wait_head("demo", revision).await;
     let key = c.primary.demo_key();
     let upstream = c.primary.url();
+    let stopped = std::time::Instant::now();
     c.replicas[0].sigterm();
     c.replicas[0].wait(STEP).await;
     c.primary.kill9();
@@ -85,13 +86,34 @@ async fn a_replica_serves_its_persisted_copy_with_the_upstream_down_and_is_never
             .await;
     replica.admin_secret = Some(c.primary.admin_token());
     replica.wait_ready().await;
-    let sdk = Client::builder().endpoints([replica.url()]).sdk_key(&key).build().unwrap();
+    let sdk = Client::builder()
+        .endpoints([replica.url()])
+        .sdk_key(&key)
+        // Any age above 1 ms is stale: the data is at least as old as the
+        // replica's downtime.
+        .stale_after(Duration::from_millis(1))
+        .build()
+        .unwrap();
     assert!(sdk.wait_ready(STEP).await.has_data());
     assert!(sdk.bool("persisted", &Context::new("u"), false));
+    // Its data was last confirmed before the restart: never fresh.
+    match sdk.status() {
+        Status::Stale { reason, .. } => assert!(reason.contains("upstream"), "{reason}"),
+        s => panic!("data from before the restart looks fresh: {s:?}"),
+    }
     let s = replica.status().await;
     let demo = s.environments.iter().find(|e| e.name == "demo").unwrap();
     assert_eq!(demo.head_revision, revision);
     assert!(!demo.upstream_live, "{demo:?}");
+    // Its age counts from before it stopped, not from its restart.
+    let down = stopped.elapsed().as_millis() as u64;
+    let s = replica.status().await;
+    let demo = s.environments.iter().find(|e| e.name == "demo").unwrap();
+    assert!(
+        demo.staleness_ms >= down,
+        "staleness {} ms, but it was stopped {down} ms ago",
+        demo.staleness_ms
+    );
     assert!(replica.log().contains("catalog poll failed"), "it keeps trying its upstream");
 
     // A fresh replica of the dead primary: it has tried, it holds nothing,

@@ -148,7 +148,9 @@ impl AdminService {
         tokio::spawn(async move { tokens.revoke(&name).await })
             .await
             .map_err(|e| Status::internal(format!("revoking the token failed: {e}")))??;
-        tracing::info!(token = %r.name, by = %p.name(), "admin token revoked");
+        // A replica following with it stops at once.
+        let ended = self.hub.end_token(&r.name);
+        tracing::info!(token = %r.name, by = %p.name(), replica_streams_ended = ended, "admin token revoked");
         Ok(Response::new(pb::RevokeTokenResponse {}))
     }
 }

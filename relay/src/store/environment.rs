@@ -61,6 +61,7 @@ impl Store {
             }],
             keys_made: 1,
             audit_head: String::new(),
+            confirmed_unix_ms: 0,
         };
         let env = self.add_env(meta).await?;
         Ok((env, sdk_key))
@@ -141,6 +142,8 @@ impl Store {
             m.store_items.remove(&labels);
             m.store_bytes.remove(&labels);
             m.head_revision.remove(&labels);
+            m.upstream_live.remove(&labels);
+            m.staleness_seconds.remove(&labels);
             this.catalog_changed();
             Ok(())
         })

@@ -34,6 +34,11 @@ pub struct EnvMeta {
     /// Hash of the newest audit record: the chain must end here.
     #[serde(default)]
     pub audit_head: String,
+    /// On a replica: when its upstream last confirmed this data current,
+    /// Unix ms (its staleness after a restart counts from here); 0 on a
+    /// primary.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub confirmed_unix_ms: u64,
 }
 
 impl EnvMeta {
@@ -75,4 +80,8 @@ impl SdkKeyRecord {
     pub fn valid_at(&self, now: u64) -> bool {
         self.expires_unix_ms == 0 || now < self.expires_unix_ms
     }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }

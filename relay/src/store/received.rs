@@ -219,6 +219,8 @@ impl Store {
         meta.revision = h.revision;
         meta.checksum = h.checksum;
         meta.committed_unix_ms = h.committed_unix_ms;
+        // Received now: current as of now (less the upstream's own age).
+        meta.confirmed_unix_ms = super::now_ms();
         let state = EnvState::new(
             meta.name.clone(),
             h.epoch.clone(),
