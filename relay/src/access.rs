@@ -220,7 +220,7 @@ impl Tokens {
             let secret = new_secret("fs_admin_");
             let path = dir.join(auth::ADMIN_TOKEN_FILE);
             auth::write_private(&path, &secret)?;
-            created = Some(path);
+            created = Some(path.clone());
             let t = TokenRecord {
                 name: BOOTSTRAP.into(),
                 role: Role::Admin,
@@ -230,10 +230,20 @@ impl Tokens {
                 created_unix_ms: now_ms(),
                 created_by: "relay".into(),
             };
-            tokens.backend.put_token(t.clone()).await?;
-            tokens.publish(|m| {
-                m.insert(t.name.clone(), Arc::new(t));
-            });
+            // With a shared database another relay may have made it first:
+            // then its secret is in that relay's data directory, not here.
+            if tokens.backend.insert_token(t.clone()).await? {
+                tokens.publish(|m| {
+                    m.insert(t.name.clone(), Arc::new(t));
+                });
+            } else {
+                std::fs::remove_file(&path)?;
+                created = None;
+                tokens.reload().await?;
+                tracing::info!(
+                    "another relay of this database created the bootstrap token; its secret is in that relay's data directory"
+                );
+            }
         } else if legacy && tokens.read_only.is_none() {
             // Stores the record of a pre-named-token store in today's form
             // (a no-op rewrite for a current store).
@@ -249,6 +259,17 @@ impl Tokens {
         change(&mut m);
         self.by_name.store(Arc::new(m));
         self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// Reads every token again from the backend (another relay of a shared
+    /// database changed them).
+    pub async fn reload(&self) -> Result<(), AccessError> {
+        let records: BTreeMap<String, Arc<TokenRecord>> =
+            self.backend.tokens().await?.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
+        if *self.by_name.load_full() != records {
+            self.publish(|m| *m = records);
+        }
+        Ok(())
     }
 
     /// A receiver that changes whenever a token is created or revoked.
@@ -334,7 +355,11 @@ impl Tokens {
             created_unix_ms: now_ms(),
             created_by: created_by.to_owned(),
         };
-        self.backend.put_token(t.clone()).await?;
+        // Insert-if-absent: another relay of a shared database may have
+        // made one of that name meanwhile.
+        if !self.backend.insert_token(t.clone()).await? {
+            return Err(AccessError::Exists(name.to_owned()));
+        }
         let t = Arc::new(t);
         self.publish(|m| {
             m.insert(t.name.clone(), t.clone());

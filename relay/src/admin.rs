@@ -701,6 +701,7 @@ impl Admin for AdminService {
         let (role, upstream) = match self.store.source() {
             StoreSource::Primary => (pb::RelayRole::Primary, String::new()),
             StoreSource::Replica { upstream } => (pb::RelayRole::Replica, upstream.clone()),
+            StoreSource::Shared => (pb::RelayRole::Shared, String::new()),
         };
         Ok(Response::new(pb::StatusResponse {
             role: role as i32,

@@ -1,7 +1,7 @@
 //! The catalog: what a replica relay needs besides the flags to serve on
 //! its own (the environments, their SDK keys, the admin tokens; secrets
 //! only as hashes, PROTOCOL.md §7 "Replication"). Built from the store and
-//! the token registry for `Admin.GetCatalog`, long-polled, and applied by
+//! the token registry for `Replication.GetCatalog`, long-polled, and applied by
 //! a replica to its own store. Knows nothing of the network.
 
 use std::collections::BTreeMap;

@@ -204,6 +204,13 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_STALE_AFTER")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_after: Option<Dur>,
+    /// Where the flags live: `sled` (the embedded store in `data-dir`) or
+    /// a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST:PORT/DB`: then
+    /// every relay on that database accepts writes and follows its change
+    /// feed [default: sled].
+    #[arg(long, env = "FLAGSTREAM_STORE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
     /// Data directory (sled store, admin token) [default: ./flagstream-data].
     #[arg(long, env = "FLAGSTREAM_DATA_DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -363,9 +370,30 @@ pub struct Upstream {
     pub environments: Vec<String>,
 }
 
+/// Where the flags live.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// The embedded sled store in the data directory.
+    Sled,
+    /// A PostgreSQL database shared by every relay of the deployment.
+    Postgres(flagstream::Secret),
+}
+
+impl std::fmt::Debug for StoreUrl {
+    /// Never prints a password in the URL.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sled => f.write_str("Sled"),
+            StoreUrl::Postgres(_) => f.write_str("Postgres(<url redacted>)"),
+        }
+    }
+}
+
 /// Validated configuration with every default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The flag store.
+    pub store: StoreUrl,
     /// `None` on the primary; a replica's upstream.
     pub upstream: Option<Upstream>,
     /// The primary's advertised URL.
@@ -575,12 +603,30 @@ impl Options {
             }
             Some(other) => return Err(ConfigError(format!("role: {other:?} is not `primary` or `replica`"))),
         };
+        let store = match self.store.as_deref() {
+            None | Some("sled") => StoreUrl::Sled,
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                if let Err(e) = url.parse::<tokio_postgres::Config>() {
+                    return Err(ConfigError(format!("store: not a PostgreSQL URL: {e}")));
+                }
+                if upstream.is_some() {
+                    return Err(ConfigError(
+                        "store: a replica keeps its own sled copy; a PostgreSQL store is for writers".into(),
+                    ));
+                }
+                StoreUrl::Postgres(flagstream::Secret::new(url))
+            }
+            Some(_) => {
+                return Err(ConfigError("store: `sled` or a postgres://USER@HOST:PORT/DB URL".into()));
+            }
+        };
         if upstream.is_some() && self.advertise_url.is_some() {
             return Err(ConfigError(
                 "advertise-url: only for the primary (replicas pass the primary's on)".into(),
             ));
         }
         let c = Config {
+            store,
             upstream,
             advertise_url: self.advertise_url.clone(),
             stale_after: d(self.stale_after, 5),

@@ -615,7 +615,11 @@ async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
 async fn status(conn: &mut Conn) -> CmdResult {
     let s = conn.admin.status(pb::StatusRequest {}).await?.into_inner();
     let replica = s.role == pb::RelayRole::Replica as i32;
-    let role = if replica { "replica" } else { "primary" };
+    let role = match pb::RelayRole::try_from(s.role) {
+        Ok(pb::RelayRole::Replica) => "replica",
+        Ok(pb::RelayRole::Shared) => "shared database",
+        _ => "primary",
+    };
     let staleness = |e: &pb::EnvironmentStatus| {
         if !replica {
             "-".to_owned()

@@ -37,6 +37,10 @@ impl From<StoreError> for Status {
                 )
             }
             StoreError::Abandoned => Status::cancelled(e.to_string()),
+            StoreError::DatabaseUnavailable(cause) | StoreError::OutcomeUnknown(cause) => {
+                tracing::error!(error = %cause, "database failure");
+                Status::unavailable(e.to_string())
+            }
             // A replica takes no changes: the client must go to the primary.
             StoreError::ReadOnly { .. } => Status::unimplemented(e.to_string()),
             // Internal to a shared backend's write loop; reaching a client

@@ -155,6 +155,9 @@ pub struct Hub {
     pub snapshot_permits: Arc<Semaphore>,
     /// Per environment; hashed on every ack, hence foldhash.
     stats: Mutex<HashMap<String, Ring, foldhash::fast::RandomState>>,
+    /// The latest reports of the other relays of a shared database, per
+    /// environment (PostgreSQL: every relay answers for the deployment).
+    peers: Mutex<HashMap<String, Vec<Report>>>,
     /// Limits in force.
     pub limits: HubLimits,
     /// The per-environment subscriber quota now (reloaded on SIGHUP).
@@ -174,6 +177,7 @@ impl Hub {
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
             stats: Mutex::new(HashMap::default()),
+            peers: Mutex::new(HashMap::new()),
             per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
             limits,
             metrics,
@@ -370,6 +374,11 @@ impl Hub {
         subs.len()
     }
 
+    /// Replaces the other relays' reports (a shared database's peers).
+    pub fn set_peer_reports(&self, reports: HashMap<String, Vec<Report>>) {
+        *Self::lock(&self.peers) = reports;
+    }
+
     /// Stores a replica relay's latest report (it replaces the previous).
     pub fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
         if sub.relay {
@@ -426,7 +435,17 @@ impl Hub {
     /// Propagation of `revision` in `env` over this relay's subtree: its
     /// own SDK subscribers plus the latest reports of its replica relays.
     pub fn propagation(&self, env: &str, epoch: &str, revision: u64) -> Propagation {
-        let (own, reports) = self.own_and_reports(env, epoch);
+        let (own, mut reports) = self.own_and_reports(env, epoch);
+        // The other relays of a shared database count too.
+        reports.extend(
+            Self::lock(&self.peers)
+                .get(env)
+                .into_iter()
+                .flatten()
+                .filter(|r| r.epoch == epoch)
+                .cloned()
+                .map(Some),
+        );
         let mut subscribers = 0;
         let mut acked = 0;
         for s in &own {

@@ -17,6 +17,7 @@ pub mod ctl;
 pub mod demo;
 pub mod encoded;
 pub mod error;
+pub mod feed;
 pub mod grpc;
 pub mod hub;
 pub mod metrics;

@@ -58,6 +58,7 @@ pub async fn promote(data_dir: &Path) -> anyhow::Result<()> {
                 reset_log: true,
                 audit: Vec::new(),
                 audit_floor: None,
+                request_id: String::new(),
             })
             .await?;
     }

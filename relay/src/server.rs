@@ -17,12 +17,14 @@ use crate::access::Tokens;
 use crate::admin::AdminService;
 use crate::auth::{self, AdminAuth};
 use crate::config::Config;
+use crate::config::StoreUrl;
 use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
 use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
 use crate::replication::ReplicationService;
+use crate::store::postgres::PostgresBackend;
 use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention, Source as StoreSource, Store};
 use crate::subscribe::{StreamConfig, SyncService};
@@ -158,6 +160,8 @@ async fn check_role(
     let want = match source {
         StoreSource::Primary => "primary",
         StoreSource::Replica { .. } => "replica",
+        // The database is every relay's; there is no local role to guard.
+        StoreSource::Shared => return Ok(()),
     };
     let have = backend.setting(ROLE_SETTING).await?;
     match have.as_deref() {
@@ -251,10 +255,19 @@ pub async fn serve(
         bytes: cfg.changelog_bytes,
         audit_revisions: cfg.audit_revisions,
     };
-    let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?);
-    let source = match &cfg.upstream {
-        None => StoreSource::Primary,
-        Some(u) => StoreSource::Replica { upstream: u.urls.join(",") },
+    let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store {
+        StoreUrl::Sled => (Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?), None),
+        StoreUrl::Postgres(url) => {
+            let pg = PostgresBackend::connect(url.expose()).await.map_err(|e| {
+                anyhow::anyhow!("the PostgreSQL store: {}", flagstream::follow::error_chain(&e))
+            })?;
+            (Arc::new(pg.clone()), Some(pg))
+        }
+    };
+    let source = match (&cfg.upstream, &postgres) {
+        (Some(u), _) => StoreSource::Replica { upstream: u.urls.join(",") },
+        (None, Some(_)) => StoreSource::Shared,
+        (None, None) => StoreSource::Primary,
     };
     check_role(backend.as_ref(), &source, &cfg.data_dir).await?;
     let store = Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), source).await?;
@@ -397,6 +410,10 @@ pub async fn serve(
         }
     }
 
+    if let Some(pg) = postgres {
+        let feed = crate::feed::Feed::new(store.clone(), tokens.clone(), hub.clone(), pg);
+        tokio::spawn(feed.run(background.clone()));
+    }
     if let Some(upstream) = cfg.upstream.clone() {
         let replica =
             crate::replica::Replica::new(store.clone(), tokens.clone(), hub.clone(), upstream, ready_tx);

@@ -16,6 +16,7 @@ mod environment;
 mod key;
 pub mod meta;
 mod op;
+pub mod postgres;
 pub mod received;
 pub mod sled;
 pub mod state;
@@ -137,9 +138,20 @@ pub enum StoreError {
     Behind {
         /// Environment.
         env: String,
+        /// The database's epoch.
+        epoch: String,
         /// The database's head.
         current: u64,
     },
+    /// A shared database could not be reached: nothing was written.
+    #[error("the database is unavailable; nothing was written")]
+    DatabaseUnavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A shared database's connection failed during the commit and the
+    /// commit's request id could not be looked up: it may have happened.
+    #[error(
+        "the database connection failed during the commit and its outcome could not be confirmed; re-read before retrying"
+    )]
+    OutcomeUnknown(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The caller went away while the write waited for its turn; it was
     /// not started.
     #[error("the caller went away before the write started; nothing was written")]
@@ -238,8 +250,9 @@ pub struct Env {
     /// Head revision, for subscribers to wait on (`u64::MAX`: deleted).
     pub head: watch::Sender<u64>,
     /// Serialises writers of this environment (one writer at a time keeps
-    /// revisions gapless and versions consistent).
-    write: Mutex<()>,
+    /// revisions gapless and versions consistent): admin writes, received
+    /// revisions, a shared database's feed.
+    pub(crate) write: Mutex<()>,
     /// Persistent metadata (epoch, keys, ...).
     pub meta: ArcSwap<EnvMeta>,
     /// Set when a commit failed after reaching storage: the outcome on
@@ -319,6 +332,9 @@ pub enum Source {
         /// The upstream URLs, comma-separated, for messages.
         upstream: String,
     },
+    /// Every relay of the deployment writes to one shared database and
+    /// follows its change feed (PostgreSQL).
+    Shared,
 }
 
 /// Cloneable handle to the store.
@@ -344,6 +360,13 @@ struct Inner {
     /// Bumped on every change to the set of environments or their keys
     /// (what replicas follow as the catalog).
     catalog: watch::Sender<u64>,
+    /// Asks a shared database's change feed to catch up now (a write found
+    /// the head moved, or a subscriber's cursor is ahead).
+    feed_kick: tokio::sync::Notify,
+    /// Per environment, the newest cursor (epoch, revision) a subscriber
+    /// brought that is ahead of this relay's head: in a shared database, if
+    /// the database itself is behind it, history was lost.
+    ahead: std::sync::Mutex<HashMap<String, (String, u64)>>,
 }
 
 /// Unix time in ms.
@@ -436,6 +459,8 @@ impl Store {
                 source,
                 primary: ArcSwap::from_pointee(None),
                 catalog: watch::channel(0).0,
+                feed_kick: tokio::sync::Notify::new(),
+                ahead: std::sync::Mutex::new(HashMap::new()),
             }),
         };
         store.update_gauges();
@@ -455,7 +480,7 @@ impl Store {
     /// `Err(ReadOnly)` on a replica: changes are made at the primary.
     pub fn check_writable(&self) -> Result<(), StoreError> {
         match &self.inner.source {
-            Source::Primary => Ok(()),
+            Source::Primary | Source::Shared => Ok(()),
             Source::Replica { upstream } => Err(StoreError::ReadOnly {
                 upstream: upstream.clone(),
                 primary: (**self.inner.primary.load()).clone(),
@@ -480,7 +505,9 @@ impl Store {
     pub fn staleness_ms(&self, env: &Env) -> u64 {
         match self.inner.source {
             Source::Primary => 0,
-            Source::Replica { .. } => {
+            // A replica: since its upstream confirmed the data; a relay of
+            // a shared database: since its change feed last heard from it.
+            Source::Replica { .. } | Source::Shared => {
                 let now = now_ms();
                 env.freshness
                     .staleness_ms(now)
@@ -611,6 +638,13 @@ impl Store {
     /// Stops all writes to `env` after a failure that may have left disk
     /// and memory apart; loud, counted.
     fn poison(&self, env: &Env, name: &str, error: &dyn std::fmt::Display) {
+        if self.inner.backend.shared() {
+            // Memory follows the shared database's feed, which shows what it
+            // holds whatever happened to this write: nothing to fence off.
+            tracing::error!(env = %name, error = %error, "a write to the database failed; nothing was published here (the change feed brings whatever the database holds)");
+            self.inner.metrics.limit_hit("storage_failure");
+            return;
+        }
         env.poisoned.store(true, Ordering::Release);
         tracing::error!(env = %name, error = %error, "commit failed; this environment refuses writes until the relay restarts");
         self.inner.metrics.limit_hit("storage_failure");
@@ -619,6 +653,74 @@ impl Store {
     /// Makes everything durable (shutdown).
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.inner.backend.flush().await
+    }
+
+    /// Resolves when a write asks the change feed to catch up now.
+    pub async fn feed_kicked(&self) {
+        self.inner.feed_kick.notified().await;
+    }
+
+    /// A subscriber's cursor is ahead of `env`'s head (same epoch): noted,
+    /// and in a shared database the feed is asked to catch up (if the
+    /// database is behind the cursor too, its history was lost).
+    pub fn note_cursor_ahead(&self, env: &str, epoch: &str, revision: u64) {
+        if self.inner.source != Source::Shared {
+            return;
+        }
+        let mut ahead = self.inner.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let e = ahead.entry(env.to_owned()).or_insert_with(|| (epoch.to_owned(), 0));
+        if e.0 != epoch {
+            *e = (epoch.to_owned(), 0);
+        }
+        e.1 = e.1.max(revision);
+        drop(ahead);
+        self.inner.feed_kick.notify_one();
+    }
+
+    /// The noted ahead cursor of `env`, taken.
+    pub fn take_cursor_ahead(&self, env: &str) -> Option<(String, u64)> {
+        self.inner.ahead.lock().unwrap_or_else(|p| p.into_inner()).remove(env)
+    }
+
+    /// Adds an environment another writer of the shared database created
+    /// (memory only; it is already stored).
+    pub async fn register_env(&self, loaded: backend::Loaded) -> Result<Arc<Env>, StoreError> {
+        let (limits, metrics) = (self.inner.limits.clone(), self.inner.metrics.clone());
+        let env = Arc::new(blocking(move || load_env(loaded, &limits, &metrics)).await?);
+        let _guard = self.inner.envs_lock.lock().await;
+        let name = env.meta.load().name.clone();
+        let mut all = HashMap::clone(&self.inner.envs.load());
+        if let Some(existing) = all.get(&name) {
+            return Ok(existing.clone());
+        }
+        all.insert(name, env.clone());
+        self.inner.envs.store(Arc::new(all));
+        self.update_env_gauges(&env);
+        self.catalog_changed();
+        Ok(env)
+    }
+
+    /// Replaces the metadata of `env` with what another writer of the
+    /// shared database stored (its keys, description); returns the ids of
+    /// keys that are gone (their streams must end).
+    pub fn replace_meta(&self, env: &Env, stored: EnvMeta) -> Vec<String> {
+        let current = env.meta.load_full();
+        let mut next = EnvMeta::clone(&current);
+        next.description = stored.description;
+        next.sdk_keys = stored.sdk_keys;
+        next.keys_made = stored.keys_made;
+        if next == *current {
+            return Vec::new();
+        }
+        let gone = current
+            .sdk_keys
+            .iter()
+            .filter(|k| !next.sdk_keys.iter().any(|n| n.id == k.id))
+            .map(|k| k.id.clone())
+            .collect();
+        env.meta.store(Arc::new(next));
+        self.catalog_changed();
+        gone
     }
 }
 

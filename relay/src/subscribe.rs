@@ -446,7 +446,10 @@ impl Outbound {
                     let hold = match (ahead, self.ahead_until) {
                         (false, _) => None,
                         (true, Some(until)) => Some(until),
-                        (true, None) => Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold)),
+                        (true, None) => {
+                            self.store.note_cursor_ahead(&self.guard.sub.env, &self.cursor.0, self.cursor.1);
+                            Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold))
+                        }
                     };
                     if hold.is_some_and(|until| Instant::now() >= until) {
                         return Some(Ok(self.cursor_ahead()));

@@ -106,7 +106,7 @@ fn lines_and_configs() -> (Vec<Line>, Vec<(String, String)>) {
                 let mut args = vec!["flagstream-relay".to_owned()];
                 args.extend(strings(&c["args"]));
                 lines.push(Line { from: format!("{from} args"), args });
-                for probe in ["readinessProbe", "livenessProbe"] {
+                for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
                     let cmd = strings(&c[probe]["exec"]["command"]);
                     assert!(!cmd.is_empty(), "{from}: a {probe} that runs the relay's probe");
                     lines.push(Line { from: format!("{from} {probe}"), args: cmd });

@@ -53,7 +53,17 @@ pub struct Commit {
     pub audit: Vec<(AuditPos, AuditRecord)>,
     /// Audit records of revisions up to this one are dropped (retention).
     pub audit_floor: Option<u64>,
+    /// Random, one per write: a shared backend records it with the
+    /// revision, so a commit whose outcome a dropped connection hid is
+    /// looked up instead of guessed (and a retry is idempotent).
+    pub request_id: String,
 }
+
+/// A change to an environment's metadata (SDK keys, description),
+/// applied by the backend to the metadata it holds: a shared backend
+/// applies it to the database's current record under its lock, so two
+/// relays changing keys at once lose neither change.
+pub type MetaChange = Box<dyn FnMut(&mut EnvMeta) -> Result<(), StoreError> + Send>;
 
 /// What [`Backend::commit`] did beyond the commit itself.
 #[derive(Debug, Clone, Copy, Default)]
@@ -93,8 +103,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Removes an environment and everything it holds.
     async fn delete_env(&self, name: String) -> Result<(), StoreError>;
 
-    /// Rewrites an environment's metadata (SDK keys, description).
-    async fn put_meta(&self, meta: EnvMeta) -> Result<(), StoreError>;
+    /// Whether other relays write to the same database (every relay of a
+    /// PostgreSQL deployment). Then a revision this relay learns of from
+    /// the database's change feed is already durable, and a commit may
+    /// find the head moved ([`StoreError::Behind`]).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Changes an environment's metadata (SDK keys, description) with
+    /// `change`, applied to `current` (what this relay holds) or, in a
+    /// shared database, to the stored record; returns the result.
+    async fn update_meta(&self, current: EnvMeta, change: MetaChange) -> Result<EnvMeta, StoreError>;
 
     /// Makes one revision durable, atomically: items, change log, audit
     /// records and metadata together.
@@ -122,6 +142,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Stores (creates or replaces) a token record.
     async fn put_token(&self, token: TokenRecord) -> Result<(), StoreError>;
+
+    /// Stores a token record unless one of that name exists; whether it
+    /// did.
+    async fn insert_token(&self, token: TokenRecord) -> Result<bool, StoreError>;
 
     /// Removes a token record.
     async fn remove_token(&self, name: String) -> Result<(), StoreError>;

@@ -131,22 +131,36 @@ impl Store {
                 this.poison(&env, &name, &e);
                 return Err(e);
             }
-            env.deleted.store(true, Ordering::Release);
-            let mut all = HashMap::clone(&this.inner.envs.load());
-            all.remove(&name);
-            this.inner.envs.store(Arc::new(all));
-            // Wake subscribers so they notice the environment is gone.
-            env.head.send_modify(|h| *h = u64::MAX);
-            let labels = vec![("env", name.clone())];
-            let m = &this.inner.metrics;
-            m.store_items.remove(&labels);
-            m.store_bytes.remove(&labels);
-            m.head_revision.remove(&labels);
-            m.upstream_live.remove(&labels);
-            m.staleness_seconds.remove(&labels);
-            this.catalog_changed();
+            this.forget_env(&env, &name);
             Ok(())
         })
         .await
+    }
+
+    /// Removes an environment another writer of the shared database
+    /// deleted (memory only); its streams end.
+    pub async fn unregister_env(&self, name: &str) {
+        let _guard = self.inner.envs_lock.lock().await;
+        let Ok(env) = self.env(name) else { return };
+        let _write = env.write.lock().await;
+        self.forget_env(&env, name);
+    }
+
+    /// Drops `env` from memory: lookups fail, its subscribers' streams end.
+    fn forget_env(&self, env: &Env, name: &str) {
+        env.deleted.store(true, Ordering::Release);
+        let mut all = HashMap::clone(&self.inner.envs.load());
+        all.remove(name);
+        self.inner.envs.store(Arc::new(all));
+        // Wake subscribers so they notice the environment is gone.
+        env.head.send_modify(|h| *h = u64::MAX);
+        let labels = vec![("env", name.to_owned())];
+        let m = &self.inner.metrics;
+        m.store_items.remove(&labels);
+        m.store_bytes.remove(&labels);
+        m.head_revision.remove(&labels);
+        m.upstream_live.remove(&labels);
+        m.staleness_seconds.remove(&labels);
+        self.catalog_changed();
     }
 }

@@ -71,15 +71,31 @@ impl Store {
         detached(async move {
             let _write = env.write.lock().await;
             env.check_writable()?;
-            let mut meta = EnvMeta::clone(&env.meta.load());
-            let out = change(&mut meta)?;
-            if let Err(e) = this.inner.backend.put_meta(meta.clone()).await {
-                this.poison(&env, &meta.name, &e);
-                return Err(e);
-            }
+            // The backend applies the change (to the stored record, in a
+            // shared database); the output comes back through `out`.
+            let out = Arc::new(std::sync::Mutex::new(None));
+            let (slot, mut change) = (out.clone(), Some(change));
+            let apply: super::backend::MetaChange = Box::new(move |meta| {
+                let f = change
+                    .take()
+                    .ok_or_else(|| StoreError::Storage("a metadata change was applied twice".into()))?;
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(f(meta)?);
+                Ok(())
+            });
+            let current = EnvMeta::clone(&env.meta.load());
+            let name = current.name.clone();
+            let meta = match this.inner.backend.update_meta(current, apply).await {
+                Ok(m) => m,
+                Err(e @ (StoreError::Invalid(_) | StoreError::KeyNotFound { .. })) => return Err(e),
+                Err(e) => {
+                    this.poison(&env, &name, &e);
+                    return Err(e);
+                }
+            };
             env.meta.store(Arc::new(meta));
             this.catalog_changed();
-            Ok(out)
+            let taken = out.lock().unwrap_or_else(|p| p.into_inner()).take();
+            taken.ok_or_else(|| StoreError::Storage("a metadata change produced nothing".into()))
         })
         .await
     }

@@ -51,6 +51,28 @@ impl Store {
         let env = self.env(env).map_err(stored)?;
         let _write = env.write.blocking_lock();
         self.check_receiving(&env)?;
+        self.receive_snapshot(&env, chunks, true, String::new())
+    }
+
+    /// Applies a delta of `env` from upstream.
+    pub fn apply_delta_blocking(&self, env: &str, d: RawDelta) -> Result<pb::Cursor, ApplyError> {
+        let env = self.env(env).map_err(stored)?;
+        let _write = env.write.blocking_lock();
+        self.check_receiving(&env)?;
+        self.receive_delta(&env, d, true, String::new())
+    }
+
+    /// [`Store::apply_snapshot_blocking`] under the environment's write
+    /// lock, which the caller holds. `persist`: store it through the backend
+    /// (not when it came from the backend's own change feed); `commit_id`:
+    /// the revision's id in a shared database.
+    pub(crate) fn receive_snapshot(
+        &self,
+        env: &Env,
+        chunks: Vec<RawChunk>,
+        persist: bool,
+        commit_id: String,
+    ) -> Result<pb::Cursor, ApplyError> {
         let Some(first) = chunks.first() else {
             return Err(ApplyError::Protocol("a snapshot without chunks".into()));
         };
@@ -104,14 +126,18 @@ impl Store {
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
         let log = same_epoch.then(|| (VecDeque::clone(&state.log), Some(state.revision)));
-        self.commit_received(&env, h, items, snapshot, changes, log)
+        self.commit_received(env, h, items, snapshot, changes, log, persist, commit_id)
     }
 
-    /// Applies a delta of `env` from upstream.
-    pub fn apply_delta_blocking(&self, env: &str, d: RawDelta) -> Result<pb::Cursor, ApplyError> {
-        let env = self.env(env).map_err(stored)?;
-        let _write = env.write.blocking_lock();
-        self.check_receiving(&env)?;
+    /// [`Store::apply_delta_blocking`] under the environment's write lock
+    /// (see [`Store::receive_snapshot`]).
+    pub(crate) fn receive_delta(
+        &self,
+        env: &Env,
+        d: RawDelta,
+        persist: bool,
+        commit_id: String,
+    ) -> Result<pb::Cursor, ApplyError> {
         let state = env.state.load_full();
         if d.epoch != state.epoch || d.from_revision != state.revision || d.to_revision <= d.from_revision {
             return Err(ApplyError::Gap {
@@ -182,7 +208,7 @@ impl Store {
             committed_unix_ms: d.committed_unix_ms,
         };
         let log = VecDeque::clone(&state.log);
-        self.commit_received(&env, h, items, snapshot, changes, Some((log, None)))
+        self.commit_received(env, h, items, snapshot, changes, Some((log, None)), persist, commit_id)
     }
 
     /// A received revision may be stored: the environment is neither
@@ -194,6 +220,7 @@ impl Store {
     /// Persists and publishes one received revision. `log`: the change
     /// log to extend, and for a diffed snapshot the revision it was diffed
     /// from; `None`: the log restarts empty (a new epoch).
+    #[allow(clippy::too_many_arguments)]
     fn commit_received(
         &self,
         env: &Env,
@@ -202,6 +229,8 @@ impl Store {
         snapshot: Snapshot,
         changes: Vec<ItemChange>,
         log: Option<(VecDeque<LogEntry>, Option<u64>)>,
+        persist: bool,
+        commit_id: String,
     ) -> Result<pb::Cursor, ApplyError> {
         let reset_log = log.is_none();
         let (mut log, diffed_from) = log.unwrap_or_default();
@@ -211,6 +240,7 @@ impl Store {
             committed_unix_ms: h.committed_unix_ms,
             bytes: changes.iter().map(|c| c.bytes.as_ref().map_or(c.key.1.len(), Bytes::len)).sum(),
             diffed_from,
+            commit_id,
         });
         log.extend(entry.clone());
         let trimmed = trim_log(&mut log, self.inner.retention);
@@ -219,8 +249,10 @@ impl Store {
         meta.revision = h.revision;
         meta.checksum = h.checksum;
         meta.committed_unix_ms = h.committed_unix_ms;
-        // Received now: current as of now (less the upstream's own age).
-        meta.confirmed_unix_ms = super::now_ms();
+        // Received now: current as of now (the heartbeat's staleness says
+        // how old the upstream's own data was); from a shared database's
+        // feed it is the truth, not a copy.
+        meta.confirmed_unix_ms = if persist { super::now_ms() } else { 0 };
         let state = EnvState::new(
             meta.name.clone(),
             h.epoch.clone(),
@@ -239,12 +271,15 @@ impl Store {
             reset_log,
             audit: Vec::new(),
             audit_floor: None,
+            request_id: String::new(),
         };
-        env.committing.store(true, Ordering::Release);
-        let outcome = tokio::runtime::Handle::current().block_on(self.inner.backend.commit(commit));
-        if let Err(e) = outcome {
-            self.poison(env, &meta.name, &e);
-            return Err(stored(e));
+        if persist {
+            env.committing.store(true, Ordering::Release);
+            let outcome = tokio::runtime::Handle::current().block_on(self.inner.backend.commit(commit));
+            if let Err(e) = outcome {
+                self.poison(env, &meta.name, &e);
+                return Err(stored(e));
+            }
         }
         let c = cursor(&state);
         self.publish(env, meta, state);

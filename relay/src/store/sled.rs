@@ -244,11 +244,18 @@ impl Backend for SledBackend {
         .await
     }
 
-    async fn put_meta(&self, meta: EnvMeta) -> Result<(), StoreError> {
+    async fn update_meta(
+        &self,
+        current: EnvMeta,
+        mut change: super::backend::MetaChange,
+    ) -> Result<EnvMeta, StoreError> {
+        // One writer: what this relay holds is the record.
+        let mut meta = current;
+        change(&mut meta)?;
         self.run(move |b| {
             b.put_meta_now(&meta)?;
             b.db.flush()?;
-            Ok(())
+            Ok(meta)
         })
         .await
     }
@@ -347,6 +354,18 @@ impl Backend for SledBackend {
             b.meta.remove(LEGACY_TOKEN_KEY)?;
             b.db.flush()?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn insert_token(&self, token: TokenRecord) -> Result<bool, StoreError> {
+        self.run(move |b| {
+            let key = format!("{TOKEN_PREFIX}{}", token.name);
+            let json = to_json("token", &token)?;
+            let inserted = b.meta.compare_and_swap(key, None as Option<&[u8]>, Some(json))?.is_ok();
+            b.meta.remove(LEGACY_TOKEN_KEY)?;
+            b.db.flush()?;
+            Ok(inserted)
         })
         .await
     }

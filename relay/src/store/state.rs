@@ -71,6 +71,10 @@ pub struct LogEntry {
     /// from it and gets a snapshot instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diffed_from: Option<u64>,
+    /// In a shared database: the random id its commit recorded, which a
+    /// relay compares with the database's to detect lost history.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub commit_id: String,
 }
 
 /// An environment at one revision.
@@ -328,6 +332,7 @@ mod tests {
                 committed_unix_ms: 0,
                 bytes: 1024,
                 diffed_from: None,
+                commit_id: String::new(),
             });
         }
         EnvState::new(

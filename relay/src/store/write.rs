@@ -13,6 +13,12 @@ use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
 use super::{Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
 
+/// Plans of one write against a shared database whose head kept moving.
+const BEHIND_ATTEMPTS: usize = 8;
+/// How long a write waits for the change feed to catch up before planning
+/// again.
+const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A planned write: ready to commit, or changing nothing.
 enum Prepared {
     Commit { commit: Box<Commit>, state: Box<EnvState>, result: WriteResult },
@@ -74,57 +80,89 @@ impl Store {
         caller: std::sync::Weak<()>,
     ) -> Result<WriteResult, StoreError> {
         let env = self.env(env_name)?;
-        let _write = env.write.lock().await;
-        if caller.strong_count() == 0 {
-            tracing::info!(env = %env_name, by = %who.principal, "write dropped: its caller went away before it started");
-            return Err(StoreError::Abandoned);
-        }
-        env.check_writable()?;
-        let state = env.state.load_full();
-        if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
-            return Err(StoreError::RevisionConflict {
-                env: env_name.to_owned(),
-                expected,
-                current: state.revision,
-            });
-        }
-        let (store, planning) = (self.clone(), env.clone());
-        let prepared = blocking(move || store.prepare(&planning, &state, ops, &who, &comment)).await;
-        let prepared = match prepared {
-            Ok(Prepared::Commit { commit, state, result }) => (*commit, *state, result),
-            Ok(Prepared::NoOp(result)) => return Ok(result),
-            Err(StoreError::Conflict { kind, key, expected, current, changed_by: None }) => {
-                let changed_by = match current {
-                    0 => None,
-                    _ => self.inner.backend.last_actor(env_name.to_owned(), kind, key.clone()).await,
-                };
-                return Err(StoreError::Conflict { kind, key, expected, current, changed_by });
+        // A shared database's head can move under this relay (another relay
+        // wrote): then the write is planned again on the new state, after
+        // the change feed brought it in, a bounded number of times.
+        let mut behind = None;
+        for attempt in 0..BEHIND_ATTEMPTS {
+            let write = env.write.lock().await;
+            if attempt == 0 && caller.strong_count() == 0 {
+                tracing::info!(env = %env_name, by = %who.principal, "write dropped: its caller went away before it started");
+                return Err(StoreError::Abandoned);
             }
-            Err(e) => {
-                if let StoreError::Task(e) = &e {
-                    tracing::error!(env = %env_name, error = %e, "write task failed before reaching storage; nothing was written");
+            env.check_writable()?;
+            let state = env.state.load_full();
+            if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
+                return Err(StoreError::RevisionConflict {
+                    env: env_name.to_owned(),
+                    expected,
+                    current: state.revision,
+                });
+            }
+            let (store, planning) = (self.clone(), env.clone());
+            let (ops, who2, comment2) = (ops.clone(), who.clone(), comment.clone());
+            let prepared = blocking(move || store.prepare(&planning, &state, ops, &who2, &comment2)).await;
+            let (commit, state, result) = match prepared {
+                Ok(Prepared::Commit { commit, state, result }) => (*commit, *state, result),
+                Ok(Prepared::NoOp(result)) => return Ok(result),
+                Err(StoreError::Conflict { kind, key, expected, current, changed_by: None }) => {
+                    let changed_by = match current {
+                        0 => None,
+                        _ => self.inner.backend.last_actor(env_name.to_owned(), kind, key.clone()).await,
+                    };
+                    return Err(StoreError::Conflict { kind, key, expected, current, changed_by });
                 }
-                return Err(e);
-            }
-        };
-        let (commit, state, result) = prepared;
-        let meta = commit.meta.clone();
-        // Durable before anyone is told: the caller, and the subscribers.
-        env.committing.store(true, Ordering::Release);
-        match self.inner.backend.commit(commit).await {
-            Ok(done) => {
-                self.metrics().audit_trimmed.inc_by(done.audit_trimmed as u64);
-            }
-            Err(e) => {
-                // Whether the revision reached storage is unknown: building
-                // the next write on memory could fork memory from disk.
-                self.poison(&env, env_name, &e);
-                return Err(e);
+                Err(e) => {
+                    if let StoreError::Task(e) = &e {
+                        tracing::error!(env = %env_name, error = %e, "write task failed before reaching storage; nothing was written");
+                    }
+                    return Err(e);
+                }
+            };
+            let meta = commit.meta.clone();
+            // Durable before anyone is told: the caller, and the subscribers.
+            env.committing.store(true, Ordering::Release);
+            match self.inner.backend.commit(commit).await {
+                Ok(done) => {
+                    self.metrics().audit_trimmed.inc_by(done.audit_trimmed as u64);
+                    self.publish(&env, meta, state);
+                    env.committing.store(false, Ordering::Release);
+                    return Ok(result);
+                }
+                Err(StoreError::Behind { env: name, epoch, current }) => {
+                    // Refused before anything was written: not a failure.
+                    env.committing.store(false, Ordering::Release);
+                    drop(write);
+                    self.metrics().limit_hit("write_behind");
+                    tracing::debug!(env = %name, current, "another relay wrote first; planning again");
+                    self.wait_for_head(&env, &epoch, current).await;
+                    behind = Some(StoreError::Behind { env: name, epoch, current });
+                }
+                Err(e) => {
+                    // Whether the revision reached storage is unknown: building
+                    // the next write on memory could fork memory from disk.
+                    self.poison(&env, env_name, &e);
+                    return Err(e);
+                }
             }
         }
-        self.publish(&env, meta, state);
-        env.committing.store(false, Ordering::Release);
-        Ok(result)
+        Err(behind.unwrap_or(StoreError::Abandoned))
+    }
+
+    /// Waits (at most [`CATCH_UP_WAIT`]) until the change feed brought `env`
+    /// to `epoch` at `revision` or later, asking it to look now.
+    async fn wait_for_head(&self, env: &Env, epoch: &str, revision: u64) {
+        self.inner.feed_kick.notify_one();
+        let mut head = env.head.subscribe();
+        let ours = env.state.load().epoch.clone();
+        // Caught up, or reloaded into another epoch (a restored database).
+        let caught_up = head.wait_for(|_| {
+            let s = env.state.load();
+            (s.epoch == epoch && s.revision >= revision) || s.epoch != ours
+        });
+        if tokio::time::timeout(CATCH_UP_WAIT, caught_up).await.is_err() {
+            tracing::warn!(env = %env.meta.load().name, revision, "the change feed did not catch up in time");
+        }
     }
 
     /// Swaps a committed revision into memory and wakes its subscribers;
@@ -178,6 +216,7 @@ impl Store {
             committed_unix_ms: committed,
             bytes: entry_bytes,
             diffed_from: None,
+            commit_id: String::new(),
         };
         let mut log = VecDeque::clone(&state.log);
         log.push_back(entry.clone());
@@ -211,6 +250,7 @@ impl Store {
             reset_log: false,
             audit,
             audit_floor: self.inner.retention.audit_floor(revision),
+            request_id: crate::auth::new_epoch(),
         };
         let result = WriteResult { revision, items: plan.versions };
         Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result })

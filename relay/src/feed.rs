@@ -1,0 +1,527 @@
+//! The PostgreSQL change feed of one relay: how every relay of a shared
+//! database learns of the others' writes, and keeps its in-memory state
+//! (and encode-once caches) exactly as a primary's, built from the feed.
+//!
+//! One direct session LISTENs on the `flagstream` channel; then every
+//! environment is caught up from the history (by delta, revision by
+//! revision, checksum-verified); every notification triggers the same
+//! catch-up for its environment; any disconnect means reconnect, LISTEN,
+//! catch up; a slow poll (every 30 s) catches up everything as a safety
+//! net (notifications sent while no session listens are lost). The session
+//! only listens (and answers a ping), so it never sits in a transaction.
+//!
+//! Lost history (a restored backup, an asynchronous failover) is detected
+//! and becomes a new epoch, with a compare-and-set so the first relay to
+//! notice wins: the database's head below this relay's, the commit id of
+//! this relay's head differing from the database's, the database's
+//! incarnation (system id, timeline) changing, or a subscriber's cursor
+//! ahead of the database itself. Every relay then reloads the environment
+//! and its subscribers resynchronise with one snapshot; no state mixes
+//! revisions of two histories. The feed also publishes this relay's
+//! propagation report and reads the other relays', and one relay at a time
+//! prunes the history.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use flagstream::follow::{RawChunk, RawDelta};
+use flagstream_proto::v1 as pb;
+use futures_util::StreamExt;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+
+use crate::access::Tokens;
+use crate::hub::Hub;
+use crate::propagation::{REPORTED_REVISIONS, Report};
+use crate::store::postgres::query::{self, Revision};
+use crate::store::postgres::{CHANNEL, PostgresBackend};
+use crate::store::state::Kind;
+use crate::store::{Env, Store, StoreError, now_ms};
+
+/// The safety-net poll: every environment is caught up this often.
+const POLL: Duration = Duration::from_secs(30);
+/// How often the listening session is pinged (a silently dead one is
+/// replaced).
+const PING: Duration = Duration::from_secs(5);
+/// A ping or catch-up query slower than this means the session is dead.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often this relay's reports are published and the others' read.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// Peers' reports older than this are not counted (a relay that stopped).
+const PEER_FRESH_SECS: f64 = 10.0;
+/// How often the history is pruned (by one relay at a time).
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Notifications queued from the session before the feed falls back to
+/// catching up everything.
+const NOTIFY_QUEUE: usize = 1024;
+/// Behind by more revisions than this, catch-up applies one coalesced
+/// delta instead of one per revision.
+const PER_REVISION: usize = 64;
+
+/// The feed of one relay.
+pub struct Feed {
+    store: Store,
+    tokens: Arc<Tokens>,
+    hub: Arc<Hub>,
+    db: PostgresBackend,
+    /// This relay's id in the deployment's report table.
+    relay_id: String,
+    /// The database incarnation seen at the last connect.
+    incarnation: String,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed").field("relay_id", &self.relay_id).finish_non_exhaustive()
+    }
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("the listening session failed")]
+    Session(#[source] tokio_postgres::Error),
+    #[error("the listening session closed")]
+    Closed,
+    #[error("the database did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("catching up failed")]
+    Store(#[from] StoreError),
+}
+
+impl Feed {
+    /// A feed for `store` (opened over `db`), `tokens` and `hub`.
+    pub fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
+        let relay_id = crate::auth::new_epoch()[..16].to_owned();
+        Feed { store, tokens, hub, db, relay_id, incarnation: String::new() }
+    }
+
+    /// Follows the database until `stop`: connect, LISTEN, catch up,
+    /// follow; on any failure mark the data unconfirmed, back off (1 s
+    /// doubling to 30 s, full jitter) and start over.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut failures = 0u32;
+        loop {
+            let started = tokio::time::Instant::now();
+            let ended = tokio::select! {
+                _ = stop.cancelled() => return,
+                e = self.session() => e,
+            };
+            self.set_live(false);
+            self.store.metrics().limit_hit("feed_session_lost");
+            tracing::warn!(error = %flagstream::follow::error_chain(&ended), "change feed session ended; reconnecting");
+            if started.elapsed() > Duration::from_secs(60) {
+                failures = 0;
+            }
+            let ceiling =
+                Duration::from_secs(1).saturating_mul(1 << failures.min(5)).min(Duration::from_secs(30));
+            failures += 1;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(flagstream::follow::jitter_up_to(ceiling)) => {}
+            }
+        }
+    }
+
+    fn set_live(&self, live: bool) {
+        for env in self.store.envs() {
+            if live {
+                env.freshness.confirm(now_ms(), 0);
+            }
+            env.freshness.set_live(live);
+        }
+    }
+
+    /// One listening session, until it fails.
+    async fn session(&mut self) -> Ended {
+        let mut config = self.db.config().clone();
+        // Operators (and tests) can tell the listening session apart.
+        config.application_name("flagstream-relay feed");
+        let (client, connection) = match config.connect(NoTls).await {
+            Ok(c) => c,
+            Err(e) => return Ended::Session(e),
+        };
+        let (tx, mut notes) = mpsc::channel::<String>(NOTIFY_QUEUE);
+        let overflow = Arc::new(AtomicBool::new(false));
+        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<Option<tokio_postgres::Error>>();
+        let over = overflow.clone();
+        // Drives the connection and hands notifications over; bounded: a
+        // full queue sets `overflow`, and everything is caught up instead.
+        tokio::spawn(async move {
+            let mut connection = connection;
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let mut error = None;
+            while let Some(m) = messages.next().await {
+                match m {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        if tx.try_send(n.payload().to_owned()).is_err() {
+                            over.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            // The feed may be gone already; then nobody needs to know.
+            let _ = closed_tx.send(error);
+        });
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+            return Ended::Session(e);
+        }
+        tracing::info!("change feed listening");
+        // Listening first, then catching up: nothing committed in between
+        // is missed.
+        match timed(self.connect_checks()).await {
+            Ok(()) => {}
+            Err(e) => return e,
+        }
+        if let Err(e) = timed(self.catch_up_all()).await {
+            return e;
+        }
+        self.set_live(true);
+        let mut poll = tokio::time::interval(POLL);
+        let mut ping = tokio::time::interval(PING);
+        let mut report = tokio::time::interval(REPORT_EVERY);
+        let mut prune = tokio::time::interval(PRUNE_EVERY);
+        let mut published: HashMap<String, Vec<u8>> = HashMap::new();
+        loop {
+            tokio::select! {
+                note = notes.recv() => {
+                    let Some(note) = note else { return Ended::Closed };
+                    if let Err(e) = timed(self.handle(&note)).await {
+                        return e;
+                    }
+                }
+                closed = &mut closed => return closed.ok().flatten().map_or(Ended::Closed, Ended::Session),
+                () = self.store.feed_kicked() => {
+                    if let Err(e) = timed(self.catch_up_all()).await {
+                        return e;
+                    }
+                }
+                _ = poll.tick() => {
+                    if let Err(e) = timed(self.catch_up_all()).await {
+                        return e;
+                    }
+                }
+                _ = ping.tick() => {
+                    match tokio::time::timeout(QUERY_TIMEOUT, client.simple_query("SELECT 1")).await {
+                        Ok(Ok(_)) => self.set_live(true),
+                        Ok(Err(e)) => return Ended::Session(e),
+                        Err(_) => return Ended::Timeout(QUERY_TIMEOUT),
+                    }
+                    if overflow.swap(false, Ordering::Relaxed)
+                        && let Err(e) = timed(self.catch_up_all()).await
+                    {
+                        return e;
+                    }
+                }
+                _ = report.tick() => {
+                    // Reports are best effort: a failure here is logged and
+                    // the next tick tries again; the session is unaffected.
+                    if let Err(e) = self.reports(&mut published).await {
+                        tracing::warn!(error = %flagstream::follow::error_chain(&e), "publishing or reading propagation reports failed");
+                    }
+                }
+                _ = prune.tick() => self.prune().await,
+            }
+        }
+    }
+
+    /// On every (re)connect: the database's incarnation. One that differs
+    /// from the one an environment's epoch was made in means a restore or a
+    /// failover: history after it may be gone, so that epoch ends.
+    async fn connect_checks(&mut self) -> Result<(), StoreError> {
+        let c = self.db.client().await?;
+        self.incarnation = query::incarnation(&c).await?;
+        Ok(())
+    }
+
+    /// Acts on one notification.
+    async fn handle(&self, note: &str) -> Result<(), StoreError> {
+        match note.split_once(':') {
+            Some(("rev" | "meta" | "env", rest)) => {
+                let env = rest.rsplit_once(':').filter(|_| note.starts_with("rev:")).map_or(rest, |(e, _)| e);
+                self.catch_up(env).await
+            }
+            _ if note == "tokens" => self.tokens.reload().await.map_err(|e| StoreError::Storage(Box::new(e))),
+            _ => {
+                tracing::debug!(note, "unknown notification ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Every environment, the tokens.
+    async fn catch_up_all(&self) -> Result<(), StoreError> {
+        let c = self.db.client().await?;
+        let names = query::env_names(&c).await?;
+        drop(c);
+        for env in self.store.envs() {
+            let name = env.meta.load().name.clone();
+            if !names.contains(&name) {
+                tracing::info!(env = %name, "environment deleted by another relay");
+                self.store.unregister_env(&name).await;
+            }
+        }
+        for name in &names {
+            self.catch_up(name).await?;
+        }
+        self.tokens.reload().await.map_err(|e| StoreError::Storage(Box::new(e)))?;
+        Ok(())
+    }
+
+    /// Brings one environment to the database's head.
+    async fn catch_up(&self, name: &str) -> Result<(), StoreError> {
+        let c = self.db.client().await?;
+        let Ok(env) = self.store.env(name) else {
+            drop(c);
+            if let Some(loaded) = self.db.load_env(name, self.store.retention()).await? {
+                tracing::info!(env = %name, "environment created by another relay");
+                let env = self.store.register_env(loaded).await?;
+                env.freshness.confirm(now_ms(), 0);
+                env.freshness.set_live(true);
+            }
+            return Ok(());
+        };
+        // The head is read under the environment's write lock: a write of
+        // this relay's own cannot land between the read and the compare.
+        let _write = env.write.lock().await;
+        let Some(head) = query::head(&c, name).await? else {
+            drop(_write);
+            self.store.unregister_env(name).await;
+            return Ok(());
+        };
+        for id in self.store.replace_meta(&env, head.meta.clone()) {
+            self.hub.end_key(name, &id, "was revoked or expired");
+        }
+        let state = env.state.load_full();
+        let lost = if !self.incarnation.is_empty()
+            && !head.incarnation.is_empty()
+            && head.incarnation != self.incarnation
+        {
+            Some(format!("the database is another incarnation ({} → {})", head.incarnation, self.incarnation))
+        } else if head.epoch != state.epoch {
+            None
+        } else if head.revision < state.revision {
+            Some(format!(
+                "the database is at revision {}, this relay served {}",
+                head.revision, state.revision
+            ))
+        } else if let Some(ours) =
+            state.log.back().filter(|e| e.revision == state.revision && !e.commit_id.is_empty())
+        {
+            match query::commit_id(&c, name, state.revision).await? {
+                Some(theirs) if theirs != ours.commit_id => Some(format!(
+                    "revision {} in the database is not the one this relay served",
+                    state.revision
+                )),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let ahead =
+            self.store.take_cursor_ahead(name).filter(|(e, r)| *e == head.epoch && *r > head.revision);
+        let lost = lost.or_else(|| {
+            ahead
+                .map(|(_, r)| format!("a subscriber holds revision {r}, the database only {}", head.revision))
+        });
+        if let Some(why) = lost {
+            return self.new_epoch(&env, &head, &why).await;
+        }
+        if head.epoch != state.epoch {
+            tracing::info!(env = %name, epoch = %head.epoch, "environment has a new epoch: reloading");
+            return self.reload(&env).await;
+        }
+        if head.revision == state.revision {
+            env.freshness.confirm(now_ms(), 0);
+            return Ok(());
+        }
+        let oldest = query::oldest(&c, name).await?;
+        if oldest.is_none_or(|o| o > state.revision + 1) {
+            // The history no longer reaches back to our head.
+            return self.reload(&env).await;
+        }
+        let revisions = query::history(&c, name, state.revision, head.revision).await?;
+        drop(c);
+        if revisions.first().is_none_or(|r| r.revision != state.revision + 1) {
+            return self.reload(&env).await;
+        }
+        let batches: Vec<Vec<Revision>> = if revisions.len() > PER_REVISION {
+            vec![revisions]
+        } else {
+            revisions.into_iter().map(|r| vec![r]).collect()
+        };
+        for batch in batches {
+            if let Err(e) = self.apply(&env, batch).await {
+                tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "a revision from the database did not apply; reloading the environment");
+                self.store.metrics().limit_hit("feed_resync");
+                return self.reload(&env).await;
+            }
+        }
+        env.freshness.confirm(now_ms(), 0);
+        Ok(())
+    }
+
+    /// Applies `revisions` (one, or several coalesced) as one delta.
+    async fn apply(&self, env: &Arc<Env>, revisions: Vec<Revision>) -> Result<(), flagstream::ApplyError> {
+        let state = env.state.load();
+        let (epoch, from) = (state.epoch.clone(), state.revision);
+        drop(state);
+        let last = revisions.last().cloned().expect("a batch holds a revision");
+        let mut latest: BTreeMap<(Kind, String), Option<Bytes>> = BTreeMap::new();
+        for r in revisions {
+            for (kind, key, bytes) in r.items {
+                latest.insert((kind, key), bytes);
+            }
+        }
+        let mut d = RawDelta {
+            epoch,
+            from_revision: from,
+            to_revision: last.revision,
+            checksum: last.checksum,
+            committed_unix_ms: last.committed_unix_ms,
+            ..RawDelta::default()
+        };
+        for ((kind, key), bytes) in latest {
+            match (kind, bytes) {
+                (Kind::Flag, Some(b)) => d.upserted_flags.push(b),
+                (Kind::Segment, Some(b)) => d.upserted_segments.push(b),
+                (Kind::Flag, None) => d.deleted_flag_keys.push(key),
+                (Kind::Segment, None) => d.deleted_segment_keys.push(key),
+            }
+        }
+        let (store, env) = (self.store.clone(), env.clone());
+        tokio::task::spawn_blocking(move || store.receive_delta(&env, d, false, last.commit_id))
+            .await
+            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))?
+            .map(|_| ())
+    }
+
+    /// Replaces the environment with the database's whole current state
+    /// (a new epoch, or history that no longer reaches our head).
+    async fn reload(&self, env: &Arc<Env>) -> Result<(), StoreError> {
+        let name = env.meta.load().name.clone();
+        let mut c = self.db.client().await?;
+        let Some((head, items)) = query::full(&mut c, &name).await? else {
+            return Ok(());
+        };
+        drop(c);
+        let mut chunk = RawChunk {
+            epoch: head.epoch.clone(),
+            revision: head.revision,
+            chunk_index: 0,
+            total_chunks: 1,
+            last_chunk: true,
+            checksum: head.meta.checksum,
+            environment: name.clone(),
+            committed_unix_ms: head.meta.committed_unix_ms,
+            ..RawChunk::default()
+        };
+        for (kind, bytes) in items {
+            match kind {
+                Kind::Flag => chunk.flags.push(bytes),
+                Kind::Segment => chunk.segments.push(bytes),
+            }
+        }
+        let (store, e) = (self.store.clone(), env.clone());
+        let applied = tokio::task::spawn_blocking(move || {
+            store.receive_snapshot(&e, vec![chunk], false, String::new())
+        })
+        .await
+        .map_err(StoreError::Task)?;
+        match applied {
+            Ok(_) => {
+                tracing::info!(env = %name, revision = head.revision, "environment reloaded from the database");
+                env.freshness.confirm(now_ms(), 0);
+                Ok(())
+            }
+            Err(e) => {
+                // The database's own items do not match its checksum: loud,
+                // and not served; the next catch-up tries again.
+                self.store.metrics().limit_hit("feed_resync");
+                tracing::error!(env = %name, error = %flagstream::follow::error_chain(&e), "the database's state of the environment does not verify");
+                Ok(())
+            }
+        }
+    }
+
+    /// History was lost: the environment gets a new epoch (the first relay
+    /// to notice makes it), then this relay reloads it.
+    async fn new_epoch(&self, env: &Arc<Env>, head: &query::Head, why: &str) -> Result<(), StoreError> {
+        let name = env.meta.load().name.clone();
+        let new = crate::auth::new_epoch();
+        let mut c = self.db.client().await?;
+        let made = query::rotate_epoch(&mut c, &name, &head.epoch, &new, &self.incarnation).await?;
+        drop(c);
+        self.store.metrics().limit_hit("history_lost");
+        tracing::error!(env = %name, why, new_epoch = made, "history in the database was lost: a new epoch; every subscriber resynchronises");
+        self.reload(env).await
+    }
+
+    /// Publishes this relay's reports (when changed) and reads the others'.
+    async fn reports(&self, published: &mut HashMap<String, Vec<u8>>) -> Result<(), StoreError> {
+        let c = self.db.client().await?;
+        for env in self.store.envs() {
+            let state = env.state.load();
+            let recent: Vec<u64> = std::iter::once(state.revision)
+                .chain(state.log.iter().rev().take(REPORTED_REVISIONS).map(|e| e.revision))
+                .collect();
+            let bytes =
+                self.hub.subtree_report(&state.name, &state.epoch, &recent).to_proto().encode_to_vec();
+            if published.get(&state.name) != Some(&bytes) {
+                query::publish_report(&c, &self.relay_id, &state.name, &state.epoch, &bytes).await?;
+                published.insert(state.name.clone(), bytes);
+            }
+        }
+        let mut peers: HashMap<String, Vec<Report>> = HashMap::new();
+        for (_, env, _, bytes) in query::peer_reports(&c, &self.relay_id, PEER_FRESH_SECS).await? {
+            match pb::PropagationReport::decode(bytes.as_slice()) {
+                Ok(r) => peers.entry(env).or_default().push(Report::from_proto(&r)),
+                Err(e) => tracing::warn!(env, error = %e, "a peer relay's report does not decode"),
+            }
+        }
+        self.hub.set_peer_reports(peers);
+        Ok(())
+    }
+
+    /// One pruning pass, if no other relay is pruning.
+    async fn prune(&self) {
+        let result = async {
+            let c = self.db.client().await?;
+            query::prune(&c, self.store.retention()).await
+        }
+        .await;
+        match result {
+            Ok(Some(p)) if p.revisions + p.audit + p.requests > 0 => {
+                tracing::info!(
+                    revisions = p.revisions,
+                    audit = p.audit,
+                    requests = p.requests,
+                    "pruned the database's history"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %flagstream::follow::error_chain(&e), "pruning the history failed; the next pass tries again")
+            }
+        }
+    }
+}
+
+/// Runs `work` within three [`QUERY_TIMEOUT`]s (a query on a dead
+/// connection would otherwise wait for TCP to give up).
+async fn timed(work: impl Future<Output = Result<(), StoreError>>) -> Result<(), Ended> {
+    match tokio::time::timeout(QUERY_TIMEOUT * 3, work).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(Ended::Timeout(QUERY_TIMEOUT * 3)),
+    }
+}

@@ -1,0 +1,636 @@
+//! The PostgreSQL backend: every relay of a deployment is a writer on one
+//! database, and all follow its change feed (`crate::feed`).
+//!
+//! One write is one transaction: the environment's row is locked
+//! (`SELECT … FOR UPDATE`, so writers of one environment commit in
+//! revision order, gap-free), the commit refuses with
+//! [`StoreError::Behind`] unless the stored head is the revision the write
+//! was planned on (so every expected version was checked against exactly
+//! the state it replaces), then the items, the history row and its items,
+//! the audit records and the request id are written and a notification is
+//! queued; a conflict rolls everything back. A connection lost during the
+//! commit leaves its outcome unknown: the request id, written in the same
+//! transaction, is looked up to tell. Schema migrations (`postgres/*.sql`)
+//! are embedded and applied at start under an advisory lock.
+
+pub mod query;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::audit::{self, AuditPos, AuditRecord, Verification};
+use super::backend::{Backend, Commit, Committed, Loaded, MetaChange};
+use super::meta::EnvMeta;
+use super::state::{Kind, LogEntry};
+use super::{Retention, StoreError, corrupt, trim_log};
+use crate::access::TokenRecord;
+
+/// The notification channel every relay LISTENs on. Payloads:
+/// `rev:ENV:REVISION`, `meta:ENV`, `env:ENV`, `tokens`.
+pub const CHANNEL: &str = "flagstream";
+
+/// Advisory lock key of schema migrations ("flagstrm" in ASCII).
+const MIGRATION_LOCK: i64 = 0x666c_6167_7374_726d;
+
+/// The migrations, in order; version = index + 1.
+const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql")];
+
+/// Connections in the pool (writes, reads, the pruner); the feed's
+/// listening session is separate.
+const POOL_SIZE: usize = 8;
+
+/// Attempts at one commit when the connection fails before it reached
+/// the database's COMMIT.
+const COMMIT_ATTEMPTS: usize = 3;
+
+/// How long to keep looking up a commit whose outcome a lost connection
+/// hid, before giving up (the environment is then poisoned: unknown).
+const LOOKUP_FOR: Duration = Duration::from_secs(10);
+
+/// A database error, kept as the cause.
+pub(crate) fn db(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Storage(Box::new(e))
+}
+
+/// The kind column's value.
+pub(crate) fn kind_code(k: Kind) -> i16 {
+    k as i16
+}
+
+/// A kind column back to a kind.
+pub(crate) fn kind_of(code: i16, env: &str) -> Result<Kind, StoreError> {
+    match code {
+        1 => Ok(Kind::Flag),
+        2 => Ok(Kind::Segment),
+        _ => Err(corrupt(format!("an item kind in {env:?}"), std::io::Error::other(format!("kind {code}")))),
+    }
+}
+
+/// The PostgreSQL backend. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct PostgresBackend {
+    pool: Pool,
+    config: tokio_postgres::Config,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    /// Never prints the connection's password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("hosts", &self.config.get_hosts())
+            .field("dbname", &self.config.get_dbname())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one commit attempt failed.
+enum Attempt {
+    /// It did not happen, and retrying cannot change that.
+    Definite(StoreError),
+    /// The connection failed before COMMIT: it did not happen; try again.
+    Retry(StoreError),
+    /// The connection failed at COMMIT: it may or may not have happened.
+    Ambiguous(StoreError),
+}
+
+/// Whether an error means the connection is gone (rather than a refusal
+/// by the database).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    e.is_closed() || e.code().is_none()
+}
+
+impl PostgresBackend {
+    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`) and applies the
+    /// schema migrations.
+    pub async fn connect(url: &str) -> Result<PostgresBackend, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(db)?;
+        if config.get_application_name().is_none() {
+            config.application_name("flagstream-relay");
+        }
+        config.connect_timeout(Duration::from_secs(5));
+        config.keepalives_idle(Duration::from_secs(10));
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(db)?;
+        let b = PostgresBackend { pool, config };
+        b.migrate().await?;
+        Ok(b)
+    }
+
+    /// The connection settings (the feed opens its own session with them).
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    /// One environment as stored (`None`: there is none of that name).
+    pub async fn load_env(&self, name: &str, retention: Retention) -> Result<Option<Loaded>, StoreError> {
+        let mut c = self.client().await?;
+        let tx = c
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(db)?;
+        let Some(row) =
+            tx.query_opt("SELECT * FROM flagstream_envs WHERE name = $1", &[&name]).await.map_err(db)?
+        else {
+            return Ok(None);
+        };
+        let meta = Self::meta_of(&row)?;
+        let (items, log) = query::items_and_log(&tx, name, retention).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(Some(Loaded { meta, items, log, audit_trimmed: 0 }))
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(db)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(db)?;
+        let result = async {
+            c.batch_execute(
+                "CREATE TABLE IF NOT EXISTS flagstream_migrations (
+                     version integer PRIMARY KEY,
+                     applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(db)?;
+            let row = c
+                .query_one("SELECT coalesce(max(version), 0) FROM flagstream_migrations", &[])
+                .await
+                .map_err(db)?;
+            let current: i32 = row.get(0);
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+                let version = i as i32 + 1;
+                tracing::info!(version, "applying a schema migration");
+                c.batch_execute(&format!(
+                    "BEGIN; {sql}; INSERT INTO flagstream_migrations (version) VALUES ({version}); COMMIT;"
+                ))
+                .await
+                .map_err(db)?;
+            }
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        // Unlocked whatever happened; the session also releases it.
+        c.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await.map_err(db)?;
+        result
+    }
+
+    /// One attempt at a commit.
+    async fn try_commit(&self, c: &Commit) -> Result<Committed, Attempt> {
+        let retry = |e: tokio_postgres::Error| {
+            if connection_lost(&e) { Attempt::Retry(db(e)) } else { Attempt::Definite(db(e)) }
+        };
+        let mut client = self.client().await.map_err(Attempt::Retry)?;
+        let tx = client.transaction().await.map_err(retry)?;
+        let name = c.meta.name.as_str();
+        let row = tx
+            .query_opt("SELECT epoch, revision FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&name])
+            .await
+            .map_err(retry)?
+            .ok_or_else(|| Attempt::Definite(StoreError::EnvNotFound(name.to_owned())))?;
+        let (epoch, revision): (String, i64) = (row.get(0), row.get(1));
+        if epoch != c.meta.epoch || revision as u64 != c.base {
+            let current = revision as u64;
+            return Err(Attempt::Definite(StoreError::Behind { env: name.to_owned(), epoch, current }));
+        }
+        let Some(entry) = &c.entry else {
+            return Err(Attempt::Definite(StoreError::Storage(
+                "a shared database commits one log entry per revision".into(),
+            )));
+        };
+        let rev = entry.revision as i64;
+        tx.execute(
+            "INSERT INTO flagstream_requests (id, env, revision) VALUES ($1, $2, $3)",
+            &[&c.request_id, &name, &rev],
+        )
+        .await
+        .map_err(retry)?;
+        tx.execute(
+            "UPDATE flagstream_envs SET revision = $2, checksum = $3, committed_unix_ms = $4, audit_head = $5 WHERE name = $1",
+            &[&name, &rev, &(c.meta.checksum as i64), &(c.meta.committed_unix_ms as i64), &c.meta.audit_head],
+        )
+        .await
+        .map_err(retry)?;
+        let (mut up_kind, mut up_key, mut up_bytes, mut del_kind, mut del_key) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut h_kind, mut h_key, mut h_bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for i in &c.items {
+            h_kind.push(kind_code(i.key.0));
+            h_key.push(i.key.1.clone());
+            h_bytes.push(i.bytes.as_ref().map(|b| b.to_vec()));
+            match &i.bytes {
+                Some(b) => {
+                    up_kind.push(kind_code(i.key.0));
+                    up_key.push(i.key.1.clone());
+                    up_bytes.push(b.to_vec());
+                }
+                None => {
+                    del_kind.push(kind_code(i.key.0));
+                    del_key.push(i.key.1.clone());
+                }
+            }
+        }
+        tx.execute(
+            "INSERT INTO flagstream_items (env, kind, key, bytes)
+             SELECT $1, k, n, b FROM unnest($2::smallint[], $3::text[], $4::bytea[]) AS u (k, n, b)
+             ON CONFLICT (env, kind, key) DO UPDATE SET bytes = EXCLUDED.bytes",
+            &[&name, &up_kind, &up_key, &up_bytes],
+        )
+        .await
+        .map_err(retry)?;
+        tx.execute(
+            "DELETE FROM flagstream_items WHERE env = $1
+             AND (kind, key) IN (SELECT k, n FROM unnest($2::smallint[], $3::text[]) AS u (k, n))",
+            &[&name, &del_kind, &del_key],
+        )
+        .await
+        .map_err(retry)?;
+        tx.execute(
+            "INSERT INTO flagstream_history (env, revision, commit_id, committed_unix_ms, checksum, bytes)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &name,
+                &rev,
+                &c.request_id,
+                &(entry.committed_unix_ms as i64),
+                &(c.meta.checksum as i64),
+                &(entry.bytes as i64),
+            ],
+        )
+        .await
+        .map_err(retry)?;
+        tx.execute(
+            "INSERT INTO flagstream_history_items (env, revision, kind, key, bytes)
+             SELECT $1, $2, k, n, b FROM unnest($3::smallint[], $4::text[], $5::bytea[]) AS u (k, n, b)",
+            &[&name, &rev, &h_kind, &h_key, &h_bytes],
+        )
+        .await
+        .map_err(retry)?;
+        let (mut seqs, mut a_kind, mut a_key, mut records) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((_, seq), r) in &c.audit {
+            seqs.push(*seq as i32);
+            a_kind.push(kind_code(r.kind));
+            a_key.push(r.key.clone());
+            records.push(
+                serde_json::to_value(r)
+                    .map_err(|e| Attempt::Definite(corrupt("audit record (while encoding)".into(), e)))?,
+            );
+        }
+        tx.execute(
+            "INSERT INTO flagstream_audit (env, revision, seq, kind, key, record)
+             SELECT $1, $2, s, k, n, r FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::jsonb[]) AS u (s, k, n, r)",
+            &[&name, &rev, &seqs, &a_kind, &a_key, &records],
+        )
+        .await
+        .map_err(retry)?;
+        let mut trimmed = 0;
+        if let Some(floor) = c.audit_floor {
+            trimmed = tx
+                .execute(
+                    "DELETE FROM flagstream_audit WHERE env = $1 AND revision <= $2",
+                    &[&name, &(floor as i64)],
+                )
+                .await
+                .map_err(retry)?;
+        }
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("rev:{name}:{rev}")])
+            .await
+            .map_err(retry)?;
+        tx.commit().await.map_err(|e| {
+            if connection_lost(&e) { Attempt::Ambiguous(db(e)) } else { Attempt::Definite(db(e)) }
+        })?;
+        Ok(Committed { audit_trimmed: trimmed as usize })
+    }
+
+    /// Whether the write with `request_id` committed (`None`: the database
+    /// could not be asked).
+    async fn committed(&self, request_id: &str) -> Option<bool> {
+        let c = self.client().await.ok()?;
+        c.query_opt("SELECT revision FROM flagstream_requests WHERE id = $1", &[&request_id])
+            .await
+            .ok()
+            .map(|r| r.is_some())
+    }
+
+    /// An environment's metadata from its row (the head's columns win over
+    /// the copies in `meta`).
+    fn meta_of(row: &tokio_postgres::Row) -> Result<EnvMeta, StoreError> {
+        let name: String = row.get("name");
+        let json: serde_json::Value = row.get("meta");
+        let mut meta: EnvMeta =
+            serde_json::from_value(json).map_err(|e| corrupt(format!("metadata of {name:?}"), e))?;
+        meta.name = name;
+        meta.epoch = row.get("epoch");
+        meta.revision = row.get::<_, i64>("revision") as u64;
+        meta.checksum = row.get::<_, i64>("checksum") as u64;
+        meta.committed_unix_ms = row.get::<_, i64>("committed_unix_ms") as u64;
+        meta.audit_head = row.get("audit_head");
+        Ok(meta)
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError> {
+        let mut c = self.client().await?;
+        // One consistent view of every environment.
+        let tx = c
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(db)?;
+        let rows = tx.query("SELECT * FROM flagstream_envs ORDER BY name", &[]).await.map_err(db)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let meta = Self::meta_of(&row)?;
+            let name = meta.name.clone();
+            let (items, log) = query::items_and_log(&tx, &name, retention).await?;
+            out.push(Loaded { meta, items, log, audit_trimmed: 0 });
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(out)
+    }
+
+    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let json = serde_json::to_value(&meta)
+            .map_err(|e| corrupt("environment metadata (while encoding)".into(), e))?;
+        let incarnation = query::incarnation(&c).await?;
+        let inserted = c
+            .execute(
+                "INSERT INTO flagstream_envs (name, meta, epoch, revision, checksum, committed_unix_ms, incarnation)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+                &[
+                    &meta.name,
+                    &json,
+                    &meta.epoch,
+                    &(meta.revision as i64),
+                    &(meta.checksum as i64),
+                    &(meta.committed_unix_ms as i64),
+                    &incarnation,
+                ],
+            )
+            .await
+            .map_err(db)?;
+        if inserted == 0 {
+            return Err(StoreError::EnvExists(meta.name));
+        }
+        c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{}", meta.name)])
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    async fn delete_env(&self, name: String) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.execute("DELETE FROM flagstream_envs WHERE name = $1", &[&name]).await.map_err(db)?;
+        c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{name}")]).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn update_meta(&self, current: EnvMeta, mut change: MetaChange) -> Result<EnvMeta, StoreError> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(db)?;
+        let row = tx
+            .query_opt("SELECT * FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&current.name])
+            .await
+            .map_err(db)?
+            .ok_or_else(|| StoreError::EnvNotFound(current.name.clone()))?;
+        let mut meta = Self::meta_of(&row)?;
+        change(&mut meta)?;
+        let json = serde_json::to_value(&meta)
+            .map_err(|e| corrupt("environment metadata (while encoding)".into(), e))?;
+        tx.execute("UPDATE flagstream_envs SET meta = $2 WHERE name = $1", &[&meta.name, &json])
+            .await
+            .map_err(db)?;
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("meta:{}", meta.name)])
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(meta)
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
+        let mut last = None;
+        for _ in 0..COMMIT_ATTEMPTS {
+            match self.try_commit(&commit).await {
+                Ok(done) => return Ok(done),
+                Err(Attempt::Definite(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => {
+                    tracing::warn!(error = %e, "the database connection failed before the commit; retrying");
+                    last = Some(e);
+                }
+                Err(Attempt::Ambiguous(e)) => {
+                    tracing::warn!(error = %e, "the database connection failed during the commit; looking its request id up");
+                    let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
+                    loop {
+                        match self.committed(&commit.request_id).await {
+                            Some(true) => {
+                                tracing::info!(request = %commit.request_id, "the commit had happened: its request id is in the database");
+                                return Ok(Committed::default());
+                            }
+                            Some(false) => break,
+                            None if tokio::time::Instant::now() < deadline => {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                            None => return Err(StoreError::OutcomeUnknown(Box::new(e))),
+                        }
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(StoreError::DatabaseUnavailable(Box::new(
+            last.unwrap_or_else(|| StoreError::Storage("commit attempts exhausted".into())),
+        )))
+    }
+
+    async fn audit(
+        &self,
+        env: String,
+        item: Option<(Kind, String)>,
+        limit: usize,
+        before: Option<AuditPos>,
+    ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
+        let c = self.client().await?;
+        let (rev, seq) = before.map_or((i64::MAX, i32::MAX), |(r, s)| {
+            (r.min(i64::MAX as u64) as i64, s.min(i32::MAX as u32) as i32)
+        });
+        let (kind, key) = item.map_or((0i16, String::new()), |(k, n)| (kind_code(k), n));
+        let rows = c
+            .query(
+                "SELECT revision, seq, record FROM flagstream_audit
+                 WHERE env = $1 AND (revision, seq) < ($2, $3) AND ($4 = 0 OR (kind = $4 AND key = $5))
+                 ORDER BY revision DESC, seq DESC LIMIT $6",
+                &[&env, &rev, &seq, &kind, &key, &(limit as i64)],
+            )
+            .await
+            .map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let rec: AuditRecord = serde_json::from_value(r.get(2))
+                    .map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
+                Ok(((r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32), rec))
+            })
+            .collect()
+    }
+
+    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT revision, seq, record FROM flagstream_audit WHERE env = $1 ORDER BY revision, seq",
+                &[&env],
+            )
+            .await
+            .map_err(db)?;
+        let records = rows.iter().map(|r| {
+            let pos = (r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32);
+            Ok((pos, serde_json::from_value::<AuditRecord>(r.get(2)).map_err(|e| e.to_string())))
+        });
+        audit::verify(records, &head)
+    }
+
+    async fn last_actor(&self, env: String, kind: Kind, key: String) -> Option<String> {
+        // Only enriches a conflict message: a failed read leaves it out.
+        let c = self.client().await.ok()?;
+        let row = c
+            .query_opt(
+                "SELECT record FROM flagstream_audit WHERE env = $1 AND kind = $2 AND key = $3 ORDER BY revision DESC, seq DESC LIMIT 1",
+                &[&env, &kind_code(kind), &key],
+            )
+            .await
+            .ok()??;
+        let r: AuditRecord = serde_json::from_value(row.get(0)).ok()?;
+        Some(format!("{} at revision {}", r.actor, r.revision))
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        let c = self.client().await?;
+        let rows =
+            c.query("SELECT name, record FROM flagstream_tokens ORDER BY name", &[]).await.map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                serde_json::from_value(r.get(1)).map_err(|e| corrupt(format!("token {name:?}"), e))
+            })
+            .collect()
+    }
+
+    async fn put_token(&self, token: TokenRecord) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let json = serde_json::to_value(&token).map_err(|e| corrupt("token (while encoding)".into(), e))?;
+        c.execute(
+            "INSERT INTO flagstream_tokens (name, record) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET record = EXCLUDED.record",
+            &[&token.name, &json],
+        )
+        .await
+        .map_err(db)?;
+        c.execute("SELECT pg_notify($1, 'tokens')", &[&CHANNEL]).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn insert_token(&self, token: TokenRecord) -> Result<bool, StoreError> {
+        let c = self.client().await?;
+        let json = serde_json::to_value(&token).map_err(|e| corrupt("token (while encoding)".into(), e))?;
+        let n = c
+            .execute(
+                "INSERT INTO flagstream_tokens (name, record) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[&token.name, &json],
+            )
+            .await
+            .map_err(db)?;
+        c.execute("SELECT pg_notify($1, 'tokens')", &[&CHANNEL]).await.map_err(db)?;
+        Ok(n == 1)
+    }
+
+    async fn remove_token(&self, name: String) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.execute("DELETE FROM flagstream_tokens WHERE name = $1", &[&name]).await.map_err(db)?;
+        c.execute("SELECT pg_notify($1, 'tokens')", &[&CHANNEL]).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt("SELECT value FROM flagstream_settings WHERE name = $1", &[&name])
+            .await
+            .map_err(db)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn put_setting(&self, name: &'static str, value: String) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.execute(
+            "INSERT INTO flagstream_settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+            &[&name, &value],
+        )
+        .await
+        .map_err(db)?;
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        // Durable at every commit.
+        Ok(())
+    }
+}
+
+/// The retained change log of `rows` (revision, commit id, commit time,
+/// bytes, and each revision's changed keys), trimmed to the retention.
+pub(crate) fn log_of(
+    mut rows: Vec<(u64, String, u64, usize)>,
+    changed: BTreeMap<u64, Vec<(Kind, String)>>,
+    retention: Retention,
+) -> Vec<LogEntry> {
+    rows.sort_by_key(|r| r.0);
+    let mut log: std::collections::VecDeque<LogEntry> = rows
+        .into_iter()
+        .map(|(revision, commit_id, committed_unix_ms, bytes)| LogEntry {
+            revision,
+            changed: changed.get(&revision).cloned().unwrap_or_default(),
+            committed_unix_ms,
+            bytes,
+            diffed_from: None,
+            commit_id,
+        })
+        .collect();
+    trim_log(&mut log, retention);
+    log.into()
+}
+
+/// The bytes of a `bytea` column.
+pub(crate) fn bytes_of(v: Vec<u8>) -> Bytes {
+    Bytes::from(v)
+}

@@ -1,0 +1,221 @@
+//! A real PostgreSQL server for tests: `initdb` into a temporary
+//! directory, started on a free port, stopped (immediately) when dropped.
+//!
+//! The server binaries are found with `pg_config --bindir`, else under
+//! `/usr/lib/postgresql/*/bin` (Debian's `postgresql-15` package). Without
+//! them, [`Postgres::start`] prints one line saying the test is skipped and
+//! how to install the server — unless `FLAGSTREAM_REQUIRE_POSTGRES=1`
+//! (`.ci/run` sets it), which makes it a failure. `initdb` refuses to run
+//! as root: as root the server runs as the `postgres` user.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A running server.
+#[derive(Debug)]
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// The user to run the server's tools as (`postgres` when we are root).
+    as_user: Option<String>,
+}
+
+fn bindir() -> Option<PathBuf> {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|d| d.join("initdb").exists() && d.join("pg_ctl").exists());
+    from_config.or_else(|| {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|d| d.join("initdb").exists())
+            .collect();
+        found.sort();
+        found.pop()
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl Postgres {
+    /// Starts a server, or `None` (with one line saying so) when the
+    /// binaries are missing and the environment does not require them.
+    pub fn start() -> Option<Postgres> {
+        let Some(bin) = bindir() else {
+            let msg = "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin): \
+                       PostgreSQL tests skipped; install them with `apt-get install postgresql-15`";
+            if std::env::var("FLAGSTREAM_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                panic!("{msg} (FLAGSTREAM_REQUIRE_POSTGRES=1 makes this a failure)");
+            }
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        };
+        let as_user = is_root().then(|| "postgres".to_owned());
+        let dir = tempfile::Builder::new().prefix("flagstream-pg").tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).expect("data dir");
+        if let Some(user) = &as_user {
+            // The server's user must own its data and reach it.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            let ok = Command::new("chown").args([user.as_str()]).arg(&data).status().expect("chown runs");
+            assert!(ok.success(), "chown {user} {}", data.display());
+        }
+        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+        let pg = Postgres { dir, bin, port, as_user };
+        pg.run("initdb", &["-D", path(&data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+        pg.ctl_start();
+        pg.sql("postgres", "SELECT 1");
+        Some(pg)
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        match &self.as_user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(self.bin.join(tool));
+                c
+            }
+            None => Command::new(self.bin.join(tool)),
+        }
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let out = self.command(tool).args(args).output().unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn ctl_start(&self) {
+        let data = self.data();
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            data.display()
+        );
+        let log = data.join("server.log");
+        self.run("pg_ctl", &["-D", path(&data), "-o", &opts, "-l", path(&log), "-w", "-t", "60", "start"]);
+    }
+
+    /// Stops the server: `fast` (clean) or `immediate` (a crash: WAL
+    /// recovery at the next start).
+    pub fn stop(&self, mode: &str) {
+        self.run("pg_ctl", &["-D", path(&self.data()), "-m", mode, "-w", "stop"]);
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn start_again(&self) {
+        self.ctl_start();
+    }
+
+    /// Creates database `name`; returns its URL.
+    pub fn database(&self, name: &str) -> String {
+        self.sql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(name)
+    }
+
+    /// The URL of database `name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Runs SQL in database `db` with psql; returns its unaligned output.
+    pub fn sql(&self, db: &str, sql: &str) -> String {
+        let psql = self.bin.join("psql");
+        let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
+        let out = Command::new(psql)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-At",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql runs");
+        assert!(out.status.success(), "psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Postgres {
+    /// Dumps database `db` (custom format) into a file here; returns it.
+    pub fn dump(&self, db: &str) -> PathBuf {
+        let file = self.dir.path().join(format!("{db}.dump"));
+        let out = Command::new(self.bin.join("pg_dump"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-Fc",
+                "-f",
+                path(&file),
+                db,
+            ])
+            .output()
+            .expect("pg_dump runs");
+        assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+        file
+    }
+
+    /// Restores `file` over database `db` (its tables dropped and made
+    /// again: a restored backup).
+    pub fn restore(&self, db: &str, file: &Path) {
+        let out = Command::new(self.bin.join("pg_restore"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "--clean",
+                "--if-exists",
+                "-d",
+                db,
+            ])
+            .arg(file)
+            .output()
+            .expect("pg_restore runs");
+        assert!(out.status.success(), "pg_restore: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // Immediate: nothing here needs a clean shutdown. A server that is
+        // already down makes pg_ctl fail, which is fine at teardown.
+        let _ =
+            self.command("pg_ctl").args(["-D", path(&self.data()), "-m", "immediate", "-w", "stop"]).output();
+    }
+}
