@@ -72,7 +72,7 @@ pub struct Feed {
     /// This relay's id in the deployment's report table.
     relay_id: String,
     /// The database incarnation seen at the last connect.
-    incarnation: String,
+    incarnation: std::sync::Mutex<String>,
 }
 
 impl std::fmt::Debug for Feed {
@@ -98,13 +98,14 @@ impl Feed {
     /// A feed for `store` (opened over `db`), `tokens` and `hub`.
     pub fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
         let relay_id = crate::auth::new_epoch()[..16].to_owned();
-        Feed { store, tokens, hub, db, relay_id, incarnation: String::new() }
+        Feed { store, tokens, hub, db, relay_id, incarnation: std::sync::Mutex::new(String::new()) }
     }
 
     /// Follows the database until `stop`: connect, LISTEN, catch up,
     /// follow; on any failure mark the data unconfirmed, back off (1 s
     /// doubling to 30 s, full jitter) and start over.
-    pub async fn run(mut self, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        self.store.set_catch_up(self.clone());
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();
@@ -138,7 +139,7 @@ impl Feed {
     }
 
     /// One listening session, until it fails.
-    async fn session(&mut self) -> Ended {
+    async fn session(&self) -> Ended {
         let mut config = self.db.config().clone();
         // Operators (and tests) can tell the listening session apart.
         config.application_name("flagstream-relay feed");
@@ -238,10 +239,15 @@ impl Feed {
     /// On every (re)connect: the database's incarnation. One that differs
     /// from the one an environment's epoch was made in means a restore or a
     /// failover: history after it may be gone, so that epoch ends.
-    async fn connect_checks(&mut self) -> Result<(), StoreError> {
+    async fn connect_checks(&self) -> Result<(), StoreError> {
         let c = self.db.client().await?;
-        self.incarnation = query::incarnation(&c).await?;
+        let now = query::incarnation(&c).await?;
+        *self.incarnation.lock().unwrap_or_else(|p| p.into_inner()) = now;
         Ok(())
+    }
+
+    fn incarnation(&self) -> String {
+        self.incarnation.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Acts on one notification.
@@ -280,9 +286,7 @@ impl Feed {
 
     /// Brings one environment to the database's head.
     async fn catch_up(&self, name: &str) -> Result<(), StoreError> {
-        let c = self.db.client().await?;
         let Ok(env) = self.store.env(name) else {
-            drop(c);
             if let Some(loaded) = self.db.load_env(name, self.store.retention()).await? {
                 tracing::info!(env = %name, "environment created by another relay");
                 let env = self.store.register_env(loaded).await?;
@@ -294,40 +298,47 @@ impl Feed {
         // The head is read under the environment's write lock: a write of
         // this relay's own cannot land between the read and the compare.
         let _write = env.write.lock().await;
+        self.catch_up_locked(&env, name).await
+    }
+
+    /// [`Feed::catch_up`] with the environment's write lock held by the
+    /// caller (a write that holds it and found the database ahead).
+    async fn catch_up_locked(&self, env: &Arc<Env>, name: &str) -> Result<(), StoreError> {
+        let c = self.db.client().await?;
         let Some(head) = query::head(&c, name).await? else {
-            drop(_write);
-            self.store.unregister_env(name).await;
+            // Deleted by another relay: the next full catch-up (which takes
+            // no lock first) removes it here.
+            self.store.kick_feed();
             return Ok(());
         };
-        for id in self.store.replace_meta(&env, head.meta.clone()) {
+        for id in self.store.replace_meta(env, head.meta.clone()) {
             self.hub.end_key(name, &id, "was revoked or expired");
         }
         let state = env.state.load_full();
-        let lost = if !self.incarnation.is_empty()
-            && !head.incarnation.is_empty()
-            && head.incarnation != self.incarnation
-        {
-            Some(format!("the database is another incarnation ({} → {})", head.incarnation, self.incarnation))
-        } else if head.epoch != state.epoch {
-            None
-        } else if head.revision < state.revision {
-            Some(format!(
-                "the database is at revision {}, this relay served {}",
-                head.revision, state.revision
-            ))
-        } else if let Some(ours) =
-            state.log.back().filter(|e| e.revision == state.revision && !e.commit_id.is_empty())
-        {
-            match query::commit_id(&c, name, state.revision).await? {
-                Some(theirs) if theirs != ours.commit_id => Some(format!(
-                    "revision {} in the database is not the one this relay served",
-                    state.revision
-                )),
-                _ => None,
-            }
-        } else {
-            None
-        };
+        let incarnation = self.incarnation();
+        let lost =
+            if !incarnation.is_empty() && !head.incarnation.is_empty() && head.incarnation != incarnation {
+                Some(format!("the database is another incarnation ({} → {})", head.incarnation, incarnation))
+            } else if head.epoch != state.epoch {
+                None
+            } else if head.revision < state.revision {
+                Some(format!(
+                    "the database is at revision {}, this relay served {}",
+                    head.revision, state.revision
+                ))
+            } else if let Some(ours) =
+                state.log.back().filter(|e| e.revision == state.revision && !e.commit_id.is_empty())
+            {
+                match query::commit_id(&c, name, state.revision).await? {
+                    Some(theirs) if theirs != ours.commit_id => Some(format!(
+                        "revision {} in the database is not the one this relay served",
+                        state.revision
+                    )),
+                    _ => None,
+                }
+            } else {
+                None
+            };
         let ahead =
             self.store.take_cursor_ahead(name).filter(|(e, r)| *e == head.epoch && *r > head.revision);
         let lost = lost.or_else(|| {
@@ -335,11 +346,11 @@ impl Feed {
                 .map(|(_, r)| format!("a subscriber holds revision {r}, the database only {}", head.revision))
         });
         if let Some(why) = lost {
-            return self.new_epoch(&env, &head, &why).await;
+            return self.new_epoch(env, &head, &why).await;
         }
         if head.epoch != state.epoch {
             tracing::info!(env = %name, epoch = %head.epoch, "environment has a new epoch: reloading");
-            return self.reload(&env).await;
+            return self.reload(env).await;
         }
         if head.revision == state.revision {
             env.freshness.confirm(now_ms(), 0);
@@ -348,12 +359,12 @@ impl Feed {
         let oldest = query::oldest(&c, name).await?;
         if oldest.is_none_or(|o| o > state.revision + 1) {
             // The history no longer reaches back to our head.
-            return self.reload(&env).await;
+            return self.reload(env).await;
         }
         let revisions = query::history(&c, name, state.revision, head.revision).await?;
         drop(c);
         if revisions.first().is_none_or(|r| r.revision != state.revision + 1) {
-            return self.reload(&env).await;
+            return self.reload(env).await;
         }
         let batches: Vec<Vec<Revision>> = if revisions.len() > PER_REVISION {
             vec![revisions]
@@ -361,10 +372,10 @@ impl Feed {
             revisions.into_iter().map(|r| vec![r]).collect()
         };
         for batch in batches {
-            if let Err(e) = self.apply(&env, batch).await {
+            if let Err(e) = self.apply(env, batch).await {
                 tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "a revision from the database did not apply; reloading the environment");
                 self.store.metrics().limit_hit("feed_resync");
-                return self.reload(&env).await;
+                return self.reload(env).await;
             }
         }
         env.freshness.confirm(now_ms(), 0);
@@ -402,8 +413,10 @@ impl Feed {
         let (store, env) = (self.store.clone(), env.clone());
         tokio::task::spawn_blocking(move || store.receive_delta(&env, d, false, last.commit_id))
             .await
-            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))?
-            .map(|_| ())
+            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))??;
+        let lag_ms = now_ms().saturating_sub(last.committed_unix_ms);
+        self.store.metrics().feed_lag.observe(lag_ms as f64 / 1000.0);
+        Ok(())
     }
 
     /// Replaces the environment with the database's whole current state
@@ -460,7 +473,7 @@ impl Feed {
         let name = env.meta.load().name.clone();
         let new = crate::auth::new_epoch();
         let mut c = self.db.client().await?;
-        let made = query::rotate_epoch(&mut c, &name, &head.epoch, &new, &self.incarnation).await?;
+        let made = query::rotate_epoch(&mut c, &name, &head.epoch, &new, &self.incarnation()).await?;
         drop(c);
         self.store.metrics().limit_hit("history_lost");
         tracing::error!(env = %name, why, new_epoch = made, "history in the database was lost: a new epoch; every subscriber resynchronises");
@@ -490,6 +503,8 @@ impl Feed {
             }
         }
         self.hub.set_peer_reports(peers);
+        let usage = query::notification_queue_usage(&c).await?;
+        self.store.metrics().notification_queue_usage.set(usage);
         Ok(())
     }
 
@@ -513,6 +528,17 @@ impl Feed {
             Err(e) => {
                 tracing::warn!(error = %flagstream::follow::error_chain(&e), "pruning the history failed; the next pass tries again")
             }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::CatchUp for Feed {
+    async fn catch_up_locked(&self, env: &Arc<Env>) {
+        let name = env.meta.load().name.clone();
+        let caught_up = timed(Feed::catch_up_locked(self, env, &name)).await;
+        if let Err(e) = caught_up {
+            tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "catching up for a write failed");
         }
     }
 }

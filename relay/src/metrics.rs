@@ -45,6 +45,13 @@ pub struct Metrics {
     pub ack_latency: Histogram,
     /// Audit records dropped by the `audit-revisions` retention.
     pub audit_trimmed: Counter,
+    /// How long the store took to make a write durable, seconds.
+    pub commit_latency: Histogram,
+    /// Shared database: another relay's commit → this relay serving it, seconds.
+    pub feed_lag: Histogram,
+    /// Shared database: `pg_notification_queue_usage()` (0–1), read by the
+    /// change feed every second.
+    pub notification_queue_usage: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Head revision per environment.
     pub head_revision: Family<Labels, Gauge>,
     /// Admin writes by result.
@@ -111,6 +118,9 @@ impl Metrics {
             encodes: Family::default(),
             ack_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             audit_trimmed: Counter::default(),
+            commit_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            feed_lag: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            notification_queue_usage: Gauge::default(),
             head_revision: Family::default(),
             admin_writes: Family::default(),
             stream_age: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
@@ -150,6 +160,21 @@ impl Metrics {
             "ack_latency_seconds",
             "Commit to subscriber acknowledgement latency",
             m.ack_latency.clone(),
+        );
+        r.register(
+            "commit_seconds",
+            "Time the store took to make one admin write durable (sled flush or PostgreSQL transaction)",
+            m.commit_latency.clone(),
+        );
+        r.register(
+            "feed_lag_seconds",
+            "PostgreSQL store: another relay's commit to this relay serving it",
+            m.feed_lag.clone(),
+        );
+        r.register(
+            "postgres_notification_queue_usage",
+            "PostgreSQL store: fraction of the server's NOTIFY queue in use (writes fail at 1)",
+            m.notification_queue_usage.clone(),
         );
         r.register("head_revision", "Head revision per environment", m.head_revision.clone());
         r.register(
@@ -199,6 +224,10 @@ impl Metrics {
             "cursor_ahead",
             "metrics_connections",
             "metrics_accept_error",
+            "write_behind",
+            "feed_session_lost",
+            "feed_resync",
+            "history_lost",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

@@ -411,7 +411,7 @@ pub async fn serve(
     }
 
     if let Some(pg) = postgres {
-        let feed = crate::feed::Feed::new(store.clone(), tokens.clone(), hub.clone(), pg);
+        let feed = Arc::new(crate::feed::Feed::new(store.clone(), tokens.clone(), hub.clone(), pg));
         tokio::spawn(feed.run(background.clone()));
     }
     if let Some(upstream) = cfg.upstream.clone() {

@@ -322,6 +322,15 @@ impl Retention {
     }
 }
 
+/// Brings an environment of a shared database to the database's head now
+/// (implemented by the change feed).
+#[async_trait::async_trait]
+pub trait CatchUp: Send + Sync + std::fmt::Debug {
+    /// Catches `env` up; the caller holds its write lock. Failures are the
+    /// implementation's to report.
+    async fn catch_up_locked(&self, env: &Arc<Env>);
+}
+
 /// Where a relay's data comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -363,6 +372,9 @@ struct Inner {
     /// Asks a shared database's change feed to catch up now (a write found
     /// the head moved, or a subscriber's cursor is ahead).
     feed_kick: tokio::sync::Notify,
+    /// Brings an environment to a shared database's head on demand (a
+    /// write found it behind): the change feed, once it runs.
+    catch_up: std::sync::Mutex<Option<Arc<dyn CatchUp>>>,
     /// Per environment, the newest cursor (epoch, revision) a subscriber
     /// brought that is ahead of this relay's head: in a shared database, if
     /// the database itself is behind it, history was lost.
@@ -461,6 +473,7 @@ impl Store {
                 catalog: watch::channel(0).0,
                 feed_kick: tokio::sync::Notify::new(),
                 ahead: std::sync::Mutex::new(HashMap::new()),
+                catch_up: std::sync::Mutex::new(None),
             }),
         };
         store.update_gauges();
@@ -653,6 +666,24 @@ impl Store {
     /// Makes everything durable (shutdown).
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.inner.backend.flush().await
+    }
+
+    /// Sets what catches an environment up on demand (the change feed).
+    pub fn set_catch_up(&self, c: Arc<dyn CatchUp>) {
+        *self.inner.catch_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+    }
+
+    /// Catches `env` up now (its write lock held), if a change feed runs.
+    pub(crate) async fn catch_up_locked(&self, env: &Arc<Env>) {
+        let c = self.inner.catch_up.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(c) = c {
+            c.catch_up_locked(env).await;
+        }
+    }
+
+    /// Asks the change feed to catch everything up soon.
+    pub(crate) fn kick_feed(&self) {
+        self.inner.feed_kick.notify_one();
     }
 
     /// Resolves when a write asks the change feed to catch up now.

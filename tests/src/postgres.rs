@@ -19,6 +19,9 @@ pub struct Postgres {
     bin: PathBuf,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Whether commits are flushed to disk (`fsync`): off for tests (their
+    /// speed), on for benchmarks (the numbers a deployment would see).
+    durable: bool,
     /// The user to run the server's tools as (`postgres` when we are root).
     as_user: Option<String>,
 }
@@ -50,6 +53,15 @@ impl Postgres {
     /// Starts a server, or `None` (with one line saying so) when the
     /// binaries are missing and the environment does not require them.
     pub fn start() -> Option<Postgres> {
+        Postgres::start_with(false)
+    }
+
+    /// [`Postgres::start`] with `fsync` on: for benchmarks.
+    pub fn start_durable() -> Option<Postgres> {
+        Postgres::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Option<Postgres> {
         let Some(bin) = bindir() else {
             let msg = "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin): \
                        PostgreSQL tests skipped; install them with `apt-get install postgresql-15`";
@@ -71,7 +83,7 @@ impl Postgres {
             assert!(ok.success(), "chown {user} {}", data.display());
         }
         let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
-        let pg = Postgres { dir, bin, port, as_user };
+        let pg = Postgres { dir, bin, port, as_user, durable };
         pg.run("initdb", &["-D", path(&data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
         pg.ctl_start();
         pg.sql("postgres", "SELECT 1");
@@ -106,9 +118,10 @@ impl Postgres {
     fn ctl_start(&self) {
         let data = self.data();
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
             self.port,
-            data.display()
+            data.display(),
+            if self.durable { "on" } else { "off" }
         );
         let log = data.join("server.log");
         self.run("pg_ctl", &["-D", path(&data), "-o", &opts, "-l", path(&log), "-w", "-t", "60", "start"]);

@@ -59,6 +59,12 @@ async fn a_write_at_either_relay_reaches_sdks_on_both() {
     };
     assert_eq!(head(a.status().await), head(b.status().await), "same epoch, revision and checksum");
     assert_eq!(a.status().await.role, pb::RelayRole::Shared as i32);
+    // What operators watch: each relay timed its own commit and the other's
+    // arrival through the change feed.
+    for (r, name) in [(&a, "a"), (&b, "b")] {
+        assert!(r.metric("flagstream_commit_seconds_count").await >= 1.0, "relay {name}");
+        assert!(r.metric("flagstream_feed_lag_seconds_count").await >= 1.0, "relay {name}");
+    }
 
     // Propagation at either relay counts the SDKs on both.
     let r3 = put(&mut a.admin().await, "demo", bool_flag("counted", true)).await.unwrap();

@@ -85,6 +85,20 @@ pub struct Loaded {
     pub audit_trimmed: usize,
 }
 
+/// A write holding a shared database's lock on one environment, so the
+/// write is planned on exactly the state it will replace and writers of one
+/// environment (at any relay) queue instead of racing. Dropped without
+/// `commit`, it is rolled back.
+#[async_trait]
+pub trait WriteLock: Send {
+    /// The database's head of the environment: epoch and revision.
+    fn head(&self) -> (&str, u64);
+
+    /// Commits `commit` (planned on [`WriteLock::head`]) and releases the
+    /// lock.
+    async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError>;
+}
+
 /// The durable side of the store. Every method completes or fails whole;
 /// none is called for one environment by two writers at once (the store
 /// serialises them).
@@ -119,6 +133,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Makes one revision durable, atomically: items, change log, audit
     /// records and metadata together.
     async fn commit(&self, commit: Commit) -> Result<Committed, StoreError>;
+
+    /// A shared database: locks `env` for a write and returns the lock
+    /// with the database's head (the store catches up to it, plans, and
+    /// commits through it). `None`: this backend has one writer, plan on
+    /// memory and [`Backend::commit`].
+    async fn lock_for_write(&self, _env: &str) -> Result<Option<Box<dyn WriteLock>>, StoreError> {
+        Ok(None)
+    }
 
     /// Audit records of `env`, newest first, optionally of one item, before
     /// a position.

@@ -24,7 +24,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use super::audit::{self, AuditPos, AuditRecord, Verification};
-use super::backend::{Backend, Commit, Committed, Loaded, MetaChange};
+use super::backend::{Backend, Commit, Committed, Loaded, MetaChange, WriteLock};
 use super::meta::EnvMeta;
 use super::state::{Kind, LogEntry};
 use super::{Retention, StoreError, corrupt, trim_log};
@@ -195,131 +195,56 @@ impl PostgresBackend {
         result
     }
 
-    /// One attempt at a commit.
-    async fn try_commit(&self, c: &Commit) -> Result<Committed, Attempt> {
+    /// Begins a write of `env`: a transaction holding the environment
+    /// row's lock (so writers of one environment, at any relay, queue in
+    /// revision order) and the database's head.
+    async fn begin(&self, env: &str) -> Result<Locked, Attempt> {
         let retry = |e: tokio_postgres::Error| {
             if connection_lost(&e) { Attempt::Retry(db(e)) } else { Attempt::Definite(db(e)) }
         };
-        let mut client = self.client().await.map_err(Attempt::Retry)?;
-        let tx = client.transaction().await.map_err(retry)?;
-        let name = c.meta.name.as_str();
-        let row = tx
-            .query_opt("SELECT epoch, revision FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&name])
+        let client = self.client().await.map_err(Attempt::Retry)?;
+        client.batch_execute("BEGIN").await.map_err(retry)?;
+        let mut locked = Locked { client: Some(client), epoch: String::new(), revision: 0 };
+        let row = locked
+            .c()
+            .query_opt("SELECT epoch, revision FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&env])
             .await
             .map_err(retry)?
-            .ok_or_else(|| Attempt::Definite(StoreError::EnvNotFound(name.to_owned())))?;
-        let (epoch, revision): (String, i64) = (row.get(0), row.get(1));
-        if epoch != c.meta.epoch || revision as u64 != c.base {
-            let current = revision as u64;
-            return Err(Attempt::Definite(StoreError::Behind { env: name.to_owned(), epoch, current }));
+            .ok_or_else(|| Attempt::Definite(StoreError::EnvNotFound(env.to_owned())))?;
+        locked.epoch = row.get(0);
+        locked.revision = row.get::<_, i64>(1) as u64;
+        Ok(locked)
+    }
+
+    /// One attempt at a commit planned on `c.base`.
+    async fn try_commit(&self, c: &Commit) -> Result<Committed, Attempt> {
+        let locked = self.begin(&c.meta.name).await?;
+        if locked.epoch != c.meta.epoch || locked.revision != c.base {
+            let (env, epoch, current) = (c.meta.name.clone(), locked.epoch.clone(), locked.revision);
+            return Err(Attempt::Definite(StoreError::Behind { env, epoch, current }));
         }
-        let Some(entry) = &c.entry else {
-            return Err(Attempt::Definite(StoreError::Storage(
-                "a shared database commits one log entry per revision".into(),
-            )));
-        };
-        let rev = entry.revision as i64;
-        tx.execute(
-            "INSERT INTO flagstream_requests (id, env, revision) VALUES ($1, $2, $3)",
-            &[&c.request_id, &name, &rev],
-        )
-        .await
-        .map_err(retry)?;
-        tx.execute(
-            "UPDATE flagstream_envs SET revision = $2, checksum = $3, committed_unix_ms = $4, audit_head = $5 WHERE name = $1",
-            &[&name, &rev, &(c.meta.checksum as i64), &(c.meta.committed_unix_ms as i64), &c.meta.audit_head],
-        )
-        .await
-        .map_err(retry)?;
-        let (mut up_kind, mut up_key, mut up_bytes, mut del_kind, mut del_key) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut h_kind, mut h_key, mut h_bytes) = (Vec::new(), Vec::new(), Vec::new());
-        for i in &c.items {
-            h_kind.push(kind_code(i.key.0));
-            h_key.push(i.key.1.clone());
-            h_bytes.push(i.bytes.as_ref().map(|b| b.to_vec()));
-            match &i.bytes {
-                Some(b) => {
-                    up_kind.push(kind_code(i.key.0));
-                    up_key.push(i.key.1.clone());
-                    up_bytes.push(b.to_vec());
+        locked.finish(c).await
+    }
+
+    /// After a connection lost at COMMIT: looks the write's request id up.
+    /// `Some`: it committed; `None`: it did not (retry it);
+    /// `OutcomeUnknown`: the database could not be asked in time.
+    async fn resolve(&self, request_id: &str, e: StoreError) -> Result<Option<Committed>, StoreError> {
+        tracing::warn!(error = %e, "the database connection failed during the commit; looking its request id up");
+        let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
+        loop {
+            match self.committed(request_id).await {
+                Some(true) => {
+                    tracing::info!(request = %request_id, "the commit had happened: its request id is in the database");
+                    return Ok(Some(Committed::default()));
                 }
-                None => {
-                    del_kind.push(kind_code(i.key.0));
-                    del_key.push(i.key.1.clone());
+                Some(false) => return Ok(None),
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
+                None => return Err(StoreError::OutcomeUnknown(Box::new(e))),
             }
         }
-        tx.execute(
-            "INSERT INTO flagstream_items (env, kind, key, bytes)
-             SELECT $1, k, n, b FROM unnest($2::smallint[], $3::text[], $4::bytea[]) AS u (k, n, b)
-             ON CONFLICT (env, kind, key) DO UPDATE SET bytes = EXCLUDED.bytes",
-            &[&name, &up_kind, &up_key, &up_bytes],
-        )
-        .await
-        .map_err(retry)?;
-        tx.execute(
-            "DELETE FROM flagstream_items WHERE env = $1
-             AND (kind, key) IN (SELECT k, n FROM unnest($2::smallint[], $3::text[]) AS u (k, n))",
-            &[&name, &del_kind, &del_key],
-        )
-        .await
-        .map_err(retry)?;
-        tx.execute(
-            "INSERT INTO flagstream_history (env, revision, commit_id, committed_unix_ms, checksum, bytes)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &name,
-                &rev,
-                &c.request_id,
-                &(entry.committed_unix_ms as i64),
-                &(c.meta.checksum as i64),
-                &(entry.bytes as i64),
-            ],
-        )
-        .await
-        .map_err(retry)?;
-        tx.execute(
-            "INSERT INTO flagstream_history_items (env, revision, kind, key, bytes)
-             SELECT $1, $2, k, n, b FROM unnest($3::smallint[], $4::text[], $5::bytea[]) AS u (k, n, b)",
-            &[&name, &rev, &h_kind, &h_key, &h_bytes],
-        )
-        .await
-        .map_err(retry)?;
-        let (mut seqs, mut a_kind, mut a_key, mut records) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ((_, seq), r) in &c.audit {
-            seqs.push(*seq as i32);
-            a_kind.push(kind_code(r.kind));
-            a_key.push(r.key.clone());
-            records.push(
-                serde_json::to_value(r)
-                    .map_err(|e| Attempt::Definite(corrupt("audit record (while encoding)".into(), e)))?,
-            );
-        }
-        tx.execute(
-            "INSERT INTO flagstream_audit (env, revision, seq, kind, key, record)
-             SELECT $1, $2, s, k, n, r FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::jsonb[]) AS u (s, k, n, r)",
-            &[&name, &rev, &seqs, &a_kind, &a_key, &records],
-        )
-        .await
-        .map_err(retry)?;
-        let mut trimmed = 0;
-        if let Some(floor) = c.audit_floor {
-            trimmed = tx
-                .execute(
-                    "DELETE FROM flagstream_audit WHERE env = $1 AND revision <= $2",
-                    &[&name, &(floor as i64)],
-                )
-                .await
-                .map_err(retry)?;
-        }
-        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("rev:{name}:{rev}")])
-            .await
-            .map_err(retry)?;
-        tx.commit().await.map_err(|e| {
-            if connection_lost(&e) { Attempt::Ambiguous(db(e)) } else { Attempt::Definite(db(e)) }
-        })?;
-        Ok(Committed { audit_trimmed: trimmed as usize })
     }
 
     /// Whether the write with `request_id` committed (`None`: the database
@@ -349,8 +274,198 @@ impl PostgresBackend {
     }
 }
 
+/// A write transaction holding one environment row's lock. Dropped without
+/// `finish`, its connection is closed (not returned to the pool): the
+/// database rolls the transaction back.
+struct Locked {
+    client: Option<deadpool_postgres::Object>,
+    epoch: String,
+    revision: u64,
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            // Leaves the pool and closes: an open transaction must never be
+            // handed to another write.
+            drop(deadpool_postgres::Object::take(c));
+        }
+    }
+}
+
+impl Locked {
+    fn c(&self) -> &tokio_postgres::Client {
+        self.client.as_ref().expect("a connection until finished")
+    }
+
+    /// Writes `c` and commits; the connection goes back to the pool.
+    async fn finish(mut self, c: &Commit) -> Result<Committed, Attempt> {
+        let done = self.write(c).await?;
+        // Committed: the connection is clean again.
+        drop(self.client.take());
+        Ok(done)
+    }
+
+    async fn write(&self, c: &Commit) -> Result<Committed, Attempt> {
+        let retry = |e: tokio_postgres::Error| {
+            if connection_lost(&e) { Attempt::Retry(db(e)) } else { Attempt::Definite(db(e)) }
+        };
+        let name = c.meta.name.as_str();
+        let Some(entry) = &c.entry else {
+            return Err(Attempt::Definite(StoreError::Storage(
+                "a shared database commits one log entry per revision".into(),
+            )));
+        };
+        let rev = entry.revision as i64;
+        self.c()
+            .execute(
+                "INSERT INTO flagstream_requests (id, env, revision) VALUES ($1, $2, $3)",
+                &[&c.request_id, &name, &rev],
+            )
+            .await
+            .map_err(retry)?;
+        self.c().execute(
+            "UPDATE flagstream_envs SET revision = $2, checksum = $3, committed_unix_ms = $4, audit_head = $5 WHERE name = $1",
+            &[&name, &rev, &(c.meta.checksum as i64), &(c.meta.committed_unix_ms as i64), &c.meta.audit_head],
+        )
+        .await
+        .map_err(retry)?;
+        let (mut up_kind, mut up_key, mut up_bytes, mut del_kind, mut del_key) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut h_kind, mut h_key, mut h_bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for i in &c.items {
+            h_kind.push(kind_code(i.key.0));
+            h_key.push(i.key.1.clone());
+            h_bytes.push(i.bytes.as_ref().map(|b| b.to_vec()));
+            match &i.bytes {
+                Some(b) => {
+                    up_kind.push(kind_code(i.key.0));
+                    up_key.push(i.key.1.clone());
+                    up_bytes.push(b.to_vec());
+                }
+                None => {
+                    del_kind.push(kind_code(i.key.0));
+                    del_key.push(i.key.1.clone());
+                }
+            }
+        }
+        self.c()
+            .execute(
+                "INSERT INTO flagstream_items (env, kind, key, bytes)
+             SELECT $1, k, n, b FROM unnest($2::smallint[], $3::text[], $4::bytea[]) AS u (k, n, b)
+             ON CONFLICT (env, kind, key) DO UPDATE SET bytes = EXCLUDED.bytes",
+                &[&name, &up_kind, &up_key, &up_bytes],
+            )
+            .await
+            .map_err(retry)?;
+        self.c()
+            .execute(
+                "DELETE FROM flagstream_items WHERE env = $1
+             AND (kind, key) IN (SELECT k, n FROM unnest($2::smallint[], $3::text[]) AS u (k, n))",
+                &[&name, &del_kind, &del_key],
+            )
+            .await
+            .map_err(retry)?;
+        self.c().execute(
+            "INSERT INTO flagstream_history (env, revision, commit_id, committed_unix_ms, checksum, bytes)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &name,
+                &rev,
+                &c.request_id,
+                &(entry.committed_unix_ms as i64),
+                &(c.meta.checksum as i64),
+                &(entry.bytes as i64),
+            ],
+        )
+        .await
+        .map_err(retry)?;
+        self.c()
+            .execute(
+                "INSERT INTO flagstream_history_items (env, revision, kind, key, bytes)
+             SELECT $1, $2, k, n, b FROM unnest($3::smallint[], $4::text[], $5::bytea[]) AS u (k, n, b)",
+                &[&name, &rev, &h_kind, &h_key, &h_bytes],
+            )
+            .await
+            .map_err(retry)?;
+        let (mut seqs, mut a_kind, mut a_key, mut records) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((_, seq), r) in &c.audit {
+            seqs.push(*seq as i32);
+            a_kind.push(kind_code(r.kind));
+            a_key.push(r.key.clone());
+            records.push(
+                serde_json::to_value(r)
+                    .map_err(|e| Attempt::Definite(corrupt("audit record (while encoding)".into(), e)))?,
+            );
+        }
+        self.c().execute(
+            "INSERT INTO flagstream_audit (env, revision, seq, kind, key, record)
+             SELECT $1, $2, s, k, n, r FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::jsonb[]) AS u (s, k, n, r)",
+            &[&name, &rev, &seqs, &a_kind, &a_key, &records],
+        )
+        .await
+        .map_err(retry)?;
+        let mut trimmed = 0;
+        if let Some(floor) = c.audit_floor {
+            trimmed = self
+                .c()
+                .execute(
+                    "DELETE FROM flagstream_audit WHERE env = $1 AND revision <= $2",
+                    &[&name, &(floor as i64)],
+                )
+                .await
+                .map_err(retry)?;
+        }
+        self.c()
+            .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("rev:{name}:{rev}")])
+            .await
+            .map_err(retry)?;
+        self.c().batch_execute("COMMIT").await.map_err(|e| {
+            if connection_lost(&e) { Attempt::Ambiguous(db(e)) } else { Attempt::Definite(db(e)) }
+        })?;
+        Ok(Committed { audit_trimmed: trimmed as usize })
+    }
+}
+
+/// [`WriteLock`] of the PostgreSQL backend.
+struct PgWriteLock {
+    backend: PostgresBackend,
+    locked: Locked,
+}
+
+#[async_trait]
+impl WriteLock for PgWriteLock {
+    fn head(&self) -> (&str, u64) {
+        (&self.locked.epoch, self.locked.revision)
+    }
+
+    async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError> {
+        let PgWriteLock { backend, locked } = *self;
+        match locked.finish(&commit).await {
+            Ok(done) => Ok(done),
+            Err(Attempt::Definite(e)) => Err(e),
+            // Lost before COMMIT: nothing happened; the store plans again.
+            Err(Attempt::Retry(e)) => Err(StoreError::DatabaseUnavailable(Box::new(e))),
+            Err(Attempt::Ambiguous(e)) => match backend.resolve(&commit.request_id, e).await? {
+                Some(done) => Ok(done),
+                None => Err(StoreError::DatabaseUnavailable("the commit did not happen".into())),
+            },
+        }
+    }
+}
+
 #[async_trait]
 impl Backend for PostgresBackend {
+    async fn lock_for_write(&self, env: &str) -> Result<Option<Box<dyn WriteLock>>, StoreError> {
+        match self.begin(env).await {
+            Ok(locked) => Ok(Some(Box::new(PgWriteLock { backend: self.clone(), locked }))),
+            Err(Attempt::Definite(e)) => Err(e),
+            Err(Attempt::Retry(e) | Attempt::Ambiguous(e)) => {
+                Err(StoreError::DatabaseUnavailable(Box::new(e)))
+            }
+        }
+    }
+
     fn name(&self) -> &'static str {
         "postgres"
     }
@@ -450,24 +565,11 @@ impl Backend for PostgresBackend {
                     tracing::warn!(error = %e, "the database connection failed before the commit; retrying");
                     last = Some(e);
                 }
-                Err(Attempt::Ambiguous(e)) => {
-                    tracing::warn!(error = %e, "the database connection failed during the commit; looking its request id up");
-                    let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
-                    loop {
-                        match self.committed(&commit.request_id).await {
-                            Some(true) => {
-                                tracing::info!(request = %commit.request_id, "the commit had happened: its request id is in the database");
-                                return Ok(Committed::default());
-                            }
-                            Some(false) => break,
-                            None if tokio::time::Instant::now() < deadline => {
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                            }
-                            None => return Err(StoreError::OutcomeUnknown(Box::new(e))),
-                        }
-                    }
-                    last = Some(e);
-                }
+                Err(Attempt::Ambiguous(e)) => match self.resolve(&commit.request_id, e).await {
+                    Ok(Some(done)) => return Ok(done),
+                    Ok(None) => {}
+                    Err(e) => return Err(e),
+                },
             }
         }
         Err(StoreError::DatabaseUnavailable(Box::new(

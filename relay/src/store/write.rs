@@ -13,8 +13,9 @@ use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
 use super::{Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
 
-/// Plans of one write against a shared database whose head kept moving.
-const BEHIND_ATTEMPTS: usize = 8;
+/// Plans of one write against a shared database whose head kept moving
+/// (writers of one environment at several relays).
+const BEHIND_ATTEMPTS: usize = 64;
 /// How long a write waits for the change feed to catch up before planning
 /// again.
 const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -91,6 +92,33 @@ impl Store {
                 return Err(StoreError::Abandoned);
             }
             env.check_writable()?;
+            // A shared database: lock the environment's row there first
+            // (writers at every relay queue on it), and bring memory to the
+            // database's head, so the plan is made on exactly the state the
+            // commit replaces.
+            let lock = self.inner.backend.lock_for_write(env_name).await?;
+            if let Some(l) = &lock {
+                let (epoch, revision) = (l.head().0.to_owned(), l.head().1);
+                let seen = |env: &Env| {
+                    let s = env.state.load();
+                    (s.epoch.clone(), s.revision)
+                };
+                let before = seen(&env);
+                if before != (epoch.clone(), revision) {
+                    // The row lock goes first: catching up may itself write
+                    // the row (a new epoch after lost history), from
+                    // another connection.
+                    drop(lock);
+                    self.metrics().limit_hit("write_behind");
+                    self.catch_up_locked(&env).await;
+                    if seen(&env) == before {
+                        drop(write);
+                        self.wait_for_head(&env, &epoch, revision).await;
+                    }
+                    behind = Some(StoreError::Behind { env: env_name.to_owned(), epoch, current: revision });
+                    continue;
+                }
+            }
             let state = env.state.load_full();
             if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
                 return Err(StoreError::RevisionConflict {
@@ -122,7 +150,13 @@ impl Store {
             let meta = commit.meta.clone();
             // Durable before anyone is told: the caller, and the subscribers.
             env.committing.store(true, Ordering::Release);
-            match self.inner.backend.commit(commit).await {
+            let started = std::time::Instant::now();
+            let committed = match lock {
+                Some(l) => l.commit(commit).await,
+                None => self.inner.backend.commit(commit).await,
+            };
+            self.metrics().commit_latency.observe(started.elapsed().as_secs_f64());
+            match committed {
                 Ok(done) => {
                     self.metrics().audit_trimmed.inc_by(done.audit_trimmed as u64);
                     self.publish(&env, meta, state);

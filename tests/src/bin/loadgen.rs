@@ -80,6 +80,20 @@ struct Args {
     /// replicas' (summed); 0: subscribers connect to the primary.
     #[arg(long, default_value_t = 0, conflicts_with_all = ["heavy", "noisy"])]
     replicas: usize,
+    /// Run on PostgreSQL: a server this tool starts (the tests' fixture),
+    /// two relays on it; the subscribers split between them and the writes
+    /// go to the first, so latency is commit → the other relay's feed →
+    /// the SDK as well as the local path.
+    #[arg(long, conflicts_with_all = ["heavy", "noisy", "replicas"])]
+    postgres: bool,
+    /// Instead of propagation, measure admin write throughput: this many
+    /// concurrent writers for `--throughput-secs`, against a sled relay and
+    /// then two relays on PostgreSQL, in the same run.
+    #[arg(long, default_value_t = 0)]
+    throughput_writers: usize,
+    /// Seconds each throughput phase runs.
+    #[arg(long, default_value_t = 10)]
+    throughput_secs: u64,
 }
 
 fn now_ms() -> u64 {
@@ -693,7 +707,18 @@ async fn connection(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.throughput_writers > 0 {
+        return throughput::run(args.throughput_writers, Duration::from_secs(args.throughput_secs)).await;
+    }
     let dir = tempfile::tempdir()?;
+    let pg = match args.postgres {
+        true => Some(
+            flagstream_tests::postgres::Postgres::start_durable()
+                .ok_or_else(|| anyhow::anyhow!("no PostgreSQL server binaries"))?,
+        ),
+        false => None,
+    };
+    let pg_url = pg.as_ref().map(|pg| pg.database("loadgen"));
     let (streams, subs) =
         ((args.subscribers / args.connections + 16).to_string(), (args.subscribers + 100).to_string());
     let mut relay_args = vec![
@@ -719,6 +744,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         relay_args.extend(["--quota-writes-per-sec", w, "--quota-subscribes-per-sec", s]);
     } else {
         relay_args.extend(["--quota-subscribes-per-sec", &subs]);
+    }
+    if let Some(url) = &pg_url {
+        relay_args.extend(["--store", url.as_str()]);
     }
     let relay = Relay::start(dir.path(), &relay_args).await;
     let key = relay.demo_key();
@@ -767,7 +795,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             replicas.push(ready);
         }
     }
-    let serving: Vec<&Relay> = if replicas.is_empty() { vec![&relay] } else { replicas.iter().collect() };
+    if pg_url.is_some() {
+        // The second relay on the same database.
+        let mut second_args = relay_args.clone();
+        second_args.extend(["--demo", "false"]);
+        let mut second = Relay::start(&dir.path().join("second"), &second_args).await;
+        second.admin_secret = Some(relay.admin_token());
+        let head = relay.status().await.environments.iter().map(|e| e.head_revision).max().unwrap_or(0);
+        second.wait_head("demo", head).await;
+        replicas.push(second);
+    }
+    let serving: Vec<&Relay> = if replicas.is_empty() {
+        vec![&relay]
+    } else if pg_url.is_some() {
+        vec![&relay, &replicas[0]]
+    } else {
+        replicas.iter().collect()
+    };
     let pids: Vec<u32> = serving.iter().map(|r| r.pid()).collect();
     let sum_stats =
         |pids: &[u32]| pids.iter().map(|p| proc_stats(*p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -874,6 +918,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     drop(serving);
     drop(replicas);
     drop(relay);
+    drop(pg);
     let mut unfinished = 0;
     for t in tasks {
         // A subscriber that does not end (or panicked) gives no samples:
@@ -984,4 +1029,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--throughput-writers`: admin write throughput, sled and PostgreSQL in
+/// one run.
+mod throughput {
+    use std::time::{Duration, Instant};
+
+    use flagstream_tests::relay::{Relay, bool_flag, put};
+
+    use super::pct;
+
+    /// `writers` concurrent writers, each toggling its own flag, for `secs`;
+    /// commits per second and the commit latency.
+    async fn phase(name: &str, relays: &[&Relay], writers: usize, secs: Duration) -> anyhow::Result<()> {
+        let mut tasks = Vec::new();
+        for w in 0..writers {
+            let relay = relays[w % relays.len()];
+            let mut admin = relay.admin().await;
+            tasks.push(tokio::spawn(async move {
+                let (mut lat, started) = (Vec::new(), Instant::now());
+                let mut i = 0u64;
+                while started.elapsed() < secs {
+                    let t = Instant::now();
+                    put(&mut admin, "demo", bool_flag(&format!("writer-{w}"), i.is_multiple_of(2))).await?;
+                    lat.push(t.elapsed().as_micros() as u64);
+                    i += 1;
+                }
+                Ok::<_, anyhow::Error>(lat)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        all.sort_unstable();
+        println!(
+            "{name:<32} {:>7.0} commits/s over {writers} writers; commit p50 {:.1} ms, p99 {:.1} ms",
+            all.len() as f64 / secs.as_secs_f64(),
+            pct(&all, 0.5) as f64 / 1000.0,
+            pct(&all, 0.99) as f64 / 1000.0
+        );
+        Ok(())
+    }
+
+    pub(super) async fn run(writers: usize, secs: Duration) -> anyhow::Result<()> {
+        let quota = ["--quota-writes-per-sec", "100000", "--quota-token-writes-per-sec", "100000"];
+        let dir = tempfile::tempdir()?;
+        let sled = Relay::start(&dir.path().join("sled"), &quota).await;
+        phase("sled (one relay)", &[&sled], writers, secs).await?;
+        drop(sled);
+        let pg = flagstream_tests::postgres::Postgres::start_durable()
+            .ok_or_else(|| anyhow::anyhow!("no PostgreSQL server binaries"))?;
+        let url = pg.database("throughput");
+        let mut args = quota.to_vec();
+        args.extend(["--store", url.as_str()]);
+        let a = Relay::start(&dir.path().join("pg-a"), &args).await;
+        phase("postgres (one relay)", &[&a], writers, secs).await?;
+        let mut args_b = args.clone();
+        args_b.extend(["--demo", "false"]);
+        let mut b = Relay::start(&dir.path().join("pg-b"), &args_b).await;
+        b.admin_secret = Some(a.admin_token());
+        phase("postgres (two relays, writers split)", &[&a, &b], writers, secs).await?;
+        Ok(())
+    }
 }

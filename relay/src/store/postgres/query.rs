@@ -331,3 +331,10 @@ pub async fn peer_reports(
         .map_err(db)?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
 }
+
+/// The fraction (0–1) of the server's NOTIFY queue in use: a session that
+/// LISTENs and never reads fills it, and at 1 every commit that notifies
+/// fails.
+pub async fn notification_queue_usage(c: &Client) -> Result<f64, StoreError> {
+    Ok(c.query_one("SELECT pg_notification_queue_usage()", &[]).await.map_err(db)?.get(0))
+}
