@@ -41,7 +41,7 @@ use crate::propagation::{REPORTED_REVISIONS, Report};
 use crate::store::postgres::query::{self, Revision};
 use crate::store::postgres::{CHANNEL, PostgresBackend};
 use crate::store::state::Kind;
-use crate::store::{Env, Store, StoreError, now_ms};
+use crate::store::{CatchUpOutcome, Env, Store, StoreError, now_ms};
 
 /// The safety-net poll: every environment is caught up this often.
 const POLL: Duration = Duration::from_secs(30);
@@ -298,18 +298,27 @@ impl Feed {
         // The head is read under the environment's write lock: a write of
         // this relay's own cannot land between the read and the compare.
         let _write = env.write.lock().await;
-        self.catch_up_locked(&env, name).await
+        self.catch_up_locked(&env, name, false).await.map(|_| ())
     }
 
     /// [`Feed::catch_up`] with the environment's write lock held by the
     /// caller (a write that holds it and found the database ahead).
-    async fn catch_up_locked(&self, env: &Arc<Env>, name: &str) -> Result<(), StoreError> {
+    ///
+    /// With `row_locked` the caller also holds the environment's row: a
+    /// new epoch is then left to a call without it
+    /// ([`CatchUpOutcome::NeedsRowUnlocked`]).
+    async fn catch_up_locked(
+        &self,
+        env: &Arc<Env>,
+        name: &str,
+        row_locked: bool,
+    ) -> Result<CatchUpOutcome, StoreError> {
         let c = self.db.client().await?;
         let Some(head) = query::head(&c, name).await? else {
             // Deleted by another relay: the next full catch-up (which takes
             // no lock first) removes it here.
             self.store.kick_feed();
-            return Ok(());
+            return Ok(CatchUpOutcome::Done);
         };
         for id in self.store.replace_meta(env, head.meta.clone()) {
             self.hub.end_key(name, &id, "was revoked or expired");
@@ -343,28 +352,36 @@ impl Feed {
             self.store.take_cursor_ahead(name).filter(|(e, r)| *e == head.epoch && *r > head.revision);
         let lost = lost.or_else(|| {
             ahead
+                .as_ref()
                 .map(|(_, r)| format!("a subscriber holds revision {r}, the database only {}", head.revision))
         });
         if let Some(why) = lost {
-            return self.new_epoch(env, &head, &why).await;
+            if row_locked {
+                // Noted again for the call without the row lock.
+                if let Some((epoch, revision)) = &ahead {
+                    self.store.note_cursor_ahead(name, epoch, *revision);
+                }
+                return Ok(CatchUpOutcome::NeedsRowUnlocked);
+            }
+            return self.new_epoch(env, &head, &why).await.map(|()| CatchUpOutcome::Done);
         }
         if head.epoch != state.epoch {
             tracing::info!(env = %name, epoch = %head.epoch, "environment has a new epoch: reloading");
-            return self.reload(env).await;
+            return self.reload(env).await.map(|()| CatchUpOutcome::Done);
         }
         if head.revision == state.revision {
             env.freshness.confirm(now_ms(), 0);
-            return Ok(());
+            return Ok(CatchUpOutcome::Done);
         }
         let oldest = query::oldest(&c, name).await?;
         if oldest.is_none_or(|o| o > state.revision + 1) {
             // The history no longer reaches back to our head.
-            return self.reload(env).await;
+            return self.reload(env).await.map(|()| CatchUpOutcome::Done);
         }
         let revisions = query::history(&c, name, state.revision, head.revision).await?;
         drop(c);
         if revisions.first().is_none_or(|r| r.revision != state.revision + 1) {
-            return self.reload(env).await;
+            return self.reload(env).await.map(|()| CatchUpOutcome::Done);
         }
         let batches: Vec<Vec<Revision>> = if revisions.len() > PER_REVISION {
             vec![revisions]
@@ -375,11 +392,11 @@ impl Feed {
             if let Err(e) = self.apply(env, batch).await {
                 tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "a revision from the database did not apply; reloading the environment");
                 self.store.metrics().limit_hit("feed_resync");
-                return self.reload(env).await;
+                return self.reload(env).await.map(|()| CatchUpOutcome::Done);
             }
         }
         env.freshness.confirm(now_ms(), 0);
-        Ok(())
+        Ok(CatchUpOutcome::Done)
     }
 
     /// Applies `revisions` (one, or several coalesced) as one delta.
@@ -534,18 +551,22 @@ impl Feed {
 
 #[async_trait::async_trait]
 impl crate::store::CatchUp for Feed {
-    async fn catch_up_locked(&self, env: &Arc<Env>) {
+    async fn catch_up_locked(&self, env: &Arc<Env>, row_locked: bool) -> CatchUpOutcome {
         let name = env.meta.load().name.clone();
-        let caught_up = timed(Feed::catch_up_locked(self, env, &name)).await;
-        if let Err(e) = caught_up {
-            tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "catching up for a write failed");
+        let caught_up = timed(Feed::catch_up_locked(self, env, &name, row_locked)).await;
+        match caught_up {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(env = %name, error = %flagstream::follow::error_chain(&e), "catching up for a write failed");
+                CatchUpOutcome::Done
+            }
         }
     }
 }
 
 /// Runs `work` within three [`QUERY_TIMEOUT`]s (a query on a dead
 /// connection would otherwise wait for TCP to give up).
-async fn timed(work: impl Future<Output = Result<(), StoreError>>) -> Result<(), Ended> {
+async fn timed<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T, Ended> {
     match tokio::time::timeout(QUERY_TIMEOUT * 3, work).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(Ended::Timeout(QUERY_TIMEOUT * 3)),

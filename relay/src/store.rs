@@ -326,9 +326,20 @@ impl Retention {
 /// (implemented by the change feed).
 #[async_trait::async_trait]
 pub trait CatchUp: Send + Sync + std::fmt::Debug {
-    /// Catches `env` up; the caller holds its write lock. Failures are the
-    /// implementation's to report.
-    async fn catch_up_locked(&self, env: &Arc<Env>);
+    /// Catches `env` up; the caller holds its write lock, and with
+    /// `row_locked` also the environment's row in the database. Failures
+    /// are the implementation's to report.
+    async fn catch_up_locked(&self, env: &Arc<Env>, row_locked: bool) -> CatchUpOutcome;
+}
+
+/// What [`CatchUp::catch_up_locked`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUpOutcome {
+    /// Caught up as far as it could (or failed and reported it).
+    Done,
+    /// History was lost and the environment needs a new epoch, which
+    /// writes the row: call again without holding it.
+    NeedsRowUnlocked,
 }
 
 /// Where a relay's data comes from.
@@ -674,10 +685,11 @@ impl Store {
     }
 
     /// Catches `env` up now (its write lock held), if a change feed runs.
-    pub(crate) async fn catch_up_locked(&self, env: &Arc<Env>) {
+    pub(crate) async fn catch_up_locked(&self, env: &Arc<Env>, row_locked: bool) -> CatchUpOutcome {
         let c = self.inner.catch_up.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(c) = c {
-            c.catch_up_locked(env).await;
+        match c {
+            Some(c) => c.catch_up_locked(env, row_locked).await,
+            None => CatchUpOutcome::Done,
         }
     }
 

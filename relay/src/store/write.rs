@@ -11,7 +11,7 @@ use super::backend::{Commit, ItemChange};
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
-use super::{Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
+use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
 
 /// Plans of one write against a shared database whose head kept moving
 /// (writers of one environment at several relays).
@@ -96,26 +96,29 @@ impl Store {
             // (writers at every relay queue on it), and bring memory to the
             // database's head, so the plan is made on exactly the state the
             // commit replaces.
-            let lock = self.inner.backend.lock_for_write(env_name).await?;
+            let mut lock = self.inner.backend.lock_for_write(env_name).await?;
             if let Some(l) = &lock {
-                let (epoch, revision) = (l.head().0.to_owned(), l.head().1);
+                let head = (l.head().0.to_owned(), l.head().1);
                 let seen = |env: &Env| {
                     let s = env.state.load();
                     (s.epoch.clone(), s.revision)
                 };
-                let before = seen(&env);
-                if before != (epoch.clone(), revision) {
-                    // The row lock goes first: catching up may itself write
-                    // the row (a new epoch after lost history), from
-                    // another connection.
-                    drop(lock);
+                if seen(&env) != head {
+                    // Catching up reads without blocking on the row; only a
+                    // new epoch (lost history) writes it, and that needs the
+                    // row released first.
                     self.metrics().limit_hit("write_behind");
-                    self.catch_up_locked(&env).await;
-                    if seen(&env) == before {
-                        drop(write);
-                        self.wait_for_head(&env, &epoch, revision).await;
+                    if self.catch_up_locked(&env, true).await == CatchUpOutcome::NeedsRowUnlocked {
+                        lock = None;
+                        self.catch_up_locked(&env, false).await;
                     }
-                    behind = Some(StoreError::Behind { env: env_name.to_owned(), epoch, current: revision });
+                }
+                if lock.is_none() || seen(&env) != head {
+                    let (epoch, current) = head;
+                    drop(lock);
+                    drop(write);
+                    self.wait_for_head(&env, &epoch, current).await;
+                    behind = Some(StoreError::Behind { env: env_name.to_owned(), epoch, current });
                     continue;
                 }
             }
