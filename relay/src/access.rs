@@ -262,14 +262,23 @@ impl Tokens {
     }
 
     /// Reads every token again from the backend (another relay of a shared
-    /// database changed them).
-    pub async fn reload(&self) -> Result<(), AccessError> {
+    /// database changed them); returns the names revoked (or replaced)
+    /// since, whose streams must end.
+    pub async fn reload(&self) -> Result<Vec<String>, AccessError> {
         let records: BTreeMap<String, Arc<TokenRecord>> =
             self.backend.tokens().await?.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
-        if *self.by_name.load_full() != records {
-            self.publish(|m| *m = records);
+        let old = self.by_name.load_full();
+        if *old == records {
+            return Ok(Vec::new());
         }
-        Ok(())
+        // Gone, or replaced under the same name (a new secret).
+        let gone = old
+            .iter()
+            .filter(|(name, t)| records.get(*name).is_none_or(|n| n.hash != t.hash))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.publish(|m| *m = records);
+        Ok(gone)
     }
 
     /// A receiver that changes whenever a token is created or revoked.

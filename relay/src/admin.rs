@@ -25,7 +25,7 @@ use crate::error::invalid;
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
-use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
+use crate::store::{Env, Op, Source as StoreSource, Store, StoreError, Who, WriteResult};
 
 /// Largest page a list call returns.
 const MAX_PAGE: usize = 1_000;
@@ -644,7 +644,10 @@ impl Admin for AdminService {
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
-        let ctx = r.context.as_ref().map(wire::context_from_proto).unwrap_or_else(|| Context::new(""));
+        let ctx = match r.context.as_ref() {
+            Some(c) => wire::context_from_proto(c).map_err(StoreError::Invalid)?,
+            None => Context::new(""),
+        };
         let snap = &state.snapshot;
         let default = match &r.default_value {
             Some(v) => wire_variation_json(v)?,
@@ -786,12 +789,16 @@ pub fn reason_to_proto(r: &Reason<'_>) -> pb::Reason {
     match r {
         Reason::Off => out.kind = K::Off as i32,
         Reason::TargetMatch => out.kind = K::TargetMatch as i32,
-        Reason::RuleMatch { index, id } => {
+        Reason::RuleMatch { index, id, step } => {
             out.kind = K::RuleMatch as i32;
             out.rule_index = *index;
             out.rule_id = (*id).to_owned();
+            out.schedule_step = *step;
         }
-        Reason::Fallthrough { .. } => out.kind = K::Fallthrough as i32,
+        Reason::Fallthrough { step, .. } => {
+            out.kind = K::Fallthrough as i32;
+            out.schedule_step = *step;
+        }
         Reason::PrerequisiteFailed { key } => {
             out.kind = K::PrerequisiteFailed as i32;
             out.prerequisite_key = (*key).to_owned();

@@ -137,6 +137,27 @@ pub struct DemoArgs {
     pub options: Options,
 }
 
+/// An option value that may hold a credential (a database URL with its
+/// password): `Debug` never prints it; `--help` does not show it from the
+/// environment.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Sensitive(pub String);
+
+impl std::fmt::Debug for Sensitive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<redacted {} bytes>", self.0.len())
+    }
+}
+
+impl std::str::FromStr for Sensitive {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Sensitive, Self::Err> {
+        Ok(Sensitive(s.to_owned()))
+    }
+}
+
 /// Every relay option. Each is also an environment variable and a
 /// kebab-case key of the TOML file given by `--config`.
 #[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
@@ -208,9 +229,9 @@ pub struct Options {
     /// a PostgreSQL URL, `postgres://USER[:PASSWORD]@HOST:PORT/DB`: then
     /// every relay on that database accepts writes and follows its change
     /// feed [default: sled].
-    #[arg(long, env = "FLAGSTREAM_STORE")]
+    #[arg(long, env = "FLAGSTREAM_STORE", hide_env_values = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub store: Option<String>,
+    pub store: Option<Sensitive>,
     /// Data directory (sled store, admin token) [default: ./flagstream-data].
     #[arg(long, env = "FLAGSTREAM_DATA_DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -603,7 +624,7 @@ impl Options {
             }
             Some(other) => return Err(ConfigError(format!("role: {other:?} is not `primary` or `replica`"))),
         };
-        let store = match self.store.as_deref() {
+        let store = match self.store.as_ref().map(|s| s.0.as_str()) {
             None | Some("sled") => StoreUrl::Sled,
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 if let Err(e) = url.parse::<tokio_postgres::Config>() {

@@ -150,6 +150,7 @@ pub async fn live(
                             pb::WeightedVariation { variation: 0, weight: percent * 1_000 },
                             pb::WeightedVariation { variation: 1, weight: (100 - percent) * 1_000 },
                         ],
+                        context_kind: String::new(),
                     })),
                 };
                 let ops = vec![

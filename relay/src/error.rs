@@ -33,7 +33,7 @@ impl From<StoreError> for Status {
             StoreError::Storage(cause) => {
                 tracing::error!(error = %cause, "storage failure");
                 Status::unavailable(
-                    "storage failure; see the relay's log (a failed commit or flush stops writes to its environment until the relay restarts)",
+                    "storage failure; see the relay's log (with the embedded store, a failed commit or flush stops writes to its environment until the relay restarts)",
                 )
             }
             StoreError::Abandoned => Status::cancelled(e.to_string()),

@@ -106,6 +106,7 @@ impl Feed {
     /// doubling to 30 s, full jitter) and start over.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.store.set_catch_up(self.clone());
+        tokio::spawn(self.clone().gauges(stop.clone()));
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();
@@ -125,6 +126,25 @@ impl Feed {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(flagstream::follow::jitter_up_to(ceiling)) => {}
+            }
+        }
+    }
+
+    /// Every second, per environment: `upstream_live` (1 while the change
+    /// feed is live) and `staleness_seconds` (since the feed last confirmed
+    /// the data current), as replicas export them.
+    async fn gauges(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let m = self.store.metrics();
+            for env in self.store.envs() {
+                let labels = vec![("env", env.meta.load().name.clone())];
+                m.upstream_live.get_or_create(&labels).set(i64::from(env.freshness.is_live()));
+                m.staleness_seconds.get_or_create(&labels).set(self.store.staleness_ms(&env) as f64 / 1000.0);
             }
         }
     }
@@ -192,7 +212,7 @@ impl Feed {
         let mut ping = tokio::time::interval(PING);
         let mut report = tokio::time::interval(REPORT_EVERY);
         let mut prune = tokio::time::interval(PRUNE_EVERY);
-        let mut published: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut published: HashMap<String, (Vec<u8>, tokio::time::Instant)> = HashMap::new();
         loop {
             tokio::select! {
                 note = notes.recv() => {
@@ -257,12 +277,23 @@ impl Feed {
                 let env = rest.rsplit_once(':').filter(|_| note.starts_with("rev:")).map_or(rest, |(e, _)| e);
                 self.catch_up(env).await
             }
-            _ if note == "tokens" => self.tokens.reload().await.map_err(|e| StoreError::Storage(Box::new(e))),
+            _ if note == "tokens" => self.reload_tokens().await,
             _ => {
                 tracing::debug!(note, "unknown notification ignored");
                 Ok(())
             }
         }
+    }
+
+    /// Reads the tokens again; streams of replicas using a token another
+    /// relay revoked end here too.
+    async fn reload_tokens(&self) -> Result<(), StoreError> {
+        let gone = self.tokens.reload().await.map_err(|e| StoreError::Storage(Box::new(e)))?;
+        for name in gone {
+            let ended = self.hub.end_token(&name);
+            tracing::info!(token = %name, streams = ended, "token revoked at another relay");
+        }
+        Ok(())
     }
 
     /// Every environment, the tokens.
@@ -280,8 +311,7 @@ impl Feed {
         for name in &names {
             self.catch_up(name).await?;
         }
-        self.tokens.reload().await.map_err(|e| StoreError::Storage(Box::new(e)))?;
-        Ok(())
+        self.reload_tokens().await
     }
 
     /// Brings one environment to the database's head.
@@ -324,7 +354,13 @@ impl Feed {
             self.hub.end_key(name, &id, "was revoked or expired");
         }
         let state = env.state.load_full();
-        let incarnation = self.incarnation();
+        let mut incarnation = self.incarnation();
+        if !head.incarnation.is_empty() && head.incarnation != incarnation {
+            // Ours may be stale (read when the feed last connected, and a
+            // failover since): ask again before ending an epoch over it.
+            incarnation = query::incarnation(&c).await?;
+            *self.incarnation.lock().unwrap_or_else(|p| p.into_inner()) = incarnation.clone();
+        }
         let lost =
             if !incarnation.is_empty() && !head.incarnation.is_empty() && head.incarnation != incarnation {
                 Some(format!("the database is another incarnation ({} → {})", head.incarnation, incarnation))
@@ -370,6 +406,7 @@ impl Feed {
             return self.reload(env).await.map(|()| CatchUpOutcome::Done);
         }
         if head.revision == state.revision {
+            self.store.set_audit_head(env, &head.meta.audit_head);
             env.freshness.confirm(now_ms(), 0);
             return Ok(CatchUpOutcome::Done);
         }
@@ -395,6 +432,9 @@ impl Feed {
                 return self.reload(env).await.map(|()| CatchUpOutcome::Done);
             }
         }
+        // The audit chain's head at the revision reached (another relay
+        // sealed its records).
+        self.store.set_audit_head(env, &head.meta.audit_head);
         env.freshness.confirm(now_ms(), 0);
         Ok(CatchUpOutcome::Done)
     }
@@ -470,6 +510,7 @@ impl Feed {
         .map_err(StoreError::Task)?;
         match applied {
             Ok(_) => {
+                self.store.set_audit_head(env, &head.meta.audit_head);
                 tracing::info!(env = %name, revision = head.revision, "environment reloaded from the database");
                 env.freshness.confirm(now_ms(), 0);
                 Ok(())
@@ -498,7 +539,10 @@ impl Feed {
     }
 
     /// Publishes this relay's reports (when changed) and reads the others'.
-    async fn reports(&self, published: &mut HashMap<String, Vec<u8>>) -> Result<(), StoreError> {
+    async fn reports(
+        &self,
+        published: &mut HashMap<String, (Vec<u8>, tokio::time::Instant)>,
+    ) -> Result<(), StoreError> {
         let c = self.db.client().await?;
         for env in self.store.envs() {
             let state = env.state.load();
@@ -507,9 +551,14 @@ impl Feed {
                 .collect();
             let bytes =
                 self.hub.subtree_report(&state.name, &state.epoch, &recent).to_proto().encode_to_vec();
-            if published.get(&state.name) != Some(&bytes) {
+            // Unchanged reports are republished too, well within the
+            // freshness peers require: a quiet relay still counts.
+            let fresh = published.get(&state.name).is_some_and(|(b, at)| {
+                *b == bytes && at.elapsed() < Duration::from_secs_f64(PEER_FRESH_SECS / 3.0)
+            });
+            if !fresh {
                 query::publish_report(&c, &self.relay_id, &state.name, &state.epoch, &bytes).await?;
-                published.insert(state.name.clone(), bytes);
+                published.insert(state.name.clone(), (bytes, tokio::time::Instant::now()));
             }
         }
         let mut peers: HashMap<String, Vec<Report>> = HashMap::new();

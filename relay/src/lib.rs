@@ -111,7 +111,11 @@ pub async fn main_entry() {
         }
         config::Action::Check(options) => {
             let cfg = resolve(options);
-            let role = if cfg.upstream.is_some() { "replica" } else { "primary" };
+            let role = match (&cfg.upstream, &cfg.store) {
+                (Some(_), _) => "replica",
+                (None, config::StoreUrl::Postgres(_)) => "shared (PostgreSQL store)",
+                (None, config::StoreUrl::Sled) => "primary",
+            };
             println!("configuration ok ({role}, grpc {}, data {})", cfg.listen, cfg.data_dir.display());
             Ok(())
         }

@@ -743,6 +743,17 @@ impl Store {
         Ok(env)
     }
 
+    /// Sets `env`'s audit chain head (a shared database's, read with the
+    /// head it belongs to).
+    pub fn set_audit_head(&self, env: &Env, head: &str) {
+        let current = env.meta.load();
+        if current.audit_head != head {
+            let mut next = EnvMeta::clone(&current);
+            next.audit_head = head.to_owned();
+            env.meta.store(Arc::new(next));
+        }
+    }
+
     /// Replaces the metadata of `env` with what another writer of the
     /// shared database stored (its keys, description); returns the ids of
     /// keys that are gone (their streams must end).

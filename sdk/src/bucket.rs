@@ -9,8 +9,9 @@
 
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-use crate::context::{AttrName, AttrValue, Context, ScalarRef};
+use crate::context::{Context, ScalarRef};
 use crate::model::WEIGHT_TOTAL;
+use crate::reference::{Attr, KindSel};
 
 /// Largest integer magnitude a number attribute may have to be bucketable:
 /// beyond 2^53 an f64 no longer holds every integer exactly.
@@ -27,25 +28,27 @@ pub fn bucket_bytes(value: &[u8], seed: u64) -> u32 {
     (xxh3_64_with_seed(value, seed) % u64::from(WEIGHT_TOTAL)) as u32
 }
 
-/// The bucket of a context for a rollout bucketed by `attr`. Values that are
-/// not bucketable (missing, bool, list, fractional number) land in bucket 0.
+/// The bucket of a context for a rollout bucketed by `attr` of the `kind`
+/// selected. Values that are not bucketable (a missing kind or attribute, a
+/// bool, list, object or fractional number) land in bucket 0.
 #[inline]
-pub(crate) fn bucket(ctx: &Context<'_>, attr: &AttrName, seed: u64) -> u32 {
-    let value = match attr {
-        AttrName::Key => ScalarRef::Str(ctx.key()),
-        AttrName::Kind => ScalarRef::Str(ctx.context_kind()),
-        AttrName::Custom(name) => match ctx.attribute(name) {
-            Some(AttrValue::Scalar(s)) => ScalarRef::from(s),
-            _ => return 0,
-        },
-    };
+pub(crate) fn bucket(ctx: &Context<'_>, kind: &KindSel, attr: &Attr, seed: u64) -> u32 {
+    bucket_if_any(ctx, kind, attr, seed).unwrap_or(0)
+}
+
+/// [`bucket`], but `None` for a context that is not bucketable (schedules
+/// and segment weights leave such contexts outside any share below 100%).
+#[inline]
+pub(crate) fn bucket_if_any(ctx: &Context<'_>, kind: &KindSel, attr: &Attr, seed: u64) -> Option<u32> {
+    // `kind` is the selected kind's name, not every kind's.
+    let value = ctx.lookup(kind, attr)?.single()?;
     match value {
-        ScalarRef::Str(s) => bucket_bytes(s.as_bytes(), seed),
+        ScalarRef::Str(s) => Some(bucket_bytes(s.as_bytes(), seed)),
         ScalarRef::Num(n) if n.fract() == 0.0 && n.abs() <= MAX_EXACT_INT => {
             let mut buf = itoa::Buffer::new();
-            bucket_bytes(buf.format(n as i64).as_bytes(), seed)
+            Some(bucket_bytes(buf.format(n as i64).as_bytes(), seed))
         }
-        _ => 0,
+        _ => None,
     }
 }
 
@@ -79,14 +82,29 @@ mod tests {
     #[test]
     fn number_and_odd_values() {
         let seed = seed_for(None, "f");
-        let by = AttrName::Custom("n".into());
+        let (by, k) = (Attr::Name("n".into()), KindSel::Default);
         let ctx = Context::new("k").with("n", 42.0);
-        assert_eq!(bucket(&ctx, &by, seed), bucket_bytes(b"42", seed));
+        assert_eq!(bucket(&ctx, &k, &by, seed), bucket_bytes(b"42", seed));
         let ctx = Context::new("k").with("n", -7);
-        assert_eq!(bucket(&ctx, &by, seed), bucket_bytes(b"-7", seed));
-        assert_eq!(bucket(&Context::new("k").with("n", 1.5), &by, seed), 0);
-        assert_eq!(bucket(&Context::new("k").with("n", true), &by, seed), 0);
-        assert_eq!(bucket(&Context::new("k"), &by, seed), 0);
-        assert_eq!(bucket(&Context::new("k").with("n", vec!["x"]), &by, seed), 0);
+        assert_eq!(bucket(&ctx, &k, &by, seed), bucket_bytes(b"-7", seed));
+        assert_eq!(bucket(&Context::new("k").with("n", 1.5), &k, &by, seed), 0);
+        assert_eq!(bucket(&Context::new("k").with("n", true), &k, &by, seed), 0);
+        assert_eq!(bucket(&Context::new("k"), &k, &by, seed), 0);
+        assert_eq!(bucket(&Context::new("k").with("n", vec!["x"]), &k, &by, seed), 0);
+        assert_eq!(bucket_if_any(&Context::new("k"), &k, &by, seed), None);
+    }
+
+    /// A multi-kind context buckets by the named kind's key; a missing
+    /// kind is not bucketable.
+    #[test]
+    fn bucketing_by_kind() {
+        let seed = seed_for(None, "f");
+        let ctx = Context::new("u1").and(Context::new("o1").kind("org"));
+        let org = KindSel::Named("org".into());
+        assert_eq!(bucket(&ctx, &org, &Attr::Key, seed), bucket_bytes(b"o1", seed));
+        assert_eq!(bucket(&ctx, &KindSel::Default, &Attr::Key, seed), bucket_bytes(b"u1", seed));
+        let device = KindSel::Named("device".into());
+        assert_eq!(bucket_if_any(&ctx, &device, &Attr::Key, seed), None);
+        assert_eq!(bucket(&ctx, &org, &Attr::Kind, seed), bucket_bytes(b"org", seed));
     }
 }

@@ -8,9 +8,11 @@ use std::collections::HashSet;
 use regex::Regex;
 use serde_json::Value as Json;
 
-use crate::context::{AttrName, Context, ScalarRef};
+use crate::context::{Context, ScalarRef};
+use crate::eval::ErrorKind;
 use crate::limit::Limits;
 use crate::model::{Clause, Operator};
+use crate::reference::{Attr, KindSel, parse_attr};
 
 /// `in` lists up to this long are scanned; longer ones are hashed. A scan
 /// of a few short strings beats hashing the attribute.
@@ -75,7 +77,8 @@ pub(crate) enum Op {
 /// A clause ready to evaluate.
 #[derive(Debug)]
 pub(crate) struct CompiledClause {
-    pub(crate) attr: AttrName,
+    pub(crate) kind: KindSel,
+    pub(crate) attr: Attr,
     pub(crate) op: Op,
     pub(crate) negate: bool,
 }
@@ -134,22 +137,56 @@ impl CompiledClause {
             Operator::After => Op::Date(false, dates()?),
             Operator::SegmentMatch => Op::Segment(strs()?),
         };
-        Ok(CompiledClause { attr: AttrName::parse(&clause.attribute), op, negate: clause.negate })
+        let attr = match clause.op {
+            // Ignored: `segment_match` reads no attribute.
+            Operator::SegmentMatch => Attr::Key,
+            _ => parse_attr(&clause.attribute).map_err(|_| Uncompilable)?,
+        };
+        Ok(CompiledClause { kind: KindSel::parse(&clause.context_kind), attr, op, negate: clause.negate })
     }
 
     /// Does the context satisfy this clause? `in_segment` answers
-    /// `segment_match` for a segment key (false for an unknown one).
+    /// `segment_match` for a segment key (false for an unknown one; an
+    /// error for a malformed or too deeply nested segment).
     #[inline]
-    pub(crate) fn matches(&self, ctx: &Context<'_>, in_segment: &dyn Fn(&str) -> bool) -> bool {
+    pub(crate) fn matches(
+        &self,
+        ctx: &Context<'_>,
+        in_segment: &dyn Fn(&str) -> Result<bool, ErrorKind>,
+    ) -> Result<bool, ErrorKind> {
         if let Op::Segment(segs) = &self.op {
-            return segs.iter().any(|s| in_segment(s)) != self.negate;
+            for s in segs.iter() {
+                if in_segment(s)? {
+                    return Ok(!self.negate);
+                }
+            }
+            return Ok(self.negate);
         }
-        match ctx.lookup(&self.attr) {
-            // A missing attribute never matches, negated or not.
+        if let Attr::Kind = self.attr {
+            // Every kind the context has, whatever `context_kind` says.
+            return Ok(ctx.kinds().any(|k| self.op.test(ScalarRef::Str(k.context_kind()))) != self.negate);
+        }
+        Ok(match ctx.lookup(&self.kind, &self.attr) {
+            // A missing attribute (or kind) never matches, negated or not.
             None => false,
             Some(found) => found.any(|v| self.op.test(v)) != self.negate,
+        })
+    }
+}
+
+/// Whether every clause matches (AND), stopping at the first that does not.
+#[inline]
+pub(crate) fn all_match(
+    clauses: &[CompiledClause],
+    ctx: &Context<'_>,
+    in_segment: &dyn Fn(&str) -> Result<bool, ErrorKind>,
+) -> Result<bool, ErrorKind> {
+    for c in clauses {
+        if !c.matches(ctx, in_segment)? {
+            return Ok(false);
         }
     }
+    Ok(true)
 }
 
 impl Op {

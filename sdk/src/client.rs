@@ -445,8 +445,10 @@ pub struct EvaluationDetail<T> {
     pub revision: u64,
     /// Whether the data was stale.
     pub stale: bool,
-    /// Whether a percentage rollout chose the variation.
+    /// Whether a percentage rollout or a schedule chose the variation.
     pub in_rollout: bool,
+    /// For a schedule: its current step, 1-based (0 before the first step).
+    pub schedule_step: Option<u32>,
 }
 
 impl Client {
@@ -702,6 +704,7 @@ fn not_ready<T>(value: T) -> EvaluationDetail<T> {
         revision: 0,
         stale: false,
         in_rollout: false,
+        schedule_step: None,
     }
 }
 
@@ -710,14 +713,14 @@ fn owned<T>(d: Detail<'_, T>) -> EvaluationDetail<T> {
 }
 
 fn owned_map<S, T>(d: Detail<'_, S>, f: impl FnOnce(S) -> T) -> EvaluationDetail<T> {
-    let (rule_index, rule_id, prerequisite_key, error, in_rollout) = match d.reason {
-        Reason::RuleMatch { index, id } => {
-            (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, false)
+    let (rule_index, rule_id, prerequisite_key, error, in_rollout, schedule_step) = match d.reason {
+        Reason::RuleMatch { index, id, step } => {
+            (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, step.is_some(), step)
         }
-        Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, false),
-        Reason::Error(e) => (None, None, None, Some(e), false),
-        Reason::Fallthrough { rollout } => (None, None, None, None, rollout),
-        _ => (None, None, None, None, false),
+        Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, false, None),
+        Reason::Error(e) => (None, None, None, Some(e), false, None),
+        Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
+        _ => (None, None, None, None, false, None),
     };
     EvaluationDetail {
         value: f(d.value),
@@ -731,5 +734,6 @@ fn owned_map<S, T>(d: Detail<'_, S>, f: impl FnOnce(S) -> T) -> EvaluationDetail
         revision: d.revision,
         stale: d.stale,
         in_rollout,
+        schedule_step,
     }
 }

@@ -1,108 +1,65 @@
 //! Evaluation contexts: who a flag is evaluated for.
 //!
-//! A [`Context`] borrows whatever it can. Built from `&str` and numbers it
-//! allocates nothing at all (up to [`INLINE_ATTRIBUTES`] attributes live
-//! inline); built from `String`s it owns them. Either way evaluation reads it
-//! without allocating. Attribute lookup is a linear scan: contexts carry a
-//! handful of attributes, where a scan beats hashing.
+//! A [`Context`] is a single kind (a `user`, an `org`, a `device`: a key
+//! and attributes) or a multi-kind context holding several kinds at once,
+//! each with its own key and attributes. It borrows whatever it can. Built
+//! from `&str`, numbers and borrowed JSON it allocates nothing at all (up
+//! to [`INLINE_ATTRIBUTES`] attributes live inline; a multi-kind context
+//! can borrow its further kinds with [`Context::multi_borrowed`]); built
+//! from `String`s it owns them. Either way evaluation reads it without
+//! allocating. Attribute lookup is a linear scan: contexts carry a handful
+//! of attributes, where a scan beats hashing.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use smallvec::SmallVec;
+
+use crate::reference::{Attr, KindSel, USER_KIND};
+
+mod attr;
+mod file;
+
+pub use attr::{AttrValue, Scalar};
+pub(crate) use attr::{Found, ScalarRef};
 
 /// Attributes stored inline before the context allocates. Four covers the
 /// common "key + country + plan + version" shape.
 pub const INLINE_ATTRIBUTES: usize = 4;
 
 /// The kind of a context built without one.
-pub const DEFAULT_KIND: &str = "user";
+pub const DEFAULT_KIND: &str = USER_KIND;
 
-/// One scalar attribute value (or list element).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Scalar<'a> {
-    /// A string.
-    Str(Cow<'a, str>),
-    /// A number. Integers up to 2^53 are exact.
-    Num(f64),
-    /// A bool.
-    Bool(bool),
-}
-
-/// An attribute value: a scalar or a list of scalars.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttrValue<'a> {
-    /// A single value.
-    Scalar(Scalar<'a>),
-    /// A list; a clause matches if any element does.
-    List(Cow<'a, [Scalar<'a>]>),
-}
-
-impl<'a> AttrValue<'a> {
-    /// The values a clause tests: the scalar itself, or each list element.
-    pub fn values(&self) -> &[Scalar<'a>] {
-        match self {
-            AttrValue::Scalar(s) => std::slice::from_ref(s),
-            AttrValue::List(l) => l,
-        }
-    }
-}
-
-/// A borrowed view of one scalar, as evaluation sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ScalarRef<'s> {
-    Str(&'s str),
-    Num(f64),
-    Bool(bool),
-}
-
-impl<'s> From<&'s Scalar<'_>> for ScalarRef<'s> {
-    fn from(s: &'s Scalar<'_>) -> Self {
-        match s {
-            Scalar::Str(v) => ScalarRef::Str(v),
-            Scalar::Num(n) => ScalarRef::Num(*n),
-            Scalar::Bool(b) => ScalarRef::Bool(*b),
-        }
-    }
-}
-
-/// What an attribute lookup found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Found<'s> {
-    /// The context key or kind.
-    Str(&'s str),
-    /// A stored attribute's values (one for a scalar, each element of a list).
-    Values(&'s [Scalar<'s>]),
-}
-
-impl<'s> Found<'s> {
-    /// True when `f` holds for any value.
-    #[inline]
-    pub(crate) fn any(self, mut f: impl FnMut(ScalarRef<'s>) -> bool) -> bool {
-        match self {
-            Found::Str(s) => f(ScalarRef::Str(s)),
-            Found::Values(vs) => vs.iter().any(|v| f(ScalarRef::from(v))),
-        }
-    }
-}
-
-/// Who a flag is evaluated for: a key, a kind and named attributes.
+/// Who a flag is evaluated for: one kind (a key, a kind name and named
+/// attributes), or several kinds at once.
+///
+/// A multi-kind context is this context's kind followed by further kinds
+/// ([`Context::and`], [`Context::multi`]); every kind name appears once.
+/// Clauses, targets and rollouts name the kind they read (`context_kind`);
+/// without one they read a single-kind context's own kind, or a multi-kind
+/// context's `user` kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Context<'a> {
     key: Cow<'a, str>,
     kind: Cow<'a, str>,
     attrs: SmallVec<[(Cow<'a, str>, AttrValue<'a>); INLINE_ATTRIBUTES]>,
+    /// The further kinds of a multi-kind context, each single-kind.
+    more: Cow<'a, [Context<'a>]>,
 }
 
 impl<'a> Context<'a> {
     /// A context of kind `user` with this targeting key.
     #[inline(always)]
     pub fn new(key: impl Into<Cow<'a, str>>) -> Self {
-        Context { key: key.into(), kind: Cow::Borrowed(DEFAULT_KIND), attrs: SmallVec::new() }
+        Context {
+            key: key.into(),
+            kind: Cow::Borrowed(DEFAULT_KIND),
+            attrs: SmallVec::new(),
+            more: Cow::Borrowed(&[]),
+        }
     }
 
-    /// Sets the context kind (default `user`; empty means `user`).
+    /// Sets the kind of this context (of a multi-kind context: of its
+    /// first kind). Default `user`; empty means `user`.
     #[inline(always)]
     pub fn kind(mut self, kind: impl Into<Cow<'a, str>>) -> Self {
         let kind = kind.into();
@@ -110,9 +67,10 @@ impl<'a> Context<'a> {
         self
     }
 
-    /// Sets an attribute, replacing any earlier value of that name. The names
-    /// `key` and `kind` are reserved for the context's own key and kind and
-    /// are ignored here.
+    /// Sets an attribute (of a multi-kind context: of its first kind),
+    /// replacing any earlier value of that name. The names `key` and `kind`
+    /// are reserved for the context's own key and kind and are ignored
+    /// here.
     #[inline(always)]
     pub fn with(mut self, name: impl Into<Cow<'a, str>>, value: impl Into<AttrValue<'a>>) -> Self {
         self.set(name, value);
@@ -133,22 +91,75 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The targeting key.
+    /// This context with the kinds of `other` added (a multi-kind
+    /// context). A kind already present is replaced by `other`'s.
+    pub fn and(mut self, other: Context<'a>) -> Self {
+        for kind in other.into_kinds() {
+            if kind.kind == self.kind {
+                let more = std::mem::take(&mut self.more);
+                self = Context { more, ..kind };
+                continue;
+            }
+            let more = self.more.to_mut();
+            match more.iter_mut().find(|k| k.kind == kind.kind) {
+                Some(slot) => *slot = kind,
+                None => more.push(kind),
+            }
+        }
+        self
+    }
+
+    /// A multi-kind context of `kinds` (each may itself be multi-kind: its
+    /// kinds are taken). A later kind of the same name replaces an earlier
+    /// one. `None` when `kinds` is empty.
+    pub fn multi(kinds: impl IntoIterator<Item = Context<'a>>) -> Option<Self> {
+        let mut kinds = kinds.into_iter();
+        let first = kinds.next()?;
+        Some(kinds.fold(first, Context::and))
+    }
+
+    /// A multi-kind context of `first` and further single-kind contexts it
+    /// borrows, without allocating. Kind names should be distinct: a
+    /// lookup takes the first kind of a name. Kinds of `more` that are
+    /// themselves multi-kind contribute only their first kind.
+    pub fn multi_borrowed(first: Context<'a>, more: &'a [Context<'a>]) -> Self {
+        Context { more: Cow::Borrowed(more), ..first }
+    }
+
+    /// The targeting key (of a multi-kind context: of its first kind).
     pub fn key(&self) -> &str {
         &self.key
     }
 
-    /// The context kind.
+    /// The kind (of a multi-kind context: of its first kind).
     pub fn context_kind(&self) -> &str {
         &self.kind
     }
 
-    /// A named attribute (not `key`/`kind`).
+    /// Whether this context holds more than one kind.
+    pub fn is_multi(&self) -> bool {
+        !self.more.is_empty()
+    }
+
+    /// Each kind of this context as a single-kind context, first to last
+    /// (the first yields this context itself).
+    pub fn kinds(&self) -> impl Iterator<Item = &Context<'a>> {
+        std::iter::once(self).chain(self.more.iter())
+    }
+
+    /// The kind named `kind`, if this context has it.
+    pub fn get_kind(&self, kind: &str) -> Option<&Context<'a>> {
+        self.kinds().find(|k| k.kind == kind)
+    }
+
+    /// A named attribute of this context (of a multi-kind context: of its
+    /// first kind), not `key`/`kind`.
     pub fn attribute(&self, name: &str) -> Option<&AttrValue<'a>> {
         self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
-    /// All named attributes in insertion order.
+    /// All named attributes in insertion order (of a multi-kind context: of
+    /// its first kind).
     pub fn attributes(&self) -> impl Iterator<Item = (&str, &AttrValue<'a>)> {
         self.attrs.iter().map(|(n, v)| (n.as_ref(), v))
     }
@@ -163,204 +174,67 @@ impl<'a> Context<'a> {
                 .into_iter()
                 .map(|(n, v)| (Cow::Owned(n.into_owned()), v.into_owned()))
                 .collect(),
+            more: Cow::Owned(self.more.into_owned().into_iter().map(Context::into_owned).collect()),
         }
     }
 
-    /// Looks an attribute up the way clauses do.
+    /// Each kind as its own single-kind context, owned.
+    fn into_kinds(mut self) -> Vec<Context<'a>> {
+        let more = std::mem::take(&mut self.more).into_owned();
+        let mut out = Vec::with_capacity(1 + more.len());
+        out.push(self);
+        out.extend(more.into_iter().map(|mut k| {
+            k.more = Cow::Borrowed(&[]);
+            k
+        }));
+        out
+    }
+
+    /// The kind a clause or rollout reads: a single-kind context itself
+    /// for the default, a multi-kind context's `user`, or the named kind.
     #[inline]
-    pub(crate) fn lookup<'s>(&'s self, attr: &AttrName) -> Option<Found<'s>> {
+    pub(crate) fn select(&self, sel: &KindSel) -> Option<&Context<'a>> {
+        match sel {
+            KindSel::Default if self.more.is_empty() => Some(self),
+            KindSel::Default => self.get_kind(USER_KIND),
+            KindSel::Named(kind) => self.get_kind(kind),
+        }
+    }
+
+    /// Looks a value up the way clauses do, on the selected kind (`kind`
+    /// gives that kind's name; clauses test every kind's name instead, see
+    /// `CompiledClause::matches`).
+    #[inline]
+    pub(crate) fn lookup<'s>(&'s self, sel: &KindSel, attr: &Attr) -> Option<Found<'s>> {
+        let kind = self.select(sel)?;
         match attr {
-            AttrName::Key => Some(Found::Str(&self.key)),
-            AttrName::Kind => Some(Found::Str(&self.kind)),
-            AttrName::Custom(name) => self
-                .attrs
-                .iter()
-                .find(|(n, _)| n.as_ref() == name.as_ref())
-                .map(|(_, v)| Found::Values(v.values())),
-        }
-    }
-}
-
-/// An attribute name resolved once at compile time, so the built-ins cost a
-/// match arm instead of a string comparison.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AttrName {
-    Key,
-    Kind,
-    Custom(Box<str>),
-}
-
-impl AttrName {
-    pub(crate) fn parse(name: &str) -> AttrName {
-        match name {
-            "" | "key" => AttrName::Key,
-            "kind" => AttrName::Kind,
-            other => AttrName::Custom(other.into()),
-        }
-    }
-}
-
-impl Scalar<'_> {
-    fn into_owned(self) -> Scalar<'static> {
-        match self {
-            Scalar::Str(s) => Scalar::Str(Cow::Owned(s.into_owned())),
-            Scalar::Num(n) => Scalar::Num(n),
-            Scalar::Bool(b) => Scalar::Bool(b),
-        }
-    }
-
-    /// From a JSON scalar; `None` for null, arrays and objects.
-    pub fn from_json(v: &serde_json::Value) -> Option<Scalar<'static>> {
-        match v {
-            serde_json::Value::String(s) => Some(Scalar::Str(Cow::Owned(s.clone()))),
-            serde_json::Value::Number(n) => n.as_f64().map(Scalar::Num),
-            serde_json::Value::Bool(b) => Some(Scalar::Bool(*b)),
-            _ => None,
-        }
-    }
-
-    fn to_json(&self) -> serde_json::Value {
-        match self {
-            Scalar::Str(s) => serde_json::Value::String(s.to_string()),
-            Scalar::Num(n) => json_number(*n),
-            Scalar::Bool(b) => serde_json::Value::Bool(*b),
-        }
-    }
-}
-
-/// A JSON number that prints integers without a fraction.
-fn json_number(n: f64) -> serde_json::Value {
-    if n.fract() == 0.0 && n.abs() <= 9_007_199_254_740_992.0 {
-        serde_json::Value::from(n as i64)
-    } else {
-        serde_json::Number::from_f64(n).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-impl AttrValue<'_> {
-    fn into_owned(self) -> AttrValue<'static> {
-        match self {
-            AttrValue::Scalar(s) => AttrValue::Scalar(s.into_owned()),
-            AttrValue::List(l) => {
-                AttrValue::List(Cow::Owned(l.into_owned().into_iter().map(Scalar::into_owned).collect()))
-            }
-        }
-    }
-
-    /// From a JSON value; `None` for null, objects and lists holding them.
-    pub fn from_json(v: &serde_json::Value) -> Option<AttrValue<'static>> {
-        match v {
-            serde_json::Value::Array(items) => items
-                .iter()
-                .map(Scalar::from_json)
-                .collect::<Option<Vec<_>>>()
-                .map(|l| AttrValue::List(Cow::Owned(l))),
-            other => Scalar::from_json(other).map(AttrValue::Scalar),
-        }
-    }
-
-    /// As JSON.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            AttrValue::Scalar(s) => s.to_json(),
-            AttrValue::List(l) => serde_json::Value::Array(l.iter().map(Scalar::to_json).collect()),
-        }
-    }
-}
-
-macro_rules! attr_from {
-    ($($t:ty => |$v:ident| $e:expr),* $(,)?) => {$(
-        impl<'a> From<$t> for AttrValue<'a> {
-            #[inline]
-            fn from($v: $t) -> Self { AttrValue::Scalar($e) }
-        }
-    )*};
-}
-
-attr_from! {
-    &'a str => |v| Scalar::Str(Cow::Borrowed(v)),
-    String => |v| Scalar::Str(Cow::Owned(v)),
-    Cow<'a, str> => |v| Scalar::Str(v),
-    f64 => |v| Scalar::Num(v),
-    f32 => |v| Scalar::Num(f64::from(v)),
-    i64 => |v| Scalar::Num(v as f64),
-    i32 => |v| Scalar::Num(f64::from(v)),
-    u32 => |v| Scalar::Num(f64::from(v)),
-    u64 => |v| Scalar::Num(v as f64),
-    bool => |v| Scalar::Bool(v),
-    Scalar<'a> => |v| v,
-}
-
-impl<'a> From<&'a [Scalar<'a>]> for AttrValue<'a> {
-    fn from(v: &'a [Scalar<'a>]) -> Self {
-        AttrValue::List(Cow::Borrowed(v))
-    }
-}
-
-impl<'a> From<Vec<Scalar<'a>>> for AttrValue<'a> {
-    fn from(v: Vec<Scalar<'a>>) -> Self {
-        AttrValue::List(Cow::Owned(v))
-    }
-}
-
-impl<'a> From<Vec<&'a str>> for AttrValue<'a> {
-    fn from(v: Vec<&'a str>) -> Self {
-        AttrValue::List(Cow::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Borrowed(s))).collect()))
-    }
-}
-
-impl From<Vec<String>> for AttrValue<'static> {
-    fn from(v: Vec<String>) -> Self {
-        AttrValue::List(Cow::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Owned(s))).collect()))
-    }
-}
-
-/// The file form of a context: `{key, kind, attributes: {name: value}}`.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ContextFile {
-    #[serde(default)]
-    key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
-    #[serde(default)]
-    attributes: BTreeMap<String, serde_json::Value>,
-}
-
-impl<'de> Deserialize<'de> for Context<'static> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let file = ContextFile::deserialize(d)?;
-        let mut ctx = Context::new(file.key);
-        if let Some(kind) = file.kind {
-            ctx = ctx.kind(kind);
-        }
-        for (name, value) in file.attributes {
-            match value {
-                // A null attribute is the same as a missing one.
-                serde_json::Value::Null => {}
-                v => {
-                    let attr = AttrValue::from_json(&v).ok_or_else(|| {
-                        serde::de::Error::custom(format!(
-                            "attributes.{name}: expected a string, number, bool or a list of them"
-                        ))
-                    })?;
-                    ctx.set(name, attr);
+            Attr::Key => Some(Found::Str(&kind.key)),
+            Attr::Kind => Some(Found::Str(&kind.kind)),
+            Attr::Name(name) => kind.attribute(name).and_then(found),
+            Attr::Path(parts) => {
+                let (top, rest) = parts.split_first()?;
+                let mut v = match kind.attribute(top)? {
+                    AttrValue::Json(j) => j.as_ref(),
+                    // A scalar or list has no properties.
+                    _ => return None,
+                };
+                for part in rest {
+                    v = v.as_object()?.get(part.as_ref())?;
                 }
+                (!v.is_null()).then_some(Found::Json(v))
             }
         }
-        Ok(ctx)
     }
 }
 
-impl Serialize for Context<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        ContextFile {
-            key: self.key.to_string(),
-            kind: (self.kind != DEFAULT_KIND).then(|| self.kind.to_string()),
-            attributes: self.attributes().map(|(n, v)| (n.to_string(), v.to_json())).collect(),
-        }
-        .serialize(s)
-    }
+/// A stored attribute as a clause sees it.
+#[inline]
+fn found<'s>(v: &'s AttrValue<'_>) -> Option<Found<'s>> {
+    Some(match v {
+        AttrValue::Scalar(s) => Found::Scalar(s),
+        AttrValue::List(l) => Found::Values(l),
+        AttrValue::Json(j) => Found::Json(j),
+    })
 }
 
 #[cfg(test)]

@@ -10,8 +10,11 @@ use std::borrow::Cow;
 use serde_json::Value as Json;
 
 use crate::bucket;
+use crate::clause::all_match;
 use crate::context::Context;
 use crate::model::FlagType;
+use crate::reference::KindSel;
+use crate::schedule::Clock;
 use crate::snapshot::{CompiledFlag, CompiledServe, Constant, Head, Slot, Snapshot};
 use crate::value::{FromValue, Value};
 
@@ -28,11 +31,17 @@ pub enum Reason<'s> {
         index: u32,
         /// The rule's id (may be empty).
         id: &'s str,
+        /// When the rule serves a schedule: its current step, 1-based
+        /// (0 before the first step starts).
+        step: Option<u32>,
     },
     /// Nothing matched; the fallthrough was served.
     Fallthrough {
-        /// Whether a percentage rollout chose the variation.
+        /// Whether a percentage rollout or a schedule chose the variation.
         rollout: bool,
+        /// When the fallthrough is a schedule: its current step, 1-based
+        /// (0 before the first step starts).
+        step: Option<u32>,
     },
     /// A prerequisite did not return its required variation; the off
     /// variation was served.
@@ -65,8 +74,8 @@ pub enum ErrorKind {
     FlagNotFound,
     /// The flag's type does not fit the requested type.
     WrongType,
-    /// The flag's data is inconsistent (bypassed validation, too-deep or
-    /// cyclic prerequisites).
+    /// The flag's data is inconsistent (bypassed validation: too-deep or
+    /// cyclic prerequisites or segments, a malformed attribute reference).
     MalformedFlag,
     /// The SDK holds no data yet.
     NotReady,
@@ -119,8 +128,18 @@ impl Snapshot {
     /// Evaluates a flag without a type: the variation index, its value and
     /// the reason.
     pub fn evaluate<'s>(&'s self, key: &str, ctx: &Context<'_>) -> Evaluation<'s> {
+        self.evaluate_with(key, ctx, &Clock::system())
+    }
+
+    /// [`Snapshot::evaluate`] as of `unix_ms` (schedules take the step
+    /// current then): for tests and what-if tools.
+    pub fn evaluate_at<'s>(&'s self, key: &str, ctx: &Context<'_>, unix_ms: i64) -> Evaluation<'s> {
+        self.evaluate_with(key, ctx, &Clock::at(unix_ms))
+    }
+
+    fn evaluate_with<'s>(&'s self, key: &str, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
         match self.index.get(key) {
-            Some(slot) => self.evaluate_index(slot.index, ctx),
+            Some(slot) => self.evaluate_index(slot.index, ctx, clock),
             None => {
                 Evaluation { served: None, reason: Reason::Error(ErrorKind::FlagNotFound), flag_version: 0 }
             }
@@ -129,9 +148,9 @@ impl Snapshot {
 
     /// Evaluates the flag at a resolved index (see [`crate::FlagHandle`]).
     #[inline]
-    pub(crate) fn evaluate_index<'s>(&'s self, i: u32, ctx: &Context<'_>) -> Evaluation<'s> {
+    pub(crate) fn evaluate_index<'s>(&'s self, i: u32, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
         let flag = self.flags[i as usize].get();
-        let outcome = self.eval_flag(flag, ctx, 0);
+        let outcome = self.eval_flag(flag, ctx, 0, clock);
         served(flag, outcome)
     }
 
@@ -139,11 +158,34 @@ impl Snapshot {
     /// reason when the flag is missing, of another type, or malformed.
     #[inline]
     pub fn detail<'s, T: FromValue<'s>>(&'s self, key: &str, ctx: &Context<'_>, default: T) -> Detail<'s, T> {
+        self.detail_with(key, ctx, default, &Clock::system())
+    }
+
+    /// [`Snapshot::detail`] as of `unix_ms` (schedules take the step
+    /// current then): for tests and what-if tools.
+    pub fn detail_at<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+        unix_ms: i64,
+    ) -> Detail<'s, T> {
+        self.detail_with(key, ctx, default, &Clock::at(unix_ms))
+    }
+
+    #[inline]
+    fn detail_with<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
         match self.index.get(key) {
             Some(Slot { index, head: Some(Head { flag_type, version, constant }) }) => {
-                self.detail_of(*flag_type, *version, constant.as_ref(), *index, ctx, default)
+                self.detail_of(*flag_type, *version, constant.as_ref(), *index, ctx, default, clock)
             }
-            Some(Slot { index, head: None }) => self.detail_index(*index, ctx, default),
+            Some(Slot { index, head: None }) => self.detail_index(*index, ctx, default, clock),
             None => self.error(default, ErrorKind::FlagNotFound, 0),
         }
     }
@@ -155,13 +197,15 @@ impl Snapshot {
         i: u32,
         ctx: &Context<'_>,
         default: T,
+        clock: &Clock,
     ) -> Detail<'s, T> {
         let flag = self.flags[i as usize].get();
-        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), i, ctx, default)
+        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), i, ctx, default, clock)
     }
 
     /// The typed result, from the constant answer when there is one.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn detail_of<'s, T: FromValue<'s>>(
         &'s self,
         flag_type: FlagType,
@@ -170,6 +214,7 @@ impl Snapshot {
         i: u32,
         ctx: &Context<'_>,
         default: T,
+        clock: &Clock,
     ) -> Detail<'s, T> {
         if !T::accepts(flag_type) {
             return self.error(default, ErrorKind::WrongType, version);
@@ -177,10 +222,10 @@ impl Snapshot {
         let ev = match constant {
             Some(c) => Evaluation {
                 served: Some((c.variation, &c.value)),
-                reason: if c.off { Reason::Off } else { Reason::Fallthrough { rollout: false } },
+                reason: if c.off { Reason::Off } else { Reason::Fallthrough { rollout: false, step: None } },
                 flag_version: version,
             },
-            None => self.evaluate_index(i, ctx),
+            None => self.evaluate_index(i, ctx, clock),
         };
         match ev.served.and_then(|(v, value)| Some((v, T::from_value(value)?))) {
             Some((variation, value)) => Detail {
@@ -242,22 +287,54 @@ impl Snapshot {
         self.detail(key, ctx, default).value
     }
 
-    /// Is the context in the segment with this key? Unknown → false.
-    fn in_segment(&self, key: &str, ctx: &Context<'_>) -> bool {
+    /// Is the context in the segment with this key? Unknown → false; a
+    /// malformed segment, or nesting deeper than the limit (a cycle that
+    /// bypassed validation), → `MALFORMED_FLAG`.
+    fn in_segment(&self, key: &str, ctx: &Context<'_>, depth: usize) -> Result<bool, ErrorKind> {
+        if depth >= self.max_segment_depth {
+            return Err(ErrorKind::MalformedFlag);
+        }
         let Some(seg) = self.segments.get(key) else {
-            return false;
+            return Ok(false);
         };
-        if seg.included.contains(ctx.key()) {
-            return true;
+        if seg.malformed {
+            return Err(ErrorKind::MalformedFlag);
         }
-        if seg.excluded.contains(ctx.key()) {
-            return false;
+        if listed(ctx, &seg.included, &seg.included_kinds) {
+            return Ok(true);
         }
-        // Segment rules cannot use segment_match, so no recursion here.
-        seg.rules.iter().any(|clauses| clauses.iter().all(|c| c.matches(ctx, &|_| false)))
+        if listed(ctx, &seg.excluded, &seg.excluded_kinds) {
+            return Ok(false);
+        }
+        let nested = |k: &str| self.in_segment(k, ctx, depth + 1);
+        for rule in seg.rules.iter() {
+            if !all_match(&rule.clauses, ctx, &nested)? {
+                continue;
+            }
+            match &rule.weight {
+                None => return Ok(true),
+                Some((weight, kind, by, seed)) => {
+                    // Not bucketable: outside any share below 100%.
+                    let inside = match bucket::bucket_if_any(ctx, kind, by, *seed) {
+                        Some(b) => b < *weight,
+                        None => *weight >= crate::model::WEIGHT_TOTAL,
+                    };
+                    if inside {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
     }
 
-    fn eval_flag<'s>(&'s self, flag: &'s CompiledFlag, ctx: &Context<'_>, depth: usize) -> Outcome<'s> {
+    fn eval_flag<'s>(
+        &'s self,
+        flag: &'s CompiledFlag,
+        ctx: &Context<'_>,
+        depth: usize,
+        clock: &Clock,
+    ) -> Outcome<'s> {
         if flag.malformed {
             return Err(ErrorKind::MalformedFlag);
         }
@@ -265,24 +342,33 @@ impl Snapshot {
             return Ok((flag.off_variation, Reason::Off));
         }
         for (key, want) in flag.prerequisites.iter() {
-            if !self.prerequisite_passes(key, *want, ctx, depth)? {
+            if !self.prerequisite_passes(key, *want, ctx, depth, clock)? {
                 return Ok((flag.off_variation, Reason::PrerequisiteFailed { key }));
             }
         }
-        if let Some(targets) = &flag.targets
-            && let Some(&v) = targets.get(ctx.key())
-        {
-            return Ok((v, Reason::TargetMatch));
-        }
-        let in_segment = |key: &str| self.in_segment(key, ctx);
-        for (i, rule) in flag.rules.iter().enumerate() {
-            if rule.clauses.iter().all(|c| c.matches(ctx, &in_segment)) {
-                let (v, _) = serve(&rule.serve, ctx)?;
-                return Ok((v, Reason::RuleMatch { index: i as u32, id: &rule.id }));
+        if let Some(groups) = &flag.targets {
+            let mut first: Option<(u32, u32)> = None;
+            for g in groups.iter() {
+                if let Some(kind) = ctx.select(&g.kind)
+                    && let Some(&(at, v)) = g.keys.get(kind.key())
+                    && first.is_none_or(|(f, _)| at < f)
+                {
+                    first = Some((at, v));
+                }
+            }
+            if let Some((_, v)) = first {
+                return Ok((v, Reason::TargetMatch));
             }
         }
-        let (v, rollout) = serve(&flag.fallthrough, ctx)?;
-        Ok((v, Reason::Fallthrough { rollout }))
+        let in_segment = |key: &str| self.in_segment(key, ctx, 0);
+        for (i, rule) in flag.rules.iter().enumerate() {
+            if all_match(&rule.clauses, ctx, &in_segment)? {
+                let (v, _, step) = serve(&rule.serve, ctx, clock)?;
+                return Ok((v, Reason::RuleMatch { index: i as u32, id: &rule.id, step }));
+            }
+        }
+        let (v, rollout, step) = serve(&flag.fallthrough, ctx, clock)?;
+        Ok((v, Reason::Fallthrough { rollout, step }))
     }
 
     fn prerequisite_passes(
@@ -291,6 +377,7 @@ impl Snapshot {
         want: u32,
         ctx: &Context<'_>,
         depth: usize,
+        clock: &Clock,
     ) -> Result<bool, ErrorKind> {
         if depth >= self.max_depth {
             // Deeper than allowed, or a cycle that bypassed validation.
@@ -300,23 +387,44 @@ impl Snapshot {
             return Ok(false);
         };
         let pre = self.flags[i as usize].get();
-        let (v, _) = self.eval_flag(pre, ctx, depth + 1)?;
+        let (v, _) = self.eval_flag(pre, ctx, depth + 1, clock)?;
         Ok(pre.on && v == want)
     }
 }
 
-/// The variation a serve picks, and whether a rollout picked it.
+/// Whether the context's key of the default kind is in `default`, or a
+/// named kind's key in its list.
 #[inline]
-fn serve(s: &CompiledServe, ctx: &Context<'_>) -> Result<(u32, bool), ErrorKind> {
+fn listed(
+    ctx: &Context<'_>,
+    default: &crate::clause::StrSet,
+    by_kind: &[(KindSel, crate::clause::StrSet)],
+) -> bool {
+    if let Some(k) = ctx.select(&KindSel::Default)
+        && default.contains(k.key())
+    {
+        return true;
+    }
+    by_kind.iter().any(|(kind, keys)| ctx.select(kind).is_some_and(|k| keys.contains(k.key())))
+}
+
+/// The variation a serve picks, whether a rollout or schedule picked it,
+/// and a schedule's current step.
+#[inline]
+fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bool, Option<u32>), ErrorKind> {
     match s {
-        CompiledServe::Variation(v) => Ok((*v, false)),
-        CompiledServe::Rollout { bucket_by, seed, thresholds } => {
-            let b = bucket::bucket(ctx, bucket_by, *seed);
+        CompiledServe::Variation(v) => Ok((*v, false, None)),
+        CompiledServe::Rollout { kind, bucket_by, seed, thresholds } => {
+            let b = bucket::bucket(ctx, kind, bucket_by, *seed);
             thresholds
                 .iter()
                 .find(|(end, _)| b < *end)
-                .map(|&(_, v)| (v, true))
+                .map(|&(_, v)| (v, true, None))
                 .ok_or(ErrorKind::MalformedFlag)
+        }
+        CompiledServe::Schedule(schedule) => {
+            let (v, step) = schedule.serve(ctx, clock.now_ms());
+            Ok((v, true, Some(step)))
         }
     }
 }

@@ -79,7 +79,7 @@ impl FlagHandle {
         default: T,
     ) -> Detail<'s, T> {
         match self.resolve(snap) {
-            Some(i) => snap.detail_index(i, ctx, default),
+            Some(i) => snap.detail_index(i, ctx, default, &crate::schedule::Clock::system()),
             None => Detail {
                 value: default,
                 variation: None,

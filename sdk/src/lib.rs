@@ -8,8 +8,8 @@
 //! The evaluation core, shared by the SDK, the relay and the CLI: the flag
 //! [`model`], [`Context`]s, validation against [`Limits`], compilation into
 //! an immutable [`Snapshot`], the evaluation algorithm and bucketing. The
-//! core modules (`model`, `context`, `validate`, `clause`, `bucket`,
-//! `snapshot`, `eval`, `value`, `handle`) import nothing async or networked: evaluating a flag
+//! core modules (`model`, `context`, `reference`, `validate`, `clause`,
+//! `bucket`, `schedule`, `snapshot`, `eval`, `value`, `handle`) import nothing async or networked: evaluating a flag
 //! is a synchronous function over memory, with no I/O, no lock and (for
 //! bool, string and number flags) no allocation. `docs/EVALUATION.md`
 //! specifies its semantics for every language.
@@ -30,7 +30,9 @@ pub mod model;
 #[cfg(feature = "openfeature")]
 pub mod openfeature;
 mod raw;
+pub mod reference;
 mod replica;
+mod schedule;
 mod secret;
 mod snapshot;
 mod stats;
@@ -46,7 +48,7 @@ pub use client::{BuildError, Builder, Change, Client, EvaluationDetail, read_fla
 pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar};
 pub use eval::{Detail, ErrorKind, Evaluation, Reason};
 pub use handle::FlagHandle;
-pub use limit::{Limits, MAX_PREREQUISITE_DEPTH};
+pub use limit::{Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH};
 pub use model::{Flag, FlagSet, FlagType, Segment};
 pub use replica::ApplyError;
 pub use secret::Secret;

@@ -36,6 +36,11 @@ pub struct Limits {
     pub max_prerequisites: usize,
     /// Prerequisite chain depth; a deeper chain is an error at evaluation too.
     pub max_prerequisite_depth: usize,
+    /// Segment nesting depth (`segment_match` inside segment rules); a
+    /// deeper nesting is an error at evaluation too.
+    pub max_segment_depth: usize,
+    /// Steps in one schedule.
+    pub max_schedule_steps: usize,
     /// Protobuf-encoded bytes of one flag.
     pub max_flag_bytes: usize,
     /// Protobuf-encoded bytes of one segment. One item must fit in one
@@ -52,6 +57,10 @@ pub struct Limits {
 /// Prerequisite depth the evaluator follows before reporting
 /// `MALFORMED_FLAG`: a backstop for data that bypassed validation (cycles).
 pub const MAX_PREREQUISITE_DEPTH: usize = 10;
+
+/// Segment nesting depth the evaluator follows before reporting
+/// `MALFORMED_FLAG`: a backstop for data that bypassed validation (cycles).
+pub const MAX_SEGMENT_DEPTH: usize = 10;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -73,6 +82,8 @@ impl Default for Limits {
             max_segment_rules: 1_000,
             max_prerequisites: 10,
             max_prerequisite_depth: MAX_PREREQUISITE_DEPTH,
+            max_segment_depth: MAX_SEGMENT_DEPTH,
+            max_schedule_steps: 50,
             max_flag_bytes: MIB,
             max_segment_bytes: 3 * MIB,
             max_flags: 100_000,

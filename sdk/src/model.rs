@@ -119,13 +119,17 @@ impl Flag {
 }
 
 /// Individual targeting: these context keys get this variation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
     /// Index into the flag's variations.
     pub variation: u32,
     /// Context keys, matched exactly.
     pub values: Vec<String>,
+    /// The context kind whose key is matched; empty: the default kind
+    /// (a single-kind context's own kind, a multi-kind context's `user`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context_kind: String,
 }
 
 /// A targeting rule: every clause must match.
@@ -145,7 +149,15 @@ pub struct Rule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Clause {
-    /// Attribute name; `key` and `kind` name the context's key and kind.
+    /// The context kind whose attribute is read; empty: the default kind
+    /// (a single-kind context's own kind, a multi-kind context's `user`).
+    /// Ignored for the `kind` attribute, which tests every kind the
+    /// context has.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context_kind: String,
+    /// Attribute name, or a reference into nested values starting with
+    /// `/` (`/address/city`; `~1` stands for `/` and `~0` for `~` in a
+    /// name); `key` and `kind` name the context's key and kind.
     #[serde(default)]
     pub attribute: String,
     /// The comparison.
@@ -232,10 +244,11 @@ impl Operator {
     }
 }
 
-/// What a rule or the fallthrough serves: exactly one of the two fields.
+/// What a rule or the fallthrough serves: exactly one of the three fields.
 ///
 /// A struct rather than an enum so that YAML and JSON read
-/// `{variation: 0}` / `{rollout: {...}}` in every serde format alike.
+/// `{variation: 0}` / `{rollout: {...}}` / `{schedule: {...}}` in every
+/// serde format alike.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Serve {
@@ -245,17 +258,88 @@ pub struct Serve {
     /// A percentage rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// A progressive rollout whose steps take effect at their start times,
+    /// by each evaluator's own clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Box<Schedule>>,
 }
 
 impl Serve {
     /// Serve one fixed variation.
     pub fn variation(index: u32) -> Serve {
-        Serve { variation: Some(index), rollout: None }
+        Serve { variation: Some(index), ..Serve::default() }
     }
 
     /// Serve a rollout.
     pub fn rollout(rollout: Rollout) -> Serve {
-        Serve { variation: None, rollout: Some(rollout) }
+        Serve { rollout: Some(rollout), ..Serve::default() }
+    }
+
+    /// Serve a schedule.
+    pub fn schedule(schedule: Schedule) -> Serve {
+        Serve { schedule: Some(Box::new(schedule)), ..Serve::default() }
+    }
+}
+
+/// A progressive rollout of one variation: at each step's start the share
+/// of contexts that get `variation` becomes the step's weight; everyone
+/// else gets `otherwise`. Weights never decrease from step to step, so a
+/// context that got the variation keeps it at every later step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// The variation being rolled out (index into the flag's variations).
+    pub variation: u32,
+    /// What everyone outside the current share gets, and everyone before
+    /// the first step starts.
+    pub otherwise: u32,
+    /// Attribute (or reference) hashed to choose the bucket; empty: `key`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub bucket_by: String,
+    /// The context kind bucketed; empty: the default kind.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context_kind: String,
+    /// Hash seed; when absent it derives from the flag's salt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The steps, by strictly increasing start.
+    pub steps: Vec<Step>,
+}
+
+/// One step of a [`Schedule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// When it takes effect: Unix milliseconds. Files also take an RFC
+    /// 3339 time (`2026-12-01T10:00:00Z`) and write one.
+    #[serde(rename = "start", with = "instant")]
+    pub start_unix_ms: i64,
+    /// Share getting the schedule's variation, in units of 1/100000.
+    pub weight: u32,
+}
+
+/// `Step::start` in files: an RFC 3339 string or Unix milliseconds in,
+/// RFC 3339 (UTC, milliseconds) out.
+mod instant {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
+        match chrono::DateTime::from_timestamp_millis(*ms) {
+            Some(t) => s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            None => s.serialize_i64(*ms),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(text) => chrono::DateTime::parse_from_rfc3339(&text)
+                .map(|t| t.timestamp_millis())
+                .map_err(|e| D::Error::custom(format!("{text:?} is not an RFC 3339 time: {e}"))),
+            serde_json::Value::Number(n) => {
+                n.as_i64().ok_or_else(|| D::Error::custom(format!("{n} is not whole Unix milliseconds")))
+            }
+            other => Err(D::Error::custom(format!("{other} is not a time (RFC 3339 or Unix milliseconds)"))),
+        }
     }
 }
 
@@ -263,9 +347,13 @@ impl Serve {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
-    /// Attribute hashed to choose the bucket; empty means `key`.
+    /// Attribute (or reference) hashed to choose the bucket; empty means
+    /// `key`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub bucket_by: String,
+    /// The context kind bucketed; empty: the default kind.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context_kind: String,
     /// Hash seed; when absent it derives from the flag's salt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
@@ -305,9 +393,18 @@ pub struct Segment {
     /// Context keys never in it (unless also included).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded: Vec<String>,
+    /// Keys of other context kinds always in the segment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub included_contexts: Vec<KindKeys>,
+    /// Keys of other context kinds never in it (unless also included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded_contexts: Vec<KindKeys>,
     /// A context that matches any rule is in the segment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<SegmentRule>,
+    /// Bucketing salt of weighted rules; empty means the key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub salt: String,
     /// Bumped by the relay on every change.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub version: u64,
@@ -319,15 +416,45 @@ pub struct Segment {
     pub description: String,
 }
 
-/// A segment rule: every clause must match.
+impl Segment {
+    /// The salt used for bucketing: `salt`, or the key when it is empty.
+    pub fn effective_salt(&self) -> &str {
+        if self.salt.is_empty() { &self.key } else { &self.salt }
+    }
+}
+
+/// Keys of one context kind, for a segment's include and exclude lists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindKeys {
+    /// The context kind.
+    pub context_kind: String,
+    /// Its keys, matched exactly.
+    pub values: Vec<String>,
+}
+
+/// A segment rule: every clause must match and, with a weight, the
+/// context's bucket must fall inside it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentRule {
     /// Optional id, for humans and audit.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
-    /// Clauses joined by AND (`segment_match` not allowed).
+    /// Clauses joined by AND (`segment_match` allowed: nested segments).
+    /// May be empty only with a weight ("10% of everyone").
+    #[serde(default)]
     pub clauses: Vec<Clause>,
+    /// Share of the matching contexts in the segment, in units of 1/100000;
+    /// absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Attribute (or reference) hashed for the weight; empty: `key`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub bucket_by: String,
+    /// The context kind bucketed for the weight; empty: the default kind.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rollout_context_kind: String,
 }
 
 /// A whole environment's flags and segments: the file format of `flagctl

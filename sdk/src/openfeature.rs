@@ -72,8 +72,8 @@ pub fn reason(r: &Reason<'_>, stale: bool) -> EvaluationReason {
     match r {
         Reason::Off | Reason::PrerequisiteFailed { .. } => EvaluationReason::Disabled,
         Reason::TargetMatch | Reason::RuleMatch { .. } => EvaluationReason::TargetingMatch,
-        Reason::Fallthrough { rollout: true } => EvaluationReason::Split,
-        Reason::Fallthrough { rollout: false } => EvaluationReason::Default,
+        Reason::Fallthrough { rollout: true, .. } => EvaluationReason::Split,
+        Reason::Fallthrough { rollout: false, .. } => EvaluationReason::Default,
         Reason::Error(_) => EvaluationReason::Error,
     }
 }

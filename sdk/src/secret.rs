@@ -36,7 +36,14 @@ impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The prefix (`fs_sdk_`, `fs_admin_`) says which kind it is; it is
         // not secret.
-        let kind = self.0.find('_').and_then(|i| self.0[i + 1..].find('_').map(|j| &self.0[..=i + 1 + j]));
+        // Only a flagstream prefix (`fs_` and lower-case letters) is shown:
+        // anything else (a database URL) may hold the secret itself.
+        let kind = self
+            .0
+            .strip_prefix("fs_")
+            .and_then(|rest| rest.find('_').map(|j| &rest[..j]))
+            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase()))
+            .map(|k| &self.0[..k.len() + 4]);
         write!(f, "<redacted {}{} bytes>", kind.map(|k| format!("{k}… ")).unwrap_or_default(), self.0.len())
     }
 }
@@ -73,5 +80,9 @@ mod tests {
         assert_eq!(format!("{:?}", Some(s.clone())), "Some(<redacted fs_sdk_… 23 bytes>)");
         assert_eq!(s.expose(), "fs_sdk_0123456789abcdef");
         assert_eq!(format!("{:?}", Secret::new("nounderscore")), "<redacted 12 bytes>");
+        // A URL's user and password never show, underscores or not.
+        let url = Secret::new("postgres://flag_relay:pw_1@db_host/flags");
+        assert_eq!(format!("{url}"), "<redacted 40 bytes>");
+        assert_eq!(format!("{}", Secret::new("fs_admin_x")), "<redacted fs_admin_… 10 bytes>");
     }
 }

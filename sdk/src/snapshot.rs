@@ -20,9 +20,10 @@ use prost::Message;
 
 use crate::bucket;
 use crate::clause::{CompiledClause, StrSet};
-use crate::context::AttrName;
 use crate::limit::Limits;
-use crate::model::{Flag, FlagSet, FlagType, Segment, Serve};
+use crate::model::{Flag, FlagSet, FlagType, KindKeys, Segment, Serve, Target};
+use crate::reference::{Attr, KindSel, parse_attr};
+use crate::schedule::CompiledSchedule;
 use crate::validate::{self, ValidationErrors};
 use crate::value::Value;
 
@@ -38,11 +39,22 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 pub(crate) enum CompiledServe {
     Variation(u32),
     Rollout {
-        bucket_by: AttrName,
+        kind: KindSel,
+        bucket_by: Attr,
         seed: u64,
         /// `(exclusive end of the bucket range, variation)` in listed order.
         thresholds: Box<[(u32, u32)]>,
     },
+    Schedule(Box<CompiledSchedule>),
+}
+
+/// The individual targets of one context kind: key → (position of the
+/// target in the flag, its variation). The first target in listed order
+/// that lists a kind's key wins, across kinds.
+#[derive(Debug)]
+pub(crate) struct TargetGroup {
+    pub(crate) kind: KindSel,
+    pub(crate) keys: FastMap<Box<str>, (u32, u32)>,
 }
 
 #[derive(Debug)]
@@ -154,9 +166,9 @@ pub(crate) struct CompiledFlag {
     pub(crate) on: bool,
     pub(crate) off_variation: u32,
     pub(crate) prerequisites: Box<[(Box<str>, u32)]>,
-    /// Context key → variation of the first target listing it; `None` when
+    /// Per context kind, key → the first target listing it; `None` when
     /// the flag has no targets, so the common case skips hashing the key.
-    pub(crate) targets: Option<FastMap<Box<str>, u32>>,
+    pub(crate) targets: Option<Box<[TargetGroup]>>,
     pub(crate) rules: Box<[CompiledRule]>,
     pub(crate) fallthrough: CompiledServe,
     pub(crate) version: u64,
@@ -170,10 +182,26 @@ pub(crate) struct CompiledFlag {
 /// A segment in evaluation form.
 #[derive(Debug)]
 pub(crate) struct CompiledSegment {
+    /// Keys of the default kind in / out.
     pub(crate) included: StrSet,
     pub(crate) excluded: StrSet,
-    pub(crate) rules: Box<[Box<[CompiledClause]>]>,
+    /// Keys of named kinds in / out.
+    pub(crate) included_kinds: Box<[(KindSel, StrSet)]>,
+    pub(crate) excluded_kinds: Box<[(KindSel, StrSet)]>,
+    pub(crate) rules: Box<[CompiledSegmentRule]>,
+    /// Set when compiling unvalidated data failed: any evaluation that
+    /// consults the segment answers `MALFORMED_FLAG`.
+    pub(crate) malformed: bool,
     pub(crate) source: Arc<Segment>,
+}
+
+/// A segment rule in evaluation form.
+#[derive(Debug)]
+pub(crate) struct CompiledSegmentRule {
+    pub(crate) clauses: Box<[CompiledClause]>,
+    /// The share of matching contexts in the segment: `(weight, kind,
+    /// attribute, seed)`.
+    pub(crate) weight: Option<(u32, KindSel, Attr, u64)>,
 }
 
 /// An immutable, compiled set of flags and segments at one revision.
@@ -183,6 +211,7 @@ pub struct Snapshot {
     pub(crate) index: FastMap<Arc<str>, Slot>,
     pub(crate) segments: FastMap<Box<str>, Arc<CompiledSegment>>,
     pub(crate) max_depth: usize,
+    pub(crate) max_segment_depth: usize,
     epoch: Box<str>,
     revision: u64,
     generation: u64,
@@ -290,6 +319,7 @@ impl Snapshot {
             index,
             segments,
             max_depth: limits.max_prerequisite_depth,
+            max_segment_depth: limits.max_segment_depth,
             epoch: Box::from(""),
             revision: 0,
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
@@ -403,9 +433,9 @@ impl Snapshot {
 }
 
 fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
-    match (serve.variation, &serve.rollout) {
-        (Some(v), None) => Some(CompiledServe::Variation(v)),
-        (None, Some(r)) => {
+    match (serve.variation, &serve.rollout, &serve.schedule) {
+        (Some(v), None, None) => Some(CompiledServe::Variation(v)),
+        (None, Some(r), None) => {
             let mut end = 0u32;
             let thresholds = r
                 .variations
@@ -416,13 +446,39 @@ fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
                 })
                 .collect();
             Some(CompiledServe::Rollout {
-                bucket_by: AttrName::parse(&r.bucket_by),
+                kind: KindSel::parse(&r.context_kind),
+                bucket_by: parse_attr(&r.bucket_by).ok()?,
                 seed: bucket::seed_for(r.seed, salt),
                 thresholds,
             })
         }
+        (None, None, Some(s)) => {
+            CompiledSchedule::compile(s, salt).ok().map(|c| CompiledServe::Schedule(Box::new(c)))
+        }
         _ => None,
     }
+}
+
+/// Groups targets by kind, keeping each key's first target.
+fn compile_targets(targets: &[Target]) -> Option<Box<[TargetGroup]>> {
+    if targets.is_empty() {
+        return None;
+    }
+    let mut groups: Vec<TargetGroup> = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let kind = KindSel::parse(&t.context_kind);
+        let group = match groups.iter().position(|g| g.kind == kind) {
+            Some(g) => &mut groups[g],
+            None => {
+                groups.push(TargetGroup { kind, keys: FastMap::default() });
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        for key in &t.values {
+            group.keys.entry(Box::from(key.as_str())).or_insert((i as u32, t.variation));
+        }
+    }
+    Some(groups.into_boxed_slice())
 }
 
 fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
@@ -437,15 +493,7 @@ fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
             })
         })
         .collect();
-    let targets = (!flag.targets.is_empty()).then(|| {
-        let mut map = FastMap::default();
-        for t in &flag.targets {
-            for key in &t.values {
-                map.entry(Box::from(key.as_str())).or_insert(t.variation);
-            }
-        }
-        map
-    });
+    let targets = compile_targets(&flag.targets);
     let salt = flag.effective_salt().to_owned();
     let rules = flag
         .rules
@@ -478,7 +526,7 @@ fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     } else if flag.prerequisites.is_empty() && targets.is_none() && flag.rules.is_empty() {
         match fallthrough {
             CompiledServe::Variation(v) => Some((v, false)),
-            CompiledServe::Rollout { .. } => None,
+            CompiledServe::Rollout { .. } | CompiledServe::Schedule(_) => None,
         }
     } else {
         None
@@ -509,21 +557,43 @@ fn compile_segments(segments: Vec<Segment>, limits: &Limits) -> FastMap<Box<str>
 
 fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
     let keys = |v: &[String]| StrSet::new(v.iter().map(|k| Box::from(k.as_str())).collect());
+    let by_kind = |lists: &[KindKeys]| -> Box<[(KindSel, StrSet)]> {
+        lists.iter().map(|l| (KindSel::parse(&l.context_kind), keys(&l.values))).collect()
+    };
+    let seed = bucket::seed_for(None, segment.effective_salt());
+    let mut malformed = false;
     let rules = segment
         .rules
         .iter()
         .filter_map(|r| {
             let clauses: Result<Box<[_]>, _> =
                 r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect();
-            // Only unvalidated data gets here. An uncompilable rule, or one
-            // with no clauses, matches nobody rather than everybody.
-            clauses.ok().filter(|c| !c.is_empty())
+            let weight = match r.weight {
+                None => Ok(None),
+                Some(w) => parse_attr(&r.bucket_by)
+                    .map(|by| Some((w, KindSel::parse(&r.rollout_context_kind), by, seed)))
+                    .map_err(|_| ()),
+            };
+            // Only unvalidated data fails here: the segment then answers
+            // MALFORMED_FLAG wherever it is consulted, never a guess.
+            match (clauses, weight) {
+                (Ok(clauses), Ok(weight)) if !clauses.is_empty() || weight.is_some() => {
+                    Some(CompiledSegmentRule { clauses, weight })
+                }
+                _ => {
+                    malformed = true;
+                    None
+                }
+            }
         })
         .collect();
     CompiledSegment {
         included: keys(&segment.included),
         excluded: keys(&segment.excluded),
+        included_kinds: by_kind(&segment.included_contexts),
+        excluded_kinds: by_kind(&segment.excluded_contexts),
         rules,
+        malformed,
         source: Arc::new(segment),
     }
 }

@@ -286,13 +286,15 @@ impl Shared {
         let revision = snapshot.revision();
         self.cell.store(snapshot);
         self.ready.store(true, Ordering::Release);
+        // Listeners hear the change before the status moves on, so one that
+        // subscribes after `wait_ready` sees only later revisions. No
+        // receivers is fine: listeners are optional.
+        if self.changes.send(Change { revision, flags: changed.into() }).is_err() {
+            tracing::trace!("no change listeners");
+        }
         match stale {
             None => self.mark_ready(source, revision),
             Some(reason) => self.mark_stale_at(source, revision, reason),
-        }
-        // No receivers is fine: listeners are optional.
-        if self.changes.send(Change { revision, flags: changed.into() }).is_err() {
-            tracing::trace!("no change listeners");
         }
     }
 

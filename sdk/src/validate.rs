@@ -12,7 +12,8 @@ use serde_json::Value as Json;
 
 use crate::clause::{compile_regex, json_instant, parse_semver};
 use crate::limit::Limits;
-use crate::model::{Clause, Flag, FlagSet, Operator, Rollout, Segment, Serve, WEIGHT_TOTAL};
+use crate::model::{Clause, Flag, FlagSet, Operator, Rollout, Schedule, Segment, Serve, WEIGHT_TOTAL};
+use crate::reference::{kind_problem, parse_attr};
 use crate::value::Value;
 use crate::wire;
 
@@ -87,6 +88,12 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
         }
         bytes += segment(&mut r, &path, s, limits);
     }
+    for s in &set.segments {
+        for (ri, rule) in s.rules.iter().enumerate() {
+            segment_refs(&mut r, &format!("segments[{:?}].rules[{ri}]", s.key), &rule.clauses, &segment_keys);
+        }
+    }
+    segment_depths(&mut r, &set.segments, limits);
     let flags: HashMap<&str, &Flag> = set.flags.iter().map(|f| (f.key.as_str(), f)).collect();
     let mut seen = HashSet::new();
     for f in &set.flags {
@@ -115,25 +122,92 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
             }
         }
         for (ri, rule) in f.rules.iter().enumerate() {
-            for (ci, c) in rule.clauses.iter().enumerate() {
-                if c.op == Operator::SegmentMatch {
-                    for (vi, v) in c.values.iter().enumerate() {
-                        if let Some(k) = v.as_str()
-                            && !segment_keys.contains(k)
-                        {
-                            r.err(
-                                format!("{path}.rules[{ri}].clauses[{ci}].values[{vi}]"),
-                                format!("unknown segment {k:?}"),
-                            );
-                        }
-                    }
-                }
-            }
+            segment_refs(&mut r, &format!("{path}.rules[{ri}]"), &rule.clauses, &segment_keys);
         }
     }
     prerequisite_depths(&mut r, &flags, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
     if r.errors.is_empty() { Ok(()) } else { Err(ValidationErrors(r.errors)) }
+}
+
+/// Reports `segment_match` values naming no segment.
+fn segment_refs(r: &mut Report, path: &str, clauses: &[Clause], segment_keys: &HashSet<&str>) {
+    for (ci, c) in clauses.iter().enumerate() {
+        if c.op != Operator::SegmentMatch {
+            continue;
+        }
+        for (vi, v) in c.values.iter().enumerate() {
+            if let Some(k) = v.as_str()
+                && !segment_keys.contains(k)
+            {
+                r.err(format!("{path}.clauses[{ci}].values[{vi}]"), format!("unknown segment {k:?}"));
+            }
+        }
+    }
+}
+
+/// Rejects cycles among nested segments and nesting deeper than the limit
+/// (a segment whose rules use no `segment_match` is 1 deep).
+fn segment_depths(r: &mut Report, segments: &[Segment], limits: &Limits) {
+    let by_key: HashMap<&str, &Segment> = segments.iter().map(|s| (s.key.as_str(), s)).collect();
+    let children = |s: &'_ Segment| -> Vec<String> {
+        s.rules
+            .iter()
+            .flat_map(|rule| rule.clauses.iter())
+            .filter(|c| c.op == Operator::SegmentMatch)
+            .flat_map(|c| c.values.iter().filter_map(|v| v.as_str().map(str::to_owned)))
+            .collect()
+    };
+    // `None` marks "in progress" to detect cycles.
+    fn depth<'a>(
+        key: &str,
+        by_key: &HashMap<&'a str, &'a Segment>,
+        children: &dyn Fn(&Segment) -> Vec<String>,
+        memo: &mut HashMap<String, Option<usize>>,
+        path: &mut Vec<String>,
+    ) -> Result<usize, Vec<String>> {
+        match memo.get(key) {
+            Some(Some(d)) => return Ok(*d),
+            Some(None) => {
+                let start = path.iter().position(|k| k == key).unwrap_or(0);
+                let mut cycle = path[start..].to_vec();
+                cycle.push(key.to_owned());
+                return Err(cycle);
+            }
+            None => {}
+        }
+        let Some(s) = by_key.get(key) else {
+            return Ok(0); // unknown: reported by segment_refs
+        };
+        memo.insert(key.to_owned(), None);
+        path.push(key.to_owned());
+        let mut deepest = 0;
+        for child in children(s) {
+            deepest = deepest.max(depth(&child, by_key, children, memo, path)?);
+        }
+        path.pop();
+        memo.insert(key.to_owned(), Some(deepest + 1));
+        Ok(deepest + 1)
+    }
+    let mut memo = HashMap::new();
+    let mut keys: Vec<&str> = by_key.keys().copied().collect();
+    keys.sort_unstable();
+    for key in keys {
+        match depth(key, &by_key, &children, &mut memo, &mut Vec::new()) {
+            Ok(d) if d > limits.max_segment_depth => r.err(
+                format!("segments[{key:?}].rules"),
+                format!("segments nested {d} deep, limit {}", limits.max_segment_depth),
+            ),
+            Ok(_) => {}
+            Err(cycle) => {
+                r.err(format!("segments[{key:?}].rules"), format!("segment cycle: {}", cycle.join(" -> ")));
+                // One cycle, one error: everything on it counts as done.
+                for k in cycle {
+                    memo.insert(k, Some(0));
+                }
+            }
+        }
+    }
 }
 
 /// Rejects prerequisite cycles and chains deeper than the limit.
@@ -247,6 +321,7 @@ fn flag(r: &mut Report, path: &str, f: &Flag, limits: &Limits) -> usize {
     let mut target_values = 0;
     for (i, t) in f.targets.iter().enumerate() {
         variation(r, format!("{path}.targets[{i}].variation"), t.variation);
+        context_kind(r, &format!("{path}.targets[{i}].context_kind"), &t.context_kind);
         target_values += t.values.len();
         for (j, v) in t.values.iter().enumerate() {
             r.max(&format!("{path}.targets[{i}].values[{j}]"), "bytes", v.len(), limits.max_value_len);
@@ -260,19 +335,19 @@ fn flag(r: &mut Report, path: &str, f: &Flag, limits: &Limits) -> usize {
         if !rule.id.is_empty() && !ids.insert(rule.id.as_str()) {
             r.err(format!("{rpath}.id"), format!("duplicate rule id {:?}", rule.id));
         }
-        clauses(r, &rpath, &rule.clauses, limits, true);
-        serve(r, &format!("{rpath}.serve"), &rule.serve, n);
+        clauses(r, &rpath, &rule.clauses, limits, false);
+        serve(r, &format!("{rpath}.serve"), &rule.serve, n, limits);
     }
-    serve(r, &format!("{path}.fallthrough"), &f.fallthrough, n);
+    serve(r, &format!("{path}.fallthrough"), &f.fallthrough, n, limits);
     r.max(&format!("{path}.prerequisites"), "prerequisites", f.prerequisites.len(), limits.max_prerequisites);
     let size = wire::flag_to_proto(f).encoded_len();
     r.max(path, "encoded bytes", size, limits.max_flag_bytes);
     size
 }
 
-fn serve(r: &mut Report, path: &str, s: &Serve, n: usize) {
-    match (s.variation, &s.rollout) {
-        (Some(v), None) => {
+fn serve(r: &mut Report, path: &str, s: &Serve, n: usize, limits: &Limits) {
+    match (s.variation, &s.rollout, &s.schedule) {
+        (Some(v), None, None) => {
             if v as usize >= n {
                 r.err(
                     format!("{path}.variation"),
@@ -280,9 +355,72 @@ fn serve(r: &mut Report, path: &str, s: &Serve, n: usize) {
                 );
             }
         }
-        (None, Some(ro)) => rollout(r, &format!("{path}.rollout"), ro, n),
-        (Some(_), Some(_)) => r.err(path, "set either variation or rollout, not both"),
-        (None, None) => r.err(path, "set variation or rollout"),
+        (None, Some(ro), None) => {
+            rollout(r, &format!("{path}.rollout"), ro, n);
+            attribute(r, &format!("{path}.rollout.bucket_by"), &ro.bucket_by, limits);
+            context_kind(r, &format!("{path}.rollout.context_kind"), &ro.context_kind);
+        }
+        (None, None, Some(sc)) => schedule(r, &format!("{path}.schedule"), sc, n, limits),
+        (None, None, None) => r.err(path, "set variation, rollout or schedule"),
+        _ => r.err(path, "set exactly one of variation, rollout and schedule"),
+    }
+}
+
+/// A `context_kind` field: empty (the default kind) or a valid kind name.
+fn context_kind(r: &mut Report, path: &str, kind: &str) {
+    if !kind.is_empty()
+        && let Some(problem) = kind_problem(kind)
+    {
+        r.err(path, problem);
+    }
+}
+
+/// A `bucket_by` or clause attribute: a name or a well-formed reference.
+fn attribute(r: &mut Report, path: &str, attr: &str, limits: &Limits) {
+    r.max(path, "bytes", attr.len(), limits.max_attribute_len);
+    if let Err(e) = parse_attr(attr) {
+        r.err(path, format!("{attr:?}: {e}"));
+    }
+}
+
+fn schedule(r: &mut Report, path: &str, sc: &Schedule, n: usize, limits: &Limits) {
+    for (field, idx) in [("variation", sc.variation), ("otherwise", sc.otherwise)] {
+        if idx as usize >= n {
+            r.err(
+                format!("{path}.{field}"),
+                format!("variation index {idx} out of range: the flag has {n} variations"),
+            );
+        }
+    }
+    attribute(r, &format!("{path}.bucket_by"), &sc.bucket_by, limits);
+    context_kind(r, &format!("{path}.context_kind"), &sc.context_kind);
+    if sc.steps.is_empty() {
+        r.err(format!("{path}.steps"), "a schedule needs at least one step");
+    }
+    r.max(&format!("{path}.steps"), "steps", sc.steps.len(), limits.max_schedule_steps);
+    for (i, st) in sc.steps.iter().enumerate() {
+        let spath = format!("{path}.steps[{i}]");
+        if st.weight > WEIGHT_TOTAL {
+            r.err(
+                format!("{spath}.weight"),
+                format!("{} is over {WEIGHT_TOTAL} (units of 1/100000)", st.weight),
+            );
+        }
+        if i > 0 {
+            let prev = sc.steps[i - 1];
+            if st.start_unix_ms <= prev.start_unix_ms {
+                r.err(format!("{spath}.start"), "starts must strictly increase from step to step");
+            }
+            if st.weight < prev.weight {
+                r.err(
+                    format!("{spath}.weight"),
+                    format!(
+                        "{} is below the previous step's {}: a schedule only grows (lower it with one write instead)",
+                        st.weight, prev.weight
+                    ),
+                );
+            }
+        }
     }
 }
 
@@ -308,25 +446,26 @@ fn rollout(r: &mut Report, path: &str, ro: &Rollout, n: usize) {
     }
 }
 
-fn clauses(r: &mut Report, path: &str, cs: &[Clause], limits: &Limits, segments_allowed: bool) {
-    if cs.is_empty() {
+fn clauses(r: &mut Report, path: &str, cs: &[Clause], limits: &Limits, empty_allowed: bool) {
+    if cs.is_empty() && !empty_allowed {
         r.err(format!("{path}.clauses"), "at least one clause is required");
     }
     r.max(&format!("{path}.clauses"), "clauses", cs.len(), limits.max_clauses);
     for (i, c) in cs.iter().enumerate() {
-        clause(r, &format!("{path}.clauses[{i}]"), c, limits, segments_allowed);
+        clause(r, &format!("{path}.clauses[{i}]"), c, limits);
     }
 }
 
-fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits, segments_allowed: bool) {
+fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits) {
     let op = c.op;
-    if op == Operator::SegmentMatch && !segments_allowed {
-        r.err(format!("{path}.op"), "segment_match is not allowed in segment rules");
+    if op != Operator::SegmentMatch {
+        if c.attribute.is_empty() {
+            r.err(format!("{path}.attribute"), "must not be empty");
+        } else {
+            attribute(r, &format!("{path}.attribute"), &c.attribute, limits);
+        }
     }
-    if op != Operator::SegmentMatch && c.attribute.is_empty() {
-        r.err(format!("{path}.attribute"), "must not be empty");
-    }
-    r.max(&format!("{path}.attribute"), "bytes", c.attribute.len(), limits.max_attribute_len);
+    context_kind(r, &format!("{path}.context_kind"), &c.context_kind);
     if c.values.is_empty() {
         r.err(format!("{path}.values"), "at least one value is required");
     }
@@ -373,10 +512,15 @@ fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits, segments_allo
 /// Validates one segment; returns its encoded size.
 fn segment(r: &mut Report, path: &str, s: &Segment, limits: &Limits) -> usize {
     key(r, &format!("{path}.key"), &s.key, limits);
+    let listed: usize = [&s.included_contexts, &s.excluded_contexts]
+        .iter()
+        .flat_map(|lists| lists.iter())
+        .map(|l| l.values.len())
+        .sum();
     r.max(
         &format!("{path}.included"),
-        "keys in included + excluded",
-        s.included.len() + s.excluded.len(),
+        "keys in included + excluded (all kinds)",
+        s.included.len() + s.excluded.len() + listed,
         limits.max_segment_keys,
     );
     for (field, keys) in [("included", &s.included), ("excluded", &s.excluded)] {
@@ -384,9 +528,39 @@ fn segment(r: &mut Report, path: &str, s: &Segment, limits: &Limits) -> usize {
             r.max(&format!("{path}.{field}[{i}]"), "bytes", k.len(), limits.max_value_len);
         }
     }
+    for (field, lists) in
+        [("included_contexts", &s.included_contexts), ("excluded_contexts", &s.excluded_contexts)]
+    {
+        for (i, l) in lists.iter().enumerate() {
+            let lpath = format!("{path}.{field}[{i}]");
+            if l.context_kind.is_empty() {
+                r.err(
+                    format!("{lpath}.context_kind"),
+                    "must not be empty (use included/excluded for the default kind)",
+                );
+            } else {
+                context_kind(r, &format!("{lpath}.context_kind"), &l.context_kind);
+            }
+            for (j, k) in l.values.iter().enumerate() {
+                r.max(&format!("{lpath}.values[{j}]"), "bytes", k.len(), limits.max_value_len);
+            }
+        }
+    }
     r.max(&format!("{path}.rules"), "rules", s.rules.len(), limits.max_segment_rules);
     for (i, rule) in s.rules.iter().enumerate() {
-        clauses(r, &format!("{path}.rules[{i}]"), &rule.clauses, limits, false);
+        let rpath = format!("{path}.rules[{i}]");
+        clauses(r, &rpath, &rule.clauses, limits, rule.weight.is_some());
+        if let Some(w) = rule.weight
+            && w > WEIGHT_TOTAL
+        {
+            r.err(format!("{rpath}.weight"), format!("{w} is over {WEIGHT_TOTAL} (units of 1/100000)"));
+        }
+        let bucketing = !rule.bucket_by.is_empty() || !rule.rollout_context_kind.is_empty();
+        if bucketing && rule.weight.is_none() {
+            r.err(&rpath, "bucket_by and rollout_context_kind only apply with a weight");
+        }
+        attribute(r, &format!("{rpath}.bucket_by"), &rule.bucket_by, limits);
+        context_kind(r, &format!("{rpath}.rollout_context_kind"), &rule.rollout_context_kind);
     }
     let size = wire::segment_to_proto(s).encoded_len();
     r.max(path, "encoded bytes", size, limits.max_segment_bytes);

@@ -7,10 +7,10 @@
 use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
 
-use crate::context::{AttrValue, Context, Scalar};
+use crate::context::Scalar;
 use crate::model::{
-    Clause, Flag, FlagType, Operator, Prerequisite, Rollout, Rule, Segment, SegmentRule, Serve, Target,
-    WeightedVariation,
+    Clause, Flag, FlagType, KindKeys, Operator, Prerequisite, Rollout, Rule, Schedule, Segment, SegmentRule,
+    Serve, Step, Target, WeightedVariation,
 };
 use crate::validate::{ValidationError, ValidationErrors};
 
@@ -29,7 +29,11 @@ pub fn flag_to_proto(f: &Flag) -> pb::Flag {
         targets: f
             .targets
             .iter()
-            .map(|t| pb::Target { variation: t.variation, values: t.values.clone() })
+            .map(|t| pb::Target {
+                variation: t.variation,
+                values: t.values.clone(),
+                context_kind: t.context_kind.clone(),
+            })
             .collect(),
         rules: f
             .rules
@@ -96,7 +100,11 @@ pub fn flag_from_proto(p: &pb::Flag) -> Result<Flag, ValidationErrors> {
         targets: p
             .targets
             .iter()
-            .map(|t| Target { variation: t.variation, values: t.values.clone() })
+            .map(|t| Target {
+                variation: t.variation,
+                values: t.values.clone(),
+                context_kind: t.context_kind.clone(),
+            })
             .collect(),
         rules,
         fallthrough: serve_from_proto(&format!("{path}.fallthrough"), p.fallthrough.as_ref())?,
@@ -126,11 +134,17 @@ pub fn segment_to_proto(s: &Segment) -> pb::Segment {
             .map(|r| pb::SegmentRule {
                 id: r.id.clone(),
                 clauses: r.clauses.iter().map(clause_to_proto).collect(),
+                weight: r.weight,
+                bucket_by: r.bucket_by.clone(),
+                rollout_context_kind: r.rollout_context_kind.clone(),
             })
             .collect(),
         version: s.version,
         revision: s.revision,
         description: s.description.clone(),
+        included_contexts: s.included_contexts.iter().map(keys_to_proto).collect(),
+        excluded_contexts: s.excluded_contexts.iter().map(keys_to_proto).collect(),
+        salt: s.salt.clone(),
     }
 }
 
@@ -145,6 +159,9 @@ pub fn segment_from_proto(p: &pb::Segment) -> Result<Segment, ValidationErrors> 
             Ok(SegmentRule {
                 id: r.id.clone(),
                 clauses: clauses_from_proto(&format!("{path}.rules[{i}]"), &r.clauses)?,
+                weight: r.weight,
+                bucket_by: r.bucket_by.clone(),
+                rollout_context_kind: r.rollout_context_kind.clone(),
             })
         })
         .collect::<Result<_, ValidationErrors>>()?;
@@ -156,52 +173,21 @@ pub fn segment_from_proto(p: &pb::Segment) -> Result<Segment, ValidationErrors> 
         version: p.version,
         revision: p.revision,
         description: p.description.clone(),
+        included_contexts: p.included_contexts.iter().map(keys_from_proto).collect(),
+        excluded_contexts: p.excluded_contexts.iter().map(keys_from_proto).collect(),
+        salt: p.salt.clone(),
     })
 }
 
-/// The protobuf form of a context.
-pub fn context_to_proto(c: &Context<'_>) -> pb::Context {
-    pb::Context {
-        key: c.key().to_owned(),
-        kind: c.context_kind().to_owned(),
-        attributes: c
-            .attributes()
-            .map(|(n, v)| {
-                let value = match v {
-                    AttrValue::Scalar(s) => pb::attribute_value::Value::Scalar(scalar_to_proto(s)),
-                    AttrValue::List(l) => pb::attribute_value::Value::List(pb::ScalarList {
-                        values: l.iter().map(scalar_to_proto).collect(),
-                    }),
-                };
-                (n.to_owned(), pb::AttributeValue { value: Some(value) })
-            })
-            .collect(),
-    }
+fn keys_to_proto(k: &KindKeys) -> pb::KindKeys {
+    pb::KindKeys { context_kind: k.context_kind.clone(), values: k.values.clone() }
 }
 
-/// Reads a context from protobuf; attributes without a value are skipped
-/// (a null attribute is a missing one).
-pub fn context_from_proto(p: &pb::Context) -> Context<'static> {
-    let mut ctx = Context::new(p.key.clone());
-    if !p.kind.is_empty() {
-        ctx = ctx.kind(p.kind.clone());
-    }
-    for (name, v) in &p.attributes {
-        let value = match &v.value {
-            Some(pb::attribute_value::Value::Scalar(s)) => scalar_from_proto(s).map(AttrValue::Scalar),
-            Some(pb::attribute_value::Value::List(l)) => {
-                Some(AttrValue::from(l.values.iter().filter_map(scalar_from_proto).collect::<Vec<_>>()))
-            }
-            None => None,
-        };
-        if let Some(value) = value {
-            ctx.set(name.clone(), value);
-        }
-    }
-    ctx
+fn keys_from_proto(k: &pb::KindKeys) -> KindKeys {
+    KindKeys { context_kind: k.context_kind.clone(), values: k.values.clone() }
 }
 
-fn scalar_to_proto(s: &Scalar<'_>) -> pb::Scalar {
+pub(crate) fn scalar_to_proto(s: &Scalar<'_>) -> pb::Scalar {
     let value = match s {
         Scalar::Str(v) => pb::scalar::Value::StringValue(v.to_string()),
         Scalar::Num(n) => pb::scalar::Value::NumberValue(*n),
@@ -210,7 +196,7 @@ fn scalar_to_proto(s: &Scalar<'_>) -> pb::Scalar {
     pb::Scalar { value: Some(value) }
 }
 
-fn scalar_from_proto(s: &pb::Scalar) -> Option<Scalar<'static>> {
+pub(crate) fn scalar_from_proto(s: &pb::Scalar) -> Option<Scalar<'static>> {
     Some(match s.value.as_ref()? {
         pb::scalar::Value::StringValue(v) => Scalar::Str(v.clone().into()),
         pb::scalar::Value::NumberValue(n) => Scalar::Num(*n),
@@ -265,6 +251,7 @@ fn clause_to_proto(c: &Clause) -> pb::Clause {
         op: Operator::ALL.iter().position(|o| *o == c.op).map_or(0, |i| i as i32 + 1),
         values: c.values.iter().filter_map(|v| Scalar::from_json(v).map(|s| scalar_to_proto(&s))).collect(),
         negate: c.negate,
+        context_kind: c.context_kind.clone(),
     }
 }
 
@@ -293,16 +280,22 @@ fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, Vali
                         .ok_or_else(|| err(format!("{cpath}.values[{j}]"), "value is empty"))
                 })
                 .collect::<Result<_, _>>()?;
-            Ok(Clause { attribute: c.attribute.clone(), op, values, negate: c.negate })
+            Ok(Clause {
+                context_kind: c.context_kind.clone(),
+                attribute: c.attribute.clone(),
+                op,
+                values,
+                negate: c.negate,
+            })
         })
         .collect()
 }
 
 /// The protobuf form of a serve.
 pub fn serve_to_proto(s: &Serve) -> pb::Serve {
-    let kind = match (s.variation, &s.rollout) {
-        (Some(v), _) => Some(pb::serve::Kind::Variation(v)),
-        (None, Some(r)) => Some(pb::serve::Kind::Rollout(pb::Rollout {
+    let kind = match (s.variation, &s.rollout, &s.schedule) {
+        (Some(v), _, _) => Some(pb::serve::Kind::Variation(v)),
+        (None, Some(r), _) => Some(pb::serve::Kind::Rollout(pb::Rollout {
             bucket_by: r.bucket_by.clone(),
             seed: r.seed,
             variations: r
@@ -310,8 +303,21 @@ pub fn serve_to_proto(s: &Serve) -> pb::Serve {
                 .iter()
                 .map(|w| pb::WeightedVariation { variation: w.variation, weight: w.weight })
                 .collect(),
+            context_kind: r.context_kind.clone(),
         })),
-        (None, None) => None,
+        (None, None, Some(sc)) => Some(pb::serve::Kind::Schedule(pb::Schedule {
+            variation: sc.variation,
+            otherwise: sc.otherwise,
+            bucket_by: sc.bucket_by.clone(),
+            context_kind: sc.context_kind.clone(),
+            seed: sc.seed,
+            steps: sc
+                .steps
+                .iter()
+                .map(|st| pb::ScheduleStep { start_unix_ms: st.start_unix_ms, weight: st.weight })
+                .collect(),
+        })),
+        (None, None, None) => None,
     };
     pb::Serve { kind }
 }
@@ -322,6 +328,7 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
         Some(pb::serve::Kind::Variation(v)) => Ok(Serve::variation(*v)),
         Some(pb::serve::Kind::Rollout(r)) => Ok(Serve::rollout(Rollout {
             bucket_by: r.bucket_by.clone(),
+            context_kind: r.context_kind.clone(),
             seed: r.seed,
             variations: r
                 .variations
@@ -329,6 +336,22 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
                 .map(|w| WeightedVariation { variation: w.variation, weight: w.weight })
                 .collect(),
         })),
-        None => Err(err(path.to_owned(), "set variation or rollout")),
+        Some(pb::serve::Kind::Schedule(sc)) => Ok(Serve::schedule(Schedule {
+            variation: sc.variation,
+            otherwise: sc.otherwise,
+            bucket_by: sc.bucket_by.clone(),
+            context_kind: sc.context_kind.clone(),
+            seed: sc.seed,
+            steps: sc
+                .steps
+                .iter()
+                .map(|st| Step { start_unix_ms: st.start_unix_ms, weight: st.weight })
+                .collect(),
+        })),
+        None => Err(err(path.to_owned(), "set variation, rollout or schedule")),
     }
 }
+
+mod context;
+
+pub use context::{context_from_proto, context_to_proto};

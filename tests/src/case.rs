@@ -50,6 +50,10 @@ pub struct Case {
     pub default: Json,
     /// Who for.
     pub context: Context<'static>,
+    /// The evaluator's clock, for schedules: an RFC 3339 time or Unix
+    /// milliseconds; absent: the system clock.
+    #[serde(default)]
+    pub now: Option<Json>,
     /// What should come back.
     pub expect: Expect,
 }
@@ -77,6 +81,9 @@ pub struct Expect {
     /// For ERROR.
     #[serde(default)]
     pub error: Option<String>,
+    /// For RULE_MATCH / FALLTHROUGH served by a schedule: its step.
+    #[serde(default)]
+    pub schedule_step: Option<u32>,
 }
 
 /// The directory holding the case files.
@@ -114,11 +121,14 @@ pub fn snapshot(file: &CaseFile) -> Result<Snapshot, flagstream::ValidationError
 }
 
 fn observe<'s, T: FromValue<'s>>(d: Detail<'s, T>, to_json: impl Fn(T) -> Json) -> Expect {
-    let (rule_index, rule_id, prerequisite_key, error) = match d.reason {
-        Reason::RuleMatch { index, id } => (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None),
-        Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None),
-        Reason::Error(kind) => (None, None, None, Some(kind.name().to_owned())),
-        _ => (None, None, None, None),
+    let (rule_index, rule_id, prerequisite_key, error, schedule_step) = match d.reason {
+        Reason::RuleMatch { index, id, step } => {
+            (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, step)
+        }
+        Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, None),
+        Reason::Error(kind) => (None, None, None, Some(kind.name().to_owned()), None),
+        Reason::Fallthrough { step, .. } => (None, None, None, None, step),
+        _ => (None, None, None, None, None),
     };
     Expect {
         reason: d.reason.kind_name().to_owned(),
@@ -128,6 +138,18 @@ fn observe<'s, T: FromValue<'s>>(d: Detail<'s, T>, to_json: impl Fn(T) -> Json) 
         rule_id,
         prerequisite_key,
         error,
+        schedule_step,
+    }
+}
+
+/// A case's `now` in Unix milliseconds.
+fn instant(v: &Json) -> Result<i64, String> {
+    match v {
+        Json::Number(n) => n.as_i64().ok_or_else(|| format!("now: {n} is not whole milliseconds")),
+        Json::String(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| t.timestamp_millis())
+            .map_err(|e| format!("now: {s:?}: {e}")),
+        other => Err(format!("now: {other} is not a time")),
     }
 }
 
@@ -135,12 +157,25 @@ fn observe<'s, T: FromValue<'s>>(d: Detail<'s, T>, to_json: impl Fn(T) -> Json) 
 pub fn run(snap: &Snapshot, case: &Case) -> Result<(), String> {
     let (key, ctx, d) = (&case.flag, &case.context, &case.default);
     let bad_default = || format!("default {d} is not a {}", case.requested.name());
+    let now = case.now.as_ref().map(instant).transpose()?;
+    fn at<'s, T: FromValue<'s>>(
+        snap: &'s Snapshot,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+        now: Option<i64>,
+    ) -> Detail<'s, T> {
+        match now {
+            Some(t) => snap.detail_at(key, ctx, default, t),
+            None => snap.detail(key, ctx, default),
+        }
+    }
     let got = match case.requested {
-        FlagType::Bool => observe(snap.detail(key, ctx, d.as_bool().ok_or_else(bad_default)?), Json::Bool),
-        FlagType::String => observe(snap.detail(key, ctx, d.as_str().ok_or_else(bad_default)?), Json::from),
-        FlagType::Int => observe(snap.detail(key, ctx, d.as_i64().ok_or_else(bad_default)?), Json::from),
-        FlagType::Float => observe(snap.detail(key, ctx, d.as_f64().ok_or_else(bad_default)?), Json::from),
-        FlagType::Json => observe(snap.detail(key, ctx, Cow::Borrowed(d)), Cow::into_owned),
+        FlagType::Bool => observe(at(snap, key, ctx, d.as_bool().ok_or_else(bad_default)?, now), Json::Bool),
+        FlagType::String => observe(at(snap, key, ctx, d.as_str().ok_or_else(bad_default)?, now), Json::from),
+        FlagType::Int => observe(at(snap, key, ctx, d.as_i64().ok_or_else(bad_default)?, now), Json::from),
+        FlagType::Float => observe(at(snap, key, ctx, d.as_f64().ok_or_else(bad_default)?, now), Json::from),
+        FlagType::Json => observe(at(snap, key, ctx, Cow::Borrowed(d), now), Cow::into_owned),
     };
     let mut want = case.expect.clone_normalised();
     if case.requested == FlagType::Float {
@@ -160,6 +195,7 @@ impl Expect {
             rule_id: self.rule_id.clone().filter(|id| !id.is_empty()),
             prerequisite_key: self.prerequisite_key.clone(),
             error: self.error.clone(),
+            schedule_step: self.schedule_step,
         }
     }
 }

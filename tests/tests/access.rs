@@ -141,7 +141,10 @@ async fn every_call(
             key: format!("{tag}-seg"),
             expected_version: None,
             ops: vec![pb::SegmentPatch {
-                op: Some(pb::segment_patch::Op::AddIncluded(pb::ContextKeys { keys: vec!["u".into()] })),
+                op: Some(pb::segment_patch::Op::AddIncluded(pb::ContextKeys {
+                    keys: vec!["u".into()],
+                    ..Default::default()
+                })),
             }],
             comment: String::new(),
         })

@@ -78,7 +78,13 @@ async fn invalid_writes_change_nothing() {
     let mut unknown_op = bool_flag("op", true);
     unknown_op.rules.push(pb::Rule {
         id: "r".into(),
-        clauses: vec![pb::Clause { attribute: "a".into(), op: 99, values: vec![], negate: false }],
+        clauses: vec![pb::Clause {
+            attribute: "a".into(),
+            op: 99,
+            values: vec![],
+            negate: false,
+            ..Default::default()
+        }],
         serve: Some(pb::Serve { kind: Some(pb::serve::Kind::Variation(0)) }),
     });
     let err = put(&mut admin, "demo", unknown_op).await.unwrap_err();

@@ -46,7 +46,13 @@ fn clause() -> impl Strategy<Value = Clause> {
         prop::collection::vec(json_scalar(), 0..4),
         any::<bool>(),
     )
-        .prop_map(|(attr, op, values, negate)| Clause { attribute: attr.into(), op, values, negate })
+        .prop_map(|(attr, op, values, negate)| Clause {
+            context_kind: String::new(),
+            attribute: attr.into(),
+            op,
+            values,
+            negate,
+        })
 }
 
 fn serve(n: u32) -> impl Strategy<Value = Serve> {
@@ -59,6 +65,7 @@ fn serve(n: u32) -> impl Strategy<Value = Serve> {
                 .into_iter()
                 .map(|(variation, weight)| WeightedVariation { variation, weight })
                 .collect(),
+            ..Default::default()
         })),
     ]
 }
@@ -85,7 +92,10 @@ fn any_flag(key: String) -> impl Strategy<Value = Flag> {
             f.fallthrough = fallthrough;
             f.prerequisites =
                 pres.into_iter().map(|(k, v)| Prerequisite { key: k.into(), variation: v }).collect();
-            f.targets = targets.into_iter().map(|(v, k)| Target { variation: v, values: vec![k] }).collect();
+            f.targets = targets
+                .into_iter()
+                .map(|(v, k)| Target { variation: v, values: vec![k], ..Default::default() })
+                .collect();
             f
         })
 }
@@ -141,7 +151,7 @@ proptest! {
             f.fallthrough = Serve::rollout(Rollout { bucket_by: String::new(), seed, variations: vec![
                 WeightedVariation { variation: 0, weight: w },
                 WeightedVariation { variation: 1, weight: 100_000 - w },
-            ]});
+            ], ..Default::default()});
             Snapshot::compile(&FlagSet { flags: vec![f], segments: vec![] }, &Limits::default()).unwrap()
         };
         let (a, b) = (make(), make());
@@ -162,6 +172,7 @@ fn rollout_snapshot(weights: &[u32], salt: &str) -> Snapshot {
             .enumerate()
             .map(|(i, &w)| WeightedVariation { variation: i as u32, weight: w })
             .collect(),
+        ..Default::default()
     });
     Snapshot::compile(&FlagSet { flags: vec![f], segments: vec![] }, &Limits::default()).unwrap()
 }

@@ -71,6 +71,11 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
             assert!(e.message().contains("database"), "{}", e.message());
             refused += 1;
         }
+        // Loudly visible: the feed gauges say the data is unconfirmed.
+        for r in [&a, &b] {
+            wait_metric(r, "flagstream_upstream_live{env=\"demo\"}", |v| v == 0.0).await;
+            wait_metric(r, "flagstream_staleness_seconds{env=\"demo\"}", |v| v > 0.0).await;
+        }
         // Serving goes on from memory: each relay's own last acknowledged
         // write (in its memory before the ack) reaches its SDK with the
         // database down.
@@ -95,6 +100,9 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
                 }
             }
             acked.push(flag);
+        }
+        for r in [&a, &b] {
+            wait_metric(r, "flagstream_upstream_live{env=\"demo\"}", |v| v == 1.0).await;
         }
     }
     assert_eq!(refused, 6);
@@ -235,4 +243,17 @@ async fn a_restored_backup_becomes_a_new_epoch() {
     // The write was made in the new epoch.
     eventually("the write after the restore", || client.bool("after-restore", &Context::new("u"), false))
         .await;
+}
+
+/// Polls `r`'s `/metrics` until `sample` satisfies `ok`.
+async fn wait_metric(r: &Relay, sample: &str, ok: impl Fn(f64) -> bool) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let v = r.metric(sample).await;
+        if ok(v) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{sample} stayed at {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -53,6 +53,25 @@ async fn a_write_at_either_relay_reaches_sdks_on_both() {
     }
     b.wait_head("demo", r2).await;
     a.wait_head("demo", r2).await;
+    // Writes alternating between the relays keep one audit chain, which
+    // both relays verify.
+    for i in 0..4 {
+        let at = if i % 2 == 0 { &a } else { &b };
+        put(&mut at.admin().await, "demo", bool_flag(&format!("audited-{i}"), true)).await.unwrap();
+    }
+    for (r, name) in [(&a, "a"), (&b, "b")] {
+        let head = a.status().await.environments.iter().find(|e| e.name == "demo").unwrap().head_revision;
+        r.wait_head("demo", head).await;
+        let v = r
+            .admin()
+            .await
+            .verify_audit(pb::VerifyAuditRequest { environment: "demo".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(v.ok, "relay {name}: the audit chain broke at {}", v.first_broken);
+        assert!(v.records_checked >= 6, "relay {name}: {v:?}");
+    }
     let head = |s: pb::StatusResponse| {
         let e = s.environments.into_iter().find(|e| e.name == "demo").unwrap();
         (e.epoch, e.head_revision, e.checksum)
@@ -86,6 +105,21 @@ async fn a_write_at_either_relay_reaches_sdks_on_both() {
     let p = last.unwrap();
     assert_eq!((p.subscribers_total, p.subscribers_acked), (2, 2), "{p:?}");
     assert_eq!((p.relays_total, p.relays_reporting), (1, 1), "the other relay reported: {p:?}");
+
+    // After a quiet spell longer than the 10 s a peer's report stays
+    // fresh (the input here is time passing, so this one waits), the other
+    // relay's SDK still counts.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let p = b
+        .admin()
+        .await
+        .get_propagation(pb::GetPropagationRequest { environment: "demo".into(), revision: Some(r3) })
+        .await
+        .unwrap()
+        .into_inner()
+        .propagation
+        .unwrap();
+    assert_eq!((p.subscribers_total, p.relays_reporting), (2, 1), "a quiet relay still reports: {p:?}");
 }
 
 #[tokio::test]
@@ -135,6 +169,59 @@ async fn concurrent_conflicting_writes_have_exactly_one_winner() {
         let want = format!("expected version {current}, but it is at version {}", current + 1);
         assert!(loser.message().contains(&want), "{}", loser.message());
     }
+}
+
+/// Creating one environment at two relays at once: one wins, the other
+/// gets ALREADY_EXISTS, and the winner's environment (its flags, its SDK
+/// key) is untouched.
+#[tokio::test]
+async fn concurrent_creates_of_one_environment_have_one_winner() {
+    let Some(pg) = Postgres::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two_relays(&pg, dir.path()).await;
+    for round in 0..8 {
+        let name = format!("race-{round}");
+        let req = || pb::CreateEnvironmentRequest { name: name.clone(), description: String::new() };
+        let (mut admin_a, mut admin_b) = (a.admin().await, b.admin().await);
+        let (ra, rb) = tokio::join!(admin_a.create_environment(req()), admin_b.create_environment(req()));
+        let (winner, key, loser) = match (ra, rb) {
+            (Ok(w), Err(l)) => (&a, w.into_inner().sdk_key, l),
+            (Err(l), Ok(w)) => (&b, w.into_inner().sdk_key, l),
+            (ra, rb) => panic!("round {round}: exactly one create wins: {ra:?} {rb:?}"),
+        };
+        assert_eq!(loser.code(), tonic::Code::AlreadyExists, "{loser:?}");
+        let rev = put(&mut winner.admin().await, &name, bool_flag("kept", true)).await.unwrap();
+        for r in [&a, &b] {
+            r.wait_head(&name, rev).await;
+            let client = sdk(&[r.url()], &key);
+            client.wait_ready(STEP).await;
+            assert!(
+                client.bool("kept", &Context::new("u"), false),
+                "round {round}: the winner's key and flag"
+            );
+        }
+    }
+}
+
+/// A replica can follow one relay of a shared database; its token revoked
+/// at the *other* relay ends its stream here too, at once.
+#[tokio::test]
+async fn a_token_revoked_at_one_relay_ends_replica_streams_at_the_other() {
+    let Some(pg) = Postgres::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two_relays(&pg, dir.path()).await;
+    let token = flagstream_tests::cluster::replicate_token(&a, dir.path(), "replicas").await;
+    let mut replica = Relay::start_replica(&dir.path().join("replica"), &[b.url()], &token, &[]).await;
+    replica.admin_secret = Some(a.admin_token());
+    replica.wait_ready().await;
+    let rev = put(&mut a.admin().await, "demo", bool_flag("via-b", true)).await.unwrap();
+    replica.wait_head("demo", rev).await;
+    replica.wait_status("live", |s| s.environments.iter().any(|e| e.name == "demo" && e.upstream_live)).await;
+    a.admin().await.revoke_token(pb::RevokeTokenRequest { name: "replicas".into() }).await.unwrap();
+    replica
+        .wait_status("cut off", |s| s.environments.iter().any(|e| e.name == "demo" && !e.upstream_live))
+        .await;
+    assert!(b.log().contains("token revoked at another relay"), "{}", b.log());
 }
 
 fn a_head(envs: &[pb::EnvironmentStatus]) -> u64 {

@@ -207,7 +207,8 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
     sub.next(STEP).await.unwrap();
     let mut admin = relay.admin().await;
     let mut flag = bool_flag("p", true);
-    flag.targets = vec![pb::Target { variation: 1, values: vec!["alice".into(), "bob".into()] }];
+    flag.targets =
+        vec![pb::Target { variation: 1, values: vec!["alice".into(), "bob".into()], ..Default::default() }];
     flag.rules = vec![pb::Rule {
         id: "r1".into(),
         clauses: vec![pb::Clause {
@@ -236,15 +237,27 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
             f.fallthrough.as_ref().and_then(|s| s.kind.clone()) == Some(pb::serve::Kind::Variation(1))
         }),
         // alice moves from variation 1's target to variation 0's.
-        (vec![Op::AddTargets(pb::TargetKeys { variation: 0, keys: vec!["alice".into()] })], &|f| {
-            f.targets.len() == 2
-                && f.targets.iter().any(|t| t.variation == 0 && t.values == ["alice"])
-                && f.targets.iter().any(|t| t.variation == 1 && t.values == ["bob"])
-        }),
+        (
+            vec![Op::AddTargets(pb::TargetKeys {
+                variation: 0,
+                keys: vec!["alice".into()],
+                ..Default::default()
+            })],
+            &|f| {
+                f.targets.len() == 2
+                    && f.targets.iter().any(|t| t.variation == 0 && t.values == ["alice"])
+                    && f.targets.iter().any(|t| t.variation == 1 && t.values == ["bob"])
+            },
+        ),
         // bob leaves: variation 1's target is empty, so it is gone.
-        (vec![Op::RemoveTargets(pb::TargetKeys { variation: 1, keys: vec!["bob".into()] })], &|f| {
-            f.targets.len() == 1 && f.targets[0].variation == 0
-        }),
+        (
+            vec![Op::RemoveTargets(pb::TargetKeys {
+                variation: 1,
+                keys: vec!["bob".into()],
+                ..Default::default()
+            })],
+            &|f| f.targets.len() == 1 && f.targets[0].variation == 0,
+        ),
         (
             vec![Op::SetRuleServe(pb::RuleServe {
                 rule_id: "r1".into(),
@@ -270,13 +283,21 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
         ops: vec![pb::SegmentPatch { op: Some(op) }],
         comment: String::new(),
     };
-    let r =
-        admin.patch_segment(seg_patch(S::AddIncluded(pb::ContextKeys { keys: vec!["zed".into()] }))).await;
+    let r = admin
+        .patch_segment(seg_patch(S::AddIncluded(pb::ContextKeys {
+            keys: vec!["zed".into()],
+            ..Default::default()
+        })))
+        .await;
     let r = r.unwrap().into_inner().result.unwrap().revision;
     assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
     assert!(sub.segments["beta-testers"].included.contains(&"zed".to_owned()));
-    let r =
-        admin.patch_segment(seg_patch(S::AddExcluded(pb::ContextKeys { keys: vec!["zed".into()] }))).await;
+    let r = admin
+        .patch_segment(seg_patch(S::AddExcluded(pb::ContextKeys {
+            keys: vec!["zed".into()],
+            ..Default::default()
+        })))
+        .await;
     let r = r.unwrap().into_inner().result.unwrap().revision;
     sub.wait_revision(r, STEP).await.unwrap();
     // As admin.proto says: add_excluded does not touch `included`.

@@ -237,7 +237,13 @@ fn parse_clause(s: &str) -> Result<flagstream::model::Clause, Failure> {
             }
         })
         .collect();
-    Ok(flagstream::model::Clause { attribute: attribute.to_owned(), op, values, negate })
+    Ok(flagstream::model::Clause {
+        context_kind: String::new(),
+        attribute: attribute.to_owned(),
+        op,
+        values,
+        negate,
+    })
 }
 
 /// `segment` subcommands.
@@ -558,7 +564,8 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             if total != 100_000 {
                 return Err(invalid(format!("weights sum to {}%, must be 100%", total as f64 / 1000.0)));
             }
-            after.fallthrough = Serve::rollout(Rollout { bucket_by, seed: None, variations });
+            after.fallthrough =
+                Serve::rollout(Rollout { bucket_by, context_kind: String::new(), seed: None, variations });
             write_flag(conn, Some(&before), after, &write).await?;
         }
         FlagCmd::Target { key, variation, add, remove, write } => {
@@ -573,11 +580,11 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             use pb::flag_patch::Op as P;
             let mut ops = Vec::new();
             if !add.is_empty() {
-                let keys = pb::TargetKeys { variation: v, keys: add.clone() };
+                let keys = pb::TargetKeys { variation: v, keys: add.clone(), ..Default::default() };
                 ops.push(pb::FlagPatch { op: Some(P::AddTargets(keys)) });
             }
             if !remove.is_empty() {
-                let keys = pb::TargetKeys { variation: v, keys: remove.clone() };
+                let keys = pb::TargetKeys { variation: v, keys: remove.clone(), ..Default::default() };
                 ops.push(pb::FlagPatch { op: Some(P::RemoveTargets(keys)) });
             }
             eprintln!(

@@ -94,6 +94,10 @@ pub trait WriteLock: Send {
     /// The database's head of the environment: epoch and revision.
     fn head(&self) -> (&str, u64);
 
+    /// The audit chain's head at [`WriteLock::head`]: the next audit
+    /// record chains onto it, whichever relay wrote the last one.
+    fn audit_head(&self) -> &str;
+
     /// Commits `commit` (planned on [`WriteLock::head`]) and releases the
     /// lock.
     async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError>;

@@ -77,8 +77,12 @@ impl Store {
             if this.inner.envs.load().contains_key(&meta.name) {
                 return Err(StoreError::EnvExists(meta.name));
             }
-            // A crash during an earlier delete may have left this name's data.
-            this.inner.backend.delete_env(meta.name.clone()).await?;
+            // A crash during an earlier delete may have left this name's
+            // data in a local store. A shared database's may be another
+            // relay's live environment: its create refuses an existing name.
+            if !this.inner.backend.shared() {
+                this.inner.backend.delete_env(meta.name.clone()).await?;
+            }
             this.inner.backend.create_env(meta.clone()).await?;
             let state = EnvState::new(
                 meta.name.clone(),

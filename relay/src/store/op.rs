@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
-use flagstream::model::{Serve, Target};
+use flagstream::model::{KindKeys, Serve, Target};
 use flagstream::{Flag, FlagSet, Limits, Segment, Snapshot, ValidationError, ValidationErrors, wire};
 use flagstream_proto::v1 as pb;
 use prost::Message;
@@ -315,10 +315,14 @@ fn patch_flag(f: &mut Flag, patches: &[pb::FlagPatch], op_index: usize) -> Resul
             Some(P::SetOffVariation(v)) => f.off_variation = *v,
             Some(P::SetFallthrough(s)) => f.fallthrough = wire::serve_from_proto(&path, Some(s))?,
             Some(P::AddTargets(t)) if t.keys.is_empty() => {}
-            Some(P::AddTargets(t)) => add_targets(f, t.variation, &t.keys),
+            Some(P::AddTargets(t)) => add_targets(f, t.variation, &t.context_kind, &t.keys),
             Some(P::RemoveTargets(t)) => {
                 let remove: HashSet<&str> = t.keys.iter().map(String::as_str).collect();
-                for target in f.targets.iter_mut().filter(|x| x.variation == t.variation) {
+                for target in f
+                    .targets
+                    .iter_mut()
+                    .filter(|x| x.variation == t.variation && x.context_kind == t.context_kind)
+                {
                     target.values.retain(|k| !remove.contains(k.as_str()));
                 }
                 f.targets.retain(|x| !x.values.is_empty());
@@ -340,21 +344,23 @@ fn patch_flag(f: &mut Flag, patches: &[pb::FlagPatch], op_index: usize) -> Resul
     Ok(())
 }
 
-/// Targets `keys` with `variation`: each key leaves any other target of the
-/// flag first (admin.proto: one target per key), then joins the variation's
-/// target once. O(targets + keys), whatever the sizes.
-fn add_targets(f: &mut Flag, variation: u32, keys: &[String]) {
+/// Targets `keys` of `kind` with `variation`: each key leaves any other
+/// target of the flag for that kind first (admin.proto: one target per key
+/// and kind), then joins the variation's target once. O(targets + keys),
+/// whatever the sizes.
+fn add_targets(f: &mut Flag, variation: u32, kind: &str, keys: &[String]) {
     let adding: HashSet<&str> = keys.iter().map(String::as_str).collect();
-    for other in f.targets.iter_mut().filter(|x| x.variation != variation) {
+    let ours = |x: &Target| x.variation == variation && x.context_kind == kind;
+    for other in f.targets.iter_mut().filter(|x| x.context_kind == kind && x.variation != variation) {
         other.values.retain(|k| !adding.contains(k.as_str()));
     }
-    f.targets.retain(|x| !x.values.is_empty() || x.variation == variation);
-    match f.targets.iter_mut().find(|x| x.variation == variation) {
+    f.targets.retain(|x| !x.values.is_empty() || ours(x));
+    match f.targets.iter_mut().find(|x| ours(x)) {
         Some(target) => add_keys(&mut target.values, keys),
         None => {
             let mut values = Vec::with_capacity(keys.len());
             add_keys(&mut values, keys);
-            f.targets.push(Target { variation, values });
+            f.targets.push(Target { variation, values, context_kind: kind.to_owned() });
         }
     }
 }
@@ -362,12 +368,38 @@ fn add_targets(f: &mut Flag, variation: u32, keys: &[String]) {
 fn patch_segment(s: &mut Segment, patches: &[pb::SegmentPatch], op_index: usize) -> Result<(), StoreError> {
     use pb::segment_patch::Op as P;
     for (j, p) in patches.iter().enumerate() {
-        match &p.op {
-            Some(P::AddIncluded(k)) => add_keys(&mut s.included, &k.keys),
-            Some(P::RemoveIncluded(k)) => remove_keys(&mut s.included, &k.keys),
-            Some(P::AddExcluded(k)) => add_keys(&mut s.excluded, &k.keys),
-            Some(P::RemoveExcluded(k)) => remove_keys(&mut s.excluded, &k.keys),
+        let (add, k, included) = match &p.op {
+            Some(P::AddIncluded(k)) => (true, k, true),
+            Some(P::RemoveIncluded(k)) => (false, k, true),
+            Some(P::AddExcluded(k)) => (true, k, false),
+            Some(P::RemoveExcluded(k)) => (false, k, false),
             None => return Err(invalid(format!("ops[{op_index}].patch_segment.ops[{j}]"), "empty patch")),
+        };
+        if k.context_kind.is_empty() {
+            let list = if included { &mut s.included } else { &mut s.excluded };
+            if add {
+                add_keys(list, &k.keys)
+            } else {
+                remove_keys(list, &k.keys)
+            }
+            continue;
+        }
+        let lists = if included { &mut s.included_contexts } else { &mut s.excluded_contexts };
+        let at = match lists.iter().position(|l| l.context_kind == k.context_kind) {
+            Some(at) => at,
+            None if add => {
+                lists.push(KindKeys { context_kind: k.context_kind.clone(), values: Vec::new() });
+                lists.len() - 1
+            }
+            None => continue,
+        };
+        if add {
+            add_keys(&mut lists[at].values, &k.keys)
+        } else {
+            remove_keys(&mut lists[at].values, &k.keys)
+        }
+        if lists[at].values.is_empty() {
+            lists.remove(at);
         }
     }
     Ok(())
@@ -417,14 +449,18 @@ mod tests {
             owner: String::new(),
         };
         f.targets = vec![
-            Target { variation: 0, values: vec!["alice".into(), "bob".into()] },
-            Target { variation: 1, values: vec!["carol".into()] },
+            Target { variation: 0, values: vec!["alice".into(), "bob".into()], context_kind: String::new() },
+            Target { variation: 1, values: vec!["carol".into()], context_kind: String::new() },
         ];
         f
     }
 
     fn targets(keys: &[&str], variation: u32) -> pb::TargetKeys {
-        pb::TargetKeys { variation, keys: keys.iter().map(|k| (*k).to_owned()).collect() }
+        pb::TargetKeys {
+            variation,
+            keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -437,8 +473,12 @@ mod tests {
         assert_eq!(
             f.targets,
             vec![
-                Target { variation: 0, values: vec!["alice".into()] },
-                Target { variation: 1, values: vec!["carol".into(), "bob".into(), "dave".into()] },
+                Target { variation: 0, values: vec!["alice".into()], context_kind: String::new() },
+                Target {
+                    variation: 1,
+                    values: vec!["carol".into(), "bob".into(), "dave".into()],
+                    context_kind: String::new()
+                },
             ]
         );
         // Moving the last key out of a target removes that target; a new
@@ -446,7 +486,10 @@ mod tests {
         let patch = pb::FlagPatch { op: Some(P::AddTargets(targets(&["alice"], 2))) };
         patch_flag(&mut f, &[patch], 0).unwrap();
         assert_eq!(f.targets.len(), 2, "{:?}", f.targets);
-        assert_eq!(f.targets[1], Target { variation: 2, values: vec!["alice".into()] });
+        assert_eq!(
+            f.targets[1],
+            Target { variation: 2, values: vec!["alice".into()], context_kind: String::new() }
+        );
     }
 
     #[test]
@@ -454,7 +497,14 @@ mod tests {
         let mut f = flag();
         let patch = pb::FlagPatch { op: Some(P::RemoveTargets(targets(&["carol", "nobody"], 1))) };
         patch_flag(&mut f, &[patch], 0).unwrap();
-        assert_eq!(f.targets, vec![Target { variation: 0, values: vec!["alice".into(), "bob".into()] }]);
+        assert_eq!(
+            f.targets,
+            vec![Target {
+                variation: 0,
+                values: vec!["alice".into(), "bob".into()],
+                context_kind: String::new()
+            }]
+        );
     }
 
     #[test]
@@ -467,12 +517,17 @@ mod tests {
             version: 1,
             revision: 1,
             description: String::new(),
+            ..Segment::default()
         };
         let add: Vec<String> = (50_000..150_000).map(|i| format!("k{i}")).collect();
         let remove: Vec<String> = (0..100_000).step_by(2).map(|i| format!("k{i}")).collect();
         let patches = [
-            pb::SegmentPatch { op: Some(S::AddIncluded(pb::ContextKeys { keys: add })) },
-            pb::SegmentPatch { op: Some(S::RemoveIncluded(pb::ContextKeys { keys: remove })) },
+            pb::SegmentPatch {
+                op: Some(S::AddIncluded(pb::ContextKeys { keys: add, ..Default::default() })),
+            },
+            pb::SegmentPatch {
+                op: Some(S::RemoveIncluded(pb::ContextKeys { keys: remove, ..Default::default() })),
+            },
         ];
         patch_segment(&mut s, &patches, 0).unwrap();
         // 150,000 distinct keys, less the 50,000 even ones below 100,000.

@@ -44,17 +44,33 @@ const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql")];
 /// listening session is separate.
 const POOL_SIZE: usize = 8;
 
-/// Attempts at one commit when the connection fails before it reached
-/// the database's COMMIT.
-const COMMIT_ATTEMPTS: usize = 3;
-
 /// How long to keep looking up a commit whose outcome a lost connection
 /// hid, before giving up (the environment is then poisoned: unknown).
 const LOOKUP_FOR: Duration = Duration::from_secs(10);
 
-/// A database error, kept as the cause.
+/// A database error, kept as the cause: `DatabaseUnavailable` when the
+/// database cannot be reached or cannot take the request now (connection
+/// lost or refused, the pool timed out, an administrator shutdown, a
+/// read-only standby, out of resources), else a storage error.
 pub(crate) fn db(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Storage(Box::new(e))
+    let any: &(dyn std::error::Error + 'static) = &e;
+    let unavailable = match any.downcast_ref::<tokio_postgres::Error>() {
+        Some(pg) => unreachable(pg),
+        None => any.downcast_ref::<deadpool_postgres::PoolError>().is_some(),
+    };
+    if unavailable { StoreError::DatabaseUnavailable(Box::new(e)) } else { StoreError::Storage(Box::new(e)) }
+}
+
+/// Whether a PostgreSQL error means "not now" rather than "not this":
+/// the connection is gone, or SQLSTATE class 08 (connection), 53
+/// (insufficient resources), 57 (operator intervention: shutdown, cannot
+/// connect now), or 25006 (a read-only standby).
+fn unreachable(e: &tokio_postgres::Error) -> bool {
+    connection_lost(e)
+        || e.code().is_some_and(|c| {
+            let code = c.code();
+            code == "25006" || matches!(code.get(..2), Some("08" | "53" | "57"))
+        })
 }
 
 /// The kind column's value.
@@ -166,18 +182,39 @@ impl PostgresBackend {
         let c = self.client().await?;
         c.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await.map_err(db)?;
         let result = async {
-            c.batch_execute(
-                "CREATE TABLE IF NOT EXISTS flagstream_migrations (
-                     version integer PRIMARY KEY,
-                     applied_at timestamptz NOT NULL DEFAULT now())",
-            )
-            .await
-            .map_err(db)?;
-            let row = c
-                .query_one("SELECT coalesce(max(version), 0) FROM flagstream_migrations", &[])
+            // Only a database that still needs a migration needs CREATE:
+            // on a migrated one, a role with table privileges suffices.
+            let exists: bool = c
+                .query_one("SELECT to_regclass('flagstream_migrations') IS NOT NULL", &[])
+                .await
+                .map_err(db)?
+                .get(0);
+            let current: i32 = match exists {
+                false => 0,
+                true => c
+                    .query_one("SELECT coalesce(max(version), 0) FROM flagstream_migrations", &[])
+                    .await
+                    .map_err(db)?
+                    .get(0),
+            };
+            if current as usize > MIGRATIONS.len() {
+                return Err(StoreError::Storage(
+                    format!(
+                        "the database's schema is at version {current}; this relay knows versions up to {}: run a newer relay",
+                        MIGRATIONS.len()
+                    )
+                    .into(),
+                ));
+            }
+            if current == 0 {
+                c.batch_execute(
+                    "CREATE TABLE IF NOT EXISTS flagstream_migrations (
+                         version integer PRIMARY KEY,
+                         applied_at timestamptz NOT NULL DEFAULT now())",
+                )
                 .await
                 .map_err(db)?;
-            let current: i32 = row.get(0);
+            }
             for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
                 let version = i as i32 + 1;
                 tracing::info!(version, "applying a schema migration");
@@ -204,15 +241,20 @@ impl PostgresBackend {
         };
         let client = self.client().await.map_err(Attempt::Retry)?;
         client.batch_execute("BEGIN").await.map_err(retry)?;
-        let mut locked = Locked { client: Some(client), epoch: String::new(), revision: 0 };
+        let mut locked =
+            Locked { client: Some(client), epoch: String::new(), revision: 0, audit_head: String::new() };
         let row = locked
             .c()
-            .query_opt("SELECT epoch, revision FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&env])
+            .query_opt(
+                "SELECT epoch, revision, audit_head FROM flagstream_envs WHERE name = $1 FOR UPDATE",
+                &[&env],
+            )
             .await
             .map_err(retry)?
             .ok_or_else(|| Attempt::Definite(StoreError::EnvNotFound(env.to_owned())))?;
         locked.epoch = row.get(0);
         locked.revision = row.get::<_, i64>(1) as u64;
+        locked.audit_head = row.get(2);
         Ok(locked)
     }
 
@@ -224,6 +266,25 @@ impl PostgresBackend {
             return Err(Attempt::Definite(StoreError::Behind { env, epoch, current }));
         }
         locked.finish(c).await
+    }
+
+    /// What one commit attempt means for its caller.
+    async fn outcome(
+        &self,
+        request_id: &str,
+        attempt: Result<Committed, Attempt>,
+    ) -> Result<Committed, StoreError> {
+        match attempt {
+            Ok(done) => Ok(done),
+            Err(Attempt::Definite(e)) => Err(e),
+            // Lost before COMMIT: nothing happened; the caller may retry
+            // (DatabaseUnavailable is UNAVAILABLE, retryable).
+            Err(Attempt::Retry(e)) => Err(StoreError::DatabaseUnavailable(Box::new(e))),
+            Err(Attempt::Ambiguous(e)) => match self.resolve(request_id, e).await? {
+                Some(done) => Ok(done),
+                None => Err(StoreError::DatabaseUnavailable("the commit did not happen".into())),
+            },
+        }
     }
 
     /// After a connection lost at COMMIT: looks the write's request id up.
@@ -281,6 +342,7 @@ struct Locked {
     client: Option<deadpool_postgres::Object>,
     epoch: String,
     revision: u64,
+    audit_head: String,
 }
 
 impl Drop for Locked {
@@ -439,18 +501,14 @@ impl WriteLock for PgWriteLock {
         (&self.locked.epoch, self.locked.revision)
     }
 
+    fn audit_head(&self) -> &str {
+        &self.locked.audit_head
+    }
+
     async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError> {
         let PgWriteLock { backend, locked } = *self;
-        match locked.finish(&commit).await {
-            Ok(done) => Ok(done),
-            Err(Attempt::Definite(e)) => Err(e),
-            // Lost before COMMIT: nothing happened; the store plans again.
-            Err(Attempt::Retry(e)) => Err(StoreError::DatabaseUnavailable(Box::new(e))),
-            Err(Attempt::Ambiguous(e)) => match backend.resolve(&commit.request_id, e).await? {
-                Some(done) => Ok(done),
-                None => Err(StoreError::DatabaseUnavailable("the commit did not happen".into())),
-            },
-        }
+        let attempt = locked.finish(&commit).await;
+        backend.outcome(&commit.request_id, attempt).await
     }
 }
 
@@ -555,26 +613,13 @@ impl Backend for PostgresBackend {
         Ok(meta)
     }
 
+    /// Only reached by a commit planned without the row lock; the write
+    /// path commits through [`PgWriteLock`], and a replica (the other
+    /// caller) never runs on PostgreSQL (config refuses it). One attempt,
+    /// checked against the head under the lock.
     async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
-        let mut last = None;
-        for _ in 0..COMMIT_ATTEMPTS {
-            match self.try_commit(&commit).await {
-                Ok(done) => return Ok(done),
-                Err(Attempt::Definite(e)) => return Err(e),
-                Err(Attempt::Retry(e)) => {
-                    tracing::warn!(error = %e, "the database connection failed before the commit; retrying");
-                    last = Some(e);
-                }
-                Err(Attempt::Ambiguous(e)) => match self.resolve(&commit.request_id, e).await {
-                    Ok(Some(done)) => return Ok(done),
-                    Ok(None) => {}
-                    Err(e) => return Err(e),
-                },
-            }
-        }
-        Err(StoreError::DatabaseUnavailable(Box::new(
-            last.unwrap_or_else(|| StoreError::Storage("commit attempts exhausted".into())),
-        )))
+        let attempt = self.try_commit(&commit).await;
+        self.outcome(&commit.request_id, attempt).await
     }
 
     async fn audit(

@@ -122,6 +122,11 @@ impl Store {
                     continue;
                 }
             }
+            if let Some(l) = &lock {
+                // Memory is at the database's head; so is the audit chain,
+                // whichever relay sealed its last record.
+                self.set_audit_head(&env, l.audit_head());
+            }
             let state = env.state.load_full();
             if let Some(expected) = expected_revision.filter(|e| *e != state.revision) {
                 return Err(StoreError::RevisionConflict {

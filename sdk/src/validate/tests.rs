@@ -24,7 +24,13 @@ fn flag(key: &str) -> Flag {
 fn rule(attr: &str, op: Operator, values: Vec<Json>) -> Rule {
     Rule {
         id: String::new(),
-        clauses: vec![Clause { attribute: attr.into(), op, values, negate: false }],
+        clauses: vec![Clause {
+            context_kind: String::new(),
+            attribute: attr.into(),
+            op,
+            values,
+            negate: false,
+        }],
         serve: Serve::variation(0),
     }
 }
@@ -53,7 +59,7 @@ fn valid_flag_passes() {
 fn errors_name_path_and_limit() {
     let mut f = flag("checkout");
     f.off_variation = 2;
-    f.targets.push(Target { variation: 5, values: vec!["u".into()] });
+    f.targets.push(Target { variation: 5, values: vec!["u".into()], context_kind: String::new() });
     f.rules.push(rule("age", Operator::Lt, vec!["ten".into()]));
     f.rules.push(rule("email", Operator::Matches, vec!["(unclosed".into()]));
     f.rules.push(rule("v", Operator::SemverGt, vec!["one".into()]));
@@ -64,6 +70,7 @@ fn errors_name_path_and_limit() {
     f.rules.push(Rule { id: String::new(), clauses: vec![], serve: Serve::variation(0) });
     f.rules.push(rule("x", Operator::In, (0..10_001).map(Json::from).collect()));
     f.fallthrough = Serve::rollout(Rollout {
+        context_kind: String::new(),
         bucket_by: String::new(),
         seed: None,
         variations: vec![
@@ -150,27 +157,48 @@ fn prerequisites() {
     assert_error(&errs, r#"flags["f0"].prerequisites: prerequisite chain 11 deep, limit 10"#);
 }
 
-/// Segments cannot nest, and their own fields are checked.
-#[test]
-fn segments() {
-    let seg = Segment {
-        key: "beta".into(),
+fn nesting(key: &str, inner: &[&str]) -> Segment {
+    Segment {
+        key: key.into(),
         rules: vec![crate::model::SegmentRule {
             id: String::new(),
-            clauses: vec![Clause {
-                attribute: "k".into(),
-                op: Operator::SegmentMatch,
-                values: vec!["beta".into()],
-                negate: false,
-            }],
+            clauses: inner
+                .iter()
+                .map(|k| Clause {
+                    context_kind: String::new(),
+                    attribute: String::new(),
+                    op: Operator::SegmentMatch,
+                    values: vec![(*k).into()],
+                    negate: false,
+                })
+                .collect(),
+            weight: None,
+            bucket_by: String::new(),
+            rollout_context_kind: String::new(),
         }],
         ..Segment::default()
-    };
-    let errs = errors(vec![], vec![seg]);
-    assert_error(
-        &errs,
-        r#"segments["beta"].rules[0].clauses[0].op: segment_match is not allowed in segment rules"#,
-    );
+    }
+}
+
+/// Segments nest, but never in a cycle, never deeper than the limit and
+/// never into a segment that does not exist.
+#[test]
+fn nested_segments() {
+    let errs = errors(vec![], vec![nesting("a", &["b"]), nesting("b", &["c"]), nesting("c", &["a"])]);
+    assert_error(&errs, r#"segments["a"].rules: segment cycle: a -> b -> c -> a"#);
+    assert_eq!(errs.len(), 1, "one cycle, one error: {errs:?}");
+    let errs = errors(vec![], vec![nesting("self", &["self"])]);
+    assert_error(&errs, r#"segments["self"].rules: segment cycle: self -> self"#);
+    let errs = errors(vec![], vec![nesting("a", &["nope"])]);
+    assert_error(&errs, r#"segments["a"].rules[0].clauses[0].values[0]: unknown segment "nope""#);
+    // 11 deep: s0 -> s1 -> ... -> s10.
+    let keys: Vec<String> = (0..=10).map(|i| format!("s{i}")).collect();
+    let mut chain: Vec<Segment> = keys.windows(2).map(|w| nesting(&w[0], &[w[1].as_str()])).collect();
+    chain.push(Segment { key: "s10".into(), included: vec!["u".into()], ..Segment::default() });
+    let errs = errors(vec![], chain.clone());
+    assert_error(&errs, r#"segments["s0"].rules: segments nested 11 deep, limit 10"#);
+    chain.remove(0);
+    flag_set(&FlagSet { flags: vec![], segments: chain }, &Limits::default()).expect("10 deep is fine");
 }
 
 /// Configured limits are enforced, not just the defaults.

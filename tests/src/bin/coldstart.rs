@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
                         op: pb::Operator::In as i32,
                         values: vec![pb::Scalar { value: Some(pb::scalar::Value::StringValue("US".into())) }],
                         negate: false,
+                        ..Default::default()
                     }],
                     serve: Some(pb::Serve { kind: Some(pb::serve::Kind::Variation(1)) }),
                 });

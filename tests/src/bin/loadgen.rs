@@ -542,7 +542,10 @@ mod heavy {
     }
 
     fn keys(round: usize) -> pb::ContextKeys {
-        pb::ContextKeys { keys: (0..KEYS).map(|i| format!("user-{i:08}-{}", round % 2)).collect() }
+        pb::ContextKeys {
+            keys: (0..KEYS).map(|i| format!("user-{i:08}-{}", round % 2)).collect(),
+            ..Default::default()
+        }
     }
 
     /// Creates the 50,000-flag environment and its (empty) segment.

@@ -88,12 +88,23 @@ pub(crate) async fn items_and_log(
 /// The database's incarnation: its system identifier and timeline. A
 /// restore (new system, or point-in-time recovery) or a failover
 /// (promotion) changes it; history committed in another incarnation may
-/// be gone.
+/// be gone. On a primary the timeline is the one WAL is written on now
+/// (a promoted standby's new timeline shows at once; the last
+/// checkpoint's would lag until the next checkpoint); on a standby, the
+/// one it replays. Every function used is executable by any role.
 pub async fn incarnation(c: &Client) -> Result<String, StoreError> {
-    let sys =
-        c.query_one("SELECT system_identifier::text FROM pg_control_system()", &[]).await.map_err(db)?;
-    let tl = c.query_one("SELECT timeline_id::text FROM pg_control_checkpoint()", &[]).await.map_err(db)?;
-    Ok(format!("{}:{}", sys.get::<_, String>(0), tl.get::<_, String>(0)))
+    let row = c
+        .query_one(
+            "SELECT (SELECT system_identifier::text FROM pg_control_system()),
+                    CASE WHEN pg_is_in_recovery()
+                         THEN (SELECT timeline_id FROM pg_control_checkpoint())::bigint
+                         ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                    END::text",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    Ok(format!("{}:{}", row.get::<_, String>(0), row.get::<_, String>(1)))
 }
 
 /// The names of every environment.
