@@ -6,6 +6,7 @@
 mod access;
 mod flag;
 mod gitops;
+mod ramp;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

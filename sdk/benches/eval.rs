@@ -43,6 +43,36 @@ flags:
     rules:
       - {clauses: [{attribute: key, op: segment_match, values: [big]}], serve: {variation: 0}}
     fallthrough: {variation: 1}
+  - key: by-kind
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - id: org-plan
+        clauses:
+          - {context_kind: org, attribute: plan, op: in, values: [enterprise]}
+          - {attribute: country, op: in, values: [US, CA]}
+        serve: {variation: 0}
+    fallthrough: {variation: 1}
+  - key: nested-ref
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - id: city
+        clauses:
+          - {attribute: /address/city, op: in, values: [Berlin, Paris]}
+          - {attribute: country, op: in, values: [US, CA]}
+        serve: {variation: 0}
+    fallthrough: {variation: 1}
+  - key: ramp
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    fallthrough: {schedule: {variation: 0, otherwise: 1, steps: [{start: 0, weight: 1000}, {start: 1000, weight: 10000}, {start: 2000, weight: 50000}]}}
 segments:
   - key: big
 "#,
@@ -92,6 +122,13 @@ fn benches(c: &mut Criterion) {
     let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
     let miss = Context::new("user-42").with("country", "FR").with("plan", "enterprise");
     let outsider = Context::new("someone-else");
+    // A three-kind context borrowing its kinds, and a JSON attribute read
+    // by a reference (both borrowed: no allocation to build them).
+    let address = serde_json::json!({"city": "Berlin", "street": "Unter den Linden"});
+    let kinds =
+        [Context::new("acme").kind("org").with("plan", "enterprise"), Context::new("d-1").kind("device")];
+    let multi = Context::multi_borrowed(Context::new("user-42").with("country", "US"), &kinds);
+    let nested = Context::new("user-42").with("country", "US").with("address", &address);
 
     let mut g = c.benchmark_group("eval");
     g.bench_function("baseline/arcswap_hashmap_hot_key", |b| {
@@ -155,6 +192,24 @@ fn benches(c: &mut Criterion) {
             black_box(g.detail(black_box("segmented"), &outsider, false));
         })
     });
+    g.bench_function("multi_kind_rule_2_clauses_match", |b| {
+        b.iter(|| {
+            let g = snap.load();
+            black_box(g.detail(black_box("by-kind"), &multi, false));
+        })
+    });
+    g.bench_function("nested_reference_rule_2_clauses_match", |b| {
+        b.iter(|| {
+            let g = snap.load();
+            black_box(g.detail(black_box("nested-ref"), &nested, false));
+        })
+    });
+    g.bench_function("schedule_3_steps", |b| {
+        b.iter(|| {
+            let g = snap.load();
+            black_box(g.detail(black_box("ramp"), &ctx, false));
+        })
+    });
     g.bench_function("baseline/arcswap_hashmap_random_of_10k", |b| {
         let mut i = 0;
         b.iter(|| {
@@ -198,6 +253,9 @@ fn benches(c: &mut Criterion) {
                     .with("plan", black_box("enterprise")),
             )
         })
+    });
+    g.bench_function("borrowed_3_kinds", |b| {
+        b.iter(|| black_box(Context::multi_borrowed(Context::new(black_box("user-42")), &kinds)))
     });
     g.finish();
 

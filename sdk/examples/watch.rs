@@ -18,7 +18,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => std::fs::read_to_string("flagstream-data/demo-sdk-key")?.trim().to_owned(),
     };
     let client = Client::builder()
-        .endpoints([endpoint])
+        // Several relays, comma-separated: the SDK fails over between them.
+        .endpoints(endpoint.split(',').map(str::to_owned))
         .sdk_key(key)
         .cache_dir(std::env::temp_dir().join("flagstream-watch-cache"))
         .build()?;

@@ -148,7 +148,7 @@ impl CompiledClause {
     /// Does the context satisfy this clause? `in_segment` answers
     /// `segment_match` for a segment key (false for an unknown one; an
     /// error for a malformed or too deeply nested segment).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn matches(
         &self,
         ctx: &Context<'_>,
@@ -175,7 +175,7 @@ impl CompiledClause {
 }
 
 /// Whether every clause matches (AND), stopping at the first that does not.
-#[inline]
+#[inline(always)]
 pub(crate) fn all_match(
     clauses: &[CompiledClause],
     ctx: &Context<'_>,

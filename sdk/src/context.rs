@@ -12,15 +12,16 @@
 
 use std::borrow::Cow;
 
-use smallvec::SmallVec;
-
 use crate::reference::{Attr, KindSel, USER_KIND};
 
 mod attr;
 mod file;
+mod seq;
 
 pub use attr::{AttrValue, Scalar};
 pub(crate) use attr::{Found, ScalarRef};
+use seq::InlineVec;
+pub use seq::Seq;
 
 /// Attributes stored inline before the context allocates. Four covers the
 /// common "key + country + plan + version" shape.
@@ -41,9 +42,9 @@ pub const DEFAULT_KIND: &str = USER_KIND;
 pub struct Context<'a> {
     key: Cow<'a, str>,
     kind: Cow<'a, str>,
-    attrs: SmallVec<[(Cow<'a, str>, AttrValue<'a>); INLINE_ATTRIBUTES]>,
+    attrs: InlineVec<(Cow<'a, str>, AttrValue<'a>), INLINE_ATTRIBUTES>,
     /// The further kinds of a multi-kind context, each single-kind.
-    more: Cow<'a, [Context<'a>]>,
+    more: Seq<'a, Context<'a>>,
 }
 
 impl<'a> Context<'a> {
@@ -53,8 +54,8 @@ impl<'a> Context<'a> {
         Context {
             key: key.into(),
             kind: Cow::Borrowed(DEFAULT_KIND),
-            attrs: SmallVec::new(),
-            more: Cow::Borrowed(&[]),
+            attrs: InlineVec::new(),
+            more: Seq::Borrowed(&[]),
         }
     }
 
@@ -85,7 +86,7 @@ impl<'a> Context<'a> {
             return;
         }
         let value = value.into();
-        match self.attrs.iter_mut().find(|(n, _)| *n == name) {
+        match self.attrs.as_mut_slice().iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
             None => self.attrs.push((name, value)),
         }
@@ -123,37 +124,43 @@ impl<'a> Context<'a> {
     /// lookup takes the first kind of a name. Kinds of `more` that are
     /// themselves multi-kind contribute only their first kind.
     pub fn multi_borrowed(first: Context<'a>, more: &'a [Context<'a>]) -> Self {
-        Context { more: Cow::Borrowed(more), ..first }
+        Context { more: Seq::Borrowed(more), ..first }
     }
 
     /// The targeting key (of a multi-kind context: of its first kind).
+    #[inline]
     pub fn key(&self) -> &str {
         &self.key
     }
 
     /// The kind (of a multi-kind context: of its first kind).
+    #[inline]
     pub fn context_kind(&self) -> &str {
         &self.kind
     }
 
     /// Whether this context holds more than one kind.
+    #[inline]
     pub fn is_multi(&self) -> bool {
         !self.more.is_empty()
     }
 
     /// Each kind of this context as a single-kind context, first to last
     /// (the first yields this context itself).
+    #[inline]
     pub fn kinds(&self) -> impl Iterator<Item = &Context<'a>> {
         std::iter::once(self).chain(self.more.iter())
     }
 
     /// The kind named `kind`, if this context has it.
+    #[inline]
     pub fn get_kind(&self, kind: &str) -> Option<&Context<'a>> {
         self.kinds().find(|k| k.kind == kind)
     }
 
     /// A named attribute of this context (of a multi-kind context: of its
     /// first kind), not `key`/`kind`.
+    #[inline]
     pub fn attribute(&self, name: &str) -> Option<&AttrValue<'a>> {
         self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
@@ -174,7 +181,7 @@ impl<'a> Context<'a> {
                 .into_iter()
                 .map(|(n, v)| (Cow::Owned(n.into_owned()), v.into_owned()))
                 .collect(),
-            more: Cow::Owned(self.more.into_owned().into_iter().map(Context::into_owned).collect()),
+            more: Seq::Owned(self.more.into_owned().into_iter().map(Context::into_owned).collect()),
         }
     }
 
@@ -184,7 +191,7 @@ impl<'a> Context<'a> {
         let mut out = Vec::with_capacity(1 + more.len());
         out.push(self);
         out.extend(more.into_iter().map(|mut k| {
-            k.more = Cow::Borrowed(&[]);
+            k.more = Seq::Borrowed(&[]);
             k
         }));
         out
@@ -192,7 +199,7 @@ impl<'a> Context<'a> {
 
     /// The kind a clause or rollout reads: a single-kind context itself
     /// for the default, a multi-kind context's `user`, or the named kind.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn select(&self, sel: &KindSel) -> Option<&Context<'a>> {
         match sel {
             KindSel::Default if self.more.is_empty() => Some(self),
@@ -204,26 +211,31 @@ impl<'a> Context<'a> {
     /// Looks a value up the way clauses do, on the selected kind (`kind`
     /// gives that kind's name; clauses test every kind's name instead, see
     /// `CompiledClause::matches`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup<'s>(&'s self, sel: &KindSel, attr: &Attr) -> Option<Found<'s>> {
         let kind = self.select(sel)?;
         match attr {
             Attr::Key => Some(Found::Str(&kind.key)),
             Attr::Kind => Some(Found::Str(&kind.kind)),
             Attr::Name(name) => kind.attribute(name).and_then(found),
-            Attr::Path(parts) => {
-                let (top, rest) = parts.split_first()?;
-                let mut v = match kind.attribute(top)? {
-                    AttrValue::Json(j) => j.as_ref(),
-                    // A scalar or list has no properties.
-                    _ => return None,
-                };
-                for part in rest {
-                    v = v.as_object()?.get(part.as_ref())?;
-                }
-                (!v.is_null()).then_some(Found::Json(v))
-            }
+            Attr::Path(parts) => kind.lookup_path(parts),
         }
+    }
+
+    /// A nested value (kept out of line: the common lookups stay small
+    /// enough to inline into clause matching).
+    #[inline(never)]
+    fn lookup_path<'s>(&'s self, parts: &[Box<str>]) -> Option<Found<'s>> {
+        let (top, rest) = parts.split_first()?;
+        let mut v = match self.attribute(top)? {
+            AttrValue::Json(j) => j.as_ref(),
+            // A scalar or list has no properties.
+            _ => return None,
+        };
+        for part in rest {
+            v = v.as_object()?.get(part.as_ref())?;
+        }
+        (!v.is_null()).then_some(Found::Json(v))
     }
 }
 

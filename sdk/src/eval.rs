@@ -394,7 +394,7 @@ impl Snapshot {
 
 /// Whether the context's key of the default kind is in `default`, or a
 /// named kind's key in its list.
-#[inline]
+#[inline(always)]
 fn listed(
     ctx: &Context<'_>,
     default: &crate::clause::StrSet,

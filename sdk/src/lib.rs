@@ -45,7 +45,7 @@ pub mod wire;
 pub use cache::CacheError;
 pub use cell::SnapshotCell;
 pub use client::{BuildError, Builder, Change, Client, EvaluationDetail, read_flag_file};
-pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar};
+pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar, Seq};
 pub use eval::{Detail, ErrorKind, Evaluation, Reason};
 pub use handle::FlagHandle;
 pub use limit::{Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH};

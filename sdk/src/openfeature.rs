@@ -33,12 +33,36 @@ impl FlagstreamProvider {
     }
 }
 
-/// The flagstream context for an OpenFeature context: the targeting key is
-/// the key; a `kind` field sets the kind; bool, number and string fields
-/// become attributes; date-times become Unix milliseconds; structures are
-/// skipped (flagstream attributes are scalars or lists).
+/// The flagstream context for an OpenFeature context (docs/EVALUATION.md,
+/// "OpenFeature"):
+///
+/// - the targeting key is the key; a string field `kind` sets the kind
+///   (default `user`); bool, number and string fields become attributes;
+///   date-times become Unix milliseconds;
+/// - a structure field holding a `serde_json::Value` or an OpenFeature
+///   [`StructValue`] becomes a JSON attribute (objects and arrays that
+///   attribute references address, `/address/city`); structures of any
+///   other Rust type are skipped;
+/// - `kind: "multi"` makes a multi-kind context: every structure field is
+///   one kind, named by the field, its key from its `targetingKey` (or
+///   `key`) member and its other members its attributes; the top level's
+///   targeting key and scalar fields are then ignored. A multi-kind
+///   context with no structure field evaluates as the single context of
+///   the targeting key, with no attributes.
 pub fn context(ctx: &EvaluationContext) -> Context<'_> {
-    let mut out = Context::new(ctx.targeting_key.as_deref().unwrap_or(""));
+    let key = ctx.targeting_key.as_deref().unwrap_or("");
+    let multi =
+        matches!(ctx.custom_fields.get("kind"), Some(EvaluationContextFieldValue::String(k)) if k == "multi");
+    if multi {
+        let kinds = ctx.custom_fields.iter().filter_map(|(name, v)| match v {
+            EvaluationContextFieldValue::Struct(any) => struct_json(any).map(|j| kind_context(name, j)),
+            _ => None,
+        });
+        let kinds: Vec<Context<'_>> = kinds.collect();
+        // Field names are unique, so kinds are too; none at all: `None`.
+        return Context::multi(kinds).unwrap_or_else(|| Context::new(key));
+    }
+    let mut out = Context::new(key);
     for (name, v) in &ctx.custom_fields {
         match v {
             EvaluationContextFieldValue::String(s) if name == "kind" => out = out.kind(s.as_str()),
@@ -49,10 +73,54 @@ pub fn context(ctx: &EvaluationContext) -> Context<'_> {
             EvaluationContextFieldValue::DateTime(t) => {
                 out.set(name.as_str(), (t.unix_timestamp_nanos() / 1_000_000) as f64);
             }
-            EvaluationContextFieldValue::Struct(_) => {}
+            EvaluationContextFieldValue::Struct(any) => {
+                if let Some(v) = struct_json(any).as_ref().and_then(crate::AttrValue::from_json) {
+                    out.set(name.as_str(), v);
+                }
+            }
         }
     }
     out
+}
+
+/// A structure field as JSON, when it holds a type we know.
+fn struct_json(any: &std::sync::Arc<dyn std::any::Any + Send + Sync>) -> Option<Json> {
+    if let Some(j) = any.downcast_ref::<Json>() {
+        return Some(j.clone());
+    }
+    any.downcast_ref::<StructValue>().map(|s| value_json(&Value::Struct(s.clone())))
+}
+
+/// One kind of a multi-kind OpenFeature context.
+fn kind_context<'a>(kind: &str, j: Json) -> Context<'a> {
+    let Json::Object(mut fields) = j else { return Context::new("").kind(kind.to_owned()) };
+    let key = ["targetingKey", "key"]
+        .iter()
+        .find_map(|k| match fields.remove(*k) {
+            Some(Json::String(s)) => Some(s),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut out = Context::new(key).kind(kind.to_owned());
+    for (name, v) in fields {
+        // A null member is a missing attribute, as everywhere else.
+        if let Some(v) = crate::AttrValue::from_json(&v) {
+            out.set(name, v);
+        }
+    }
+    out
+}
+
+/// An OpenFeature value as JSON.
+fn value_json(v: &Value) -> Json {
+    match v {
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => Json::from(*i),
+        Value::Float(f) => Json::from(*f),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
+        Value::Struct(s) => Json::Object(s.fields.iter().map(|(k, v)| (k.clone(), value_json(v))).collect()),
+    }
 }
 
 fn error_code(kind: ErrorKind) -> EvaluationErrorCode {

@@ -201,6 +201,18 @@ impl Replica {
         }
         let (epoch, revision, expected) =
             chunks.first().map(|c| (c.epoch.clone(), c.revision, c.checksum)).unwrap_or_default();
+        // PROTOCOL.md §2.4: never go back within an epoch. A protocol
+        // error: the sync task forgets its cursor and asks again.
+        if let Some(prev) = previous
+            && !prev.epoch.is_empty()
+            && prev.epoch == epoch
+            && revision < prev.revision
+        {
+            return Err(ApplyError::Protocol(format!(
+                "a snapshot at revision {revision} of our epoch, older than our revision {}",
+                prev.revision
+            )));
+        }
         let flags: Vec<Bytes> = chunks.iter().flat_map(|c| c.flags.iter().cloned()).collect();
         let segments: Vec<Bytes> = chunks.iter().flat_map(|c| c.segments.iter().cloned()).collect();
         let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits)?;
@@ -361,5 +373,41 @@ impl Replica {
     /// The cursor to resume from.
     pub(crate) fn cursor(&self) -> pb::Cursor {
         pb::Cursor { epoch: self.epoch.clone(), revision: self.revision }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_snapshot(epoch: &str, revision: u64) -> Vec<RawChunk> {
+        vec![RawChunk {
+            epoch: epoch.into(),
+            revision,
+            chunk_index: 0,
+            total_chunks: 1,
+            last_chunk: true,
+            checksum: 0,
+            ..RawChunk::default()
+        }]
+    }
+
+    /// PROTOCOL.md §2.4: a snapshot never moves a client back within its
+    /// epoch; another epoch, or the same revision, is applied.
+    #[test]
+    fn an_older_snapshot_of_our_epoch_is_a_protocol_error() {
+        let limits = Limits::default();
+        let at5 =
+            Replica::from_chunks(empty_snapshot("e1", 5), None, &limits).expect("first snapshot").replica;
+        let Err(err) = Replica::from_chunks(empty_snapshot("e1", 3), Some(&at5), &limits) else {
+            panic!("an older snapshot of our epoch was applied")
+        };
+        assert!(matches!(&err, ApplyError::Protocol(m) if m.contains("older than our revision 5")), "{err}");
+        Replica::from_chunks(empty_snapshot("e2", 3), Some(&at5), &limits).expect("another epoch");
+        Replica::from_chunks(empty_snapshot("e1", 5), Some(&at5), &limits).expect("the same revision");
+        let mut forgotten = at5.clone();
+        forgotten.epoch.clear();
+        Replica::from_chunks(empty_snapshot("e1", 3), Some(&forgotten), &limits)
+            .expect("after forget_cursor");
     }
 }

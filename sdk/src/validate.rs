@@ -200,10 +200,19 @@ fn segment_depths(r: &mut Report, segments: &[Segment], limits: &Limits) {
             ),
             Ok(_) => {}
             Err(cycle) => {
-                r.err(format!("segments[{key:?}].rules"), format!("segment cycle: {}", cycle.join(" -> ")));
-                // One cycle, one error: everything on it counts as done.
-                for k in cycle {
-                    memo.insert(k, Some(0));
+                // Filed under the cycle's own first segment (not one that
+                // merely leads into it).
+                r.err(
+                    format!("segments[{:?}].rules", cycle[0]),
+                    format!("segment cycle: {}", cycle.join(" -> ")),
+                );
+                // One cycle, one error: everything the walk left in
+                // progress (the cycle and the path into it) counts as done,
+                // so a segment leading into it is not reported as a cycle.
+                for d in memo.values_mut() {
+                    if d.is_none() {
+                        *d = Some(0);
+                    }
                 }
             }
         }

@@ -263,3 +263,44 @@ async fn apply_validates_the_resulting_environment() {
     let e = ctl.fails(&["apply", "-f", dup.to_str().unwrap(), "--yes"], 5);
     assert!(e.contains("flag \"beta-only\" appears twice"), "{e}");
 }
+
+/// `flag ramp`: a ramp whose start is in the past serves its current step
+/// (the reason names it), `flag get` shows the current and next step, a
+/// pause drops the steps to come, a rollback serves `otherwise` to
+/// everyone; a ramp that goes down is refused and changes nothing.
+#[tokio::test]
+async fn ramps_are_created_paused_and_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let ctl = Ctl::new(&relay);
+    ctl.ok(&["flag", "create", "ramped", "--on", "--yes"]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let start = chrono::DateTime::from_timestamp_millis(now - 2 * 3_600_000).unwrap().to_rfc3339();
+    ctl.ok(&["flag", "ramp", "ramped", "--steps", "0%,100%@1h,100%@1d", "--start", &start, "--yes"]);
+    let eval = ctl.ok(&["eval", "ramped", "--key", "anyone"]);
+    assert!(eval.contains("value      true") && eval.contains("(ramp step 2)"), "{eval}");
+    let get = ctl.ok(&["flag", "get", "ramped"]);
+    assert!(get.contains("# fallthrough: ramp of true at step 2 of 3: 100% since"), "{get}");
+    assert!(get.contains("; next: 100% at "), "{get}");
+
+    let version = |ctl: &Ctl| {
+        let got: serde_json::Value =
+            serde_json::from_str(&ctl.ok(&["flag", "get", "ramped", "-o", "json"])).unwrap();
+        got["version"].as_u64().unwrap()
+    };
+    let v = version(&ctl);
+    let err = ctl.fails(&["flag", "ramp", "ramped", "--steps", "50%,10%@1h", "--yes"], 5);
+    assert!(err.contains("may not go down"), "{err}");
+    assert_eq!(version(&ctl), v, "a refused ramp wrote nothing");
+
+    ctl.ok(&["flag", "ramp", "ramped", "--pause", "--yes"]);
+    let get = ctl.ok(&["flag", "get", "ramped"]);
+    assert!(get.contains("at step 2 of 2: 100% since") && get.contains("; no further step"), "{get}");
+
+    ctl.ok(&["flag", "ramp", "ramped", "--rollback", "--yes"]);
+    let eval = ctl.ok(&["eval", "ramped", "--key", "anyone"]);
+    assert!(eval.contains("value      false") && !eval.contains("ramp step"), "{eval}");
+    assert!(!ctl.ok(&["flag", "get", "ramped"]).contains("# fallthrough"));
+    let err = ctl.fails(&["flag", "ramp", "ramped", "--pause", "--yes"], 5);
+    assert!(err.contains("serves no ramp"), "{err}");
+}

@@ -20,6 +20,15 @@ flags:
   - {key: theme, type: string, variations: [light, dark], on: true, off_variation: 0, targets: [{variation: 1, values: [ann]}], fallthrough: {variation: 0}}
   - {key: limit, type: int, variations: [10, 100], on: true, off_variation: 0, fallthrough: {variation: 1}}
   - {key: ratio, type: float, variations: [0.25], on: true, off_variation: 0, fallthrough: {variation: 0}}
+  - key: org-beta
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    targets: [{context_kind: device, variation: 0, values: [d1]}]
+    rules:
+      - {id: berlin, clauses: [{context_kind: org, attribute: /address/city, op: in, values: [Berlin]}], serve: {variation: 0}}
+    fallthrough: {variation: 1}
   - {key: config, type: json, variations: [{"model": "bm25", "k": 3}, [1, 2]], on: true, off_variation: 1, fallthrough: {variation: 0}}
 "#;
 
@@ -76,4 +85,37 @@ async fn not_ready() {
     assert_eq!(p.status(), ProviderStatus::NotReady);
     let e = p.resolve_bool_value("x", &EvaluationContext::default()).await.unwrap_err();
     assert_eq!(e.code, EvaluationErrorCode::ProviderNotReady);
+}
+
+/// A multi-kind OpenFeature context (`kind: "multi"`, one structure per
+/// kind) reaches per-kind targets and clauses, and a structure attribute
+/// is addressed by a reference.
+#[tokio::test]
+async fn multi_kind_contexts_and_structures_map() {
+    use open_feature::{EvaluationContextFieldValue as F, StructValue, Value};
+    let p = provider();
+    let org =
+        |city: &str| F::new_struct(serde_json::json!({"targetingKey": "acme", "address": {"city": city}}));
+    let device = |key: &str| {
+        F::new_struct(StructValue::default().with_field("targetingKey", Value::String(key.into())))
+    };
+    let ctx = |city: &str, dev: &str| {
+        EvaluationContext::default()
+            .with_custom_field("kind", "multi")
+            .with_custom_field("org", org(city))
+            .with_custom_field("device", device(dev))
+    };
+    let r = p.resolve_bool_value("org-beta", &ctx("Berlin", "d9")).await.unwrap();
+    assert_eq!((r.value, r.reason), (true, Some(EvaluationReason::TargetingMatch)), "org rule");
+    let r = p.resolve_bool_value("org-beta", &ctx("Paris", "d1")).await.unwrap();
+    assert_eq!((r.value, r.reason), (true, Some(EvaluationReason::TargetingMatch)), "device target");
+    let r = p.resolve_bool_value("org-beta", &ctx("Paris", "d9")).await.unwrap();
+    assert_eq!((r.value, r.reason), (false, Some(EvaluationReason::Default)));
+    // Single kind: the structure is an attribute the reference reads.
+    let single = EvaluationContext::default()
+        .with_targeting_key("acme")
+        .with_custom_field("kind", "org")
+        .with_custom_field("address", F::new_struct(serde_json::json!({"city": "Berlin"})));
+    let r = p.resolve_bool_value("org-beta", &single).await.unwrap();
+    assert!(r.value, "the single-kind org context with a structure attribute matches");
 }

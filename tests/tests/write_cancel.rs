@@ -22,6 +22,15 @@ fn big_batch(round: usize, flags: usize, bytes: usize) -> pb::BatchRequest {
                 op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(f), expected_version: None })),
             }
         })
+        // One flag of the round's own: a commit that reached disk but not
+        // memory leaves an item the next rounds never overwrite, so any such
+        // divergence shows at the restart's checksum, not only the last one.
+        .chain(std::iter::once(pb::BatchOp {
+            op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                flag: Some(bool_flag(&format!("round-{round}"), true)),
+                expected_version: None,
+            })),
+        }))
         .collect();
     pb::BatchRequest {
         environment: "demo".into(),

@@ -102,9 +102,32 @@ flags:
     on: true
     off_variation: 1
     fallthrough: {variation: 0}
+  - key: by-kind
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    targets: [{context_kind: device, variation: 0, values: [d-1]}]
+    rules:
+      - clauses: [{context_kind: org, attribute: /address/city, op: in, values: [Berlin]}, {attribute: kind, op: in, values: [org]}]
+        serve: {variation: 0}
+      - clauses: [{context_kind: org, attribute: key, op: segment_match, values: [orgs]}]
+        serve: {variation: 0}
+    fallthrough: {rollout: {context_kind: org, variations: [{variation: 0, weight: 50000}, {variation: 1, weight: 50000}]}}
+  - key: ramp
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    fallthrough: {schedule: {variation: 0, otherwise: 1, context_kind: org, steps: [{start: 0, weight: 10000}, {start: 1000, weight: 60000}]}}
 segments:
   - key: big
     included: []
+  - key: orgs
+    included_contexts: [{context_kind: org, values: [acme]}]
+    rules:
+      - {weight: 30000, bucket_by: key, rollout_context_kind: org, clauses: []}
+      - {clauses: [{attribute: key, op: segment_match, values: [big]}]}
 "#;
 
 fn snapshot() -> Snapshot {
@@ -186,6 +209,40 @@ fn flags_compiled_on_first_use_never_allocate_after_it() {
     };
     assert!(allocations(run) > 0, "the first evaluations compile");
     assert_eq!(allocations(run), 0, "allocations after every flag was compiled");
+}
+
+/// Multi-kind contexts (borrowed kinds) and JSON attributes read by
+/// references evaluate without allocating: per-kind targets, clauses and
+/// segment lists, nested segments, weighted segment rules, rollouts and
+/// schedules by kind.
+#[test]
+fn multi_kind_and_nested_references_never_allocate() {
+    let snap = snapshot();
+    let address = serde_json::json!({"city": "Berlin", "zip": "10115"});
+    let elsewhere = serde_json::json!({"city": "Paris"});
+    let kinds =
+        [Context::new("acme").kind("org").with("address", &address), Context::new("d-1").kind("device")];
+    let other =
+        [Context::new("globex").kind("org").with("address", &elsewhere), Context::new("d-2").kind("device")];
+    let multi = Context::multi_borrowed(Context::new("user-42").with("country", "US"), &kinds);
+    let multi_other = Context::multi_borrowed(Context::new("user-7"), &other);
+    let run = || {
+        for _ in 0..100 {
+            assert!(snap.bool("by-kind", &multi, false));
+            let d = snap.detail("by-kind", &multi, false);
+            assert_eq!(d.variation, Some(0));
+            std::hint::black_box(snap.detail("by-kind", &multi_other, false));
+            std::hint::black_box(snap.detail_at::<bool>("ramp", &multi, false, 500));
+            std::hint::black_box(snap.detail_at::<bool>("ramp", &multi_other, false, 5_000));
+            std::hint::black_box(snap.detail("two-clause", &multi, false));
+        }
+    };
+    run();
+    assert_eq!(allocations(run), 0, "allocations evaluating multi-kind contexts and references");
+    let n = allocations(|| {
+        std::hint::black_box(Context::multi_borrowed(Context::new("u").with("address", &address), &kinds));
+    });
+    assert_eq!(n, 0, "building a borrowed multi-kind context");
 }
 
 /// A context built from borrowed strings and numbers allocates nothing (up to

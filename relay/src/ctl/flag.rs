@@ -119,6 +119,10 @@ pub enum FlagCmd {
         #[command(flatten)]
         write: WriteArgs,
     },
+    /// Ramp a variation up over time (a schedule each SDK follows by its
+    /// own clock), pause a ramp, or roll it back:
+    /// `flag ramp KEY --steps 1%,5%@1h,25%@1d,100%@3d`.
+    Ramp(super::ramp::RampArgs),
     /// Add or remove individually targeted context keys.
     Target {
         /// Flag key.
@@ -293,7 +297,7 @@ pub struct EvalArgs {
     pub attrs: Vec<String>,
 }
 
-fn invalid(msg: impl Into<String>) -> Failure {
+pub(crate) fn invalid(msg: impl Into<String>) -> Failure {
     Failure::new(exit::INVALID, msg)
 }
 
@@ -359,7 +363,7 @@ fn parse_value(t: FlagType, s: &str) -> Result<Json, Failure> {
 }
 
 /// The index of a variation named by value or `#INDEX`.
-fn variation_index(f: &Flag, s: &str) -> Result<u32, Failure> {
+pub(crate) fn variation_index(f: &Flag, s: &str) -> Result<u32, Failure> {
     if let Some(i) = s.strip_prefix('#') {
         let i: u32 = i.parse().map_err(|_| invalid(format!("{s:?}: not a variation index")))?;
         return if (i as usize) < f.variations.len() {
@@ -378,7 +382,7 @@ fn variation_index(f: &Flag, s: &str) -> Result<u32, Failure> {
     })
 }
 
-async fn get_flag(conn: &mut Conn, key: &str) -> Result<Flag, Failure> {
+pub(crate) async fn get_flag(conn: &mut Conn, key: &str) -> Result<Flag, Failure> {
     let r = conn
         .admin
         .get_flag(pb::GetFlagRequest { environment: conn.env.clone(), key: key.into() })
@@ -404,7 +408,12 @@ pub(crate) async fn committed(
 }
 
 /// Shows the change, confirms, writes with the expected version, waits.
-async fn write_flag(conn: &mut Conn, before: Option<&Flag>, after: Flag, w: &WriteArgs) -> CmdResult {
+pub(crate) async fn write_flag(
+    conn: &mut Conn,
+    before: Option<&Flag>,
+    after: Flag,
+    w: &WriteArgs,
+) -> CmdResult {
     let b = yaml_for_diff(before.cloned().map(strip_flag).as_ref());
     let a = yaml_for_diff(Some(&strip_flag(after.clone())));
     if a == b {
@@ -483,7 +492,11 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
         FlagCmd::Get { key } => {
             let f = get_flag(conn, &key).await?;
             print_data(if conn.output == Output::Table { Output::Yaml } else { conn.output }, &f)?;
+            if conn.output == Output::Table {
+                super::ramp::print_summary(&f);
+            }
         }
+        FlagCmd::Ramp(args) => super::ramp::ramp(conn, args).await?,
         FlagCmd::Create {
             key,
             flag_type,
@@ -938,6 +951,12 @@ pub(crate) async fn eval(conn: &mut Conn, a: EvalArgs) -> CmdResult {
     let mut detail = String::new();
     if !reason.rule_id.is_empty() || kind == "RULE_MATCH" {
         detail = format!(" (rule {} {:?})", reason.rule_index, reason.rule_id);
+    }
+    // 1-based; 0 before the ramp's first step.
+    match reason.schedule_step {
+        Some(0) => detail.push_str(" (ramp not started)"),
+        Some(step) => detail.push_str(&format!(" (ramp step {step})")),
+        None => {}
     }
     if !reason.prerequisite_key.is_empty() {
         detail = format!(" (prerequisite {:?})", reason.prerequisite_key);

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use super::Seq;
 use serde_json::Value as Json;
 
 /// One scalar attribute value (or list element).
@@ -25,7 +26,7 @@ pub enum AttrValue<'a> {
     /// A single value.
     Scalar(Scalar<'a>),
     /// A list; a clause matches if any element does.
-    List(Cow<'a, [Scalar<'a>]>),
+    List(Seq<'a, Scalar<'a>>),
     /// An object, or a list that is not all scalars. Never `null` (a null
     /// attribute is a missing one) and never a bare scalar.
     Json(Cow<'a, Json>),
@@ -51,7 +52,7 @@ impl<'a> AttrValue<'a> {
             Json::Number(n) => n.as_f64().map(|n| AttrValue::Scalar(Scalar::Num(n))),
             Json::Bool(b) => Some(AttrValue::Scalar(Scalar::Bool(*b))),
             Json::Array(items) if items.iter().all(is_scalar) => {
-                Some(AttrValue::List(Cow::Owned(items.iter().filter_map(Scalar::from_json_ref).collect())))
+                Some(AttrValue::List(Seq::Owned(items.iter().filter_map(Scalar::from_json_ref).collect())))
             }
             other => Some(AttrValue::Json(Cow::Borrowed(other))),
         }
@@ -61,7 +62,7 @@ impl<'a> AttrValue<'a> {
         match self {
             AttrValue::Scalar(s) => AttrValue::Scalar(s.into_owned()),
             AttrValue::List(l) => {
-                AttrValue::List(Cow::Owned(l.into_owned().into_iter().map(Scalar::into_owned).collect()))
+                AttrValue::List(Seq::Owned(l.into_owned().into_iter().map(Scalar::into_owned).collect()))
             }
             AttrValue::Json(j) => AttrValue::Json(Cow::Owned(j.into_owned())),
         }
@@ -174,14 +175,13 @@ pub(crate) enum Found<'s> {
 
 impl<'s> Found<'s> {
     /// True when `f` holds for any value.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn any(self, mut f: impl FnMut(ScalarRef<'s>) -> bool) -> bool {
         match self {
             Found::Str(s) => f(ScalarRef::Str(s)),
             Found::Scalar(v) => f(ScalarRef::from(v)),
             Found::Values(vs) => vs.iter().any(|v| f(ScalarRef::from(v))),
-            Found::Json(Json::Array(items)) => items.iter().filter_map(ScalarRef::of_json).any(f),
-            Found::Json(v) => ScalarRef::of_json(v).is_some_and(f),
+            Found::Json(v) => json_any(v, &mut f),
         }
     }
 
@@ -195,6 +195,17 @@ impl<'s> Found<'s> {
             Found::Values(_) => None,
             Found::Json(v) => ScalarRef::of_json(v),
         }
+    }
+}
+
+/// [`Found::any`] over a JSON value: a scalar is one value, an array's
+/// scalar elements are its values, an object has none. Out of line, so the
+/// common scalar lookups stay small.
+#[inline(never)]
+fn json_any<'s>(v: &'s Json, f: &mut dyn FnMut(ScalarRef<'s>) -> bool) -> bool {
+    match v {
+        Json::Array(items) => items.iter().filter_map(ScalarRef::of_json).any(f),
+        v => ScalarRef::of_json(v).is_some_and(f),
     }
 }
 
@@ -223,25 +234,25 @@ attr_from! {
 
 impl<'a> From<&'a [Scalar<'a>]> for AttrValue<'a> {
     fn from(v: &'a [Scalar<'a>]) -> Self {
-        AttrValue::List(Cow::Borrowed(v))
+        AttrValue::List(Seq::Borrowed(v))
     }
 }
 
 impl<'a> From<Vec<Scalar<'a>>> for AttrValue<'a> {
     fn from(v: Vec<Scalar<'a>>) -> Self {
-        AttrValue::List(Cow::Owned(v))
+        AttrValue::List(Seq::Owned(v))
     }
 }
 
 impl<'a> From<Vec<&'a str>> for AttrValue<'a> {
     fn from(v: Vec<&'a str>) -> Self {
-        AttrValue::List(Cow::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Borrowed(s))).collect()))
+        AttrValue::List(Seq::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Borrowed(s))).collect()))
     }
 }
 
 impl From<Vec<String>> for AttrValue<'static> {
     fn from(v: Vec<String>) -> Self {
-        AttrValue::List(Cow::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Owned(s))).collect()))
+        AttrValue::List(Seq::Owned(v.into_iter().map(|s| Scalar::Str(Cow::Owned(s))).collect()))
     }
 }
 
@@ -251,7 +262,7 @@ impl From<Vec<String>> for AttrValue<'static> {
 /// matches; prefer not setting the attribute.
 impl<'a> From<&'a Json> for AttrValue<'a> {
     fn from(v: &'a Json) -> Self {
-        AttrValue::from_json_ref(v).unwrap_or(AttrValue::List(Cow::Borrowed(&[])))
+        AttrValue::from_json_ref(v).unwrap_or(AttrValue::List(Seq::Borrowed(&[])))
     }
 }
 
@@ -261,7 +272,7 @@ impl From<Json> for AttrValue<'static> {
         match v {
             Json::Object(_) => AttrValue::Json(Cow::Owned(v)),
             Json::Array(ref items) if !items.iter().all(is_scalar) => AttrValue::Json(Cow::Owned(v)),
-            other => AttrValue::from_json(&other).unwrap_or(AttrValue::List(Cow::Owned(Vec::new()))),
+            other => AttrValue::from_json(&other).unwrap_or(AttrValue::List(Seq::Owned(Vec::new()))),
         }
     }
 }

@@ -187,6 +187,14 @@ fn nested_segments() {
     let errs = errors(vec![], vec![nesting("a", &["b"]), nesting("b", &["c"]), nesting("c", &["a"])]);
     assert_error(&errs, r#"segments["a"].rules: segment cycle: a -> b -> c -> a"#);
     assert_eq!(errs.len(), 1, "one cycle, one error: {errs:?}");
+    // A segment that only leads into a cycle is not reported as one, and
+    // the cycle is filed under its own first segment.
+    let errs = errors(
+        vec![],
+        vec![nesting("a", &["b"]), nesting("b", &["c"]), nesting("c", &["b"]), nesting("z", &["a"])],
+    );
+    assert_error(&errs, r#"segments["b"].rules: segment cycle: b -> c -> b"#);
+    assert_eq!(errs.len(), 1, "only the cycle itself: {errs:?}");
     let errs = errors(vec![], vec![nesting("self", &["self"])]);
     assert_error(&errs, r#"segments["self"].rules: segment cycle: self -> self"#);
     let errs = errors(vec![], vec![nesting("a", &["nope"])]);

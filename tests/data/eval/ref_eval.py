@@ -7,7 +7,10 @@ Written from the spec only (not from the Rust engine). It is a test aid, not an 
   - where the spec is ambiguous this file follows the resolutions listed in README.md
     (see also the comments marked AMBIGUITY).
 
-Also validates `validate: true` files against the spec's "Validation" section.
+Covers contexts (single- and multi-kind, the file form and its errors), attribute
+references, clauses, individual targets per kind, segments (per-kind lists, nested
+segments, weighted rules), rollouts, schedules and the evaluator's clock, malformed
+data ("Malformed data"), and validates `validate: true` files against "Validation".
 """
 
 import datetime
@@ -22,6 +25,10 @@ OPS = {"in", "starts_with", "ends_with", "contains", "matches", "lt", "lte", "gt
        "semver_eq", "semver_lt", "semver_gt", "before", "after", "segment_match"}
 TYPES = {"bool", "string", "int", "float", "json"}
 MAX_CHAIN = 10
+MAX_SEGMENT_DEPTH = 10
+MAX_STEPS = 50
+DEFAULT_KIND = "user"
+
 
 
 # --------------------------------------------------------------------------- values
@@ -120,15 +127,199 @@ def instant_ms(v):
     return ms
 
 
-# --------------------------------------------------------------------------- context
+# --------------------------------------------------------------------------- time
 
-def resolve(ctx, attr):
-    if attr == "key":
-        return ctx.get("key", "") or ""
-    if attr == "kind":
-        return ctx.get("kind") or "user"
-    return (ctx.get("attributes") or {}).get(attr)  # None == missing == null
+def whole_ms(v):
+    """A schedule `start` or a case's `now`: an RFC 3339 time or whole Unix milliseconds,
+    taken to the millisecond, rounded down. None when it is neither."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if is_str(v):
+        ms = instant_ms(v)
+        return None if ms is None else math.floor(ms)
+    return None
 
+
+# --------------------------------------------------------------------------- kinds
+
+_KIND = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def kind_problem(kind):
+    """"Context kinds": 1-256 bytes of A-Z a-z 0-9 . _ -, not `kind` or `multi`."""
+    if not is_str(kind):
+        return f"{kind!r} is not a string"
+    if kind == "":
+        return "a context kind must not be empty"
+    if len(kind.encode()) > 256:
+        return f"{len(kind.encode())} bytes, limit 256"
+    if kind in ("kind", "multi"):
+        return f"{kind!r} is reserved"
+    if not _KIND.match(kind):
+        return f"{kind!r}: a context kind uses A-Z a-z 0-9 . _ -"
+    return None
+
+
+class ContextError(Exception):
+    pass
+
+
+class Kind:
+    """One kind of a context: its name, key and attributes (nulls dropped)."""
+
+    def __init__(self, name, key, attrs):
+        self.name, self.key, self.attrs = name, key, attrs
+
+
+def _one_kind(c, path):
+    if not isinstance(c, dict):
+        raise ContextError(f"{path}: not a mapping")
+    extra = set(c) - {"key", "kind", "attributes", "contexts"}
+    if extra:
+        raise ContextError(f"{path}: unknown fields {sorted(extra)}")
+    if c.get("contexts"):
+        raise ContextError(f"{path}contexts: a kind of a multi-kind context cannot hold contexts")
+    key = c.get("key", "")
+    if key is None:
+        key = ""
+    if not is_str(key):
+        raise ContextError(f"{path}key: not a string")
+    name = DEFAULT_KIND
+    if "kind" in c:
+        p = kind_problem(c["kind"])
+        if p:
+            raise ContextError(f"{path}kind: {p}")
+        name = c["kind"]
+    attrs = {}
+    for n, v in (c.get("attributes") or {}).items():
+        # `key` and `kind` always name the key and the kinds; null is missing.
+        if n in ("key", "kind") or v is None:
+            continue
+        attrs[n] = v
+    return Kind(name, key, attrs)
+
+
+def parse_context(c):
+    """The file form of "Context kinds" -> a list of kinds (one for a single-kind context)."""
+    if not isinstance(c, dict):
+        raise ContextError("a context is a mapping")
+    subs = c.get("contexts") or []
+    if not subs:
+        if c.get("kind") == "multi":
+            raise ContextError("contexts: a multi-kind context needs at least one kind")
+        return [_one_kind(c, "")]
+    if c.get("key") or c.get("attributes") or ("kind" in c and c["kind"] != "multi"):
+        raise ContextError("a multi-kind context has only `kind: multi` and `contexts`")
+    kinds = []
+    for i, sub in enumerate(subs):
+        k = _one_kind(sub, f"contexts[{i}].")
+        if any(x.name == k.name for x in kinds):
+            raise ContextError(f"contexts[{i}].kind: kind {k.name!r} appears twice")
+        kinds.append(k)
+    return kinds  # a single entry is that single-kind context
+
+
+def select(kinds, context_kind):
+    """"Which kind is read": empty -> a single-kind context itself, a multi-kind context's
+    user; a name -> that kind. None when the context does not have it."""
+    if not context_kind:
+        if len(kinds) == 1:
+            return kinds[0]
+        context_kind = DEFAULT_KIND
+    for k in kinds:
+        if k.name == context_kind:
+            return k
+    return None
+
+
+# --------------------------------------------------------------------------- references
+
+class RefError(Exception):
+    pass
+
+
+def parse_ref(attr):
+    """"Attribute values and references" -> ("key",) | ("kinds",) | ("name", n) | ("path", parts).
+    Raises RefError with the documented message."""
+    if not is_str(attr):
+        raise RefError(f"{attr!r} is not a string")
+    if not attr.startswith("/"):
+        if attr in ("", "key"):
+            return ("key",)
+        if attr == "kind":
+            return ("kinds",)
+        return ("name", attr)  # literal, slashes and tildes included
+    body = attr[1:]
+    if body == "":
+        raise RefError('the reference "/" names nothing')
+    parts = []
+    for i, raw in enumerate(body.split("/")):
+        if raw == "":
+            raise RefError(f"component {i + 1} of the reference is empty (`//` or a trailing `/`)")
+        out, j = [], 0
+        while j < len(raw):
+            ch = raw[j]
+            if ch == "~":
+                nxt = raw[j + 1] if j + 1 < len(raw) else ""
+                if nxt == "0":
+                    out.append("~")
+                elif nxt == "1":
+                    out.append("/")
+                else:
+                    raise RefError(f"component {i + 1} of the reference has a `~` not followed by 0 or 1")
+                j += 2
+            else:
+                out.append(ch)
+                j += 1
+        parts.append("".join(out))
+    if len(parts) == 1:
+        if parts[0] == "key":
+            return ("key",)
+        if parts[0] == "kind":
+            return ("kinds",)
+        return ("name", parts[0])
+    return ("path", parts)
+
+
+def ref_ok(attr):
+    try:
+        parse_ref(attr)
+        return True
+    except RefError:
+        return False
+
+
+_MISSING = object()
+
+
+def lookup(kind, ref):
+    """The value a name or reference reads on one kind; _MISSING when it does not resolve.
+    ("kinds" is handled by the callers.)"""
+    if ref[0] == "key":
+        return kind.key
+    if ref[0] == "name":
+        v = kind.attrs.get(ref[1])
+        return _MISSING if v is None else v
+    parts = ref[1]
+    v = kind.attrs.get(parts[0])
+    for p in parts[1:]:
+        # each step needs an object holding the property; lists are not addressable
+        if not isinstance(v, dict) or p not in v:
+            return _MISSING
+        v = v[p]
+    return _MISSING if v is None else v
+
+
+def clause_values(v):
+    """A scalar is one value; a list its scalar elements; an object none."""
+    if is_scalar(v):
+        return [v]
+    if isinstance(v, list):
+        return [e for e in v if is_scalar(e)]
+    return []
+
+
+# --------------------------------------------------------------------------- operators
 
 def op_match(op, a, c):
     if op == "in":
@@ -166,69 +357,151 @@ def op_match(op, a, c):
     raise ValueError(op)
 
 
-class Env:
-    def __init__(self, flags, segments):
-        self.flags = {f["key"]: f for f in flags}
-        self.segments = {s["key"]: s for s in segments}
+def value_problem(op, v):
+    """Why a clause value is not of a kind its operator takes (None when it is)."""
+    if op == "in":
+        return None if is_scalar(v) else "in takes scalars"
+    if op in ("starts_with", "ends_with", "contains", "segment_match"):
+        return None if is_str(v) else f"{op} takes strings"
+    if op == "matches":
+        if not is_str(v):
+            return "matches takes regex strings"
+        try:
+            re.compile(v)
+        except re.error:
+            return "invalid regex"
+        return None
+    if op in ("lt", "lte", "gt", "gte", "eq"):
+        return None if is_num(v) and math.isfinite(v) else f"{op} takes numbers"
+    if op.startswith("semver_"):
+        return None if parse_semver(v) is not None else "version does not parse"
+    if op in ("before", "after"):
+        return None if instant_ms(v) is not None else "not a number or RFC 3339 string"
+    return f"unknown operator {op!r}"
 
-    def clause(self, cl, ctx):
-        neg = bool(cl.get("negate", False))
-        if cl["op"] == "segment_match":
-            # the attribute is ignored; an unknown segment is not a match
-            m = any(self.in_segment(s, ctx) for s in cl["values"])
-            return m != neg
-        v = resolve(ctx, cl.get("attribute", ""))
-        if v is None:
-            return False
-        items = v if isinstance(v, list) else [v]
-        m = any(op_match(cl["op"], a, c) for a in items for c in cl["values"])
-        return m != neg
 
-    def in_segment(self, key, ctx):
-        seg = self.segments.get(key)
-        if seg is None:
+# --------------------------------------------------------------------------- malformed data
+
+def clause_compiles(cl):
+    """"Malformed data": a clause cannot be compiled when a value is not of a kind its
+    operator takes, or its attribute is a malformed reference (never for segment_match)."""
+    op = cl.get("op")
+    if op not in OPS:
+        return False
+    if any(value_problem(op, v) for v in cl.get("values") or []):
+        return False
+    if op != "segment_match" and not ref_ok(cl.get("attribute", "")):
+        return False
+    return True
+
+
+def schedule_compiles(sc):
+    steps = sc.get("steps") or []
+    if not steps:
+        return False
+    starts = [whole_ms(s.get("start")) for s in steps]
+    weights = [s.get("weight") for s in steps]
+    if any(t is None for t in starts) or any(w > BUCKETS for w in weights):
+        return False
+    for i in range(1, len(steps)):
+        if not starts[i] > starts[i - 1] or weights[i] < weights[i - 1]:
             return False
-        ck = ctx.get("key", "") or ""
-        if ck in (seg.get("included") or []):
+    return ref_ok(sc.get("bucket_by", ""))
+
+
+def serve_compiles(s):
+    present = [k for k in ("variation", "rollout", "schedule") if s.get(k) is not None]
+    if len(present) != 1:
+        return False
+    if present[0] == "rollout":
+        return ref_ok(s["rollout"].get("bucket_by", ""))
+    if present[0] == "schedule":
+        return schedule_compiles(s["schedule"])
+    return True
+
+
+def variation_of_type(v, t):
+    if t == "bool":
+        return is_bool(v)
+    if t == "string":
+        return is_str(v)
+    if t == "int":
+        return isinstance(v, int) and not is_bool(v) and -(2**63) <= v < 2**63
+    if t == "float":
+        return is_num(v) and math.isfinite(v)
+    return t == "json"
+
+
+def flag_malformed(flag):
+    if not all(variation_of_type(v, flag["type"]) for v in flag["variations"]):
+        return True
+    for r in flag.get("rules") or []:
+        if not all(clause_compiles(c) for c in r.get("clauses") or []):
             return True
-        if ck in (seg.get("excluded") or []):
-            return False
-        return any(all(self.clause(c, ctx) for c in r["clauses"]) for r in seg.get("rules") or [])
+        if not serve_compiles(r.get("serve") or {}):
+            return True
+    return not serve_compiles(flag.get("fallthrough") or {})
 
 
-def bucket_value(v):
+def segment_malformed(seg):
+    for r in seg.get("rules") or []:
+        cls = r.get("clauses") or []
+        weighted = r.get("weight") is not None
+        if not all(clause_compiles(c) for c in cls):
+            return True
+        if weighted and not ref_ok(r.get("bucket_by", "")):
+            return True
+        if not cls and not weighted:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- bucketing
+
+def bucket_bytes(v):
     if is_str(v):
         return v.encode("utf-8")
     if is_num(v) and math.isfinite(v) and float(v) == int(v) and abs(v) <= 2**53:
         return str(int(v)).encode()
-    return None  # missing, bool, list, fractional, too large
+    return None  # missing, bool, list, object, fractional, too large
 
 
-def bucket_of(flag, rollout, ctx):
-    bv = bucket_value(resolve(ctx, rollout.get("bucket_by") or "key"))
+def xxh3(data, seed):
+    return xxhash.xxh3_64_intdigest(data, seed=seed)
+
+
+def salt_seed(salt):
+    return xxh3(salt.encode("utf-8"), 0)
+
+
+def bucket_if_any(kinds, context_kind, bucket_by, seed):
+    """Steps 1-4 of "Rollouts and bucketing"; None when the context is not bucketable."""
+    k = select(kinds, context_kind)
+    if k is None:
+        return None
+    ref = parse_ref(bucket_by or "key")
+    v = k.name if ref[0] == "kinds" else lookup(k, ref)
+    if v is _MISSING:
+        return None
+    bv = bucket_bytes(v)
     if bv is None:
-        return 0
-    seed = rollout.get("seed")
-    if seed is None:
-        salt = flag.get("salt") or flag["key"]
-        seed = xxhash.xxh3_64_intdigest(salt.encode("utf-8"), seed=0)
-    return xxhash.xxh3_64_intdigest(bv, seed=seed) % BUCKETS
+        return None
+    return xxh3(bv, seed) % BUCKETS
 
 
-def serve_index(flag, serve, ctx):
-    if "variation" in serve:
-        return serve["variation"]
-    ro = serve["rollout"]
-    b = bucket_of(flag, ro, ctx)
-    run = 0
-    for wv in ro["variations"]:
-        run += wv["weight"]
-        if run > b:
-            return wv["variation"]
-    return None  # weights short of 100000 (validation bypassed): treated as malformed
+def flag_seed(flag, explicit):
+    if explicit is not None:
+        return explicit
+    return salt_seed(flag.get("salt") or flag["key"])
 
+
+# --------------------------------------------------------------------------- evaluation
 
 class Malformed(Exception):
+    pass
+
+
+class NeedsClock(Exception):
     pass
 
 
@@ -236,40 +509,149 @@ def fits(flag_type, req):
     return flag_type == req or (req == "float" and flag_type == "int") or req == "json"
 
 
-def evaluate_raw(env, key, ctx, stack):
-    """Steps 3-7 for a flag known to exist. Returns (index, reason dict). Raises Malformed."""
-    flag = env.flags[key]
-    n = len(flag["variations"])
+class Env:
+    def __init__(self, flags, segments):
+        # on duplicate keys (unvalidated data) the first one wins
+        self.flags, self.segments = {}, {}
+        for f in flags:
+            self.flags.setdefault(f["key"], f)
+        for s in segments:
+            self.segments.setdefault(s["key"], s)
 
-    def out(idx, reason):
-        if idx is None or not 0 <= idx < n:
+    # ---- clauses and segments
+
+    def clause(self, cl, kinds, seg_depth):
+        """"Clauses". seg_depth: the depth at which a segment_match tests its segments."""
+        neg = bool(cl.get("negate", False))
+        if cl["op"] == "segment_match":
+            # attribute and kind ignored; segments in listed order, first one in wins
+            for s in cl.get("values") or []:
+                if self.in_segment(s, kinds, seg_depth):
+                    return not neg
+            return neg
+        ref = parse_ref(cl.get("attribute", ""))
+        if ref[0] == "kinds":
+            # every kind's name, whatever context_kind says; never missing
+            vals = [k.name for k in kinds]
+        else:
+            k = select(kinds, cl.get("context_kind", ""))
+            if k is None:
+                return False  # missing kind: false even negated
+            v = lookup(k, ref)
+            if v is _MISSING:
+                return False  # missing attribute: false even negated
+            vals = clause_values(v)
+        m = any(op_match(cl["op"], a, c) for a in vals for c in cl.get("values") or [])
+        return m != neg
+
+    def all_clauses(self, clauses, kinds, seg_depth):
+        for c in clauses:  # in order, stopping at the first false one
+            if not self.clause(c, kinds, seg_depth):
+                return False
+        return True
+
+    def listed(self, kinds, default_keys, by_kind):
+        k = select(kinds, "")
+        if k is not None and k.key in (default_keys or []):
+            return True
+        for entry in by_kind or []:
+            k = select(kinds, entry.get("context_kind", ""))
+            if k is not None and k.key in (entry.get("values") or []):
+                return True
+        return False
+
+    def in_segment(self, key, kinds, depth):
+        """"Segments", steps 1-7."""
+        if depth >= MAX_SEGMENT_DEPTH:
             raise Malformed()
-        return idx, reason
+        seg = self.segments.get(key)
+        if seg is None:
+            return False
+        if segment_malformed(seg):
+            raise Malformed()
+        if self.listed(kinds, seg.get("included"), seg.get("included_contexts")):
+            return True
+        if self.listed(kinds, seg.get("excluded"), seg.get("excluded_contexts")):
+            return False
+        seed = salt_seed(seg.get("salt") or seg["key"])
+        for r in seg.get("rules") or []:
+            if not self.all_clauses(r.get("clauses") or [], kinds, depth + 1):
+                continue
+            w = r.get("weight")
+            if w is None:
+                return True
+            b = bucket_if_any(kinds, r.get("rollout_context_kind", ""), r.get("bucket_by", ""), seed)
+            if (b < w) if b is not None else (w >= BUCKETS):
+                return True
+        return False
 
-    if not flag["on"]:
-        return out(flag["off_variation"], {"reason": "OFF"})
-    for p in flag.get("prerequisites") or []:
-        pk = p["key"]
-        if pk in stack or pk == key or len(stack) + 1 > MAX_CHAIN:
-            raise Malformed()  # cycle or chain deeper than 10
-        passed = False
-        pf = env.flags.get(pk)
-        if pf is not None and pf["on"]:
-            idx, _ = evaluate_raw(env, pk, ctx, stack + [key])
-            passed = idx == p["variation"]
-        if not passed:
-            return out(flag["off_variation"], {"reason": "PREREQUISITE_FAILED", "prerequisite_key": pk})
-    ck = ctx.get("key", "") or ""
-    for t in flag.get("targets") or []:
-        if ck in t["values"]:
-            return out(t["variation"], {"reason": "TARGET_MATCH"})
-    for i, r in enumerate(flag.get("rules") or []):
-        if all(env.clause(c, ctx) for c in r["clauses"]):
-            reason = {"reason": "RULE_MATCH", "rule_index": i}
-            if r.get("id"):
-                reason["rule_id"] = r["id"]
-            return out(serve_index(flag, r["serve"], ctx), reason)
-    return out(serve_index(flag, flag["fallthrough"], ctx), {"reason": "FALLTHROUGH"})
+    # ---- serves
+
+    def serve(self, flag, s, kinds, clock):
+        """-> (variation index, schedule step or None)."""
+        if s.get("variation") is not None:
+            return s["variation"], None
+        if s.get("rollout") is not None:
+            ro = s["rollout"]
+            b = bucket_if_any(kinds, ro.get("context_kind", ""), ro.get("bucket_by", ""),
+                              flag_seed(flag, ro.get("seed")))
+            b = 0 if b is None else b
+            run = 0
+            for wv in ro["variations"]:
+                run += wv["weight"]
+                if run > b:
+                    return wv["variation"], None
+            raise Malformed()  # weights short of 100000, bucket beyond their sum
+        sc = s["schedule"]
+        now = clock()
+        steps = [(whole_ms(st["start"]), st["weight"]) for st in sc["steps"]]
+        n = 0
+        for i, (start, _) in enumerate(steps):
+            if start <= now:
+                n = i + 1  # the last step whose start <= now
+        weight = steps[n - 1][1] if n else 0
+        b = bucket_if_any(kinds, sc.get("context_kind", ""), sc.get("bucket_by", ""),
+                          flag_seed(flag, sc.get("seed")))
+        inside = (b < weight) if b is not None else (weight >= BUCKETS)
+        return (sc["variation"] if inside else sc["otherwise"]), n
+
+    # ---- the algorithm
+
+    def eval_flag(self, key, kinds, depth, clock):
+        """Steps 3-8 for a flag known to exist -> (index, reason dict). Raises Malformed."""
+        flag = self.flags[key]
+        if flag_malformed(flag):
+            raise Malformed()
+        if not flag["on"]:
+            return flag["off_variation"], {"reason": "OFF"}
+        for p in flag.get("prerequisites") or []:
+            if depth >= MAX_CHAIN:
+                raise Malformed()  # an edge out of depth 10: too deep, or a cycle
+            pf = self.flags.get(p["key"])
+            passed = False
+            if pf is not None:
+                idx, _ = self.eval_flag(p["key"], kinds, depth + 1, clock)
+                passed = bool(pf["on"]) and idx == p["variation"]  # compared as it is
+            if not passed:
+                return flag["off_variation"], {"reason": "PREREQUISITE_FAILED", "prerequisite_key": p["key"]}
+        for t in flag.get("targets") or []:
+            k = select(kinds, t.get("context_kind", ""))
+            if k is not None and k.key in (t.get("values") or []):
+                return t["variation"], {"reason": "TARGET_MATCH"}
+        for i, r in enumerate(flag.get("rules") or []):
+            if self.all_clauses(r.get("clauses") or [], kinds, 0):
+                idx, step = self.serve(flag, r["serve"], kinds, clock)
+                reason = {"reason": "RULE_MATCH", "rule_index": i}
+                if r.get("id"):
+                    reason["rule_id"] = r["id"]
+                if step is not None:
+                    reason["schedule_step"] = step
+                return idx, reason
+        idx, step = self.serve(flag, flag["fallthrough"], kinds, clock)
+        reason = {"reason": "FALLTHROUGH"}
+        if step is not None:
+            reason["schedule_step"] = step
+        return idx, reason
 
 
 def convert(v, flag_type, req):
@@ -278,14 +660,28 @@ def convert(v, flag_type, req):
     return v
 
 
-def evaluate(env, key, ctx, req, default):
+def evaluate(env, key, context, req, default, now=None):
+    """The whole algorithm. `now`: the case's clock (RFC 3339 or Unix ms) or None."""
+    kinds = parse_context(context)
     flag = env.flags.get(key)
     if flag is None:
         return {"value": default, "reason": "ERROR", "error": "FLAG_NOT_FOUND"}
     if not fits(flag["type"], req):
         return {"value": default, "reason": "ERROR", "error": "WRONG_TYPE"}
+    read = []
+
+    def clock():
+        # read at most once per evaluation; one instant for every schedule reached
+        if not read:
+            if now is None:
+                raise NeedsClock()
+            read.append(whole_ms(now))
+        return read[0]
+
     try:
-        idx, reason = evaluate_raw(env, key, ctx, [])
+        idx, reason = env.eval_flag(key, kinds, 0, clock)
+        if not 0 <= idx < len(flag["variations"]):
+            raise Malformed()  # step 9
     except Malformed:
         return {"value": default, "reason": "ERROR", "error": "MALFORMED_FLAG"}
     res = {"value": convert(flag["variations"][idx], flag["type"], req), "variation": idx}
@@ -299,63 +695,128 @@ _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 
 
 def validate(flags, segments):
+    """"Validation"; returns a list of problems (paths as in the spec, wording approximate)."""
     errs = []
     seg_keys = set()
     flag_map = {}
     for s in segments:
         if not _KEY.match(s.get("key", "")):
             errs.append(f"segment key {s.get('key')!r}")
+        if s["key"] in seg_keys:
+            errs.append(f"segments[{s['key']!r}]: duplicate segment key")
         seg_keys.add(s["key"])
     for f in flags:
+        if f["key"] in flag_map:
+            errs.append(f"flags[{f['key']!r}]: duplicate flag key")
         flag_map[f["key"]] = f
 
-    def check_clause(path, cl, allow_segment):
+    def check_kind(path, kind):
+        if kind:
+            p = kind_problem(kind)
+            if p:
+                errs.append(f"{path}: {p}")
+
+    def check_attr(path, attr):
+        if not is_str(attr) or len(attr.encode()) > 256:
+            errs.append(f"{path}: bad attribute {attr!r}")
+            return
+        try:
+            parse_ref(attr)
+        except RefError as e:
+            errs.append(f"{path}: {attr!r}: {e}")
+
+    def check_clause(path, cl):
         op = cl.get("op")
         vals = cl.get("values") or []
         if op not in OPS:
             errs.append(f"{path}.op: unknown operator {op!r}")
             return
         if not vals:
-            errs.append(f"{path}.values: at least one value")
-        attr = cl.get("attribute", "")
-        if op != "segment_match" and not (isinstance(attr, str) and 0 < len(attr.encode()) <= 256):
-            errs.append(f"{path}.attribute: bad name {attr!r}")
+            errs.append(f"{path}.values: at least one value is required")
+        if len(vals) > 10_000:
+            errs.append(f"{path}.values: {len(vals)} values, limit 10000")
+        check_kind(f"{path}.context_kind", cl.get("context_kind", ""))
+        if op != "segment_match":
+            attr = cl.get("attribute", "")
+            if attr == "":
+                errs.append(f"{path}.attribute: must not be empty")
+            else:
+                check_attr(f"{path}.attribute", attr)
         for j, v in enumerate(vals):
-            p = f"{path}.values[{j}]"
-            if op == "in" and not is_scalar(v):
-                errs.append(f"{p}: in takes scalars")
-            elif op in ("starts_with", "ends_with", "contains") and not is_str(v):
-                errs.append(f"{p}: {op} takes strings")
-            elif op == "matches":
-                try:
-                    if not is_str(v):
-                        raise re.error("not a string")
-                    re.compile(v)
-                except re.error:
-                    errs.append(f"{p}: regex does not compile")
-            elif op in ("lt", "lte", "gt", "gte", "eq") and not is_num(v):
-                errs.append(f"{p}: {op} takes numbers")
-            elif op.startswith("semver_") and parse_semver(v) is None:
-                errs.append(f"{p}: version does not parse")
-            elif op in ("before", "after") and instant_ms(v) is None:
-                errs.append(f"{p}: not a number or RFC 3339 string")
-            elif op == "segment_match":
-                if not allow_segment:
-                    errs.append(f"{p}: segment_match not allowed in a segment rule")
-                elif v not in seg_keys:
-                    errs.append(f"{p}: unknown segment {v!r}")
+            p = value_problem(op, v)
+            if p:
+                errs.append(f"{path}.values[{j}]: {p}")
+            elif op == "segment_match" and v not in seg_keys:
+                errs.append(f"{path}.values[{j}]: unknown segment {v!r}")
 
-    def check_rules(path, rules, allow_segment):
-        for i, r in enumerate(rules or []):
-            cls = r.get("clauses") or []
-            if not 1 <= len(cls) <= 50:
-                errs.append(f"{path}.rules[{i}].clauses: 1..=50")
-            for j, cl in enumerate(cls):
-                check_clause(f"{path}.rules[{i}].clauses[{j}]", cl, allow_segment)
+    def check_clauses(path, cls, empty_ok):
+        if not cls and not empty_ok:
+            errs.append(f"{path}.clauses: at least one clause is required")
+        if len(cls) > 50:
+            errs.append(f"{path}.clauses: {len(cls)} clauses, limit 50")
+        for j, cl in enumerate(cls):
+            check_clause(f"{path}.clauses[{j}]", cl)
 
+    # segments
     for s in segments:
-        check_rules(f"segments[{s['key']!r}]", s.get("rules"), False)
+        path = f"segments[{s['key']!r}]"
+        lists = (s.get("included_contexts") or []) + (s.get("excluded_contexts") or [])
+        nkeys = len(s.get("included") or []) + len(s.get("excluded") or []) + sum(
+            len(e.get("values") or []) for e in lists)
+        if nkeys > 100_000:
+            errs.append(f"{path}.included: {nkeys} keys, limit 100000")
+        for field in ("included_contexts", "excluded_contexts"):
+            for i, e in enumerate(s.get(field) or []):
+                if not e.get("context_kind"):
+                    errs.append(f"{path}.{field}[{i}].context_kind: must not be empty")
+                else:
+                    check_kind(f"{path}.{field}[{i}].context_kind", e["context_kind"])
+        rules = s.get("rules") or []
+        if len(rules) > 1000:
+            errs.append(f"{path}.rules: {len(rules)} rules, limit 1000")
+        for i, r in enumerate(rules):
+            rpath = f"{path}.rules[{i}]"
+            w = r.get("weight")
+            check_clauses(rpath, r.get("clauses") or [], w is not None)
+            if w is not None and not (isinstance(w, int) and 0 <= w <= BUCKETS):
+                errs.append(f"{rpath}.weight: {w} is over {BUCKETS}")
+            if (r.get("bucket_by") or r.get("rollout_context_kind")) and w is None:
+                errs.append(f"{rpath}: bucket_by and rollout_context_kind only apply with a weight")
+            check_attr(f"{rpath}.bucket_by", r.get("bucket_by", ""))
+            check_kind(f"{rpath}.rollout_context_kind", r.get("rollout_context_kind", ""))
 
+    # segment nesting: no cycle, at most 10 deep (a segment without segment_match is 1 deep)
+    def children(s):
+        return [v for r in s.get("rules") or [] for c in r.get("clauses") or []
+                if c.get("op") == "segment_match" for v in c.get("values") or [] if is_str(v)]
+
+    seg_map = {s["key"]: s for s in segments}
+    depth_memo = {}
+
+    def seg_depth(k, stack):
+        if k in stack:
+            raise ValueError(" -> ".join(stack[stack.index(k):] + [k]))
+        if k in depth_memo:
+            return depth_memo[k]
+        s = seg_map.get(k)
+        if s is None:
+            return 0  # unknown: reported above
+        d = 1 + max([seg_depth(c, stack + [k]) for c in children(s)] or [0])
+        depth_memo[k] = d
+        return d
+
+    cycles = set()
+    for k in sorted(seg_map):
+        try:
+            d = seg_depth(k, [])
+            if d > MAX_SEGMENT_DEPTH:
+                errs.append(f"segments[{k!r}].rules: segments nested {d} deep, limit {MAX_SEGMENT_DEPTH}")
+        except ValueError as e:
+            if str(e) not in cycles:
+                cycles.add(str(e))
+                errs.append(f"segments[{k!r}].rules: segment cycle: {e}")
+
+    # flags
     for f in flags:
         path = f"flags[{f['key']!r}]"
         if not _KEY.match(f["key"]):
@@ -368,11 +829,7 @@ def validate(flags, segments):
         if not 1 <= n <= 100:
             errs.append(f"{path}.variations: 1..=100")
         for i, v in enumerate(vs):
-            ok = {"bool": is_bool, "string": is_str,
-                  "int": lambda x: isinstance(x, int) and not is_bool(x) and -(2**63) <= x < 2**63,
-                  "float": lambda x: is_num(x) and math.isfinite(x),
-                  "json": lambda x: True}.get(t, lambda x: False)(v)
-            if not ok:
+            if not variation_of_type(v, t):
                 errs.append(f"{path}.variations[{i}]: not a {t}")
 
         def idx_ok(p, i):
@@ -380,37 +837,73 @@ def validate(flags, segments):
                 errs.append(f"{p}: variation index {i!r} out of range")
 
         def check_serve(p, s):
-            if ("variation" in s) == ("rollout" in s):
-                errs.append(f"{p}: exactly one of variation / rollout")
+            present = [k for k in ("variation", "rollout", "schedule") if s.get(k) is not None]
+            if not present:
+                errs.append(f"{p}: set variation, rollout or schedule")
                 return
-            if "variation" in s:
+            if len(present) > 1:
+                errs.append(f"{p}: set exactly one of variation, rollout and schedule")
+                return
+            if "variation" in present:
                 idx_ok(p + ".variation", s["variation"])
                 return
-            ro = s["rollout"]
-            wvs = ro.get("variations") or []
-            if not wvs:
-                errs.append(f"{p}.rollout.variations: at least one")
-            for k, wv in enumerate(wvs):
-                idx_ok(f"{p}.rollout.variations[{k}]", wv["variation"])
-                if wv["weight"] < 0:
-                    errs.append(f"{p}.rollout.variations[{k}].weight negative")
-            if sum(wv["weight"] for wv in wvs) != BUCKETS:
-                errs.append(f"{p}.rollout: weights sum to {sum(wv['weight'] for wv in wvs)}")
-            seed = ro.get("seed")
+            if "rollout" in present:
+                ro = s["rollout"]
+                wvs = ro.get("variations") or []
+                if not wvs:
+                    errs.append(f"{p}.rollout.variations: at least one")
+                for k, wv in enumerate(wvs):
+                    idx_ok(f"{p}.rollout.variations[{k}].variation", wv["variation"])
+                    if wv["weight"] < 0:
+                        errs.append(f"{p}.rollout.variations[{k}].weight negative")
+                if wvs and sum(wv["weight"] for wv in wvs) != BUCKETS:
+                    errs.append(f"{p}.rollout.variations: weights sum to {sum(wv['weight'] for wv in wvs)}")
+                seed = ro.get("seed")
+                if seed is not None and not (isinstance(seed, int) and 0 <= seed < 2**64):
+                    errs.append(f"{p}.rollout.seed: not a u64")
+                check_attr(f"{p}.rollout.bucket_by", ro.get("bucket_by", ""))
+                check_kind(f"{p}.rollout.context_kind", ro.get("context_kind", ""))
+                return
+            sc = s["schedule"]
+            sp = f"{p}.schedule"
+            idx_ok(f"{sp}.variation", sc.get("variation"))
+            idx_ok(f"{sp}.otherwise", sc.get("otherwise"))
+            check_attr(f"{sp}.bucket_by", sc.get("bucket_by", ""))
+            check_kind(f"{sp}.context_kind", sc.get("context_kind", ""))
+            seed = sc.get("seed")
             if seed is not None and not (isinstance(seed, int) and 0 <= seed < 2**64):
-                errs.append(f"{p}.rollout.seed: not a u64")
+                errs.append(f"{sp}.seed: not a u64")
+            steps = sc.get("steps") or []
+            if not steps:
+                errs.append(f"{sp}.steps: a schedule needs at least one step")
+            if len(steps) > MAX_STEPS:
+                errs.append(f"{sp}.steps: {len(steps)} steps, limit {MAX_STEPS}")
+            for k, st in enumerate(steps):
+                if whole_ms(st.get("start")) is None:
+                    errs.append(f"{sp}.steps[{k}].start: not a time")
+                if not (isinstance(st.get("weight"), int) and 0 <= st["weight"] <= BUCKETS):
+                    errs.append(f"{sp}.steps[{k}].weight: {st.get('weight')} is over {BUCKETS}")
+                if k > 0:
+                    a, b = whole_ms(steps[k - 1].get("start")), whole_ms(st.get("start"))
+                    if a is not None and b is not None and b <= a:
+                        errs.append(f"{sp}.steps[{k}].start: starts must strictly increase from step to step")
+                    if st.get("weight", 0) < steps[k - 1].get("weight", 0):
+                        errs.append(f"{sp}.steps[{k}].weight: below the previous step's: a schedule only grows")
 
         idx_ok(f"{path}.off_variation", f.get("off_variation"))
         for i, tg in enumerate(f.get("targets") or []):
             idx_ok(f"{path}.targets[{i}].variation", tg["variation"])
+            check_kind(f"{path}.targets[{i}].context_kind", tg.get("context_kind", ""))
+        if sum(len(tg.get("values") or []) for tg in f.get("targets") or []) > 100_000:
+            errs.append(f"{path}.targets: > 100000 target values")
         rules = f.get("rules") or []
         if len(rules) > 1000:
             errs.append(f"{path}.rules: > 1000")
         ids = [r.get("id") for r in rules if r.get("id")]
         if len(ids) != len(set(ids)):
             errs.append(f"{path}.rules: duplicate ids")
-        check_rules(path, rules, True)
         for i, r in enumerate(rules):
+            check_clauses(f"{path}.rules[{i}]", r.get("clauses") or [], False)
             check_serve(f"{path}.rules[{i}].serve", r["serve"])
         check_serve(f"{path}.fallthrough", f["fallthrough"])
         prereqs = f.get("prerequisites") or []
@@ -425,7 +918,7 @@ def validate(flags, segments):
             elif not 0 <= p["variation"] < len(pf["variations"]):
                 errs.append(f"{path}.prerequisites[{i}].variation out of range")
 
-    # cycles and chain depth (depth = longest number of prerequisite hops)
+    # prerequisite cycles and chain depth (depth = longest number of prerequisite hops)
     memo = {}
 
     def depth(k, stack):
@@ -436,7 +929,7 @@ def validate(flags, segments):
         f = flag_map.get(k)
         d = 0
         for p in (f.get("prerequisites") or []) if f else []:
-            if p["key"] in flag_map:
+            if p["key"] in flag_map and p["key"] != k:
                 d = max(d, 1 + depth(p["key"], stack | {k}))
         memo[k] = d
         return d
@@ -453,7 +946,9 @@ def validate(flags, segments):
 # --------------------------------------------------------------------------- driver
 
 def run_all(files, load):
+    """Re-derives every case of every file. Returns (problems, number of cases evaluated)."""
     problems = []
+    evaluated = 0
     for path in files:
         rel = os.path.basename(path)
         doc = load(path)
@@ -465,9 +960,17 @@ def run_all(files, load):
             problems.append(f"{rel}: validate: false but every flag passes validation")
         env = Env(flags, segs)
         for c in doc.get("cases") or []:
-            got = evaluate(env, c["flag"], c["context"], c["type"], c["default"])
+            try:
+                got = evaluate(env, c["flag"], c["context"], c["type"], c["default"], c.get("now"))
+            except ContextError as e:
+                problems.append(f"{rel}: case {c['name']!r}: the context is rejected: {e}")
+                continue
+            except NeedsClock:
+                problems.append(f"{rel}: case {c['name']!r}: reaches a schedule but gives no `now`")
+                continue
+            evaluated += 1
             exp = dict(c["expect"])
             same = got == exp and type(got["value"]) is type(exp["value"])
             if not same:
                 problems.append(f"{rel}: case {c['name']!r}: expected {exp} but reference gives {got}")
-    return problems
+    return problems, evaluated
