@@ -445,7 +445,9 @@ pub struct EvaluationDetail<T> {
     pub revision: u64,
     /// Whether the data was stale.
     pub stale: bool,
-    /// Whether a percentage rollout or a schedule chose the variation.
+    /// Whether a percentage rollout or a schedule chose the variation: for
+    /// `FALLTHROUGH` either; for `RULE_MATCH` only a schedule (the reason
+    /// does not say whether a rule's rollout chose).
     pub in_rollout: bool,
     /// For a schedule: its current step, 1-based (0 before the first step).
     pub schedule_step: Option<u32>,

@@ -245,6 +245,8 @@ fn found<'s>(v: &'s AttrValue<'_>) -> Option<Found<'s>> {
     Some(match v {
         AttrValue::Scalar(s) => Found::Scalar(s),
         AttrValue::List(l) => Found::Values(l),
+        // A null attribute is a missing one.
+        AttrValue::Json(j) if j.is_null() => return None,
         AttrValue::Json(j) => Found::Json(j),
     })
 }
@@ -252,6 +254,22 @@ fn found<'s>(v: &'s AttrValue<'_>) -> Option<Found<'s>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A null attribute reads as missing (so a negated clause does not
+    /// match it); a context equals its owned copy.
+    #[test]
+    fn null_is_missing_and_owned_copies_are_equal() {
+        let null = serde_json::Value::Null;
+        let borrowed = Context::new("u").with("plan", &null);
+        let owned = Context::new("u").with("plan", serde_json::Value::Null);
+        for ctx in [&borrowed, &owned] {
+            assert!(ctx.lookup(&KindSel::Default, &Attr::Name("plan".into())).is_none());
+        }
+        let groups = [Scalar::Str(Cow::Borrowed("a"))];
+        let borrowed = Context::new("u").with("g", &groups[..]).and(Context::new("o").kind("org"));
+        assert_eq!(borrowed.clone().into_owned(), borrowed);
+        assert_eq!(Context::new("u").into_owned(), Context::new("u"));
+    }
 
     /// Setting the same attribute twice keeps the last value, and the
     /// reserved names cannot shadow the key.

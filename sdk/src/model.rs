@@ -324,9 +324,14 @@ mod instant {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
     pub(super) fn serialize<S: Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
+        use chrono::Datelike;
+        // RFC 3339 has four-digit years: other instants stay milliseconds,
+        // so whatever was read can be written back and read again.
         match chrono::DateTime::from_timestamp_millis(*ms) {
-            Some(t) => s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-            None => s.serialize_i64(*ms),
+            Some(t) if (0..=9999).contains(&t.year()) => {
+                s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            }
+            _ => s.serialize_i64(*ms),
         }
     }
 

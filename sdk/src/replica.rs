@@ -103,6 +103,9 @@ struct Item {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Replica {
     pub(crate) epoch: String,
+    /// The epoch a forgotten cursor had ([`Replica::forget_cursor`]): a
+    /// snapshot of it older than `revision` is still refused.
+    floor_epoch: String,
     pub(crate) revision: u64,
     pub(crate) checksum: u64,
     flags: ItemMap,
@@ -204,8 +207,9 @@ impl Replica {
         // PROTOCOL.md §2.4: never go back within an epoch. A protocol
         // error: the sync task forgets its cursor and asks again.
         if let Some(prev) = previous
-            && !prev.epoch.is_empty()
-            && prev.epoch == epoch
+            && let ours = if prev.epoch.is_empty() { &prev.floor_epoch } else { &prev.epoch }
+            && !ours.is_empty()
+            && *ours == epoch
             && revision < prev.revision
         {
             return Err(ApplyError::Protocol(format!(
@@ -223,6 +227,15 @@ impl Replica {
                 .extend(prev.flags.keys().filter(|k| !replica.flags.contains_key(*k)).map(|k| k.to_string()));
         }
         Ok(Applied { replica, snapshot, changed_flags })
+    }
+
+    /// Forgets the cursor (the next Hello asks for a full snapshot) while
+    /// keeping the floor: a snapshot of the same epoch older than what is
+    /// held stays refused (PROTOCOL.md §2.4).
+    pub(crate) fn forget_cursor(&mut self) {
+        if !self.epoch.is_empty() {
+            self.floor_epoch = std::mem::take(&mut self.epoch);
+        }
     }
 
     /// Applies a delta on top of this replica and its `snapshot`.
@@ -405,9 +418,12 @@ mod tests {
         assert!(matches!(&err, ApplyError::Protocol(m) if m.contains("older than our revision 5")), "{err}");
         Replica::from_chunks(empty_snapshot("e2", 3), Some(&at5), &limits).expect("another epoch");
         Replica::from_chunks(empty_snapshot("e1", 5), Some(&at5), &limits).expect("the same revision");
+        // Forgetting the cursor (a resync) keeps the floor.
         let mut forgotten = at5.clone();
-        forgotten.epoch.clear();
-        Replica::from_chunks(empty_snapshot("e1", 3), Some(&forgotten), &limits)
-            .expect("after forget_cursor");
+        forgotten.forget_cursor();
+        assert!(forgotten.epoch.is_empty(), "the next Hello carries no cursor");
+        assert!(Replica::from_chunks(empty_snapshot("e1", 3), Some(&forgotten), &limits).is_err());
+        Replica::from_chunks(empty_snapshot("e1", 6), Some(&forgotten), &limits).expect("newer, same epoch");
+        Replica::from_chunks(empty_snapshot("e2", 1), Some(&forgotten), &limits).expect("another epoch");
     }
 }

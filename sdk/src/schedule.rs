@@ -88,7 +88,7 @@ impl Clock {
         Clock { now: Cell::new(None) }
     }
 
-    /// A fixed instant (tests, `flagctl eval --at`, what-if tools).
+    /// A fixed instant (tests, `Snapshot::evaluate_at`, what-if tools).
     #[inline]
     pub(crate) fn at(unix_ms: i64) -> Clock {
         Clock { now: Cell::new(Some(unix_ms)) }

@@ -137,7 +137,7 @@ impl Sink for ClientSink {
 
     fn forget_cursor(&self) {
         if let Some(r) = self.slot().get() {
-            r.epoch.clear();
+            r.forget_cursor();
         }
     }
 

@@ -47,7 +47,7 @@ fn every_case_matches_through_flags_compiled_on_first_use() {
             }
         }
     }
-    assert!(count >= 1_000, "only {count} cases ran");
+    assert!(count >= 900, "only {count} cases ran");
 }
 
 /// Case names are unique across files, so a failure report names one case.

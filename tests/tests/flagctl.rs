@@ -291,6 +291,13 @@ async fn ramps_are_created_paused_and_rolled_back() {
     let v = version(&ctl);
     let err = ctl.fails(&["flag", "ramp", "ramped", "--steps", "50%,10%@1h", "--yes"], 5);
     assert!(err.contains("may not go down"), "{err}");
+    let err = ctl.fails(
+        &["flag", "ramp", "ramped", "--steps", "50%", "--variation", "true", "--otherwise", "true", "--yes"],
+        5,
+    );
+    assert!(err.contains("the same variation"), "{err}");
+    let err = ctl.fails(&["flag", "ramp", "ramped", "--steps", "50%", "--rule", "#3", "--yes"], 5);
+    assert!(err.contains("has 0 rules"), "{err}");
     assert_eq!(version(&ctl), v, "a refused ramp wrote nothing");
 
     ctl.ok(&["flag", "ramp", "ramped", "--pause", "--yes"]);

@@ -226,12 +226,17 @@ fn multi_kind_and_nested_references_never_allocate() {
         [Context::new("globex").kind("org").with("address", &elsewhere), Context::new("d-2").kind("device")];
     let multi = Context::multi_borrowed(Context::new("user-42").with("country", "US"), &kinds);
     let multi_other = Context::multi_borrowed(Context::new("user-7"), &other);
+    // Not targeted: its org's rule (reference and `kind` clauses) serves.
+    let berlin = [Context::new("initech").kind("org").with("address", &address)];
+    let multi_berlin = Context::multi_borrowed(Context::new("user-8"), &berlin);
     let run = || {
         for _ in 0..100 {
             assert!(snap.bool("by-kind", &multi, false));
             let d = snap.detail("by-kind", &multi, false);
             assert_eq!(d.variation, Some(0));
             std::hint::black_box(snap.detail("by-kind", &multi_other, false));
+            let d = snap.detail("by-kind", &multi_berlin, false);
+            assert!(matches!(d.reason, flagstream::Reason::RuleMatch { index: 0, .. }), "{:?}", d.reason);
             std::hint::black_box(snap.detail_at::<bool>("ramp", &multi, false, 500));
             std::hint::black_box(snap.detail_at::<bool>("ramp", &multi_other, false, 5_000));
             std::hint::black_box(snap.detail("two-clause", &multi, false));

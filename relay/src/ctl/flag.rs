@@ -414,6 +414,19 @@ pub(crate) async fn write_flag(
     after: Flag,
     w: &WriteArgs,
 ) -> CmdResult {
+    write_flag_finalized(conn, before, after, w, |_| {}).await
+}
+
+/// [`write_flag`], with `finalize` applied to the flag after the
+/// confirmation, just before it is sent (what depends on the time of the
+/// write, e.g. which ramp steps have started).
+pub(crate) async fn write_flag_finalized(
+    conn: &mut Conn,
+    before: Option<&Flag>,
+    mut after: Flag,
+    w: &WriteArgs,
+    finalize: impl FnOnce(&mut Flag),
+) -> CmdResult {
     let b = yaml_for_diff(before.cloned().map(strip_flag).as_ref());
     let a = yaml_for_diff(Some(&strip_flag(after.clone())));
     if a == b {
@@ -422,6 +435,7 @@ pub(crate) async fn write_flag(
     }
     show_diff(&format!("flag {:?} in {}:", after.key, conn.env), &b, &a);
     conn.confirm(&format!("write flag {:?}", after.key))?;
+    finalize(&mut after);
     let expected = Some(before.map_or(0, |f| f.version));
     let r = {
         let req = pb::PutFlagRequest {

@@ -9,7 +9,7 @@ use clap::Args;
 use flagstream::Flag;
 use flagstream::model::{Schedule, Serve, Step};
 
-use super::flag::{WriteArgs, get_flag, invalid, variation_index, write_flag};
+use super::flag::{WriteArgs, get_flag, invalid, variation_index, write_flag, write_flag_finalized};
 use super::{CmdResult, Conn, Failure};
 
 /// `flag ramp` options.
@@ -36,10 +36,12 @@ pub struct RampArgs {
     /// Attribute (or reference) to bucket by [default: key].
     #[arg(long, default_value = "")]
     pub bucket_by: String,
-    /// Context kind to bucket [default: user].
+    /// Context kind to bucket [default: a single-kind context's own kind,
+    /// a multi-kind context's `user`].
     #[arg(long, default_value = "")]
     pub context_kind: String,
-    /// Ramp the rule with this id instead of the fallthrough.
+    /// Ramp the rule with this id (or `#N`: the rule at index N) instead
+    /// of the fallthrough.
     #[arg(long)]
     pub rule: Option<String>,
     /// Stop where it stands: drop the steps that have not started yet.
@@ -57,70 +59,119 @@ pub struct RampArgs {
 pub(crate) async fn ramp(conn: &mut Conn, a: RampArgs) -> CmdResult {
     let before = get_flag(conn, &a.key).await?;
     let mut after = before.clone();
-    let now = now_ms();
-    let what = a.rule.as_deref().map_or("fallthrough".to_owned(), |id| format!("rule {id:?}"));
-    let serve = serve_of(&mut after, a.rule.as_deref())?;
+    let rule = rule_index(&before, a.rule.as_deref())?;
+    let what = match rule {
+        None => "fallthrough".to_owned(),
+        Some(i) => rule_label(&before, i),
+    };
+    let serve = serve_of(&mut after, rule);
     if a.pause || a.rollback {
         let Some(sc) = serve.schedule.as_deref() else {
             return Err(invalid(format!("flag {:?}: the {what} serves no ramp", a.key)));
         };
         if a.rollback {
             *serve = Serve::variation(sc.otherwise);
-        } else {
-            let mut sc = sc.clone();
-            sc.steps.retain(|s| s.start_unix_ms <= now);
-            if sc.steps.is_empty() {
-                // Not started: pausing means nobody gets it yet.
-                *serve = Serve::variation(sc.otherwise);
-            } else {
-                *serve = Serve::schedule(sc);
-            }
+            return write_flag(conn, Some(&before), after, &a.write).await;
         }
-    } else {
-        let start = start_ms(&a.start, now)?;
-        let bool_default = |want: bool| {
-            before.variations.iter().position(|v| *v == serde_json::Value::Bool(want)).map(|i| i as u32)
-        };
-        let variation = match &a.variation {
-            Some(v) => variation_index(&before, v)?,
-            None => {
-                bool_default(true).ok_or_else(|| invalid("--variation is required for a non-bool flag"))?
+        // Which steps have started is decided when the write is sent (after
+        // the confirmation), so a step that starts meanwhile is kept: a
+        // pause never takes the variation away from anyone.
+        *serve = paused(sc.clone(), now_ms());
+        return write_flag_finalized(conn, Some(&before), after, &a.write, |f| {
+            let s = serve_of(f, rule);
+            if let Some(sc) = before_pause(&before, rule) {
+                *s = paused(sc, now_ms());
             }
-        };
-        let otherwise = match &a.otherwise {
-            Some(v) => variation_index(&before, v)?,
-            None => match (bool_default(false), serve.variation) {
-                (Some(f), _) => f,
-                (None, Some(v)) if v != variation => v,
-                _ => {
-                    return Err(invalid("--otherwise is required: the flag serves no other fixed variation"));
-                }
-            },
-        };
-        let steps = parse_steps(&a.steps, start)?;
-        *serve = Serve::schedule(Schedule {
-            variation,
-            otherwise,
-            bucket_by: a.bucket_by.clone(),
-            context_kind: a.context_kind.clone(),
-            seed: None,
-            steps,
-        });
+        })
+        .await;
     }
+    let start = start_ms(&a.start, now_ms())?;
+    let bool_index = |want: bool| {
+        before.variations.iter().position(|v| *v == serde_json::Value::Bool(want)).map(|i| i as u32)
+    };
+    let variation = match &a.variation {
+        Some(v) => variation_index(&before, v)?,
+        None => bool_index(true).ok_or_else(|| invalid("--variation is required for a non-bool flag"))?,
+    };
+    let otherwise = match &a.otherwise {
+        Some(v) => variation_index(&before, v)?,
+        // The other bool; else what the serve gives now (a fixed
+        // variation, or the `otherwise` of the ramp it replaces).
+        None => [
+            bool_index(false),
+            bool_index(true),
+            serve.variation,
+            serve.schedule.as_ref().map(|s| s.otherwise),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|&v| v != variation)
+        .ok_or_else(|| invalid("--otherwise is required: nothing else to serve outside the ramp"))?,
+    };
+    if otherwise == variation {
+        return Err(invalid("--otherwise: the same variation as --variation; a ramp needs two"));
+    }
+    let steps = parse_steps(&a.steps, start)?;
+    *serve = Serve::schedule(Schedule {
+        variation,
+        otherwise,
+        bucket_by: a.bucket_by.clone(),
+        context_kind: a.context_kind.clone(),
+        seed: None,
+        steps,
+    });
     write_flag(conn, Some(&before), after, &a.write).await
 }
 
-/// The serve a ramp changes.
-fn serve_of<'f>(f: &'f mut Flag, rule: Option<&str>) -> Result<&'f mut Serve, Failure> {
-    let key = f.key.clone();
+/// A ramp held where it stands at `now`: the steps not started are
+/// dropped; one not started at all serves `otherwise`.
+fn paused(mut sc: Schedule, now: i64) -> Serve {
+    sc.steps.retain(|s| s.start_unix_ms <= now);
+    if sc.steps.is_empty() { Serve::variation(sc.otherwise) } else { Serve::schedule(sc) }
+}
+
+/// The schedule a pause starts from.
+fn before_pause(f: &Flag, rule: Option<usize>) -> Option<Schedule> {
+    let serve = match rule {
+        None => &f.fallthrough,
+        Some(i) => &f.rules[i].serve,
+    };
+    serve.schedule.as_deref().cloned()
+}
+
+/// `--rule`: a rule id, or `#N` for the rule at index N (rules without an
+/// id); `None`: the fallthrough.
+fn rule_index(f: &Flag, rule: Option<&str>) -> Result<Option<usize>, Failure> {
+    let Some(sel) = rule else { return Ok(None) };
+    if let Some(n) = sel.strip_prefix('#') {
+        let i: usize = n.parse().map_err(|_| invalid(format!("--rule {sel:?}: not a rule index")))?;
+        return if i < f.rules.len() {
+            Ok(Some(i))
+        } else {
+            Err(invalid(format!("--rule {sel}: flag {:?} has {} rules", f.key, f.rules.len())))
+        };
+    }
+    if sel.is_empty() {
+        return Err(invalid("--rule: empty; give a rule id or #INDEX"));
+    }
+    f.rules.iter().position(|r| r.id == sel).map(Some).ok_or_else(|| {
+        invalid(format!("flag {:?} has no rule with id {sel:?} (a rule without an id: #INDEX)", f.key))
+    })
+}
+
+/// How a rule is named in messages and in `flag get`: its id, or `#N`.
+fn rule_label(f: &Flag, i: usize) -> String {
+    match f.rules[i].id.as_str() {
+        "" => format!("rule #{i}"),
+        id => format!("rule {id:?}"),
+    }
+}
+
+/// The serve a ramp changes (`rule` from [`rule_index`]).
+fn serve_of(f: &mut Flag, rule: Option<usize>) -> &mut Serve {
     match rule {
-        None => Ok(&mut f.fallthrough),
-        Some(id) => f
-            .rules
-            .iter_mut()
-            .find(|r| r.id == id)
-            .map(|r| &mut r.serve)
-            .ok_or_else(|| invalid(format!("flag {key:?} has no rule with id {id:?}"))),
+        None => &mut f.fallthrough,
+        Some(i) => &mut f.rules[i].serve,
     }
 }
 

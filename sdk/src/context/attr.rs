@@ -256,13 +256,16 @@ impl From<Vec<String>> for AttrValue<'static> {
     }
 }
 
+/// The JSON null an attribute set from `null` holds.
+static NULL: Json = Json::Null;
+
 /// A borrowed JSON value: scalars and lists of scalars take their own
 /// forms (the list is collected, which allocates); objects and other lists
-/// are borrowed as they are. Null becomes an empty list, which no clause
-/// matches; prefer not setting the attribute.
+/// are borrowed as they are. Null is held as null and reads as a missing
+/// attribute (no clause matches it, negated or not).
 impl<'a> From<&'a Json> for AttrValue<'a> {
     fn from(v: &'a Json) -> Self {
-        AttrValue::from_json_ref(v).unwrap_or(AttrValue::List(Seq::Borrowed(&[])))
+        AttrValue::from_json_ref(v).unwrap_or(AttrValue::Json(Cow::Borrowed(&NULL)))
     }
 }
 
@@ -272,7 +275,7 @@ impl From<Json> for AttrValue<'static> {
         match v {
             Json::Object(_) => AttrValue::Json(Cow::Owned(v)),
             Json::Array(ref items) if !items.iter().all(is_scalar) => AttrValue::Json(Cow::Owned(v)),
-            other => AttrValue::from_json(&other).unwrap_or(AttrValue::List(Seq::Owned(Vec::new()))),
+            other => AttrValue::from_json(&other).unwrap_or(AttrValue::Json(Cow::Borrowed(&NULL))),
         }
     }
 }

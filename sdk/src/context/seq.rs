@@ -6,13 +6,19 @@
 
 use std::ops::Deref;
 
-/// A slice, borrowed or owned.
-#[derive(Debug, PartialEq)]
+/// A slice, borrowed or owned; equal when the elements are, however held.
+#[derive(Debug)]
 pub enum Seq<'a, T> {
     /// Borrowed elements.
     Borrowed(&'a [T]),
     /// Owned elements.
     Owned(Vec<T>),
+}
+
+impl<T: PartialEq> PartialEq for Seq<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
 }
 
 impl<T> Default for Seq<'_, T> {
