@@ -33,6 +33,7 @@ struct Q {
     flags: usize,
     segments: usize,
     subscribers: usize,
+    writes_per_sec: u32,
 }
 
 /// The relay's configuration file for `q` (rates fixed: small, so a
@@ -40,9 +41,13 @@ struct Q {
 fn conf(q: Q) -> String {
     format!(
         "quota-flags = {}\nquota-segments = {}\nquota-snapshot-bytes = 8192\nmax-subscribers-per-env = {}\n\
-         quota-writes-per-sec = 2\nquota-token-writes-per-sec = 3\nquota-subscribes-per-sec = 1\n\
+         quota-writes-per-sec = {}\nquota-token-writes-per-sec = {}\nquota-subscribes-per-sec = 1\n\
          max-subscribes-per-sec = 2\n",
-        q.flags, q.segments, q.subscribers
+        q.flags,
+        q.segments,
+        q.subscribers,
+        q.writes_per_sec,
+        q.writes_per_sec + 1
     )
 }
 
@@ -210,7 +215,7 @@ async fn wait_for_log(relay: &Relay, needle: &str, count: usize) {
 async fn every_quota_holds_at_start_after_a_restart_and_after_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("relay.toml");
-    let first = Q { flags: 3, segments: 1, subscribers: 3 };
+    let first = Q { flags: 3, segments: 1, subscribers: 3, writes_per_sec: 2 };
     std::fs::write(&path, conf(first)).unwrap();
     let args = ["--config", path.to_str().unwrap()];
     let mut relay = Relay::start(dir.path(), &args).await;
@@ -273,7 +278,7 @@ async fn every_quota_holds_at_start_after_a_restart_and_after_a_reload() {
 
     // A reload raises the size and subscriber quotas; the new values are
     // enforced, and the rates are still on.
-    let second = Q { flags: 5, segments: 2, subscribers: 4 };
+    let second = Q { flags: 5, segments: 2, subscribers: 4, writes_per_sec: 2 };
     std::fs::write(&path, conf(second)).unwrap();
     sighup(&relay);
     wait_for_log(&relay, "SIGHUP: configuration reloaded", 1).await;
@@ -281,6 +286,20 @@ async fn every_quota_holds_at_start_after_a_restart_and_after_a_reload() {
     rate_quotas_hold(&relay, &tokens, &sub_keys).await;
     let open = subscriber_quota_holds(&relay, &s_key, &t_key, second.subscribers).await;
     drop(open);
+
+    // A reload that raises an environment's write rate takes effect: 20
+    // writes in a row pass where the old rate (bursts of 4) refused the
+    // fifth (the token rate is raised with it).
+    std::fs::write(&path, conf(Q { writes_per_sec: 50, ..second })).unwrap();
+    sighup(&relay);
+    wait_for_log(&relay, "SIGHUP: configuration reloaded", 2).await;
+    relay.create_env("r").await;
+    let mut boot = relay.admin().await;
+    for i in 0..20 {
+        put(&mut boot, "r", bool_flag("rate", i % 2 == 0))
+            .await
+            .unwrap_or_else(|e| panic!("write {i}: {e:?}"));
+    }
 
     // A bad file changes nothing.
     std::fs::write(&path, "quota-flags = \"many\"\n").unwrap();
