@@ -2,7 +2,8 @@
 //! with the primary's epoch, revision and checksum; environments, SDK keys
 //! and tokens made or removed at the primary reach the replicas; reads
 //! work on a replica and writes are refused with a message naming the
-//! primary; `--wait` and propagation count SDKs behind replicas.
+//! primary; `--wait` and propagation count SDKs behind replicas; a replica
+//! follows only the environments it lists and shows its freshness.
 
 use std::time::Duration;
 
@@ -227,4 +228,76 @@ async fn propagation_counts_sdks_behind_replicas() {
         assert_eq!(r.lag_revisions, 0);
         assert_eq!(r.subtree_subscribers, 2);
     }
+}
+
+/// `--environments` limits what a replica follows: another environment of
+/// the primary never appears there and its keys are unknown there. The
+/// replica's freshness is visible: `flagstream.v1.Upstream` health and the
+/// `upstream_live` / `staleness_seconds` gauges follow its upstream's
+/// state.
+#[tokio::test]
+async fn a_replica_follows_only_its_environments_and_shows_its_freshness() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), 1, &[], &["--environments", "demo"]).await;
+    let replica = &c.replicas[0];
+    let staging_key = c.primary.create_env("staging").await;
+    let mut admin = c.primary.admin().await;
+    put(&mut admin, "staging", bool_flag("s", true)).await.unwrap();
+    let rev = put(&mut admin, "demo", bool_flag("after-staging", true)).await.unwrap();
+    replica.wait_head("demo", rev).await;
+    // Its catalog (keys, environments) is polled separately from the
+    // streams: wait until it has seen a change made after staging's key.
+    let made = admin
+        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "later".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut demo_sub = None;
+    for _ in 0..500 {
+        if let Ok(s) = Subscriber::connect(replica.channel().await, &made.secret, None).await {
+            demo_sub = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(demo_sub.is_some(), "the later demo key reached the replica");
+    let status = replica.status().await;
+    let names: Vec<&str> = status.environments.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["demo"], "only the listed environment");
+    let e = Subscriber::connect(replica.channel().await, &staging_key, None).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+
+    assert_eq!(upstream_health(replica).await, ServingStatus::Serving as i32);
+    let live = "flagstream_upstream_live{env=\"demo\"}";
+    let stale = "flagstream_staleness_seconds{env=\"demo\"}";
+    let deadline = tokio::time::Instant::now() + STEP;
+    while replica.metric(live).await != 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "upstream_live never 1");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(replica.metric(stale).await < 5.0);
+
+    // The primary goes away: the link is down, and it says so.
+    c.primary.kill9();
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !(replica.metric(live).await == 0.0 && replica.metric(stale).await > 0.0) {
+        assert!(tokio::time::Instant::now() < deadline, "the gauges never showed the outage");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + STEP;
+    while upstream_health(replica).await != ServingStatus::NotServing as i32 {
+        assert!(tokio::time::Instant::now() < deadline, "Upstream health stayed SERVING");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn upstream_health(r: &flagstream_tests::relay::Relay) -> i32 {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let mut h = HealthClient::new(r.channel().await);
+    h.check(HealthCheckRequest { service: "flagstream.v1.Upstream".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
 }
