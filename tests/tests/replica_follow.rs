@@ -301,3 +301,46 @@ async fn upstream_health(r: &flagstream_tests::relay::Relay) -> i32 {
         .into_inner()
         .status
 }
+
+/// flagctl at the tree: `status` at the primary lists each replica with
+/// its lag and the SDKs below it; at a replica it names the upstream;
+/// `eval` and `export` read a replica's copy.
+#[tokio::test]
+async fn flagctl_shows_the_tree_and_reads_at_a_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), 1, &[], &[]).await;
+    let replica = &c.replicas[0];
+    let sdk = client(replica.url(), &c.primary.demo_key());
+    sdk.wait_ready(STEP).await;
+    let rev = put(&mut c.primary.admin().await, "demo", bool_flag("tree", true)).await.unwrap();
+    replica.wait_head("demo", rev).await;
+    let flagctl = |relay: &str, args: &[&str]| {
+        let bin = flagstream_tests::relay::relay_binary()
+            .with_file_name(format!("flagctl{}", std::env::consts::EXE_SUFFIX));
+        let out = std::process::Command::new(bin)
+            .args(["--config", "/nonexistent/flagctl.toml", "--relay", relay, "-e", "demo"])
+            .args(args)
+            .env("FLAGSTREAM_TOKEN", c.primary.admin_token())
+            .output()
+            .expect("flagctl runs");
+        assert!(out.status.success(), "flagctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut at_primary = String::new();
+    eventually("the replica reported its SDK", || {
+        at_primary = flagctl(&c.primary.url(), &["status"]);
+        at_primary.lines().any(|l| l.contains("replicas") && l.contains("0 revisions") && l.contains(" 1 "))
+    })
+    .await;
+    assert!(at_primary.contains("REPLICA") && at_primary.contains("SDKS BELOW"), "{at_primary}");
+    let at_replica = flagctl(&replica.url(), &["status"]);
+    assert!(
+        at_replica.contains("(replica,") && at_replica.contains(&format!("upstream  {}", c.primary.url())),
+        "{at_replica}"
+    );
+    assert!(at_replica.contains("live ("), "{at_replica}");
+    let eval = flagctl(&replica.url(), &["eval", "tree", "--key", "u"]);
+    assert!(eval.contains("value      true") && eval.contains(&format!("(revision {rev})")), "{eval}");
+    let export = flagctl(&replica.url(), &["export"]);
+    assert!(export.contains("key: tree"), "{export}");
+}
