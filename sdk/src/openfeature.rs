@@ -48,14 +48,22 @@ impl FlagstreamProvider {
 ///   `key`) member and its other members its attributes; the top level's
 ///   targeting key and scalar fields are then ignored. A multi-kind
 ///   context with no structure field evaluates as the single context of
-///   the targeting key, with no attributes.
+///   the targeting key, with no attributes;
+/// - a `kind` (or, in a multi-kind context, a field name) that is not a
+///   valid kind name (EVALUATION.md, "Context kinds") is ignored.
 pub fn context(ctx: &EvaluationContext) -> Context<'_> {
     let key = ctx.targeting_key.as_deref().unwrap_or("");
     let multi =
         matches!(ctx.custom_fields.get("kind"), Some(EvaluationContextFieldValue::String(k)) if k == "multi");
     if multi {
-        let kinds = ctx.custom_fields.iter().filter_map(|(name, v)| match v {
-            EvaluationContextFieldValue::Struct(any) => struct_json(any).map(|j| kind_context(name, j)),
+        // Sorted by kind name, so the result does not depend on the map's
+        // order; a field that is not a valid kind name is skipped (logged).
+        let mut fields: Vec<_> = ctx.custom_fields.iter().collect();
+        fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let kinds = fields.into_iter().filter_map(|(name, v)| match v {
+            EvaluationContextFieldValue::Struct(any) if valid_kind(name) => {
+                struct_json(any).map(|j| kind_context(name, j))
+            }
             _ => None,
         });
         let kinds: Vec<Context<'_>> = kinds.collect();
@@ -65,7 +73,11 @@ pub fn context(ctx: &EvaluationContext) -> Context<'_> {
     let mut out = Context::new(key);
     for (name, v) in &ctx.custom_fields {
         match v {
-            EvaluationContextFieldValue::String(s) if name == "kind" => out = out.kind(s.as_str()),
+            EvaluationContextFieldValue::String(s) if name == "kind" => {
+                if valid_kind(s) {
+                    out = out.kind(s.as_str());
+                }
+            }
             EvaluationContextFieldValue::Bool(b) => out.set(name.as_str(), *b),
             EvaluationContextFieldValue::Int(i) => out.set(name.as_str(), *i),
             EvaluationContextFieldValue::Float(f) => out.set(name.as_str(), *f),
@@ -81,6 +93,18 @@ pub fn context(ctx: &EvaluationContext) -> Context<'_> {
         }
     }
     out
+}
+
+/// Whether `kind` may name a context kind; an invalid one is logged and
+/// left out (the context keeps the default kind).
+fn valid_kind(kind: &str) -> bool {
+    match crate::reference::kind_problem(kind) {
+        None => true,
+        Some(problem) => {
+            tracing::debug!(kind, %problem, "OpenFeature context: not a context kind; ignored");
+            false
+        }
+    }
 }
 
 /// A structure field as JSON, when it holds a type we know.
