@@ -268,7 +268,12 @@ async fn a_replica_follows_only_its_environments_and_shows_its_freshness() {
     let e = Subscriber::connect(replica.channel().await, &staging_key, None).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
 
-    assert_eq!(upstream_health(replica).await, ServingStatus::Serving as i32);
+    // Set by the replica's once-a-second freshness task.
+    let deadline = tokio::time::Instant::now() + STEP;
+    while upstream_health(replica).await != ServingStatus::Serving as i32 {
+        assert!(tokio::time::Instant::now() < deadline, "Upstream health never SERVING");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let live = "flagstream_upstream_live{env=\"demo\"}";
     let stale = "flagstream_staleness_seconds{env=\"demo\"}";
     let deadline = tokio::time::Instant::now() + STEP;

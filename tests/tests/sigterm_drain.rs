@@ -20,13 +20,28 @@ async fn health(relay: &Relay) -> Option<ServingStatus> {
     ServingStatus::try_from(r.into_inner().status).ok()
 }
 
+/// Waits until health is `want` (the status is set by its own task, a
+/// moment after the relay starts listening).
+async fn wait_for_health(relay: &Relay, want: ServingStatus) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let got = health(relay).await;
+        if got == Some(want) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "health stayed {got:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every subscriber gets a DRAIN reconnect with a delay inside the spread,
 /// and the relay exits 0.
 #[tokio::test]
 async fn sigterm_sends_reconnects_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let mut relay = Relay::start(dir.path(), &["--drain-spread", "2s"]).await;
-    assert_eq!(health(&relay).await, Some(ServingStatus::Serving));
+    // SERVING follows the "listening" line as soon as the data is loaded.
+    wait_for_health(&relay, ServingStatus::Serving).await;
     let mut subs = Vec::new();
     for _ in 0..5 {
         let mut s = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
@@ -67,15 +82,9 @@ async fn health_is_not_serving_during_drain() {
     let key = relay.create_filled_env("wide", 3_000, 1_000).await;
     let _stuck = Subscriber::connect(relay.channel().await, &key, None).await.unwrap(); // never read
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // SERVING before the signal, so the NOT_SERVING below is the drain's.
+    wait_for_health(&relay, ServingStatus::Serving).await;
     relay.sigterm();
-    let mut seen = None;
-    for _ in 0..40 {
-        seen = health(&relay).await;
-        if seen == Some(ServingStatus::NotServing) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(seen, Some(ServingStatus::NotServing));
+    wait_for_health(&relay, ServingStatus::NotServing).await;
     assert!(relay.wait(STEP).await.success());
 }
