@@ -243,8 +243,31 @@ pub(crate) fn parse_semver(s: &str) -> Option<semver::Version> {
             if dots >= 2 || core.is_empty() || !core.split('.').all(is_numeric) {
                 return None;
             }
-            let padded = format!("{core}{}{rest}", ".0".repeat(2 - dots));
-            semver::Version::parse(&padded).ok()?
+            // Built in place (no padded copy): what `Version::parse` would
+            // make of `core` + ".0"s + `rest`, leading zeros refused alike.
+            let mut nums = core
+                .split('.')
+                .map(|p| if p.len() > 1 && p.starts_with('0') { None } else { p.parse::<u64>().ok() });
+            let major = nums.next().flatten()?;
+            let minor = match nums.next() {
+                Some(m) => m?,
+                None => 0,
+            };
+            let (pre, build) = match rest.split_once('+') {
+                Some((pre, build)) => (pre, Some(build)),
+                None => (rest, None),
+            };
+            let pre = match pre.strip_prefix('-') {
+                Some(p) if !p.is_empty() => semver::Prerelease::new(p).ok()?,
+                Some(_) => return None,
+                None => semver::Prerelease::EMPTY,
+            };
+            if let Some(b) = build
+                && (b.is_empty() || semver::BuildMetadata::new(b).is_err())
+            {
+                return None;
+            }
+            semver::Version { major, minor, patch: 0, pre, build: semver::BuildMetadata::EMPTY }
         }
     };
     v.build = semver::BuildMetadata::EMPTY;
@@ -286,6 +309,29 @@ mod tests {
         assert_eq!(parse_semver("1.2").unwrap(), semver::Version::new(1, 2, 0));
         assert_eq!(parse_semver("1.2-beta").unwrap().pre.as_str(), "beta");
         assert!(parse_semver("1.2.3+build").unwrap().build.is_empty());
+        // The short forms read exactly as their padded forms would.
+        for short in [
+            "1",
+            "1.2",
+            "0.9",
+            "1.2-rc.1",
+            "1-alpha+b.7",
+            "1.2+exp.sha",
+            "1.2-",
+            "1.2+",
+            "01.2",
+            "1.02",
+            "1.2-01",
+        ] {
+            let end = short.find(['-', '+']).unwrap_or(short.len());
+            let (core, rest) = short.split_at(end);
+            let padded = format!("{core}{}{rest}", ".0".repeat(2 - core.matches('.').count()));
+            let want = semver::Version::parse(&padded).ok().map(|mut v| {
+                v.build = semver::BuildMetadata::EMPTY;
+                v
+            });
+            assert_eq!(parse_semver(short), want, "{short:?} (padded {padded:?})");
+        }
         for bad in ["", "v1", "1.x", "1..2", "a.b.c", "1.2.3.4"] {
             assert!(parse_semver(bad).is_none(), "{bad:?}");
         }

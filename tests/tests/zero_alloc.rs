@@ -181,6 +181,14 @@ fn evaluation_never_allocates() {
     // Warm up: the regex engine fills its per-thread cache on first use.
     run(&borrowed);
     assert_eq!(allocations(|| run(&borrowed)), 0, "allocations while evaluating with a borrowed context");
+    // A short-form version ("2.1" for 2.1.0) is read in place.
+    let short = Context::new("user-42").with("age", 30).with("app", "2.1");
+    let semver_rule = || {
+        for _ in 0..100 {
+            assert_eq!(snap.float("operators", &short, 0.0), 1.5);
+        }
+    };
+    assert_eq!(allocations(semver_rule), 0, "allocations reading a short-form version");
     assert_eq!(allocations(|| run(&owned)), 0, "allocations while evaluating with an owned context");
 }
 
