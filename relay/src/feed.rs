@@ -191,8 +191,11 @@ impl Feed {
                     }
                 }
             }
-            // The feed may be gone already; then nobody needs to know.
-            let _ = closed_tx.send(error);
+            // The feed may be gone already (its session ended first); then
+            // nobody waits for the cause.
+            if closed_tx.send(error).is_err() {
+                tracing::trace!("the feed session ended before its connection did");
+            }
         });
         if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
             return Ended::Session(e);

@@ -124,6 +124,8 @@ fn kind_context<'a>(kind: &str, j: Json) -> Context<'a> {
             Some(Json::String(s)) => Some(s),
             _ => None,
         })
+        // No key member: the empty key, a present string that buckets as
+        // empty bytes (EVALUATION.md), as for a context built with "".
         .unwrap_or_default();
     let mut out = Context::new(key).kind(kind.to_owned());
     for (name, v) in fields {

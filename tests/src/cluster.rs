@@ -106,6 +106,20 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// [`eventually`] for a condition that needs to await (a metrics scrape,
+/// a health check): polled every 100 ms, at most [`STEP`].
+pub async fn eventually_async<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A primary with `n` replicas following it directly, all ready.
 #[derive(Debug)]
 pub struct Cluster {

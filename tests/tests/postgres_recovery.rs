@@ -245,15 +245,7 @@ async fn a_restored_backup_becomes_a_new_epoch() {
         .await;
 }
 
-/// Polls `r`'s `/metrics` until `sample` satisfies `ok`.
+/// Waits until `r`'s `/metrics` sample satisfies `ok`.
 async fn wait_metric(r: &Relay, sample: &str, ok: impl Fn(f64) -> bool) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let v = r.metric(sample).await;
-        if ok(v) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{sample} stayed at {v}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    flagstream_tests::cluster::eventually_async(sample, || async { ok(r.metric(sample).await) }).await;
 }

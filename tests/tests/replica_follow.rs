@@ -10,7 +10,7 @@ use std::time::Duration;
 use flagstream::{Client, Context};
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
-use flagstream_tests::cluster::{Cluster, eventually};
+use flagstream_tests::cluster::{Cluster, eventually, eventually_async};
 use flagstream_tests::relay::{bool_flag, put};
 use flagstream_tests::subscriber::{Subscriber, Update};
 
@@ -269,32 +269,25 @@ async fn a_replica_follows_only_its_environments_and_shows_its_freshness() {
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
 
     // Set by the replica's once-a-second freshness task.
-    let deadline = tokio::time::Instant::now() + STEP;
-    while upstream_health(replica).await != ServingStatus::Serving as i32 {
-        assert!(tokio::time::Instant::now() < deadline, "Upstream health never SERVING");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async("Upstream health SERVING", || async {
+        upstream_health(replica).await == ServingStatus::Serving as i32
+    })
+    .await;
     let live = "flagstream_upstream_live{env=\"demo\"}";
     let stale = "flagstream_staleness_seconds{env=\"demo\"}";
-    let deadline = tokio::time::Instant::now() + STEP;
-    while replica.metric(live).await != 1.0 {
-        assert!(tokio::time::Instant::now() < deadline, "upstream_live never 1");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async("upstream_live 1", || async { replica.metric(live).await == 1.0 }).await;
     assert!(replica.metric(stale).await < 5.0);
 
     // The primary goes away: the link is down, and it says so.
     c.primary.kill9();
-    let deadline = tokio::time::Instant::now() + STEP;
-    while !(replica.metric(live).await == 0.0 && replica.metric(stale).await > 0.0) {
-        assert!(tokio::time::Instant::now() < deadline, "the gauges never showed the outage");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let deadline = tokio::time::Instant::now() + STEP;
-    while upstream_health(replica).await != ServingStatus::NotServing as i32 {
-        assert!(tokio::time::Instant::now() < deadline, "Upstream health stayed SERVING");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async("the gauges showing the outage", || async {
+        replica.metric(live).await == 0.0 && replica.metric(stale).await > 0.0
+    })
+    .await;
+    eventually_async("Upstream health NOT_SERVING", || async {
+        upstream_health(replica).await == ServingStatus::NotServing as i32
+    })
+    .await;
 }
 
 async fn upstream_health(r: &flagstream_tests::relay::Relay) -> i32 {

@@ -23,15 +23,10 @@ async fn health(relay: &Relay) -> Option<ServingStatus> {
 /// Waits until health is `want` (the status is set by its own task, a
 /// moment after the relay starts listening).
 async fn wait_for_health(relay: &Relay, want: ServingStatus) {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let got = health(relay).await;
-        if got == Some(want) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "health stayed {got:?}, not {want:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    flagstream_tests::cluster::eventually_async(&format!("health {want:?}"), || async {
+        health(relay).await == Some(want)
+    })
+    .await;
 }
 
 /// Every subscriber gets a DRAIN reconnect with a delay inside the spread,

@@ -48,6 +48,9 @@ const POOL_SIZE: usize = 8;
 /// hid, before giving up (the environment is then poisoned: unknown).
 const LOOKUP_FOR: Duration = Duration::from_secs(10);
 
+/// How often that lookup is retried while the database cannot answer.
+const LOOKUP_EVERY: Duration = Duration::from_millis(200);
+
 /// A database error, kept as the cause: `DatabaseUnavailable` when the
 /// database cannot be reached or cannot take the request now (connection
 /// lost or refused, the pool timed out, an administrator shutdown, a
@@ -301,7 +304,7 @@ impl PostgresBackend {
                 }
                 Some(false) => return Ok(None),
                 None if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(LOOKUP_EVERY).await;
                 }
                 None => return Err(StoreError::OutcomeUnknown(Box::new(e))),
             }
@@ -758,7 +761,7 @@ impl Backend for PostgresBackend {
 /// bytes, and each revision's changed keys), trimmed to the retention.
 pub(crate) fn log_of(
     mut rows: Vec<(u64, String, u64, usize)>,
-    changed: BTreeMap<u64, Vec<(Kind, String)>>,
+    mut changed: BTreeMap<u64, Vec<(Kind, String)>>,
     retention: Retention,
 ) -> Vec<LogEntry> {
     rows.sort_by_key(|r| r.0);
@@ -766,7 +769,9 @@ pub(crate) fn log_of(
         .into_iter()
         .map(|(revision, commit_id, committed_unix_ms, bytes)| LogEntry {
             revision,
-            changed: changed.get(&revision).cloned().unwrap_or_default(),
+            // A revision with no changed-item rows names no item: deltas
+            // built across it carry nothing for it.
+            changed: changed.remove(&revision).unwrap_or_default(),
             committed_unix_ms,
             bytes,
             diffed_from: None,
