@@ -217,6 +217,21 @@ impl Subscriber {
         }
     }
 
+    /// Like [`next`](Self::next), but skips periodic heartbeats: the next
+    /// snapshot, delta or reconnect (or an error). Streams start their
+    /// heartbeat at a random phase, so a test that expects data next must
+    /// not trip over a heartbeat that happens to come first.
+    pub async fn next_change(&mut self, timeout: Duration) -> Result<Update, String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await? {
+                Update::Heartbeat { .. } => continue,
+                update => return Ok(update),
+            }
+        }
+    }
+
     fn verify(&self, want: u64) -> Result<(), String> {
         let got = checksum(&self.flags, &self.segments);
         if got == want {

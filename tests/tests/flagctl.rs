@@ -140,8 +140,11 @@ async fn wait_reports_propagation() {
     let mut sub = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
     sub.next(STEP).await.unwrap();
     let ctl = Ctl::new(&relay);
+    let head = sub.cursor().1;
     let reader = tokio::spawn(async move {
-        sub.next(STEP).await.unwrap();
+        // Reads (and acks) until the write arrives: a periodic heartbeat
+        // may come first.
+        sub.wait_revision(head + 1, STEP).await.unwrap();
         sub
     });
     let out = tokio::task::spawn_blocking(move || {

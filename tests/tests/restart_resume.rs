@@ -24,7 +24,7 @@ async fn restart_keeps_cursor_valid() {
     let head = put(&mut admin, "demo", bool_flag("after-restart", true)).await.unwrap();
     assert_eq!(head, revision + 1, "revision continues");
     sub.reconnect(relay.channel().await, &key).await.unwrap();
-    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: revision, to: head });
+    assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: revision, to: head });
     assert_eq!(sub.epoch, epoch, "epoch kept");
     assert!(sub.flags.contains_key("before-restart") && sub.flags.contains_key("after-restart"));
 }

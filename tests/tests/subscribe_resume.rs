@@ -23,7 +23,7 @@ async fn resume_gets_one_coalesced_delta() {
     // A new stream from the old cursor, keeping the applied state (the old
     // stream's unread messages are dropped with it).
     sub.reconnect(relay.channel().await, &key).await.unwrap();
-    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: cursor.1, to: head });
+    assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: cursor.1, to: head });
     assert!(sub.flags.contains_key("extra-2"));
 }
 

@@ -19,7 +19,7 @@ async fn writes_arrive_as_verified_deltas_and_acks_count() {
     let mut admin = relay.admin().await;
 
     let r1 = put(&mut admin, "demo", bool_flag("launch", false)).await.unwrap();
-    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r1 - 1, to: r1 });
+    assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: r1 - 1, to: r1 });
     assert!(!sub.flags["launch"].on);
 
     let r2 = admin
@@ -271,7 +271,7 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
     for (ops, holds) in steps {
         let what = format!("{ops:?}");
         let r = admin.patch_flag(patch(ops)).await.unwrap().into_inner().result.unwrap().revision;
-        assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r }, "{what}");
+        assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r }, "{what}");
         assert!(holds(&sub.flags["p"]), "{what}: {:?}", sub.flags["p"]);
     }
     // Segment key lists, then the segment's delete (once nothing uses it).
@@ -290,7 +290,7 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
         })))
         .await;
     let r = r.unwrap().into_inner().result.unwrap().revision;
-    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
+    assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
     assert!(sub.segments["beta-testers"].included.contains(&"zed".to_owned()));
     let r = admin
         .patch_segment(seg_patch(S::AddExcluded(pb::ContextKeys {
@@ -328,6 +328,6 @@ async fn every_patch_kind_and_delete_arrives_with_the_promised_state() {
         .result
         .unwrap()
         .revision;
-    assert_eq!(sub.next(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
+    assert_eq!(sub.next_change(STEP).await.unwrap(), Update::Delta { from: r - 1, to: r });
     assert!(!sub.segments.contains_key("beta-testers") && !sub.flags.contains_key("beta-banner"));
 }
