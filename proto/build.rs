@@ -1,5 +1,6 @@
-//! Generates the flagstream.v1 messages and services with the vendored
-//! `protoc`, so a fresh machine needs no system protobuf compiler.
+//! Generates the flagstream.v1 messages (and, with the `grpc` feature, the
+//! tonic services) with the vendored `protoc`, so a fresh machine needs no
+//! system protobuf compiler.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -15,13 +16,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
     }
-    let mut config = tonic_prost_build::Config::new();
+    let mut config = prost_build::Config::new();
     config.protoc_executable(protoc);
     config.bytes(["."]);
+    #[cfg(feature = "grpc")]
     tonic_prost_build::configure().build_client(true).build_server(true).compile_with_config(
         config,
         &files,
         &["."],
     )?;
+    #[cfg(not(feature = "grpc"))]
+    config.compile_protos(&files, &["."])?;
     Ok(())
 }

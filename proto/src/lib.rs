@@ -1,17 +1,19 @@
-//! The `flagstream.v1` wire contract: prost messages and tonic client/server
-//! stubs generated at build time from `proto/flagstream/v1/*.proto` with a
-//! vendored `protoc`. Nothing here is written by hand; the `.proto` files are
-//! the single source of truth and document every field.
+//! The `flagstream.v1` wire contract: prost messages and (with the default
+//! `grpc` feature) tonic client/server stubs, generated at build time from
+//! `proto/flagstream/v1/*.proto` with a vendored `protoc`. Nothing here is
+//! written by hand; the `.proto` files are the single source of truth and
+//! document every field. Without `grpc` the crate depends on prost alone:
+//! the evaluation core links it that way.
 
-/// Messages and services of package `flagstream.v1`.
+/// Messages (and services) of package `flagstream.v1`.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod v1 {
-    tonic::include_proto!("flagstream.v1");
+    include!(concat!(env!("OUT_DIR"), "/flagstream.v1.rs"));
 
     /// `flagstream.v1.mirror`: the Subscribe response with items as raw
     /// bytes, for clients that hash items as received (PROTOCOL.md §3.1).
     #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
     pub mod mirror {
-        tonic::include_proto!("flagstream.v1.mirror");
+        include!(concat!(env!("OUT_DIR"), "/flagstream.v1.mirror.rs"));
     }
 }

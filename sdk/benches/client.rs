@@ -1,7 +1,9 @@
 //! Evaluation through the client API, next to the bare engine and the bare
-//! `ArcSwap<HashMap>` baseline in the same run; also while another thread
-//! swaps in a new snapshot every 10 ms, as the sync task does when a delta
-//! arrives. Results: docs/BENCHMARKS.md.
+//! `ArcSwap<HashMap>` baseline in the same run; also reads of a
+//! [`SnapshotCell`] (the type the client reads) while another thread swaps
+//! in a new snapshot every 10 ms, as the sync task does when a delta
+//! arrives. (The client's own cell is not reachable from outside: only its
+//! sync task stores into it.) Results: docs/BENCHMARKS.md.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use criterion::{Criterion, criterion_group, criterion_main};
-use flagstream::{Client, Context, FlagSet, Limits, Snapshot};
+use flagstream::{Client, Context, FlagHandle, FlagSet, Limits, Snapshot, SnapshotCell};
 
 const FLAGS: &str = r#"
 flags:
@@ -65,24 +67,36 @@ fn benches(c: &mut Criterion) {
     g.bench_function("client_bool_detail_owned", |b| {
         b.iter(|| black_box(client.bool_detail(black_box("two-clause"), &ctx, false)))
     });
+    let plain = FlagHandle::new("plain");
+    g.bench_function("client_handle_bool_on_off", |b| {
+        b.iter(|| black_box(client.handle_bool(&plain, &ctx, false)))
+    });
+    let rule = FlagHandle::new("two-clause");
+    g.bench_function("client_handle_rule_2_clauses", |b| {
+        b.iter(|| black_box(client.handle_bool(&rule, &ctx, false)))
+    });
 
     // A writer swaps in a fresh snapshot every 10 ms, as the sync task does.
+    let cell = Arc::new(SnapshotCell::new(Snapshot::compile(&set, &Limits::default()).expect("valid")));
+    g.bench_function("cell_rule_2_clauses", |b| {
+        b.iter(|| black_box(cell.load().detail(black_box("two-clause"), &ctx, false).value))
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (client, set, stop) = (client.clone(), set.clone(), stop.clone());
+        let (cell, set, stop) = (cell.clone(), set.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut swaps = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let snap = Snapshot::compile(&set, &Limits::default()).expect("valid");
-                client.cell().store(Arc::new(snap));
+                cell.store(Arc::new(snap));
                 swaps += 1;
                 std::thread::sleep(Duration::from_millis(10));
             }
             swaps
         })
     };
-    g.bench_function("client_rule_2_clauses_during_swaps_every_10ms", |b| {
-        b.iter(|| black_box(client.bool(black_box("two-clause"), &ctx, false)))
+    g.bench_function("cell_rule_2_clauses_during_swaps_every_10ms", |b| {
+        b.iter(|| black_box(cell.load().detail(black_box("two-clause"), &ctx, false).value))
     });
     stop.store(true, Ordering::Relaxed);
     let swaps = writer.join().expect("writer");

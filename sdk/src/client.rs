@@ -23,7 +23,9 @@ use crate::replica::Replica;
 use crate::stats::{Counters, Stats};
 use crate::status::{Source, Status};
 use crate::sync;
-use crate::{Context, Detail, ErrorKind, FlagSet, FromValue, Limits, Reason, Snapshot, SnapshotCell};
+use crate::{
+    Context, Detail, ErrorKind, FlagHandle, FlagSet, FromValue, Limits, Reason, Snapshot, SnapshotCell,
+};
 
 /// Applied revisions kept for slow change listeners before they lag.
 const CHANGE_BUFFER: usize = 64;
@@ -604,9 +606,22 @@ impl Client {
         self.shared.cell.load_full()
     }
 
-    /// The cell holding the current snapshot (for [`crate::FlagHandle`]).
-    pub fn cell(&self) -> &SnapshotCell {
-        &self.shared.cell
+    /// A bool flag's value through a pre-resolved [`FlagHandle`], or
+    /// `default`; counts fallbacks like [`Client::bool`]. The handle skips
+    /// the key lookup, and for a flag whose answer does not depend on the
+    /// context (off, or a fixed fallthrough) even the snapshot load. For a
+    /// typed result use [`FlagHandle::detail`] on [`Client::snapshot`].
+    #[inline]
+    pub fn handle_bool(&self, handle: &FlagHandle, ctx: &Context<'_>, default: bool) -> bool {
+        if !self.shared.ready.load(Ordering::Acquire) {
+            self.shared.counters.fallback(ErrorKind::NotReady);
+            return default;
+        }
+        let (value, error) = handle.bool_checked(&self.shared.cell, ctx, default);
+        if let Some(kind) = error {
+            self.shared.counters.fallback(kind);
+        }
+        value
     }
 
     /// Current status.

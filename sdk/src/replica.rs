@@ -13,7 +13,8 @@ use prost::Message;
 
 use crate::checksum::{FLAG, SEGMENT, item_hash};
 use crate::model::FlagSet;
-use crate::raw::{CacheBlob, RawChunk, RawDelta, flag_key};
+use crate::raw::{CacheBlob, RawChunk, RawDelta};
+use crate::wire::flag_key;
 use crate::{Limits, Snapshot, ValidationErrors, wire};
 
 /// Version of [`CacheBlob`]'s layout this SDK writes and reads.

@@ -2,7 +2,7 @@
 """Generator for tests/data/eval/rollouts.yaml.
 
 Computes buckets with the algorithm of docs/EVALUATION.md "Rollouts and bucketing" (the
-implementation in sdk/testdata/gen_bucket_vectors.py), picks contexts that land on each side of
+implementation in sdk/core/testdata/gen_bucket_vectors.py), picks contexts that land on each side of
 the weights, and writes the YAML with each case's bucket in its name. Deterministic.
 Requires `pip install xxhash`. Usage: python3 gen_rollouts.py
 """
@@ -10,7 +10,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "sdk", "testdata"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "sdk", "core", "testdata"))
 from gen_bucket_vectors import bucket  # noqa: E402
 
 U64_MAX = 2**64 - 1
@@ -272,7 +272,7 @@ case(f"rollout int quarters as float: {u} (bucket {bk})", "ro-int", f"{{key: {u}
 out = ("description: percentage rollouts and bucketing (default and custom bucket_by, number formatting, unbucketable values -> bucket 0, salt, explicit seeds, boundaries)\n"
        "validate: true\n"
        "# Expected variations were computed with the algorithm in docs/EVALUATION.md \"Rollouts and bucketing\"\n"
-       "# (see sdk/testdata/gen_bucket_vectors.py); the bucket of each case is given in its name.\n"
+       "# (see sdk/core/testdata/gen_bucket_vectors.py); the bucket of each case is given in its name.\n"
        "flags:\n" + "".join(flags) + "segments: []\ncases:\n" + "".join(cases))
 open(os.path.join(HERE, "rollouts.yaml"), "w", encoding="utf-8").write(out)
 print(f"wrote {len(cases)} cases")

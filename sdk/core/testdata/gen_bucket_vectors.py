@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate sdk/testdata/bucket_vectors.tsv: golden vectors for rollout bucketing.
+"""Generate sdk/core/testdata/bucket_vectors.tsv: golden vectors for rollout bucketing.
 
 Implements docs/EVALUATION.md, "Rollouts and bucketing", steps 2-4, independently of
 the Rust engine:

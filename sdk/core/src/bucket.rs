@@ -2,7 +2,7 @@
 //!
 //! The algorithm is specified in `docs/EVALUATION.md` ("Rollouts and
 //! bucketing") so any SDK can reproduce it, and pinned by the golden vectors
-//! in `sdk/testdata/bucket_vectors.tsv`. XXH3-64 is used because it is fast on
+//! in `sdk/core/testdata/bucket_vectors.tsv`. XXH3-64 is used because it is fast on
 //! short keys (a few ns), seedable, and implemented in every major language.
 //! The per-flag seed is derived once at compile time, so evaluation hashes
 //! only the context value: no concatenation, no allocation.

@@ -354,4 +354,58 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
 
 mod context;
 
+/// A `Flag` read for its key alone: prost skips every other field without
+/// decoding it. See [`flag_key`].
+#[derive(Clone, PartialEq, prost::Message)]
+struct FlagKey {
+    #[prost(string, tag = "1")]
+    key: String,
+}
+
+/// The key of an encoded `Flag`, without decoding the rest: what a cold
+/// start from the cache needs to index raw flags. Encoders write fields in
+/// tag order, so the key (tag 1, length-delimited) normally comes first and
+/// is borrowed in place; anything else takes prost's general decoder, which
+/// also reports what is wrong with a malformed item.
+pub fn flag_key(raw: &bytes::Bytes) -> Result<std::borrow::Cow<'_, str>, prost::DecodeError> {
+    if let [0x0a, rest @ ..] = raw.as_ref() {
+        // The key's length: a varint, at most 5 bytes for any `usize` here.
+        let (mut len, mut shift) = (0usize, 0);
+        for (i, b) in rest.iter().take(5).enumerate() {
+            len |= usize::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                if let Some(key) = rest.get(i + 1..).and_then(|r| r.get(..len))
+                    && let Ok(key) = std::str::from_utf8(key)
+                {
+                    return Ok(std::borrow::Cow::Borrowed(key));
+                }
+                break;
+            }
+        }
+    }
+    <FlagKey as prost::Message>::decode(raw.clone()).map(|f| std::borrow::Cow::Owned(f.key))
+}
+
 pub use context::{context_from_proto, context_to_proto};
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn flag_key_borrows_a_leading_key_and_decodes_any_other_layout() {
+        let flag = flagstream_proto::v1::Flag { key: "checkout".into(), version: 3, ..Default::default() };
+        let raw = Bytes::from(flag.encode_to_vec());
+        assert!(matches!(flag_key(&raw), Ok(std::borrow::Cow::Borrowed("checkout"))));
+        // The version (tag 11, the last two bytes) moved before the key.
+        let mut reordered = raw[raw.len() - 2..].to_vec();
+        reordered.extend_from_slice(&raw[..raw.len() - 2]);
+        let reordered = Bytes::from(reordered);
+        assert_eq!(flag_key(&reordered).unwrap(), "checkout");
+        assert!(flag_key(&Bytes::from_static(b"\x0a\x05ab")).is_err(), "truncated key");
+    }
+}

@@ -256,16 +256,17 @@ impl Snapshot {
     ) -> Result<Snapshot, prost::DecodeError> {
         let flags = flags
             .into_iter()
-            .map(|raw| Ok((Arc::from(crate::raw::flag_key(&raw)?), raw)))
+            .map(|raw| Ok((Arc::from(crate::wire::flag_key(&raw)?), raw)))
             .collect::<Result<_, prost::DecodeError>>()?;
         Ok(Snapshot::lazy(flags, segments, limits))
     }
 
-    /// A snapshot of flags still in wire form (`(key, protobuf bytes)`),
-    /// each compiled on first use (see [`FlagCell`]), and compiled
-    /// segments. Not validated: for data that was validated when received
-    /// and verified by checksum since (the cache).
-    pub(crate) fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
+    /// A snapshot of flags still in wire form (`(key, protobuf bytes)`,
+    /// the key already read, e.g. with [`crate::wire::flag_key`]), each
+    /// compiled on first use, and compiled segments. Not validated: for data
+    /// that was validated when received and verified by checksum since (the
+    /// SDK's cache). See [`Snapshot::from_encoded`] and [`Snapshot::warm_up`].
+    pub fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
         let shared = Arc::new(limits.clone());
         let flags = flags
             .into_iter()
@@ -279,7 +280,7 @@ impl Snapshot {
     /// Compiles every flag still in wire form; returns how many it compiled.
     /// Run off the evaluation path after a lazy build, so evaluations after
     /// it never compile (or allocate).
-    pub(crate) fn warm_up(&self) -> usize {
+    pub fn warm_up(&self) -> usize {
         let mut compiled = 0;
         for f in self.flags.iter().filter(|f| f.get_now().is_none()) {
             f.get();

@@ -97,9 +97,21 @@ impl FlagHandle {
     /// and the cell still holds that snapshot, this is two atomic loads.
     #[inline]
     pub fn bool(&self, cell: &SnapshotCell, ctx: &Context<'_>, default: bool) -> bool {
+        self.bool_checked(cell, ctx, default).0
+    }
+
+    /// [`FlagHandle::bool`], also saying why when `default` was returned
+    /// (for callers that count fallbacks, as the SDK's client does).
+    #[inline]
+    pub fn bool_checked(
+        &self,
+        cell: &SnapshotCell,
+        ctx: &Context<'_>,
+        default: bool,
+    ) -> (bool, Option<ErrorKind>) {
         let fast = self.constant_bool.load(Ordering::Relaxed);
         if fast & 1 == 1 && fast >> 2 == cell.generation() & GENERATION_MASK {
-            return fast & 2 != 0;
+            return (fast & 2 != 0, None);
         }
         let snap = cell.load();
         let d = self.detail(&snap, ctx, default);
@@ -111,7 +123,11 @@ impl FlagHandle {
             let word = (snap.generation() & GENERATION_MASK) << 2 | u64::from(d.value) << 1 | 1;
             self.constant_bool.store(word, Ordering::Relaxed);
         }
-        d.value
+        let error = match d.reason {
+            Reason::Error(kind) => Some(kind),
+            _ => None,
+        };
+        (d.value, error)
     }
 }
 

@@ -1,0 +1,58 @@
+//! The layout invariant "the evaluation core does no I/O" as a checked
+//! fact: `flagstream-core`'s dependency tree (as cargo resolves it for the
+//! core alone, so no feature another workspace member enables can leak in)
+//! holds no async runtime, network, TLS or storage crate, and the core
+//! builds on its own that way.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Crates (by name prefix) that would let the core block, do I/O or run
+/// tasks: async runtimes and futures plumbing, HTTP/2 and gRPC, sockets,
+/// TLS, databases.
+const FORBIDDEN: &[&str] = &[
+    "tokio", "tonic", "hyper", "h2", "http", "tower", "mio", "socket2", "futures", "async-", "rustls",
+    "sled", "postgres", "deadpool", "sqlx",
+];
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root"));
+    c
+}
+
+#[test]
+fn the_core_links_no_async_network_or_storage_crate() {
+    let out = cargo()
+        .args(["tree", "--locked", "--offline", "-p", "flagstream-core", "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8(out.stdout).expect("utf-8");
+    let names: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    // The tree is the core's: it names the core and its message crate.
+    assert!(names.contains(&"flagstream-core") && names.contains(&"flagstream-proto"), "{tree}");
+    assert!(names.contains(&"prost"), "{tree}");
+    let bad: Vec<&str> =
+        names.iter().copied().filter(|n| FORBIDDEN.iter().any(|f| n.starts_with(f))).collect();
+    assert!(bad.is_empty(), "flagstream-core depends on {bad:?}:\n{tree}");
+}
+
+#[test]
+fn the_core_builds_on_its_own() {
+    // A target directory of its own: the workspace's build directory is
+    // locked by the `cargo test` running this, and its features are the
+    // whole workspace's.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("core-alone");
+    let out = cargo()
+        .args(["check", "--locked", "--offline", "-p", "flagstream-core", "--lib", "--target-dir"])
+        .arg(&target)
+        .output()
+        .expect("cargo check runs");
+    assert!(
+        out.status.success(),
+        "flagstream-core does not build alone: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
