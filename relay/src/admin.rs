@@ -5,6 +5,7 @@
 //! `admin/access.rs`.
 
 mod access;
+mod page;
 
 pub(crate) use access::key_to_proto;
 
@@ -22,6 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::access::{Principal, Role, Tokens};
 use crate::error::invalid;
+use page::{page, page_size};
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
@@ -132,35 +134,6 @@ fn env_to_proto(env: &Env) -> pb::Environment {
         segment_count: state.items.keys().filter(|(k, _)| *k == Kind::Segment).count() as u64,
         created_unix_ms: meta.created_unix_ms,
     }
-}
-
-/// Most bytes of items in one list page, well under the 8 MiB response
-/// limit (a page of large segments would otherwise outgrow it).
-const MAX_PAGE_BYTES: usize = 4 << 20;
-
-/// One page of `items` (sorted by key): at most `size` items and
-/// [`MAX_PAGE_BYTES`] of them (but at least one), and the page token of the
-/// next page (the last key given), empty when nothing is left.
-fn page<T: prost::Message>(
-    items: impl Iterator<Item = T>,
-    size: usize,
-    key: impl Fn(&T) -> String,
-) -> (Vec<T>, String) {
-    let (mut out, mut bytes) = (Vec::new(), 0);
-    for item in items {
-        let len = item.encoded_len();
-        if out.len() == size || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
-            let next = out.last().map(&key).unwrap_or_default();
-            return (out, next);
-        }
-        bytes += len;
-        out.push(item);
-    }
-    (out, String::new())
-}
-
-fn page_size(n: u32) -> usize {
-    if n == 0 { MAX_PAGE } else { (n as usize).min(MAX_PAGE) }
 }
 
 /// Converts one batch operation.
@@ -650,8 +623,10 @@ impl Admin for AdminService {
         };
         let snap = &state.snapshot;
         let default = match &r.default_value {
-            Some(v) => wire_variation_json(v)?,
-            None => Json::Null,
+            Some(v) if v.value.is_some() => {
+                wire::variation_from_proto(v).map_err(|e| invalid("default_value", e))?
+            }
+            _ => Json::Null,
         };
         let requested = match pb::FlagType::try_from(r.requested_type) {
             Ok(pb::FlagType::Bool) => Some(FlagType::Bool),
@@ -681,7 +656,7 @@ impl Admin for AdminService {
         };
         let flag_type = snap.flag(&r.flag_key).map(|f| f.flag_type).or(requested).unwrap_or(FlagType::Json);
         Ok(Response::new(pb::EvaluateResponse {
-            value: Some(json_variation(flag_type, &value)),
+            value: Some(wire::variation_to_proto(flag_type, &value)),
             variation_index: variation,
             reason: Some(reason),
             flag_version: version,
@@ -814,30 +789,4 @@ pub fn reason_to_proto(r: &Reason<'_>) -> pb::Reason {
         }
     }
     out
-}
-
-fn wire_variation_json(v: &pb::Variation) -> Result<Json, Status> {
-    use pb::variation::Value as V;
-    Ok(match &v.value {
-        None => Json::Null,
-        Some(V::BoolValue(b)) => Json::Bool(*b),
-        Some(V::StringValue(s)) => Json::String(s.clone()),
-        Some(V::IntValue(i)) => Json::from(*i),
-        Some(V::FloatValue(f)) => Json::from(*f),
-        Some(V::JsonValue(t)) => {
-            serde_json::from_str(t).map_err(|e| invalid("default_value.json_value", e))?
-        }
-    })
-}
-
-fn json_variation(t: FlagType, v: &Json) -> pb::Variation {
-    use pb::variation::Value as V;
-    let value = match (t, v) {
-        (FlagType::Bool, Json::Bool(b)) => V::BoolValue(*b),
-        (FlagType::String, Json::String(s)) => V::StringValue(s.clone()),
-        (FlagType::Int, Json::Number(n)) if n.is_i64() => V::IntValue(n.as_i64().unwrap_or(0)),
-        (FlagType::Float, Json::Number(n)) => V::FloatValue(n.as_f64().unwrap_or(0.0)),
-        _ => V::JsonValue(v.to_string()),
-    };
-    pb::Variation { value: Some(value) }
 }

@@ -4,9 +4,11 @@
 //! `ctl/gitops.rs` export/apply.
 
 mod access;
+mod eval;
 mod flag;
 mod gitops;
 mod ramp;
+mod segment;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -127,14 +129,14 @@ pub enum Command {
     Flag(flag::FlagCmd),
     /// Segments.
     #[command(subcommand)]
-    Segment(flag::SegmentCmd),
+    Segment(segment::SegmentCmd),
     /// Write files (a file or a directory of .yaml/.json) to the
     /// environment as one atomic revision, after showing the plan.
     Apply(gitops::ApplyArgs),
     /// Print the whole environment in the file format `apply` reads.
     Export,
     /// Evaluate a flag for a context on the relay (same engine as the SDK).
-    Eval(flag::EvalArgs),
+    Eval(eval::EvalArgs),
     /// Relay health, role, revisions and subscribers.
     Status,
     /// SDK keys of an environment.
@@ -537,10 +539,10 @@ async fn run(cli: Cli) -> CmdResult {
             match command {
                 Command::Env(e) => env_cmd(&mut conn, e).await,
                 Command::Flag(f) => flag::flag_cmd(&mut conn, f).await,
-                Command::Segment(s) => flag::segment_cmd(&mut conn, s).await,
+                Command::Segment(s) => segment::segment_cmd(&mut conn, s).await,
                 Command::Apply(a) => gitops::apply(&mut conn, a).await,
                 Command::Export => gitops::export(&mut conn).await,
-                Command::Eval(e) => flag::eval(&mut conn, e).await,
+                Command::Eval(e) => eval::eval(&mut conn, e).await,
                 Command::Status => status(&mut conn).await,
                 Command::Key(k) => access::key_cmd(&mut conn, k).await,
                 Command::Token(t) => access::token_cmd(&mut conn, t, cli.conn.environment.clone()).await,

@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use arc_swap::ArcSwap;
 use criterion::{Criterion, criterion_group, criterion_main};
-use flagstream::{Context, FlagHandle, FlagSet, Limits, Snapshot, SnapshotCell};
+use flagstream::{AttrValue, Context, FlagHandle, FlagSet, Limits, Scalar, Snapshot, SnapshotCell};
 
 const N: usize = 10_000;
 
@@ -88,6 +88,23 @@ segments:
     set
 }
 
+/// A rule evaluated by hand: what an application would write without an
+/// engine.
+struct HandRule {
+    countries: Vec<String>,
+    plans: Vec<String>,
+}
+
+impl HandRule {
+    fn matches(&self, ctx: &Context<'_>) -> bool {
+        let is_in = |name: &str, values: &[String]| match ctx.attribute(name) {
+            Some(AttrValue::Scalar(Scalar::Str(s))) => values.iter().any(|v| v == s),
+            _ => false,
+        };
+        is_in("country", &self.countries) && is_in("plan", &self.plans)
+    }
+}
+
 fn benches(c: &mut Criterion) {
     let set = fixture();
     let snap = ArcSwap::from_pointee(Snapshot::compile(&set, &Limits::default()).expect("valid"));
@@ -160,6 +177,21 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let g = snap.load();
             black_box(h.detail(&g, &ctx, false));
+        })
+    });
+    // The same rule written by hand over the same context: a baseline
+    // lookup, then `country in [US, CA] && plan in [enterprise]`.
+    let rules: ArcSwap<HashMap<String, HandRule>> = ArcSwap::from_pointee(
+        [(
+            "two-clause".to_owned(),
+            HandRule { countries: vec!["US".into(), "CA".into()], plans: vec!["enterprise".into()] },
+        )]
+        .into(),
+    );
+    g.bench_function("baseline/handwritten_rule_2_clauses", |b| {
+        b.iter(|| {
+            let g = rules.load();
+            black_box(g.get(black_box("two-clause")).map(|r| r.matches(&ctx)))
         })
     });
     g.bench_function("rule_2_clauses_match", |b| {

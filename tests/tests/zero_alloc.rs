@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::borrow::Cow;
 use std::cell::Cell;
 
-use flagstream::{Context, FlagHandle, FlagSet, Limits, Snapshot, SnapshotCell};
+use flagstream::{Client, Context, ErrorKind, FlagHandle, FlagSet, Limits, Snapshot, SnapshotCell};
 
 thread_local! {
     /// Allocations made by this thread. Const-initialised and without a
@@ -120,6 +120,23 @@ flags:
     on: true
     off_variation: 1
     fallthrough: {schedule: {variation: 0, otherwise: 1, context_kind: org, steps: [{start: 0, weight: 10000}, {start: 1000, weight: 60000}]}}
+  - key: gated
+    type: int
+    variations: [1, 2]
+    on: true
+    off_variation: 0
+    prerequisites: [{key: off, variation: 0}]
+    fallthrough: {variation: 1}
+  - key: long-id
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules:
+      - id: a-rule-id-longer-than-twenty-two-bytes
+        clauses: [{attribute: plan, op: in, values: [enterprise]}]
+        serve: {variation: 0}
+    fallthrough: {variation: 1}
 segments:
   - key: big
     included: []
@@ -190,6 +207,40 @@ fn evaluation_never_allocates() {
     };
     assert_eq!(allocations(semver_rule), 0, "allocations reading a short-form version");
     assert_eq!(allocations(|| run(&owned)), 0, "allocations while evaluating with an owned context");
+}
+
+/// Through the client too: the typed calls and their owned results (rule
+/// ids and prerequisite keys are `Name`s, short ones copied inline, long
+/// ones shared with the snapshot), pre-resolved handles and fallbacks
+/// allocate nothing for bool, int and float flags.
+#[test]
+fn client_evaluation_never_allocates() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let _guard = rt.enter();
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).expect("fixture parses");
+    let client = Client::builder().test_data(set).build().expect("client");
+    let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
+    let handle = FlagHandle::new("two-clause");
+    let plain = FlagHandle::new("plain");
+    let run = || {
+        for _ in 0..1_000 {
+            let d = client.bool_detail("two-clause", &ctx, false);
+            assert_eq!((d.value, d.reason, d.rule_id.as_deref()), (true, "RULE_MATCH", Some("us-enterprise")));
+            let d = client.bool_detail("long-id", &ctx, false);
+            assert_eq!(d.rule_id.as_deref(), Some("a-rule-id-longer-than-twenty-two-bytes"));
+            let d = client.int_detail("gated", &ctx, 7);
+            assert_eq!((d.value, d.reason, d.prerequisite_key.as_deref()), (1, "PREREQUISITE_FAILED", Some("off")));
+            assert_eq!(client.float_detail("operators", &ctx, 9.0).value, 0.5);
+            assert_eq!(client.bool_detail("missing", &ctx, true).error, Some(ErrorKind::FlagNotFound));
+            assert!(client.bool("plain", &ctx, false) && !client.bool("off", &ctx, true));
+            std::hint::black_box(client.int("by-number", &ctx, 0));
+            assert!(client.handle_bool(&handle, &ctx, false) && client.handle_bool(&plain, &ctx, false));
+            client.string_with("segmented", &ctx, "?", |s| assert_eq!(s, "plain"));
+        }
+    };
+    run();
+    assert_eq!(allocations(run), 0, "allocations while evaluating through the client");
+    assert!(client.stats().default_not_found >= 2_000, "the missing flag was counted");
 }
 
 /// Flags served from encoded form (a cold start from the cache) allocate

@@ -5,14 +5,16 @@
 
 use std::collections::HashSet;
 
+use arrayvec::ArrayVec;
 use regex::Regex;
 use serde_json::Value as Json;
 
-use crate::context::{Context, ScalarRef};
+use crate::context::{AttrValue, Context, Scalar, ScalarRef, found};
 use crate::eval::ErrorKind;
 use crate::limit::Limits;
 use crate::model::{Clause, Operator};
 use crate::reference::{Attr, KindSel, parse_attr};
+use crate::short::ShortStr;
 
 /// `in` lists up to this long are scanned; longer ones are hashed. A scan
 /// of a few short strings beats hashing the attribute.
@@ -20,29 +22,54 @@ const SCAN_MAX: usize = 8;
 
 type FastSet = HashSet<Box<str>, foldhash::fast::RandomState>;
 
-/// A set of strings, scanned when small and hashed when large.
+/// A set of strings, scanned when small and hashed when large. Up to two
+/// short values (the common `in [US, CA]`) sit inline in the clause: no
+/// pointer to follow on a cold cache.
 #[derive(Debug)]
 pub(crate) enum StrSet {
-    Small(Box<[Box<str>]>),
+    Inline(ArrayVec<ShortStr, 2>),
+    Small(Box<[ShortStr]>),
     Large(FastSet),
 }
 
 impl StrSet {
     pub(crate) fn new(items: Vec<Box<str>>) -> StrSet {
-        if items.len() <= SCAN_MAX {
-            StrSet::Small(items.into_boxed_slice())
+        if items.len() <= 2 {
+            StrSet::Inline(items.into_iter().map(ShortStr::from).collect())
+        } else if items.len() <= SCAN_MAX {
+            StrSet::Small(items.into_iter().map(ShortStr::from).collect())
         } else {
             StrSet::Large(items.into_iter().collect())
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn contains(&self, s: &str) -> bool {
         match self {
-            StrSet::Small(items) => items.iter().any(|i| i.as_ref() == s),
+            StrSet::Inline(items) => contains(items, s),
+            StrSet::Small(items) => contains(items, s),
             StrSet::Large(set) => set.contains(s),
         }
     }
+}
+
+/// A scan (a plain loop: the iterator form was left out of line).
+#[inline(always)]
+fn contains(items: &[ShortStr], s: &str) -> bool {
+    for i in items {
+        if i.is(s) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The values of an `in` clause that lists numbers or bools too.
+#[derive(Debug)]
+pub(crate) struct InValues {
+    strs: StrSet,
+    nums: Box<[f64]>,
+    bools: [bool; 2],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -57,11 +84,10 @@ pub(crate) enum Cmp {
 /// An operator with its values in evaluation form.
 #[derive(Debug)]
 pub(crate) enum Op {
-    In {
-        strs: StrSet,
-        nums: Box<[f64]>,
-        bools: [bool; 2],
-    },
+    /// `in` with string values only (the common case).
+    InStr(StrSet),
+    /// `in` listing numbers or bools.
+    In(Box<InValues>),
     StartsWith(Box<[Box<str>]>),
     EndsWith(Box<[Box<str>]>),
     Contains(Box<[Box<str>]>),
@@ -76,11 +102,23 @@ pub(crate) enum Op {
 
 /// A clause ready to evaluate.
 #[derive(Debug)]
-pub(crate) struct CompiledClause {
-    pub(crate) kind: KindSel,
-    pub(crate) attr: Attr,
-    pub(crate) op: Op,
-    pub(crate) negate: bool,
+pub(crate) enum CompiledClause {
+    /// The shape most rules are made of — a named attribute of the default
+    /// kind `in` a list of strings — matched without the general dispatch
+    /// on kinds, references and operators.
+    NameIn { name: ShortStr, set: StrSet, negate: bool },
+    /// Any clause (boxed: the common form stays small, so a rule's
+    /// clauses span fewer cache lines).
+    General(Box<General>),
+}
+
+/// A clause of any shape.
+#[derive(Debug)]
+pub(crate) struct General {
+    kind: KindSel,
+    attr: Attr,
+    op: Op,
+    negate: bool,
 }
 
 /// Why a clause could not be compiled (only reachable with unvalidated data;
@@ -114,7 +152,11 @@ impl CompiledClause {
                         _ => return Err(Uncompilable),
                     }
                 }
-                Op::In { strs: StrSet::new(strs), nums: nums.into(), bools }
+                if nums.is_empty() && bools == [false; 2] {
+                    Op::InStr(StrSet::new(strs))
+                } else {
+                    Op::In(Box::new(InValues { strs: StrSet::new(strs), nums: nums.into(), bools }))
+                }
             }
             Operator::StartsWith => Op::StartsWith(strs()?),
             Operator::EndsWith => Op::EndsWith(strs()?),
@@ -142,7 +184,13 @@ impl CompiledClause {
             Operator::SegmentMatch => Attr::Key,
             _ => parse_attr(&clause.attribute).map_err(|_| Uncompilable)?,
         };
-        Ok(CompiledClause { kind: KindSel::parse(&clause.context_kind), attr, op, negate: clause.negate })
+        let kind = KindSel::parse(&clause.context_kind);
+        Ok(match (kind, attr, op) {
+            (KindSel::Default, Attr::Name(name), Op::InStr(set)) => {
+                CompiledClause::NameIn { name, set, negate: clause.negate }
+            }
+            (kind, attr, op) => CompiledClause::General(Box::new(General { kind, attr, op, negate: clause.negate })),
+        })
     }
 
     /// Does the context satisfy this clause? `in_segment` answers
@@ -150,6 +198,28 @@ impl CompiledClause {
     /// error for a malformed or too deeply nested segment).
     #[inline(always)]
     pub(crate) fn matches(
+        &self,
+        ctx: &Context<'_>,
+        in_segment: &dyn Fn(&str) -> Result<bool, ErrorKind>,
+    ) -> Result<bool, ErrorKind> {
+        match self {
+            CompiledClause::NameIn { name, set, negate } => Ok(match ctx.default_attribute(name) {
+                Some(AttrValue::Scalar(Scalar::Str(s))) => set.contains(s) != *negate,
+                // A missing attribute (or kind) never matches, negated or
+                // not; lists and JSON test each of their strings.
+                Some(v) => found(v).is_some_and(|f| {
+                    f.any(|x| matches!(x, ScalarRef::Str(s) if set.contains(s))) != *negate
+                }),
+                None => false,
+            }),
+            CompiledClause::General(g) => g.matches(ctx, in_segment),
+        }
+    }
+}
+
+impl General {
+    #[inline]
+    fn matches(
         &self,
         ctx: &Context<'_>,
         in_segment: &dyn Fn(&str) -> Result<bool, ErrorKind>,
@@ -169,7 +239,14 @@ impl CompiledClause {
         Ok(match ctx.lookup(&self.kind, &self.attr) {
             // A missing attribute (or kind) never matches, negated or not.
             None => false,
-            Some(found) => found.any(|v| self.op.test(v)) != self.negate,
+            Some(found) => {
+                // The common shape, without the general per-value dispatch:
+                // a string attribute against an `in` list of strings.
+                if let (Op::InStr(set), Some(s)) = (&self.op, found.as_str()) {
+                    return Ok(set.contains(s) != self.negate);
+                }
+                found.any(|v| self.op.test(v)) != self.negate
+            }
         })
     }
 }
@@ -193,9 +270,10 @@ impl Op {
     #[inline]
     fn test(&self, v: ScalarRef<'_>) -> bool {
         match (self, v) {
-            (Op::In { strs, .. }, ScalarRef::Str(s)) => strs.contains(s),
-            (Op::In { nums, .. }, ScalarRef::Num(n)) => nums.contains(&n),
-            (Op::In { bools, .. }, ScalarRef::Bool(b)) => bools[usize::from(b)],
+            (Op::InStr(strs), ScalarRef::Str(s)) => strs.contains(s),
+            (Op::In(values), ScalarRef::Str(s)) => values.strs.contains(s),
+            (Op::In(values), ScalarRef::Num(n)) => values.nums.contains(&n),
+            (Op::In(values), ScalarRef::Bool(b)) => values.bools[usize::from(b)],
             (Op::StartsWith(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.starts_with(&**p)),
             (Op::EndsWith(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.ends_with(&**p)),
             (Op::Contains(vals), ScalarRef::Str(s)) => vals.iter().any(|p| s.contains(&**p)),

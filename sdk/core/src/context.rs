@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 
 use crate::reference::{Attr, KindSel, USER_KIND};
+use crate::short::{self, ShortStr};
 
 mod attr;
 mod file;
@@ -158,11 +159,37 @@ impl<'a> Context<'a> {
         self.kinds().find(|k| k.kind == kind)
     }
 
+    /// [`Context::get_kind`] as evaluation calls it.
+    #[inline(always)]
+    fn kind_named(&self, kind: &ShortStr) -> Option<&Context<'a>> {
+        self.kinds().find(|k| kind.is(&k.kind))
+    }
+
     /// A named attribute of this context (of a multi-kind context: of its
     /// first kind), not `key`/`kind`.
     #[inline]
     pub fn attribute(&self, name: &str) -> Option<&AttrValue<'a>> {
-        self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.attrs.iter().find(|(n, _)| short::eq(n.as_bytes(), name.as_bytes())).map(|(_, v)| v)
+    }
+
+    /// A named attribute of the kind a clause without `context_kind` reads.
+    #[inline(always)]
+    pub(crate) fn default_attribute(&self, name: &ShortStr) -> Option<&AttrValue<'a>> {
+        match self.select(&KindSel::Default) {
+            Some(kind) => kind.attribute_named(name),
+            None => None,
+        }
+    }
+
+    /// [`Context::attribute`] as evaluation calls it.
+    #[inline(always)]
+    fn attribute_named(&self, name: &ShortStr) -> Option<&AttrValue<'a>> {
+        for (n, v) in self.attrs.iter() {
+            if name.is(n) {
+                return Some(v);
+            }
+        }
+        None
     }
 
     /// All named attributes in insertion order (of a multi-kind context: of
@@ -204,7 +231,7 @@ impl<'a> Context<'a> {
         match sel {
             KindSel::Default if self.more.is_empty() => Some(self),
             KindSel::Default => self.get_kind(USER_KIND),
-            KindSel::Named(kind) => self.get_kind(kind),
+            KindSel::Named(kind) => self.kind_named(kind),
         }
     }
 
@@ -217,7 +244,7 @@ impl<'a> Context<'a> {
         match attr {
             Attr::Key => Some(Found::Str(&kind.key)),
             Attr::Kind => Some(Found::Str(&kind.kind)),
-            Attr::Name(name) => kind.attribute(name).and_then(found),
+            Attr::Name(name) => kind.attribute_named(name).and_then(found),
             Attr::Path(parts) => kind.lookup_path(parts),
         }
     }
@@ -241,7 +268,7 @@ impl<'a> Context<'a> {
 
 /// A stored attribute as a clause sees it.
 #[inline]
-fn found<'s>(v: &'s AttrValue<'_>) -> Option<Found<'s>> {
+pub(crate) fn found<'s>(v: &'s AttrValue<'_>) -> Option<Found<'s>> {
     Some(match v {
         AttrValue::Scalar(s) => Found::Scalar(s),
         AttrValue::List(l) => Found::Values(l),

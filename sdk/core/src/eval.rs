@@ -15,7 +15,8 @@ use crate::context::Context;
 use crate::model::FlagType;
 use crate::reference::KindSel;
 use crate::schedule::Clock;
-use crate::snapshot::{CompiledFlag, CompiledServe, Constant, Head, Slot, Snapshot};
+use crate::short::Name;
+use crate::snapshot::{CompiledFlag, CompiledServe, Constant, FlagCell, Head, Slot, Snapshot};
 use crate::value::{FromValue, Value};
 
 /// Why an evaluation returned what it did.
@@ -121,8 +122,96 @@ pub struct Evaluation<'s> {
     pub flag_version: u64,
 }
 
-/// Internal result: a variation index and why, or an error.
-type Outcome<'s> = Result<(u32, Reason<'s>), ErrorKind>;
+/// What evaluating a flag decided: a variation and why, or an error.
+///
+/// Packed into two words so it is returned in registers: a `Result` of a
+/// [`Reason`] (with its borrowed id and optional step at odd offsets) went
+/// through the stack, and reading it back cost store-forwarding stalls on
+/// every evaluation. The rule id and prerequisite key are looked up from
+/// the indexes only when the [`Reason`] is built.
+#[derive(Clone, Copy)]
+struct Outcome {
+    /// Bits 0..32: the variation (for an error: the `ErrorKind`);
+    /// 32..40: the tag; bit 40: a rollout or schedule chose it.
+    word: u64,
+    /// Bits 0..32: the rule or prerequisite index; 32..64: schedule step
+    /// + 1 (0: no schedule).
+    at: u64,
+}
+
+const OFF: u64 = 0;
+const TARGET: u64 = 1;
+const RULE: u64 = 2;
+const FALLTHROUGH: u64 = 3;
+const PREREQUISITE: u64 = 4;
+const ERROR: u64 = 5;
+
+impl Outcome {
+    #[inline(always)]
+    fn new(tag: u64, variation: u32, rollout: bool, index: u32, step: Option<u32>) -> Outcome {
+        let step = step.map_or(0, |s| u64::from(s) + 1);
+        Outcome {
+            word: u64::from(variation) | tag << 32 | u64::from(rollout) << 40,
+            at: u64::from(index) | step << 32,
+        }
+    }
+
+    #[inline(always)]
+    fn error(kind: ErrorKind) -> Outcome {
+        Outcome::new(ERROR, kind as u32, false, 0, None)
+    }
+
+    #[inline(always)]
+    fn tag(self) -> u64 {
+        (self.word >> 32) & 0xff
+    }
+
+    #[inline(always)]
+    fn variation(self) -> u32 {
+        self.word as u32
+    }
+
+    #[inline(always)]
+    fn error_kind(self) -> Option<ErrorKind> {
+        if self.tag() != ERROR {
+            return None;
+        }
+        Some(match self.word as u32 {
+            x if x == ErrorKind::FlagNotFound as u32 => ErrorKind::FlagNotFound,
+            x if x == ErrorKind::WrongType as u32 => ErrorKind::WrongType,
+            x if x == ErrorKind::NotReady as u32 => ErrorKind::NotReady,
+            _ => ErrorKind::MalformedFlag,
+        })
+    }
+
+    #[inline(always)]
+    fn step(self) -> Option<u32> {
+        match (self.at >> 32) as u32 {
+            0 => None,
+            s => Some(s - 1),
+        }
+    }
+
+    /// The reason, borrowing names from `flag`.
+    #[inline(always)]
+    fn reason(self, flag: &CompiledFlag) -> Reason<'_> {
+        let index = self.at as u32;
+        match self.tag() {
+            OFF => Reason::Off,
+            TARGET => Reason::TargetMatch,
+            RULE => Reason::RuleMatch {
+                index,
+                id: flag.rules.get(index as usize).map_or("", |r| &r.id),
+                step: self.step(),
+            },
+            FALLTHROUGH => Reason::Fallthrough { rollout: self.word >> 40 & 1 == 1, step: self.step() },
+            PREREQUISITE => Reason::PrerequisiteFailed {
+                key: flag.prerequisites.get(index as usize).map_or("", |p| &p.0),
+            },
+            _ => Reason::Error(self.error_kind().unwrap_or(ErrorKind::MalformedFlag)),
+        }
+    }
+}
 
 impl Snapshot {
     /// Evaluates a flag without a type: the variation index, its value and
@@ -139,17 +228,16 @@ impl Snapshot {
 
     fn evaluate_with<'s>(&'s self, key: &str, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
         match self.index.get(key) {
-            Some(slot) => self.evaluate_index(slot.index, ctx, clock),
+            Some(slot) => self.evaluate_flag(slot.cell.get(), ctx, clock),
             None => {
                 Evaluation { served: None, reason: Reason::Error(ErrorKind::FlagNotFound), flag_version: 0 }
             }
         }
     }
 
-    /// Evaluates the flag at a resolved index (see [`crate::FlagHandle`]).
+    /// Evaluates a compiled flag of this snapshot.
     #[inline]
-    pub(crate) fn evaluate_index<'s>(&'s self, i: u32, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
-        let flag = self.flags[i as usize].get();
+    fn evaluate_flag<'s>(&'s self, flag: &'s CompiledFlag, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
         let outcome = self.eval_flag(flag, ctx, 0, clock);
         served(flag, outcome)
     }
@@ -182,12 +270,52 @@ impl Snapshot {
         clock: &Clock,
     ) -> Detail<'s, T> {
         match self.index.get(key) {
-            Some(Slot { index, head: Some(Head { flag_type, version, constant }) }) => {
-                self.detail_of(*flag_type, *version, constant.as_ref(), *index, ctx, default, clock)
-            }
-            Some(Slot { index, head: None }) => self.detail_index(*index, ctx, default, clock),
+            Some(slot) => self.detail_slot(slot, ctx, default, clock),
             None => self.error(default, ErrorKind::FlagNotFound, 0),
         }
+    }
+
+    #[inline(always)]
+    fn detail_slot<'s, T: FromValue<'s>>(
+        &'s self,
+        slot: &'s Slot,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
+        match slot {
+            Slot { cell, head: Some(Head { flag_type, version, constant }), .. } => {
+                self.detail_of(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
+            }
+            Slot { cell, head: None, .. } => self.detail_cell(cell, ctx, default, clock),
+        }
+    }
+
+    /// [`Snapshot::detail`], with the name its reason borrows — the matched
+    /// rule's id (when it has one) or the failed prerequisite's key — as a
+    /// [`Name`], for a result that outlives the snapshot. Allocation-free:
+    /// one key lookup, as for [`Snapshot::detail`].
+    #[inline]
+    pub fn detail_named<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> (Detail<'s, T>, Option<Name>) {
+        let Some(slot) = self.index.get(key) else {
+            return (self.error(default, ErrorKind::FlagNotFound, 0), None);
+        };
+        let d = self.detail_slot(slot, ctx, default, &Clock::system());
+        let name = match d.reason {
+            Reason::RuleMatch { index, id, .. } if !id.is_empty() => {
+                slot.cell.get().rules.get(index as usize).map(|r| Name::of(&r.id))
+            }
+            Reason::PrerequisiteFailed { key } => {
+                slot.cell.get().prerequisites.iter().find(|p| &*p.0 == key).map(|p| Name::of(&p.0))
+            }
+            _ => None,
+        };
+        (d, name)
     }
 
     /// [`Snapshot::detail`] for the flag at a resolved index.
@@ -199,8 +327,19 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
-        let flag = self.flags[i as usize].get();
-        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), i, ctx, default, clock)
+        self.detail_cell(&self.flags[i as usize], ctx, default, clock)
+    }
+
+    #[inline]
+    fn detail_cell<'s, T: FromValue<'s>>(
+        &'s self,
+        cell: &'s FlagCell,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
+        let flag = cell.get();
+        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), cell, ctx, default, clock)
     }
 
     /// The typed result, from the constant answer when there is one.
@@ -211,7 +350,7 @@ impl Snapshot {
         flag_type: FlagType,
         version: u64,
         constant: Option<&'s Constant>,
-        i: u32,
+        cell: &'s FlagCell,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
@@ -219,31 +358,34 @@ impl Snapshot {
         if !T::accepts(flag_type) {
             return self.error(default, ErrorKind::WrongType, version);
         }
-        let ev = match constant {
-            Some(c) => Evaluation {
-                served: Some((c.variation, &c.value)),
-                reason: if c.off { Reason::Off } else { Reason::Fallthrough { rollout: false, step: None } },
-                flag_version: version,
-            },
-            None => self.evaluate_index(i, ctx, clock),
+        let (variation, value, reason) = match constant {
+            Some(c) => (
+                c.variation,
+                &c.value,
+                if c.off { Reason::Off } else { Reason::Fallthrough { rollout: false, step: None } },
+            ),
+            None => {
+                let flag = cell.get();
+                let outcome = self.eval_flag(flag, ctx, 0, clock);
+                if let Some(kind) = outcome.error_kind() {
+                    return self.error(default, kind, version);
+                }
+                match flag.variations.get(outcome.variation() as usize) {
+                    Some(value) => (outcome.variation(), value, outcome.reason(flag)),
+                    None => return self.error(default, ErrorKind::MalformedFlag, version),
+                }
+            }
         };
-        match ev.served.and_then(|(v, value)| Some((v, T::from_value(value)?))) {
-            Some((variation, value)) => Detail {
+        match T::from_value(value) {
+            Some(value) => Detail {
                 value,
                 variation: Some(variation),
-                reason: ev.reason,
+                reason,
                 flag_version: version,
                 revision: self.revision(),
                 stale: false,
             },
-            None => self.error(
-                default,
-                match ev.reason {
-                    Reason::Error(kind) => kind,
-                    _ => ErrorKind::MalformedFlag,
-                },
-                version,
-            ),
+            None => self.error(default, ErrorKind::MalformedFlag, version),
         }
     }
 
@@ -334,16 +476,18 @@ impl Snapshot {
         ctx: &Context<'_>,
         depth: usize,
         clock: &Clock,
-    ) -> Outcome<'s> {
+    ) -> Outcome {
         if flag.malformed {
-            return Err(ErrorKind::MalformedFlag);
+            return Outcome::error(ErrorKind::MalformedFlag);
         }
         if !flag.on {
-            return Ok((flag.off_variation, Reason::Off));
+            return Outcome::new(OFF, flag.off_variation, false, 0, None);
         }
-        for (key, want) in flag.prerequisites.iter() {
-            if !self.prerequisite_passes(key, *want, ctx, depth, clock)? {
-                return Ok((flag.off_variation, Reason::PrerequisiteFailed { key }));
+        for (i, (key, want)) in flag.prerequisites.iter().enumerate() {
+            match self.prerequisite_passes(key, *want, ctx, depth, clock) {
+                Ok(true) => {}
+                Ok(false) => return Outcome::new(PREREQUISITE, flag.off_variation, false, i as u32, None),
+                Err(kind) => return Outcome::error(kind),
             }
         }
         if let Some(groups) = &flag.targets {
@@ -357,18 +501,27 @@ impl Snapshot {
                 }
             }
             if let Some((_, v)) = first {
-                return Ok((v, Reason::TargetMatch));
+                return Outcome::new(TARGET, v, false, 0, None);
             }
         }
         let in_segment = |key: &str| self.in_segment(key, ctx, 0);
         for (i, rule) in flag.rules.iter().enumerate() {
-            if all_match(&rule.clauses, ctx, &in_segment)? {
-                let (v, _, step) = serve(&rule.serve, ctx, clock)?;
-                return Ok((v, Reason::RuleMatch { index: i as u32, id: &rule.id, step }));
+            let clauses = flag.clauses.get(rule.clauses.0 as usize..rule.clauses.1 as usize).unwrap_or_default();
+            match all_match(clauses, ctx, &in_segment) {
+                Ok(false) => {}
+                Ok(true) => {
+                    return match serve(&rule.serve, ctx, clock) {
+                        Ok((v, _, step)) => Outcome::new(RULE, v, false, i as u32, step),
+                        Err(kind) => Outcome::error(kind),
+                    };
+                }
+                Err(kind) => return Outcome::error(kind),
             }
         }
-        let (v, rollout, step) = serve(&flag.fallthrough, ctx, clock)?;
-        Ok((v, Reason::Fallthrough { rollout, step }))
+        match serve(&flag.fallthrough, ctx, clock) {
+            Ok((v, rollout, step)) => Outcome::new(FALLTHROUGH, v, rollout, 0, step),
+            Err(kind) => Outcome::error(kind),
+        }
     }
 
     fn prerequisite_passes(
@@ -383,12 +536,15 @@ impl Snapshot {
             // Deeper than allowed, or a cycle that bypassed validation.
             return Err(ErrorKind::MalformedFlag);
         }
-        let Some(&Slot { index: i, .. }) = self.index.get(key) else {
+        let Some(slot) = self.index.get(key) else {
             return Ok(false);
         };
-        let pre = self.flags[i as usize].get();
-        let (v, _) = self.eval_flag(pre, ctx, depth + 1, clock)?;
-        Ok(pre.on && v == want)
+        let pre = slot.cell.get();
+        let outcome = self.eval_flag(pre, ctx, depth + 1, clock);
+        match outcome.error_kind() {
+            Some(kind) => Err(kind),
+            None => Ok(pre.on && outcome.variation() == want),
+        }
     }
 }
 
@@ -414,9 +570,9 @@ fn listed(
 fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bool, Option<u32>), ErrorKind> {
     match s {
         CompiledServe::Variation(v) => Ok((*v, false, None)),
-        CompiledServe::Rollout { kind, bucket_by, seed, thresholds } => {
-            let b = bucket::bucket(ctx, kind, bucket_by, *seed);
-            thresholds
+        CompiledServe::Rollout(r) => {
+            let b = bucket::bucket(ctx, &r.kind, &r.bucket_by, r.seed);
+            r.thresholds
                 .iter()
                 .find(|(end, _)| b < *end)
                 .map(|&(_, v)| (v, true, None))
@@ -432,13 +588,17 @@ fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bo
 /// Attaches the variation's value, turning an out-of-range index into an
 /// error rather than a panic.
 #[inline]
-fn served<'s>(flag: &'s CompiledFlag, outcome: Outcome<'s>) -> Evaluation<'s> {
-    let (served, reason) = match outcome {
-        Ok((v, reason)) => match flag.variations.get(v as usize) {
-            Some(value) => (Some((v, value)), reason),
-            None => (None, Reason::Error(ErrorKind::MalformedFlag)),
+fn served(flag: &CompiledFlag, outcome: Outcome) -> Evaluation<'_> {
+    if outcome.tag() == ERROR {
+        return Evaluation { served: None, reason: outcome.reason(flag), flag_version: flag.version };
+    }
+    let v = outcome.variation();
+    match flag.variations.get(v as usize) {
+        Some(value) => Evaluation { served: Some((v, value)), reason: outcome.reason(flag), flag_version: flag.version },
+        None => Evaluation {
+            served: None,
+            reason: Reason::Error(ErrorKind::MalformedFlag),
+            flag_version: flag.version,
         },
-        Err(kind) => (None, Reason::Error(kind)),
-    };
-    Evaluation { served, reason, flag_version: flag.version }
+    }
 }

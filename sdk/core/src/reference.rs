@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::short::ShortStr;
+
 /// The kind name of the default kind of a multi-kind context.
 pub const USER_KIND: &str = "user";
 
@@ -22,7 +24,7 @@ pub(crate) enum Attr {
     /// `context_kind`).
     Kind,
     /// A top-level attribute.
-    Name(Box<str>),
+    Name(ShortStr),
     /// A nested value: the top-level attribute, then object properties.
     Path(Box<[Box<str>]>),
 }
@@ -33,7 +35,7 @@ pub(crate) enum KindSel {
     /// A single-kind context's own kind; a multi-kind context's `user`.
     Default,
     /// That kind.
-    Named(Box<str>),
+    Named(ShortStr),
 }
 
 impl KindSel {
@@ -94,7 +96,7 @@ pub(crate) fn parse_attr(s: &str) -> Result<Attr, ReferenceError> {
     Ok(match parts.as_slice() {
         [one] if one.as_ref() == "key" => Attr::Key,
         [one] if one.as_ref() == "kind" => Attr::Kind,
-        [_] => Attr::Name(parts.pop().expect("one part")),
+        [_] => Attr::Name(parts.pop().expect("one part").into()),
         _ => Attr::Path(parts.into_boxed_slice()),
     })
 }

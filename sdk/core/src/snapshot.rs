@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use arrayvec::ArrayVec;
 use bytes::Bytes;
 use flagstream_proto::v1 as pb;
 use once_cell::race::OnceBox;
@@ -38,14 +39,20 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub(crate) enum CompiledServe {
     Variation(u32),
-    Rollout {
-        kind: KindSel,
-        bucket_by: Attr,
-        seed: u64,
-        /// `(exclusive end of the bucket range, variation)` in listed order.
-        thresholds: Box<[(u32, u32)]>,
-    },
+    /// Boxed, like the schedule: a serve is 16 bytes, so rules stay small
+    /// and a flag's fixed parts fit in fewer cache lines.
+    Rollout(Box<CompiledRollout>),
     Schedule(Box<CompiledSchedule>),
+}
+
+/// A percentage rollout ready to bucket.
+#[derive(Debug)]
+pub(crate) struct CompiledRollout {
+    pub(crate) kind: KindSel,
+    pub(crate) bucket_by: Attr,
+    pub(crate) seed: u64,
+    /// `(exclusive end of the bucket range, variation)` in listed order.
+    pub(crate) thresholds: Box<[(u32, u32)]>,
 }
 
 /// The individual targets of one context kind: key → (position of the
@@ -57,11 +64,15 @@ pub(crate) struct TargetGroup {
     pub(crate) keys: FastMap<Box<str>, (u32, u32)>,
 }
 
+/// A rule: its clauses are `CompiledFlag::clauses[clauses.0..clauses.1]`
+/// (every rule's clauses in one array: one allocation to walk, not one per
+/// rule). The id is shared so an owned evaluation result can carry it
+/// without allocating.
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
-    pub(crate) id: Box<str>,
-    pub(crate) clauses: Box<[CompiledClause]>,
+    pub(crate) clauses: (u32, u32),
     pub(crate) serve: CompiledServe,
+    pub(crate) id: Arc<str>,
 }
 
 /// The answer of a flag that does not depend on the context: off, or on with
@@ -82,6 +93,9 @@ pub(crate) struct Constant {
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
     pub(crate) index: u32,
+    /// `Snapshot::flags[index]`, held here too: a lookup by key reaches the
+    /// flag without a read of the flags array (one cache miss fewer).
+    pub(crate) cell: Arc<FlagCell>,
     /// `None` for a flag that was still in wire form (see [`FlagCell`]).
     pub(crate) head: Option<Head>,
 }
@@ -156,25 +170,57 @@ fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> CompiledFlag {
     }
 }
 
+/// A flag's variations: the usual two inline in the compiled flag (no
+/// pointer to follow to read the served value), more on the heap.
+#[derive(Debug)]
+pub(crate) enum Variations {
+    Inline(ArrayVec<Value, 2>),
+    Heap(Box<[Value]>),
+}
+
+impl Variations {
+    fn new(values: Vec<Value>) -> Variations {
+        if values.len() <= 2 {
+            Variations::Inline(values.into_iter().collect())
+        } else {
+            Variations::Heap(values.into_boxed_slice())
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize) -> Option<&Value> {
+        match self {
+            Variations::Inline(v) => v.get(i),
+            Variations::Heap(v) => v.get(i),
+        }
+    }
+}
+
 /// A flag in evaluation form.
 #[derive(Debug)]
+// `repr(C)`: the fields evaluation reads come first, together, so a flag
+// read on a cold cache costs as few cache lines as it can; what only
+// handles, listeners and exports read comes last.
+#[repr(C)]
 pub(crate) struct CompiledFlag {
-    /// See [`Constant`]; `None` when evaluation needs the context.
-    pub(crate) constant: Option<Constant>,
-    pub(crate) flag_type: FlagType,
-    pub(crate) variations: Box<[Value]>,
-    pub(crate) on: bool,
-    pub(crate) off_variation: u32,
-    pub(crate) prerequisites: Box<[(Box<str>, u32)]>,
-    /// Per context kind, key → the first target listing it; `None` when
-    /// the flag has no targets, so the common case skips hashing the key.
-    pub(crate) targets: Option<Box<[TargetGroup]>>,
-    pub(crate) rules: Box<[CompiledRule]>,
-    pub(crate) fallthrough: CompiledServe,
-    pub(crate) version: u64,
     /// Set when compiling unvalidated data failed: evaluation answers
     /// `MALFORMED_FLAG` instead of guessing.
     pub(crate) malformed: bool,
+    pub(crate) on: bool,
+    pub(crate) flag_type: FlagType,
+    pub(crate) off_variation: u32,
+    pub(crate) version: u64,
+    pub(crate) rules: Box<[CompiledRule]>,
+    /// The clauses of all rules, rule after rule.
+    pub(crate) clauses: Box<[CompiledClause]>,
+    pub(crate) prerequisites: Box<[(Arc<str>, u32)]>,
+    /// Per context kind, key → the first target listing it; `None` when
+    /// the flag has no targets, so the common case skips hashing the key.
+    pub(crate) targets: Option<Box<[TargetGroup]>>,
+    pub(crate) fallthrough: CompiledServe,
+    pub(crate) variations: Variations,
+    /// See [`Constant`]; `None` when evaluation needs the context.
+    pub(crate) constant: Option<Constant>,
     /// The model form, for listeners, exports and caches.
     pub(crate) source: Arc<Flag>,
 }
@@ -308,6 +354,7 @@ impl Snapshot {
             };
             index.entry(key).or_insert_with(|| Slot {
                 index: i as u32,
+                cell: f.clone(),
                 head: f.get_now().map(|f| Head {
                     flag_type: f.flag_type,
                     version: f.version,
@@ -446,12 +493,12 @@ fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
                     (end, wv.variation)
                 })
                 .collect();
-            Some(CompiledServe::Rollout {
+            Some(CompiledServe::Rollout(Box::new(CompiledRollout {
                 kind: KindSel::parse(&r.context_kind),
                 bucket_by: parse_attr(&r.bucket_by).ok()?,
                 seed: bucket::seed_for(r.seed, salt),
                 thresholds,
-            })
+            })))
         }
         (None, None, Some(s)) => {
             CompiledSchedule::compile(s, salt).ok().map(|c| CompiledServe::Schedule(Box::new(c)))
@@ -484,33 +531,39 @@ fn compile_targets(targets: &[Target]) -> Option<Box<[TargetGroup]>> {
 
 fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     let mut malformed = false;
-    let variations: Box<[Value]> = flag
-        .variations
-        .iter()
-        .map(|v| {
-            Value::from_json(flag.flag_type, v).unwrap_or_else(|| {
-                malformed = true;
-                Value::Json(v.clone())
+    let variations = Variations::new(
+        flag.variations
+            .iter()
+            .map(|v| {
+                Value::from_json(flag.flag_type, v).unwrap_or_else(|| {
+                    malformed = true;
+                    Value::Json(v.clone())
+                })
             })
-        })
-        .collect();
+            .collect(),
+    );
     let targets = compile_targets(&flag.targets);
     let salt = flag.effective_salt().to_owned();
+    let mut clauses = Vec::with_capacity(flag.rules.iter().map(|r| r.clauses.len()).sum());
     let rules = flag
         .rules
         .iter()
         .map(|r| {
-            let clauses =
-                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect::<Result<Box<[_]>, _>>();
+            let compiled =
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect::<Result<Vec<_>, _>>();
             let serve = compile_serve(&r.serve, &salt);
-            match (clauses, serve) {
-                (Ok(clauses), Some(serve)) => CompiledRule { id: r.id.as_str().into(), clauses, serve },
+            let start = clauses.len() as u32;
+            match (compiled, serve) {
+                (Ok(compiled), Some(serve)) => {
+                    clauses.extend(compiled);
+                    CompiledRule { clauses: (start, clauses.len() as u32), serve, id: r.id.as_str().into() }
+                }
                 _ => {
                     malformed = true;
                     CompiledRule {
-                        id: r.id.as_str().into(),
-                        clauses: Box::new([]),
+                        clauses: (start, start),
                         serve: CompiledServe::Variation(u32::MAX),
+                        id: r.id.as_str().into(),
                     }
                 }
             }
@@ -527,7 +580,7 @@ fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     } else if flag.prerequisites.is_empty() && targets.is_none() && flag.rules.is_empty() {
         match fallthrough {
             CompiledServe::Variation(v) => Some((v, false)),
-            CompiledServe::Rollout { .. } | CompiledServe::Schedule(_) => None,
+            CompiledServe::Rollout(_) | CompiledServe::Schedule(_) => None,
         }
     } else {
         None
@@ -542,9 +595,10 @@ fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
         variations,
         on: flag.on,
         off_variation: flag.off_variation,
-        prerequisites: flag.prerequisites.iter().map(|p| (Box::from(p.key.as_str()), p.variation)).collect(),
+        prerequisites: flag.prerequisites.iter().map(|p| (Arc::from(p.key.as_str()), p.variation)).collect(),
         targets,
         rules,
+        clauses: clauses.into_boxed_slice(),
         fallthrough,
         version: flag.version,
         malformed,
@@ -664,5 +718,14 @@ flags:
             Snapshot::from_encoded([Bytes::from_static(b"\x0a\x09k")], Vec::new(), &Limits::default())
                 .is_err()
         );
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use std::mem::size_of;
+        eprintln!("CompiledFlag {} FlagCell {} CompiledClause {} General {} StrSet {} Op {} Attr {} KindSel {} CompiledRule {} Slot {} Value {} Variations {} Reason {} Detail<bool> {}",
+            size_of::<super::CompiledFlag>(), size_of::<super::FlagCell>(), size_of::<crate::clause::CompiledClause>(), size_of::<crate::clause::General>(), size_of::<crate::clause::StrSet>(), size_of::<crate::clause::Op>(), size_of::<crate::reference::Attr>(), size_of::<crate::reference::KindSel>(), size_of::<super::CompiledRule>(), size_of::<super::Slot>(), size_of::<crate::Value>(), size_of::<super::Variations>(), size_of::<crate::Reason>(), size_of::<crate::Detail<bool>>());
     }
 }

@@ -216,7 +216,7 @@ fn flag_type_to_proto(t: FlagType) -> pb::FlagType {
 
 /// Encodes a variation by the flag's type. A value that does not fit the
 /// type (caught by validation) travels as JSON text so nothing is lost.
-fn variation_to_proto(t: FlagType, v: &Json) -> pb::Variation {
+pub fn variation_to_proto(t: FlagType, v: &Json) -> pb::Variation {
     use pb::variation::Value as V;
     let value = match (t, v) {
         (FlagType::Bool, Json::Bool(b)) => V::BoolValue(*b),
@@ -230,7 +230,9 @@ fn variation_to_proto(t: FlagType, v: &Json) -> pb::Variation {
     pb::Variation { value: Some(value) }
 }
 
-fn variation_from_proto(v: &pb::Variation) -> Result<Json, String> {
+/// Decodes a variation to JSON; an empty variation, a non-finite float or
+/// JSON text that does not parse is an error saying which.
+pub fn variation_from_proto(v: &pb::Variation) -> Result<Json, String> {
     use pb::variation::Value as V;
     Ok(match &v.value {
         None => return Err("variation has no value".into()),

@@ -185,6 +185,16 @@ impl<'s> Found<'s> {
         }
     }
 
+    /// The value when it is one string (a key or a string attribute).
+    #[inline(always)]
+    pub(crate) fn as_str(self) -> Option<&'s str> {
+        match self {
+            Found::Str(s) => Some(s),
+            Found::Scalar(Scalar::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The single value a rollout buckets: a key, a scalar attribute or a
     /// nested scalar; `None` for lists, objects and kinds.
     #[inline]

@@ -1,0 +1,246 @@
+//! Typed evaluation through a [`Client`]: every typed method takes one path
+//! — readiness, one lock-free load of the snapshot, fallback counting and
+//! the stale mark — and the owned result form, [`EvaluationDetail`], which
+//! carries names as [`Name`]s so building it never allocates.
+
+use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value as Json;
+
+use super::Client;
+use crate::{Context, Detail, ErrorKind, FlagHandle, FromValue, Name, Reason, Snapshot};
+
+/// An evaluation result that owns its data (see [`Client::detail`]).
+/// Building one allocates nothing beyond what its value owns (a `String`
+/// or JSON value): names are [`Name`]s, inline or shared with the snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvaluationDetail<T> {
+    /// The value (the caller's default on error).
+    pub value: T,
+    /// The served variation; `None` when the default was returned.
+    pub variation: Option<u32>,
+    /// Reason kind: `OFF`, `TARGET_MATCH`, `RULE_MATCH`, `FALLTHROUGH`,
+    /// `PREREQUISITE_FAILED` or `ERROR`.
+    pub reason: &'static str,
+    /// For `RULE_MATCH`: the rule index.
+    pub rule_index: Option<u32>,
+    /// For `RULE_MATCH`: the rule id (if it has one).
+    pub rule_id: Option<Name>,
+    /// For `PREREQUISITE_FAILED`: the prerequisite.
+    pub prerequisite_key: Option<Name>,
+    /// For `ERROR`: what went wrong.
+    pub error: Option<ErrorKind>,
+    /// The flag's version.
+    pub flag_version: u64,
+    /// The snapshot revision.
+    pub revision: u64,
+    /// Whether the data was stale.
+    pub stale: bool,
+    /// Whether a percentage rollout or a schedule chose the variation: for
+    /// `FALLTHROUGH` either; for `RULE_MATCH` only a schedule (the reason
+    /// does not say whether a rule's rollout chose).
+    pub in_rollout: bool,
+    /// For a schedule: its current step, 1-based (0 before the first step).
+    pub schedule_step: Option<u32>,
+}
+
+impl Client {
+    /// The snapshot every evaluation reads, or `None` before the first
+    /// data (counted as a `NOT_READY` fallback). `ready` first: publish
+    /// stores the cell before setting it, so a reader that sees it set also
+    /// sees the published snapshot.
+    #[inline(always)]
+    fn current(&self) -> Option<impl Deref<Target = Arc<Snapshot>>> {
+        if self.shared.ready.load(Ordering::Acquire) {
+            Some(self.shared.cell.load())
+        } else {
+            self.shared.counters.fallback(ErrorKind::NotReady);
+            None
+        }
+    }
+
+    /// What every evaluation does with its result: counts a fallback and
+    /// marks stale data.
+    #[inline(always)]
+    fn settle<T>(&self, d: &mut Detail<'_, T>) {
+        if let Reason::Error(kind) = d.reason {
+            self.shared.counters.fallback(kind);
+        }
+        d.stale = self.shared.stale.load(Ordering::Relaxed);
+    }
+
+    /// Evaluates a flag as `T`; counts fallbacks. The closure sees the
+    /// borrowed result (no allocation) while the snapshot is held.
+    #[inline]
+    pub fn with_detail<'a, T, R>(
+        &self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+        f: impl FnOnce(Detail<'_, T>) -> R,
+    ) -> R
+    where
+        T: for<'s> FromValue<'s> + 'a,
+    {
+        let Some(snap) = self.current() else {
+            return f(not_ready_detail(default));
+        };
+        let mut d = snap.detail(key, ctx, default);
+        self.settle(&mut d);
+        f(d)
+    }
+
+    /// A bool flag's value, or `default`. No I/O, no lock, no allocation.
+    #[inline]
+    pub fn bool(&self, key: &str, ctx: &Context<'_>, default: bool) -> bool {
+        self.with_detail(key, ctx, default, |d| d.value)
+    }
+
+    /// An int flag's value, or `default`.
+    #[inline]
+    pub fn int(&self, key: &str, ctx: &Context<'_>, default: i64) -> i64 {
+        self.with_detail(key, ctx, default, |d| d.value)
+    }
+
+    /// A float (or int) flag's value, or `default`.
+    #[inline]
+    pub fn float(&self, key: &str, ctx: &Context<'_>, default: f64) -> f64 {
+        self.with_detail(key, ctx, default, |d| d.value)
+    }
+
+    /// A string flag's value, or `default`. Copies the string; use
+    /// [`Client::string_with`] to borrow it without allocating.
+    pub fn string(&self, key: &str, ctx: &Context<'_>, default: &str) -> String {
+        self.string_with(key, ctx, default, str::to_owned)
+    }
+
+    /// A string flag's value, borrowed for the duration of `f`.
+    pub fn string_with<R>(
+        &self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: &str,
+        f: impl FnOnce(&str) -> R,
+    ) -> R {
+        let Some(snap) = self.current() else {
+            return f(default);
+        };
+        let mut d = snap.detail(key, ctx, default);
+        self.settle(&mut d);
+        f(d.value)
+    }
+
+    /// Any flag's value as JSON, or `default`.
+    pub fn json(&self, key: &str, ctx: &Context<'_>, default: Json) -> Json {
+        self.json_detail(key, ctx, default).value
+    }
+
+    /// Typed evaluation with an owned result. Allocation-free for bool,
+    /// int and float flags (names are [`Name`]s).
+    pub fn detail<T: for<'s> FromValue<'s>>(
+        &self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> EvaluationDetail<T> {
+        let Some(snap) = self.current() else {
+            return owned(not_ready_detail(default), None, |v| v);
+        };
+        let (mut d, name) = snap.detail_named(key, ctx, default);
+        self.settle(&mut d);
+        owned(d, name, |v| v)
+    }
+
+    /// [`Client::bool`] with the full result.
+    pub fn bool_detail(&self, key: &str, ctx: &Context<'_>, default: bool) -> EvaluationDetail<bool> {
+        self.detail(key, ctx, default)
+    }
+
+    /// [`Client::int`] with the full result.
+    pub fn int_detail(&self, key: &str, ctx: &Context<'_>, default: i64) -> EvaluationDetail<i64> {
+        self.detail(key, ctx, default)
+    }
+
+    /// [`Client::float`] with the full result.
+    pub fn float_detail(&self, key: &str, ctx: &Context<'_>, default: f64) -> EvaluationDetail<f64> {
+        self.detail(key, ctx, default)
+    }
+
+    /// [`Client::string`] with the full result (the value is copied).
+    pub fn string_detail(&self, key: &str, ctx: &Context<'_>, default: &str) -> EvaluationDetail<String> {
+        let Some(snap) = self.current() else {
+            return owned(not_ready_detail(default), None, str::to_owned);
+        };
+        let (mut d, name) = snap.detail_named(key, ctx, default);
+        self.settle(&mut d);
+        owned(d, name, str::to_owned)
+    }
+
+    /// [`Client::json`] with the full result (the value is copied).
+    pub fn json_detail(&self, key: &str, ctx: &Context<'_>, default: Json) -> EvaluationDetail<Json> {
+        let Some(snap) = self.current() else {
+            return owned(not_ready_detail(default), None, |v| v);
+        };
+        let (mut d, name) = snap.detail_named(key, ctx, Cow::Owned(default));
+        self.settle(&mut d);
+        owned(d, name, Cow::into_owned)
+    }
+
+    /// A bool flag's value through a pre-resolved [`FlagHandle`], or
+    /// `default`; counts fallbacks like [`Client::bool`]. The handle skips
+    /// the key lookup, and for a flag whose answer does not depend on the
+    /// context (off, or a fixed fallthrough) even the snapshot load. For a
+    /// typed result use [`FlagHandle::detail`] on [`Client::snapshot`].
+    #[inline]
+    pub fn handle_bool(&self, handle: &FlagHandle, ctx: &Context<'_>, default: bool) -> bool {
+        if !self.shared.ready.load(Ordering::Acquire) {
+            self.shared.counters.fallback(ErrorKind::NotReady);
+            return default;
+        }
+        let (value, error) = handle.bool_checked(&self.shared.cell, ctx, default);
+        if let Some(kind) = error {
+            self.shared.counters.fallback(kind);
+        }
+        value
+    }
+}
+
+/// The result before any data: the default, reason `ERROR` (`NOT_READY`).
+fn not_ready_detail<T>(value: T) -> Detail<'static, T> {
+    Detail {
+        value,
+        variation: None,
+        reason: Reason::Error(ErrorKind::NotReady),
+        flag_version: 0,
+        revision: 0,
+        stale: false,
+    }
+}
+
+/// The owned form of `d`, with the name its reason borrows.
+fn owned<S, T>(d: Detail<'_, S>, name: Option<Name>, f: impl FnOnce(S) -> T) -> EvaluationDetail<T> {
+    let (rule_index, rule_id, prerequisite_key, error, in_rollout, schedule_step) = match d.reason {
+        Reason::RuleMatch { index, step, .. } => (Some(index), name, None, None, step.is_some(), step),
+        Reason::PrerequisiteFailed { .. } => (None, None, name, None, false, None),
+        Reason::Error(e) => (None, None, None, Some(e), false, None),
+        Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
+        _ => (None, None, None, None, false, None),
+    };
+    EvaluationDetail {
+        value: f(d.value),
+        variation: d.variation,
+        reason: d.reason.kind_name(),
+        rule_index,
+        rule_id,
+        prerequisite_key,
+        error,
+        flag_version: d.flag_version,
+        revision: d.revision,
+        stale: d.stale,
+        in_rollout,
+        schedule_step,
+    }
+}
