@@ -19,12 +19,12 @@ use crate::auth::{self, constant_time_eq, hash_secret, new_secret};
 use crate::store::{Backend, StoreError, now_ms};
 
 /// The token the first start creates.
-pub const BOOTSTRAP: &str = "bootstrap";
+pub(crate) const BOOTSTRAP: &str = "bootstrap";
 
 /// What a token may do; each role includes the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub(crate) enum Role {
     /// Read flags, segments, audit, propagation, status; evaluate.
     Read = 1,
     /// Read, and write flags and segments.
@@ -36,7 +36,7 @@ pub enum Role {
 
 impl Role {
     /// Lower-case name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Read => "read",
             Role::Write => "write",
@@ -47,7 +47,7 @@ impl Role {
 
 /// One admin token as stored.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct TokenRecord {
+pub(crate) struct TokenRecord {
     /// Unique name; the audit principal.
     pub name: String,
     /// Role.
@@ -79,27 +79,27 @@ impl std::fmt::Debug for TokenRecord {
 /// Who a request was authenticated as: put in the request's extensions by
 /// the admin interceptor.
 #[derive(Debug, Clone)]
-pub struct Principal(pub Arc<TokenRecord>);
+pub(crate) struct Principal(pub Arc<TokenRecord>);
 
 impl Principal {
     /// The token's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.0.name
     }
 
     /// Whether the token covers every environment.
-    pub fn all_environments(&self) -> bool {
+    pub(crate) fn all_environments(&self) -> bool {
         self.0.environments.is_empty()
     }
 
     /// Whether the token may act on `env`.
-    pub fn sees(&self, env: &str) -> bool {
+    pub(crate) fn sees(&self, env: &str) -> bool {
         self.all_environments() || self.0.environments.iter().any(|e| e == env)
     }
 
     /// `Ok` if the token has `role` on `env` (`None`: on all
     /// environments); else PERMISSION_DENIED naming what is missing.
-    pub fn require(&self, role: Role, env: Option<&str>, what: &str) -> Result<(), Status> {
+    pub(crate) fn require(&self, role: Role, env: Option<&str>, what: &str) -> Result<(), Status> {
         let t = &self.0;
         let scope_ok = match env {
             Some(e) => self.sees(e),
@@ -173,7 +173,7 @@ impl From<AccessError> for Status {
 
 /// The registry of admin tokens.
 #[derive(Debug)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     backend: Arc<dyn Backend>,
     by_name: ArcSwap<BTreeMap<String, Arc<TokenRecord>>>,
     /// Serialises changes (create, revoke, replace).
@@ -200,7 +200,7 @@ impl Tokens {
     /// creates the `bootstrap` admin token, writes its secret to
     /// `dir/admin-token` (0600) and returns that path. `read_only` (a
     /// replica: why) creates nothing and refuses changes.
-    pub async fn open(
+    pub(crate) async fn open(
         backend: Arc<dyn Backend>,
         dir: &Path,
         read_only: Option<String>,
@@ -264,7 +264,7 @@ impl Tokens {
     /// Reads every token again from the backend (another relay of a shared
     /// database changed them); returns the names revoked (or replaced)
     /// since, whose streams must end.
-    pub async fn reload(&self) -> Result<Vec<String>, AccessError> {
+    pub(crate) async fn reload(&self) -> Result<Vec<String>, AccessError> {
         let records: BTreeMap<String, Arc<TokenRecord>> =
             self.backend.tokens().await?.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect();
         let old = self.by_name.load_full();
@@ -282,7 +282,7 @@ impl Tokens {
     }
 
     /// A receiver that changes whenever a token is created or revoked.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
@@ -295,7 +295,7 @@ impl Tokens {
 
     /// Replaces every token with `records` (a replica applying its
     /// upstream's catalog); returns the names that are gone.
-    pub async fn replace_all(&self, records: Vec<TokenRecord>) -> Result<Vec<String>, AccessError> {
+    pub(crate) async fn replace_all(&self, records: Vec<TokenRecord>) -> Result<Vec<String>, AccessError> {
         let _guard = self.changes.lock().await;
         let old = self.by_name.load_full();
         let new: BTreeMap<String, Arc<TokenRecord>> =
@@ -318,7 +318,7 @@ impl Tokens {
     }
 
     /// The token whose secret is `secret`.
-    pub fn authenticate(&self, secret: &str) -> Option<Principal> {
+    pub(crate) fn authenticate(&self, secret: &str) -> Option<Principal> {
         let hash = hash_secret(secret);
         // Every record compared in constant time; no early exit on a match
         // position that would tell which token is near.
@@ -332,12 +332,12 @@ impl Tokens {
     }
 
     /// All tokens, by name.
-    pub fn list(&self) -> Vec<Arc<TokenRecord>> {
+    pub(crate) fn list(&self) -> Vec<Arc<TokenRecord>> {
         self.by_name.load().values().cloned().collect()
     }
 
     /// Creates a token; returns it and its secret (shown once).
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         name: &str,
         role: Role,
@@ -377,7 +377,7 @@ impl Tokens {
     }
 
     /// Revokes a token at once.
-    pub async fn revoke(&self, name: &str) -> Result<(), AccessError> {
+    pub(crate) async fn revoke(&self, name: &str) -> Result<(), AccessError> {
         self.check_writable()?;
         let _guard = self.changes.lock().await;
         let all = self.by_name.load();

@@ -23,18 +23,18 @@ use tonic::{Request, Response, Status};
 
 use crate::access::{Principal, Role, Tokens};
 use crate::error::invalid;
-use page::{page, page_size};
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
 use crate::store::{Env, Op, Source as StoreSource, Store, StoreError, Who, WriteResult};
+use page::{page, page_size};
 
 /// Largest page a list call returns.
 const MAX_PAGE: usize = 1_000;
 
 /// The Admin service.
 #[derive(Debug, Clone)]
-pub struct AdminService {
+pub(crate) struct AdminService {
     store: Store,
     hub: Arc<Hub>,
     tokens: Arc<Tokens>,
@@ -49,7 +49,7 @@ pub struct AdminService {
 impl AdminService {
     /// A service over `store`, authorizing with `tokens`, writes limited
     /// by `quotas`; `ready` says whether the relay serves.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         hub: Arc<Hub>,
         tokens: Arc<Tokens>,
@@ -758,7 +758,7 @@ fn parts<'s, T: FromValue<'s>>(
 }
 
 /// The protobuf form of a reason.
-pub fn reason_to_proto(r: &Reason<'_>) -> pb::Reason {
+pub(crate) fn reason_to_proto(r: &Reason<'_>) -> pb::Reason {
     use pb::ReasonKind as K;
     let mut out = pb::Reason::default();
     match r {

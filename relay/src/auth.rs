@@ -13,35 +13,35 @@ use tonic::{Request, Status};
 use crate::access::Tokens;
 
 /// File the first start writes the admin token to (mode 0600).
-pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+pub(crate) const ADMIN_TOKEN_FILE: &str = "admin-token";
 
 /// A new random secret: `prefix` + 64 hex digits (256 bits).
-pub fn new_secret(prefix: &str) -> String {
+pub(crate) fn new_secret(prefix: &str) -> String {
     let mut b = [0u8; 32];
     rand::rng().fill_bytes(&mut b);
     format!("{prefix}{}", hex::encode(b))
 }
 
 /// A new random store epoch (128 bits, hex).
-pub fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     let mut b = [0u8; 16];
     rand::rng().fill_bytes(&mut b);
     hex::encode(b)
 }
 
 /// SHA-256 of a secret, hex.
-pub fn hash_secret(secret: &str) -> String {
+pub(crate) fn hash_secret(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// Equality that takes the same time wherever the inputs differ.
-pub fn constant_time_eq(a: &str, b: &str) -> bool {
+pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Writes a secret to `path`, readable by the owner only (mode 0600, also
 /// when the file already existed), and syncs it.
-pub fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -58,7 +58,7 @@ pub fn write_private(path: &Path, secret: &str) -> std::io::Result<()> {
 /// of a known token and hands the methods its
 /// [`Principal`](crate::access::Principal).
 #[derive(Clone, Debug)]
-pub struct AdminAuth {
+pub(crate) struct AdminAuth {
     /// The token registry.
     pub tokens: Arc<Tokens>,
 }

@@ -17,11 +17,11 @@ use crate::hub::Hub;
 use crate::store::{EnvMeta, SdkKeyRecord, Store, StoreError, now_ms};
 
 /// The longest a GetCatalog call is held.
-pub const MAX_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// Why a catalog could not be applied.
 #[derive(Debug, thiserror::Error)]
-pub enum CatalogError {
+pub(crate) enum CatalogError {
     /// The store failed.
     #[error("applying the catalog to the store")]
     Store(#[from] StoreError),
@@ -38,7 +38,7 @@ fn key_to_proto(k: &SdkKeyRecord) -> pb::CatalogSdkKey {
 }
 
 /// The token's role on the wire.
-pub fn role_to_proto(r: Role) -> pb::TokenRole {
+pub(crate) fn role_to_proto(r: Role) -> pb::TokenRole {
     match r {
         Role::Read => pb::TokenRole::Read,
         Role::Write => pb::TokenRole::Write,
@@ -47,7 +47,7 @@ pub fn role_to_proto(r: Role) -> pb::TokenRole {
 }
 
 /// The token without its secret, as the Admin API shows it.
-pub fn token_to_proto(t: &TokenRecord) -> pb::Token {
+pub(crate) fn token_to_proto(t: &TokenRecord) -> pb::Token {
     pb::Token {
         name: t.name.clone(),
         role: role_to_proto(t.role) as i32,
@@ -59,7 +59,7 @@ pub fn token_to_proto(t: &TokenRecord) -> pb::Token {
 }
 
 /// The current catalog, its version filled in.
-pub fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
+pub(crate) fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
     let now = now_ms();
     let environments = store
         .envs()
@@ -91,7 +91,7 @@ pub fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
 }
 
 /// The catalog once it differs from `known`, or `unchanged` after `wait`.
-pub async fn wait(store: &Store, tokens: &Tokens, known: &str, wait: Duration) -> pb::Catalog {
+pub(crate) async fn wait(store: &Store, tokens: &Tokens, known: &str, wait: Duration) -> pb::Catalog {
     let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
     let (mut envs, mut toks) = (store.catalog_changes(), tokens.changes());
     // A key's expiry changes the catalog without any event: look again
@@ -146,7 +146,7 @@ fn token_from_proto(t: &pb::CatalogToken) -> Result<TokenRecord, CatalogError> {
 
 /// What applying a catalog changed.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// Environments created here.
     pub created: Vec<String>,
     /// Environments deleted here.
@@ -157,7 +157,7 @@ pub struct Applied {
 /// environments (only those in `chosen`, when it is not empty), replaces
 /// their SDK keys and the tokens, and ends the streams of keys and tokens
 /// that are gone.
-pub async fn apply(
+pub(crate) async fn apply(
     store: &Store,
     tokens: &Tokens,
     hub: &Arc<Hub>,

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::store::{Op, Store, StoreError, Who};
 
 /// The demo flags and segment, in the export file format.
-pub const DEMO: &str = r#"
+pub(crate) const DEMO: &str = r#"
 segments:
   - key: beta-testers
     description: People who asked for early features
@@ -73,7 +73,7 @@ flags:
 "#;
 
 /// Creates the `demo` environment with the demo flags; returns its SDK key.
-pub async fn seed(store: &Store) -> Result<String, StoreError> {
+pub(crate) async fn seed(store: &Store) -> Result<String, StoreError> {
     let (_, key) = store.create_env("demo", "Demo environment seeded on first start", "relay").await?;
     let set: FlagSet = serde_yaml_ng::from_str(DEMO)
         .map_err(|e| StoreError::Corrupt { what: "built-in demo flags".into(), source: Box::new(e) })?;
@@ -91,7 +91,7 @@ pub async fn seed(store: &Store) -> Result<String, StoreError> {
 /// this relay prints the demo flags whenever they change, while a writer
 /// moves the `new-checkout` rollout and toggles `beta-banner` every
 /// `period`. Runs until `stop`.
-pub async fn live(
+pub(crate) async fn live(
     store: Store,
     grpc: SocketAddr,
     key_file: PathBuf,

@@ -21,7 +21,7 @@ const GRPC_PREFIX: usize = 5;
 /// A complete, encoded `SubscribeResponse`, held as a gRPC message (length
 /// prefix included) ready to be written to any number of streams.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Encoded(Bytes);
+pub(crate) struct Encoded(Bytes);
 
 impl std::fmt::Debug for Encoded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,22 +41,17 @@ impl Encoded {
     }
 
     /// The `SubscribeResponse` bytes.
-    pub fn message(&self) -> &[u8] {
+    pub(crate) fn message(&self) -> &[u8] {
         &self.0[GRPC_PREFIX..]
     }
 
     /// Length of the `SubscribeResponse` bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len() - GRPC_PREFIX
     }
 
-    /// Whether the message is empty (never, for a valid response).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The gRPC message (prefix and body), shared, for the transport.
-    pub fn grpc_frame(&self) -> Bytes {
+    pub(crate) fn grpc_frame(&self) -> Bytes {
         self.0.clone()
     }
 }

@@ -7,10 +7,10 @@ use tonic::metadata::MetadataValue;
 use crate::store::StoreError;
 
 /// Trailer/header carrying a retry hint in milliseconds.
-pub const RETRY_AFTER_MS: &str = "flagstream-retry-after-ms";
+pub(crate) const RETRY_AFTER_MS: &str = "flagstream-retry-after-ms";
 
 /// `RESOURCE_EXHAUSTED` with a retry hint.
-pub fn retry_later(message: &str, delay_ms: u64) -> Status {
+pub(crate) fn retry_later(message: &str, delay_ms: u64) -> Status {
     let mut status = Status::resource_exhausted(format!("{message}; retry in {delay_ms} ms"));
     if let Ok(v) = MetadataValue::try_from(delay_ms.to_string()) {
         status.metadata_mut().insert(RETRY_AFTER_MS, v);
@@ -63,6 +63,6 @@ impl From<StoreError> for Status {
 }
 
 /// An `INVALID_ARGUMENT` naming a request field.
-pub fn invalid(path: &str, message: impl std::fmt::Display) -> Status {
+pub(crate) fn invalid(path: &str, message: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("{path}: {message}"))
 }

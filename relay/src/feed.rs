@@ -64,7 +64,7 @@ const NOTIFY_QUEUE: usize = 1024;
 const PER_REVISION: usize = 64;
 
 /// The feed of one relay.
-pub struct Feed {
+pub(crate) struct Feed {
     store: Store,
     tokens: Arc<Tokens>,
     hub: Arc<Hub>,
@@ -96,7 +96,7 @@ enum Ended {
 
 impl Feed {
     /// A feed for `store` (opened over `db`), `tokens` and `hub`.
-    pub fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
+    pub(crate) fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
         let relay_id = crate::auth::new_epoch()[..16].to_owned();
         Feed { store, tokens, hub, db, relay_id, incarnation: std::sync::Mutex::new(String::new()) }
     }
@@ -104,7 +104,7 @@ impl Feed {
     /// Follows the database until `stop`: connect, LISTEN, catch up,
     /// follow; on any failure mark the data unconfirmed, back off (1 s
     /// doubling to 30 s, full jitter) and start over.
-    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.store.set_catch_up(self.clone());
         tokio::spawn(self.clone().gauges(stop.clone()));
         let mut failures = 0u32;

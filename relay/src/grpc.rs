@@ -34,7 +34,7 @@ const SUBSCRIBE: &str = "/flagstream.v1.Sync/Subscribe";
 
 /// The Sync service as a tower service for tonic's router.
 #[derive(Debug, Clone)]
-pub struct SyncRoute {
+pub(crate) struct SyncRoute {
     service: SyncService,
     max_request_bytes: usize,
 }
@@ -42,7 +42,7 @@ pub struct SyncRoute {
 impl SyncRoute {
     /// Serves `service`; request messages (Hello, acks) larger than
     /// `max_request_bytes` end the stream with `OUT_OF_RANGE`.
-    pub fn new(service: SyncService, max_request_bytes: usize) -> SyncRoute {
+    pub(crate) fn new(service: SyncService, max_request_bytes: usize) -> SyncRoute {
         SyncRoute { service, max_request_bytes }
     }
 }

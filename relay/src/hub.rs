@@ -21,7 +21,7 @@ use crate::transport::ConnInfo;
 
 /// Admission and stream limits.
 #[derive(Debug, Clone)]
-pub struct HubLimits {
+pub(crate) struct HubLimits {
     /// Most subscribers on this relay.
     pub max_subscribers: usize,
     /// Most subscribers of one environment.
@@ -37,7 +37,7 @@ pub struct HubLimits {
 
 /// One connected subscriber.
 #[derive(Debug)]
-pub struct Subscriber {
+pub(crate) struct Subscriber {
     /// Registry id.
     pub id: u64,
     /// Environment name.
@@ -74,32 +74,36 @@ pub struct Subscriber {
 
 impl Subscriber {
     /// Ends this subscriber's stream.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.wake();
     }
 
     /// Ends this subscriber's stream with `status` in its trailers (an
     /// error on the request side, which the client should see as such).
-    pub fn fail(&self, status: tonic::Status) {
+    pub(crate) fn fail(&self, status: tonic::Status) {
         *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
         self.stop();
     }
 
     /// The status the stream ends with, if it failed.
-    pub fn take_failure(&self) -> Option<tonic::Status> {
+    pub(crate) fn take_failure(&self) -> Option<tonic::Status> {
         self.failure.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Whether the stream was stopped.
     #[inline]
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
     }
 
     /// Ready once this subscriber is stopped or the relay drains; registers
     /// the waiting task first, so a stop or drain in between is not missed.
-    pub fn poll_stop_or_drain(&self, cx: &mut std::task::Context<'_>, hub: &Hub) -> std::task::Poll<()> {
+    pub(crate) fn poll_stop_or_drain(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        hub: &Hub,
+    ) -> std::task::Poll<()> {
         self.wake.register(cx.waker());
         if self.is_stopped() || hub.is_draining() {
             std::task::Poll::Ready(())
@@ -111,7 +115,7 @@ impl Subscriber {
 
 /// Why a subscriber was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// The relay-wide limit.
     RelayFull,
     /// The environment's limit.
@@ -122,7 +126,7 @@ pub enum Rejection {
 
 /// Latency percentiles of one revision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Propagation {
+pub(crate) struct Propagation {
     /// Subscribers of the environment now.
     pub subscribers: u64,
     /// Of those, how many have applied the revision.
@@ -145,7 +149,7 @@ pub struct Propagation {
 
 /// The registry. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct Hub {
+pub(crate) struct Hub {
     subs: Mutex<HashMap<u64, Arc<Subscriber>>>,
     per_env: Mutex<HashMap<String, usize>>,
     next_id: AtomicU64,
@@ -169,7 +173,7 @@ pub struct Hub {
 
 impl Hub {
     /// A registry enforcing `limits`.
-    pub fn new(limits: HubLimits, metrics: Metrics) -> Hub {
+    pub(crate) fn new(limits: HubLimits, metrics: Metrics) -> Hub {
         Hub {
             subs: Mutex::new(HashMap::new()),
             per_env: Mutex::new(HashMap::new()),
@@ -189,7 +193,7 @@ impl Hub {
     /// deadlines compare (tokio's clock: never steps, and a paused test
     /// clock drives it).
     #[inline]
-    pub fn mono_ms(&self) -> u64 {
+    pub(crate) fn mono_ms(&self) -> u64 {
         self.clock.elapsed().as_millis() as u64
     }
 
@@ -200,18 +204,13 @@ impl Hub {
     }
 
     /// Sets the per-environment subscriber quota (SIGHUP).
-    pub fn set_subscriber_quota(&self, n: usize) {
+    pub(crate) fn set_subscriber_quota(&self, n: usize) {
         self.per_env_quota.store(n, Ordering::Relaxed);
-    }
-
-    /// The per-environment subscriber quota in force.
-    pub fn subscriber_quota(&self) -> usize {
-        self.per_env_quota.load(Ordering::Relaxed)
     }
 
     /// Starts draining: new subscribers are refused and every stream asks
     /// its client to reconnect elsewhere.
-    pub fn start_drain(&self) {
+    pub(crate) fn start_drain(&self) {
         self.draining.store(true, Ordering::Release);
         // Every stream wakes and sees the flag (set first, so a subscriber
         // admitted after this loop sees it on its first poll).
@@ -222,7 +221,7 @@ impl Hub {
 
     /// Whether the relay is draining.
     #[inline]
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }
 
@@ -230,7 +229,7 @@ impl Hub {
     /// is what its cursor says it already has (0 for another epoch).
     /// A replica relay (`relay`) is admitted whatever the SDK limits say
     /// (a replica must always be able to follow), except while draining.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         env: &str,
         key_id: &str,
@@ -311,7 +310,7 @@ impl Hub {
     }
 
     /// Removes a subscriber whose stream ended.
-    pub fn leave(&self, sub: &Subscriber, reason: &str) {
+    pub(crate) fn leave(&self, sub: &Subscriber, reason: &str) {
         let mut subs = Self::lock(&self.subs);
         if subs.remove(&sub.id).is_none() {
             return;
@@ -330,7 +329,7 @@ impl Hub {
 
     /// Ends every stream of `env` opened with SDK key `key_id` (revoked or
     /// expired) with UNAUTHENTICATED; returns how many.
-    pub fn end_key(&self, env: &str, key_id: &str, why: &str) -> usize {
+    pub(crate) fn end_key(&self, env: &str, key_id: &str, why: &str) -> usize {
         let n = self.end_key_where(
             |s| !s.relay && s.env == env && s.key_id == key_id,
             &format!("SDK key {key_id} {why}"),
@@ -342,23 +341,23 @@ impl Hub {
     }
 
     /// Subscribers connected now.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         Self::lock(&self.subs).len()
     }
 
     /// SDK subscribers of one environment now.
-    pub fn count(&self, env: &str) -> usize {
+    pub(crate) fn count(&self, env: &str) -> usize {
         Self::lock(&self.per_env).get(env).copied().unwrap_or(0)
     }
 
     /// The replica relays subscribed for `env` now.
-    pub fn relays(&self, env: &str) -> Vec<Arc<Subscriber>> {
+    pub(crate) fn relays(&self, env: &str) -> Vec<Arc<Subscriber>> {
         Self::lock(&self.subs).values().filter(|s| s.relay && s.env == env).cloned().collect()
     }
 
     /// Ends every stream opened with the admin token `name` (a replica's
     /// credential that was revoked) with UNAUTHENTICATED.
-    pub fn end_token(&self, name: &str) -> usize {
+    pub(crate) fn end_token(&self, name: &str) -> usize {
         self.end_key_where(|s| s.relay && s.key_id == name, &format!("token {name:?} was revoked"))
     }
 
@@ -375,12 +374,12 @@ impl Hub {
     }
 
     /// Replaces the other relays' reports (a shared database's peers).
-    pub fn set_peer_reports(&self, reports: HashMap<String, Vec<Report>>) {
+    pub(crate) fn set_peer_reports(&self, reports: HashMap<String, Vec<Report>>) {
         *Self::lock(&self.peers) = reports;
     }
 
     /// Stores a replica relay's latest report (it replaces the previous).
-    pub fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
+    pub(crate) fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
         if sub.relay {
             *Self::lock(&sub.report) = Some(Report::from_proto(report));
         }
@@ -388,7 +387,7 @@ impl Hub {
 
     /// Records an ack of `revision` by `sub` (it has applied everything up
     /// to it). Latency is measured from the revision's commit time.
-    pub fn ack(&self, env: &Env, sub: &Subscriber, epoch: &str, revision: u64) {
+    pub(crate) fn ack(&self, env: &Env, sub: &Subscriber, epoch: &str, revision: u64) {
         let state = env.state.load();
         if epoch != state.epoch || revision > state.revision {
             return; // not data this relay sent: ignored
@@ -434,7 +433,7 @@ impl Hub {
 
     /// Propagation of `revision` in `env` over this relay's subtree: its
     /// own SDK subscribers plus the latest reports of its replica relays.
-    pub fn propagation(&self, env: &str, epoch: &str, revision: u64) -> Propagation {
+    pub(crate) fn propagation(&self, env: &str, epoch: &str, revision: u64) -> Propagation {
         let (own, mut reports) = self.own_and_reports(env, epoch);
         // The other relays of a shared database count too.
         reports.extend(
@@ -502,7 +501,7 @@ impl Hub {
     /// latencies of, its replicas report, and `recent`: the newest of its
     /// change log, so a replica without SDKs still reports), how many acked
     /// and their merged latencies (PROTOCOL.md §4).
-    pub fn subtree_report(&self, env: &str, epoch: &str, recent: &[u64]) -> Report {
+    pub(crate) fn subtree_report(&self, env: &str, epoch: &str, recent: &[u64]) -> Report {
         let (own, reports) = self.own_and_reports(env, epoch);
         let revisions: Vec<(u64, u64)> = {
             let stats = Self::lock(&self.stats);
@@ -544,7 +543,7 @@ impl Hub {
     /// Cuts off subscribers whose transport has not pulled a message for
     /// longer than one heartbeat plus the send deadline: their connection
     /// is closed, which frees everything the stream held. Runs until `stop`.
-    pub async fn reap(self: Arc<Self>, stop: CancellationToken) {
+    pub(crate) async fn reap(self: Arc<Self>, stop: CancellationToken) {
         let period = Duration::from_secs(1).min(self.limits.send_deadline);
         let allowed = (self.limits.heartbeat + self.limits.send_deadline).as_millis() as u64;
         loop {

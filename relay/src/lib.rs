@@ -8,30 +8,30 @@
 //! [`hub`] propagation stats. [`server`] wires it together; [`config`] reads
 //! the options.
 
-pub mod access;
-pub mod admin;
-pub mod auth;
-pub mod catalog;
+mod access;
+mod admin;
+mod auth;
+mod catalog;
 pub mod config;
 pub mod ctl;
-pub mod demo;
-pub mod encoded;
-pub mod error;
-pub mod feed;
-pub mod grpc;
-pub mod hub;
+mod demo;
+mod encoded;
+mod error;
+mod feed;
+mod grpc;
+mod hub;
 pub mod metrics;
-pub mod probe;
-pub mod promote;
-pub mod propagation;
-pub mod quota;
-pub mod refusal;
-pub mod replica;
-pub mod replication;
-pub mod server;
-pub mod store;
-pub mod subscribe;
-pub mod transport;
+mod probe;
+mod promote;
+mod propagation;
+mod quota;
+mod refusal;
+mod replica;
+mod replication;
+mod server;
+mod store;
+mod subscribe;
+mod transport;
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
 /// Colours only on a terminal: a log file or journal gets plain text.

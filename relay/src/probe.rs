@@ -9,7 +9,7 @@ use crate::config::ProbeArgs;
 
 /// Whether the relay at `args.addr` answers SERVING for `args.service`
 /// within the timeout; prints the outcome.
-pub async fn probe(args: &ProbeArgs) -> bool {
+pub(crate) async fn probe(args: &ProbeArgs) -> bool {
     match check(args).await {
         Ok(ServingStatus::Serving) => {
             println!("{} {:?}: SERVING", args.addr, args.service);

@@ -19,7 +19,7 @@ use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention};
 
 /// Promotes the replica store in `data_dir`; prints what changed.
-pub async fn promote(data_dir: &Path) -> anyhow::Result<()> {
+pub(crate) async fn promote(data_dir: &Path) -> anyhow::Result<()> {
     let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&data_dir.join("db")).map_err(|e| {
         anyhow::anyhow!(
             "opening {}: {} (is the relay still running?)",

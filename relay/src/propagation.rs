@@ -9,14 +9,14 @@ use std::collections::VecDeque;
 use flagstream_proto::v1 as pb;
 
 /// Revisions per environment whose statistics are kept.
-pub const TRACKED_REVISIONS: usize = 256;
+pub(crate) const TRACKED_REVISIONS: usize = 256;
 
 /// Revisions a replica reports upstream (PROTOCOL.md §4: at most 64).
-pub const REPORTED_REVISIONS: usize = 64;
+pub(crate) const REPORTED_REVISIONS: usize = 64;
 
 /// Bucket index of a millisecond value: exact below 16 ms, then 8 buckets
 /// per power of two (each at most 1/8 of its lower bound wide).
-pub fn bucket_index(v: u64) -> usize {
+pub(crate) fn bucket_index(v: u64) -> usize {
     if v < 16 {
         return v as usize;
     }
@@ -25,7 +25,7 @@ pub fn bucket_index(v: u64) -> usize {
 }
 
 /// The largest value in bucket `i` (inclusive upper bound).
-pub fn bucket_upper(i: usize) -> u64 {
+pub(crate) fn bucket_upper(i: usize) -> u64 {
     if i < 16 {
         return i as u64;
     }
@@ -38,7 +38,7 @@ pub fn bucket_upper(i: usize) -> u64 {
 /// A latency histogram in PROTOCOL.md §4's layout, dense by index (at most
 /// ~500 buckets for any u64 value).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     counts: Vec<u64>,
     total: u64,
     max: u64,
@@ -46,7 +46,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// Adds one sample.
-    pub fn record(&mut self, ms: u64) {
+    pub(crate) fn record(&mut self, ms: u64) {
         let i = bucket_index(ms);
         if self.counts.len() <= i {
             self.counts.resize(i + 1, 0);
@@ -57,7 +57,7 @@ impl Histogram {
     }
 
     /// Adds another histogram's counts.
-    pub fn merge(&mut self, other: &Histogram) {
+    pub(crate) fn merge(&mut self, other: &Histogram) {
         if self.counts.len() < other.counts.len() {
             self.counts.resize(other.counts.len(), 0);
         }
@@ -69,19 +69,19 @@ impl Histogram {
     }
 
     /// Samples recorded.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.total
     }
 
     /// The largest sample (exact).
-    pub fn max(&self) -> u64 {
+    pub(crate) fn max(&self) -> u64 {
         self.max
     }
 
     /// Percentile `q`: the upper bound of the first bucket whose cumulative
     /// count reaches `ceil(q · N)`, capped at the exact maximum; 0 when
     /// empty.
-    pub fn percentile(&self, q: f64) -> u64 {
+    pub(crate) fn percentile(&self, q: f64) -> u64 {
         if self.total == 0 {
             return 0;
         }
@@ -97,7 +97,7 @@ impl Histogram {
     }
 
     /// The sparse wire form.
-    pub fn to_buckets(&self) -> Vec<pb::LatencyBucket> {
+    pub(crate) fn to_buckets(&self) -> Vec<pb::LatencyBucket> {
         self.counts
             .iter()
             .enumerate()
@@ -107,7 +107,7 @@ impl Histogram {
     }
 
     /// From the sparse wire form; indexes beyond any u64 value are ignored.
-    pub fn from_buckets(buckets: &[pb::LatencyBucket], max: u64) -> Histogram {
+    pub(crate) fn from_buckets(buckets: &[pb::LatencyBucket], max: u64) -> Histogram {
         let mut h = Histogram { max, ..Histogram::default() };
         for b in buckets {
             let i = b.index as usize;
@@ -126,7 +126,7 @@ impl Histogram {
 
 /// One revision's latency samples at this relay.
 #[derive(Debug, Clone)]
-pub struct RevisionStats {
+pub(crate) struct RevisionStats {
     /// The revision.
     pub revision: u64,
     /// Its commit time on the primary, Unix ms.
@@ -137,14 +137,14 @@ pub struct RevisionStats {
 
 /// The latest revisions' statistics of one environment, oldest first.
 #[derive(Debug, Default)]
-pub struct Ring {
+pub(crate) struct Ring {
     revisions: VecDeque<RevisionStats>,
 }
 
 impl Ring {
     /// The statistics of `revision`, created if new (dropping the oldest
     /// beyond [`TRACKED_REVISIONS`]).
-    pub fn entry(&mut self, revision: u64, committed_ms: u64) -> &mut RevisionStats {
+    pub(crate) fn entry(&mut self, revision: u64, committed_ms: u64) -> &mut RevisionStats {
         let pos = match self.revisions.iter().rposition(|r| r.revision == revision) {
             Some(p) => p,
             None => {
@@ -165,19 +165,19 @@ impl Ring {
     }
 
     /// The statistics of `revision`, if tracked.
-    pub fn get(&self, revision: u64) -> Option<&RevisionStats> {
+    pub(crate) fn get(&self, revision: u64) -> Option<&RevisionStats> {
         self.revisions.iter().rev().find(|r| r.revision == revision)
     }
 
     /// The newest `n` tracked revisions, oldest first.
-    pub fn latest(&self, n: usize) -> impl Iterator<Item = &RevisionStats> {
+    pub(crate) fn latest(&self, n: usize) -> impl Iterator<Item = &RevisionStats> {
         self.revisions.iter().skip(self.revisions.len().saturating_sub(n))
     }
 }
 
 /// A replica's latest report, as the relay it reports to keeps it.
 #[derive(Debug, Clone, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// Epoch the report is about.
     pub epoch: String,
     /// SDK subscribers in the replica's subtree.
@@ -188,7 +188,7 @@ pub struct Report {
 
 impl Report {
     /// From the wire form.
-    pub fn from_proto(r: &pb::PropagationReport) -> Report {
+    pub(crate) fn from_proto(r: &pb::PropagationReport) -> Report {
         Report {
             epoch: r.epoch.clone(),
             subscribers: r.subscribers,
@@ -202,12 +202,12 @@ impl Report {
     }
 
     /// The entry for `revision`: acked and latency.
-    pub fn revision(&self, revision: u64) -> Option<(u64, &Histogram)> {
+    pub(crate) fn revision(&self, revision: u64) -> Option<(u64, &Histogram)> {
         self.revisions.iter().find(|(r, _, _)| *r == revision).map(|(_, a, h)| (*a, h))
     }
 
     /// The wire form.
-    pub fn to_proto(&self) -> pb::PropagationReport {
+    pub(crate) fn to_proto(&self) -> pb::PropagationReport {
         pb::PropagationReport {
             epoch: self.epoch.clone(),
             subscribers: self.subscribers,

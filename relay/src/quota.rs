@@ -107,25 +107,20 @@ impl Buckets {
 
 /// The rate quotas in force; cheap to share.
 #[derive(Debug)]
-pub struct Quotas {
+pub(crate) struct Quotas {
     buckets: ArcSwap<Buckets>,
     metrics: Metrics,
 }
 
 impl Quotas {
     /// Quotas per `cfg`.
-    pub fn new(cfg: QuotaConfig, metrics: Metrics) -> Quotas {
+    pub(crate) fn new(cfg: QuotaConfig, metrics: Metrics) -> Quotas {
         Quotas { buckets: ArcSwap::from_pointee(Buckets::new(cfg)), metrics }
-    }
-
-    /// The settings in force.
-    pub fn config(&self) -> QuotaConfig {
-        self.buckets.load().cfg
     }
 
     /// Applies new settings (SIGHUP). A change replaces every bucket
     /// (they start full: at most one extra burst); no change keeps them.
-    pub fn reload(&self, cfg: QuotaConfig) {
+    pub(crate) fn reload(&self, cfg: QuotaConfig) {
         if self.buckets.load().cfg == cfg {
             return;
         }
@@ -134,7 +129,7 @@ impl Quotas {
     }
 
     /// Counts a refusal and makes its status (the refusal layer logs it).
-    pub fn refuse(&self, env: &str, quota: &str, message: String, retry: Option<Duration>) -> Status {
+    pub(crate) fn refuse(&self, env: &str, quota: &str, message: String, retry: Option<Duration>) -> Status {
         self.metrics.quota_refusal(env, quota);
         match retry {
             // The hint: the bucket's next token, at least 1 ms.
@@ -145,7 +140,7 @@ impl Quotas {
 
     /// Forgets buckets that are full again (keys not seen lately), so the
     /// keyed limiters' memory stays bounded by recent use.
-    pub fn prune(&self) {
+    pub(crate) fn prune(&self) {
         let b = self.buckets.load();
         for l in [&b.writes, &b.token_writes, &b.subscribes] {
             l.retain_recent();
@@ -155,7 +150,7 @@ impl Quotas {
 
     /// A write to `env` by `token`: both buckets must have room. Called only
     /// for environments that exist (bucket keys stay bounded).
-    pub fn check_write(&self, env: &str, token: &str) -> Result<(), Status> {
+    pub(crate) fn check_write(&self, env: &str, token: &str) -> Result<(), Status> {
         let b = self.buckets.load();
         let now = DefaultClock::default().now();
         if let Err(not_until) = b.writes.check_key(&env.to_owned()) {
@@ -177,7 +172,7 @@ impl Quotas {
 
     /// A new subscription to `env`: the environment's and the relay's
     /// buckets must have room.
-    pub fn check_subscribe(&self, env: &str) -> Result<(), Status> {
+    pub(crate) fn check_subscribe(&self, env: &str) -> Result<(), Status> {
         let b = self.buckets.load();
         let now = DefaultClock::default().now();
         if let Err(not_until) = b.relay_subscribes.check() {
@@ -226,7 +221,7 @@ mod tests {
         q.check_write("b", "t").unwrap();
         assert_eq!(m.quota_refusals_for("a", "writes_per_sec"), 1);
         // A reload to a higher rate takes effect.
-        q.reload(QuotaConfig { writes_per_sec: 100, ..q.config() });
+        q.reload(QuotaConfig { writes_per_sec: 100, token_writes_per_sec: 100, ..QuotaConfig::default() });
         q.check_write("a", "t").unwrap();
     }
 }

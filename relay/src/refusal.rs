@@ -94,7 +94,7 @@ fn labels(path: &str) -> (&'static str, &'static str) {
 }
 
 /// The `SCREAMING_CASE` name of a gRPC code (as in the gRPC spec).
-pub fn code_name(code: Code) -> &'static str {
+pub(crate) fn code_name(code: Code) -> &'static str {
     match code {
         Code::Ok => "OK",
         Code::Cancelled => "CANCELLED",
@@ -160,13 +160,13 @@ impl Recorder {
 
 /// The layer: wrap the gRPC server with it.
 #[derive(Debug, Clone)]
-pub struct RefusalLayer {
+pub(crate) struct RefusalLayer {
     recorder: Arc<Recorder>,
 }
 
 impl RefusalLayer {
     /// Counts into `metrics`.
-    pub fn new(metrics: Metrics) -> RefusalLayer {
+    pub(crate) fn new(metrics: Metrics) -> RefusalLayer {
         let per_second = NonZeroU32::new(LOG_PER_SECOND).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(LOG_PER_SECOND * 2).unwrap_or(NonZeroU32::MIN);
         let recorder = Arc::new(Recorder {
@@ -204,7 +204,7 @@ impl<S> tower_layer::Layer<S> for RefusalLayer {
 
 /// The wrapped service.
 #[derive(Debug, Clone)]
-pub struct Refusals<S> {
+pub(crate) struct Refusals<S> {
     inner: S,
     recorder: Arc<Recorder>,
 }

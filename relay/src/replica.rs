@@ -38,11 +38,11 @@ const CATALOG_SETTING: &str = "catalog_version";
 const FRESHNESS_TICK: Duration = Duration::from_secs(1);
 
 /// The health service name that tells whether the upstream is live.
-pub const UPSTREAM_HEALTH: &str = "flagstream.v1.Upstream";
+pub(crate) const UPSTREAM_HEALTH: &str = "flagstream.v1.Upstream";
 
 /// What a replica runs with.
 #[derive(Clone)]
-pub struct Replica {
+pub(crate) struct Replica {
     store: Store,
     tokens: Arc<Tokens>,
     hub: Arc<Hub>,
@@ -74,7 +74,7 @@ impl Drop for Follower {
 
 impl Replica {
     /// A replica of `upstream` over `store`, `tokens` and `hub`.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         tokens: Arc<Tokens>,
         hub: Arc<Hub>,
@@ -95,7 +95,7 @@ impl Replica {
 
     /// Runs until `stop`: the catalog follower, one follower per
     /// environment, and the freshness reporter.
-    pub async fn run(self, stop: CancellationToken, health: tonic_health::server::HealthReporter) {
+    pub(crate) async fn run(self, stop: CancellationToken, health: tonic_health::server::HealthReporter) {
         let followers: Arc<Mutex<HashMap<String, Follower>>> = Arc::default();
         let link = Arc::new(Link::default());
         // Serve and follow what is stored at once, upstream or not.

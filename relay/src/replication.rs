@@ -15,14 +15,14 @@ use crate::store::Store;
 
 /// The Replication service.
 #[derive(Debug, Clone)]
-pub struct ReplicationService {
+pub(crate) struct ReplicationService {
     store: Store,
     tokens: Arc<Tokens>,
 }
 
 impl ReplicationService {
     /// A service over `store` and `tokens` (authenticated by `AdminAuth`).
-    pub fn new(store: Store, tokens: Arc<Tokens>) -> ReplicationService {
+    pub(crate) fn new(store: Store, tokens: Arc<Tokens>) -> ReplicationService {
         ReplicationService { store, tokens }
     }
 }

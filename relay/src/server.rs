@@ -43,7 +43,7 @@ const MAX_CATALOG: usize = 64 << 20;
 
 /// A started relay's addresses and its stop switch.
 #[derive(Debug, Clone)]
-pub struct Running {
+pub(crate) struct Running {
     /// Bound gRPC address.
     pub grpc: SocketAddr,
     /// Bound metrics address.
@@ -54,7 +54,7 @@ pub struct Running {
 
 /// Runs a relay until SIGTERM/SIGINT, then drains and returns. With
 /// `demo`, also runs the live demo, changing a flag every `demo` period.
-pub async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<()> {
+pub(crate) async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
@@ -193,7 +193,7 @@ async fn check_role(
 }
 
 /// The store setting naming the role its data directory was made for.
-pub const ROLE_SETTING: &str = "role";
+pub(crate) const ROLE_SETTING: &str = "role";
 
 /// Warns, loudly, for every gRPC listener that is reachable from other
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
@@ -238,7 +238,7 @@ async fn wait_for_signal() {
 }
 
 /// Runs a relay until `stop` fires; `started` is told the bound addresses.
-pub async fn serve(
+pub(crate) async fn serve(
     cfg: Config,
     stop: CancellationToken,
     demo: Option<Duration>,

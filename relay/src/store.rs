@@ -10,16 +10,16 @@
 //! unchanged). This module knows nothing of gRPC: `error.rs` maps
 //! [`StoreError`] to a status.
 
-pub mod audit;
-pub mod backend;
+pub(crate) mod audit;
+pub(crate) mod backend;
 mod environment;
 mod key;
-pub mod meta;
+pub(crate) mod meta;
 mod op;
-pub mod postgres;
-pub mod received;
-pub mod sled;
-pub mod state;
+pub(crate) mod postgres;
+pub(crate) mod received;
+pub(crate) mod sled;
+pub(crate) mod state;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -37,11 +37,10 @@ use tokio::sync::{Mutex, watch};
 use crate::auth;
 use crate::metrics::Metrics;
 use crate::quota::SizeQuota;
-pub use audit::{AuditPos, AuditRecord, Verification, Who};
-pub use backend::Backend;
-pub use key::Rotated;
-pub use meta::{EnvMeta, SdkKeyRecord};
-pub use op::{ItemVersion, Op, WriteResult};
+pub(crate) use audit::{AuditPos, AuditRecord, Verification, Who};
+pub(crate) use backend::Backend;
+pub(crate) use meta::{EnvMeta, SdkKeyRecord};
+pub(crate) use op::{Op, WriteResult};
 use state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
 
 /// Store errors. Each names what was wrong and where.
@@ -195,7 +194,7 @@ pub(crate) fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>,
 /// (`EnvMeta::confirmed_unix_ms`), never as fresh. (Liveness deadlines use
 /// the monotonic clock; this is a reported age, not a deadline.)
 #[derive(Debug, Default)]
-pub struct Freshness {
+pub(crate) struct Freshness {
     /// Whether the upstream stream is open and delivering.
     live: AtomicBool,
     /// When the upstream last confirmed the data, Unix ms (0: never).
@@ -207,32 +206,32 @@ pub struct Freshness {
 impl Freshness {
     /// Records that the upstream confirmed the data at `now_ms` (Unix ms),
     /// itself `upstream_ms` stale.
-    pub fn confirm(&self, now_ms: u64, upstream_ms: u64) {
+    pub(crate) fn confirm(&self, now_ms: u64, upstream_ms: u64) {
         self.confirmed_ms.store(now_ms.max(1), Ordering::Relaxed);
         self.upstream_ms.store(upstream_ms, Ordering::Relaxed);
     }
 
     /// Marks the upstream stream open (`true`) or down.
-    pub fn set_live(&self, live: bool) {
+    pub(crate) fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::Relaxed);
     }
 
     /// When the upstream last confirmed the data, Unix ms, less its own
     /// staleness then (what is persisted across restarts); 0: never.
-    pub fn confirmed_unix_ms(&self) -> u64 {
+    pub(crate) fn confirmed_unix_ms(&self) -> u64 {
         let c = self.confirmed_ms.load(Ordering::Relaxed);
         if c == 0 { 0 } else { c.saturating_sub(self.upstream_ms.load(Ordering::Relaxed)).max(1) }
     }
 
     /// Whether the upstream stream is open.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.live.load(Ordering::Relaxed)
     }
 
     /// How old the data is, ms: the upstream's staleness while its stream
     /// is open; once it is down, the time since it last confirmed the data
     /// plus its staleness then. `None`: never confirmed.
-    pub fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
+    pub(crate) fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
         let confirmed = self.confirmed_ms.load(Ordering::Relaxed);
         if confirmed == 0 {
             return None;
@@ -244,7 +243,7 @@ impl Freshness {
 
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]
-pub struct Env {
+pub(crate) struct Env {
     /// The current state; replaced whole on every commit.
     pub state: ArcSwap<EnvState>,
     /// Head revision, for subscribers to wait on (`u64::MAX`: deleted).
@@ -286,7 +285,7 @@ impl Env {
     /// Whether the environment holds data: always on a primary; on a
     /// replica once a first snapshot arrived (before that its epoch is
     /// empty and subscribers are sent elsewhere).
-    pub fn has_data(&self) -> bool {
+    pub(crate) fn has_data(&self) -> bool {
         !self.state.load().epoch.is_empty()
     }
 
@@ -306,7 +305,7 @@ impl Env {
 
 /// Retention of the in-memory and on-disk change log.
 #[derive(Debug, Clone, Copy)]
-pub struct Retention {
+pub(crate) struct Retention {
     /// Most revisions kept.
     pub revisions: usize,
     /// Most bytes of changed items the kept revisions may account for.
@@ -325,7 +324,7 @@ impl Retention {
 /// Brings an environment of a shared database to the database's head now
 /// (implemented by the change feed).
 #[async_trait::async_trait]
-pub trait CatchUp: Send + Sync + std::fmt::Debug {
+pub(crate) trait CatchUp: Send + Sync + std::fmt::Debug {
     /// Catches `env` up; the caller holds its write lock, and with
     /// `row_locked` also the environment's row in the database. Failures
     /// are the implementation's to report.
@@ -334,7 +333,7 @@ pub trait CatchUp: Send + Sync + std::fmt::Debug {
 
 /// What [`CatchUp::catch_up_locked`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CatchUpOutcome {
+pub(crate) enum CatchUpOutcome {
     /// Caught up as far as it could (or failed and reported it).
     Done,
     /// History was lost and the environment needs a new epoch, which
@@ -344,7 +343,7 @@ pub enum CatchUpOutcome {
 
 /// Where a relay's data comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// This relay is the primary: admin writes make the revisions.
     Primary,
     /// This relay follows an upstream relay and accepts no changes.
@@ -359,7 +358,7 @@ pub enum Source {
 
 /// Cloneable handle to the store.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub(crate) struct Store {
     inner: Arc<Inner>,
 }
 
@@ -393,7 +392,7 @@ struct Inner {
 }
 
 /// Unix time in ms.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -450,7 +449,7 @@ pub(crate) fn build_items(
 impl Store {
     /// Opens the store over `backend` and loads every environment into
     /// memory, verifying each one's checksum.
-    pub async fn open(
+    pub(crate) async fn open(
         backend: Arc<dyn Backend>,
         limits: Limits,
         retention: Retention,
@@ -492,17 +491,17 @@ impl Store {
     }
 
     /// The backend (tokens and settings live there too).
-    pub fn backend(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.inner.backend
     }
 
     /// Where this relay's data comes from.
-    pub fn source(&self) -> &Source {
+    pub(crate) fn source(&self) -> &Source {
         &self.inner.source
     }
 
     /// `Err(ReadOnly)` on a replica: changes are made at the primary.
-    pub fn check_writable(&self) -> Result<(), StoreError> {
+    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
         match &self.inner.source {
             Source::Primary | Source::Shared => Ok(()),
             Source::Replica { upstream } => Err(StoreError::ReadOnly {
@@ -513,20 +512,20 @@ impl Store {
     }
 
     /// Records the primary's address as announced by the upstream.
-    pub fn set_primary(&self, primary: Option<String>) {
+    pub(crate) fn set_primary(&self, primary: Option<String>) {
         self.inner.primary.store(Arc::new(primary));
     }
 
     /// The primary's address: this relay's own when it is the primary
     /// (`advertised`), else what the upstream announced.
-    pub fn primary(&self) -> Option<String> {
+    pub(crate) fn primary(&self) -> Option<String> {
         (**self.inner.primary.load()).clone()
     }
 
     /// How stale `env`'s data is, ms: 0 on a primary; on a replica what
     /// [`Freshness::staleness_ms`] says; a copy never confirmed counts from
     /// its head's commit time.
-    pub fn staleness_ms(&self, env: &Env) -> u64 {
+    pub(crate) fn staleness_ms(&self, env: &Env) -> u64 {
         match self.inner.source {
             Source::Primary => 0,
             // A replica: since its upstream confirmed the data; a relay of
@@ -542,7 +541,7 @@ impl Store {
 
     /// Persists each environment's last confirmation (a replica, at
     /// shutdown), so a restart knows how old its data is.
-    pub async fn persist_freshness(&self) -> Result<(), StoreError> {
+    pub(crate) async fn persist_freshness(&self) -> Result<(), StoreError> {
         if self.inner.source == Source::Primary {
             return Ok(());
         }
@@ -561,44 +560,44 @@ impl Store {
     }
 
     /// A receiver that changes whenever environments or their keys change.
-    pub fn catalog_changes(&self) -> watch::Receiver<u64> {
+    pub(crate) fn catalog_changes(&self) -> watch::Receiver<u64> {
         self.inner.catalog.subscribe()
     }
 
     /// Tells catalog followers that something changed.
-    pub fn catalog_changed(&self) {
+    pub(crate) fn catalog_changed(&self) {
         self.inner.catalog.send_modify(|v| *v += 1);
     }
 
     /// Sets the per-environment size quotas (at start and on reload).
-    pub fn set_size_quota(&self, q: SizeQuota) {
+    pub(crate) fn set_size_quota(&self, q: SizeQuota) {
         self.inner.size_quota.store(Arc::new(q));
     }
 
     /// The validation limits in force.
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.inner.limits
     }
 
     /// The change-log and audit retention.
-    pub fn retention(&self) -> Retention {
+    pub(crate) fn retention(&self) -> Retention {
         self.inner.retention
     }
 
     /// Metrics handle.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.inner.metrics
     }
 
     /// An environment by name.
-    pub fn env(&self, name: &str) -> Result<Arc<Env>, StoreError> {
+    pub(crate) fn env(&self, name: &str) -> Result<Arc<Env>, StoreError> {
         self.inner.envs.load().get(name).cloned().ok_or_else(|| StoreError::EnvNotFound(name.to_owned()))
     }
 
     /// The environment, and the id of its SDK key, whose secret hashes to
     /// `hash`, if that key works now. Every key is compared in constant
     /// time.
-    pub fn env_by_key_hash(&self, hash: &str) -> Option<(Arc<Env>, String)> {
+    pub(crate) fn env_by_key_hash(&self, hash: &str) -> Option<(Arc<Env>, String)> {
         let now = now_ms();
         let mut found = None;
         for env in self.inner.envs.load().values() {
@@ -612,14 +611,14 @@ impl Store {
     }
 
     /// All environments, sorted by name.
-    pub fn envs(&self) -> Vec<Arc<Env>> {
+    pub(crate) fn envs(&self) -> Vec<Arc<Env>> {
         let mut v: Vec<_> = self.inner.envs.load().values().cloned().collect();
         v.sort_by(|a, b| a.meta.load().name.cmp(&b.meta.load().name));
         v
     }
 
     /// Audit entries of an environment, newest first.
-    pub async fn audit(
+    pub(crate) async fn audit(
         &self,
         env: &str,
         key: Option<(Kind, &str)>,
@@ -634,7 +633,7 @@ impl Store {
     /// Checks an environment's audit hash chain. Taken under the
     /// environment's write lock, so no commit moves the chain's end
     /// meanwhile.
-    pub async fn verify_audit(&self, env: &str) -> Result<Verification, StoreError> {
+    pub(crate) async fn verify_audit(&self, env: &str) -> Result<Verification, StoreError> {
         let env = self.env(env)?;
         let _write = env.write.lock().await;
         let (name, head) = {
@@ -675,12 +674,12 @@ impl Store {
     }
 
     /// Makes everything durable (shutdown).
-    pub async fn flush(&self) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         self.inner.backend.flush().await
     }
 
     /// Sets what catches an environment up on demand (the change feed).
-    pub fn set_catch_up(&self, c: Arc<dyn CatchUp>) {
+    pub(crate) fn set_catch_up(&self, c: Arc<dyn CatchUp>) {
         *self.inner.catch_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
     }
 
@@ -699,14 +698,14 @@ impl Store {
     }
 
     /// Resolves when a write asks the change feed to catch up now.
-    pub async fn feed_kicked(&self) {
+    pub(crate) async fn feed_kicked(&self) {
         self.inner.feed_kick.notified().await;
     }
 
     /// A subscriber's cursor is ahead of `env`'s head (same epoch): noted,
     /// and in a shared database the feed is asked to catch up (if the
     /// database is behind the cursor too, its history was lost).
-    pub fn note_cursor_ahead(&self, env: &str, epoch: &str, revision: u64) {
+    pub(crate) fn note_cursor_ahead(&self, env: &str, epoch: &str, revision: u64) {
         if self.inner.source != Source::Shared {
             return;
         }
@@ -721,13 +720,13 @@ impl Store {
     }
 
     /// The noted ahead cursor of `env`, taken.
-    pub fn take_cursor_ahead(&self, env: &str) -> Option<(String, u64)> {
+    pub(crate) fn take_cursor_ahead(&self, env: &str) -> Option<(String, u64)> {
         self.inner.ahead.lock().unwrap_or_else(|p| p.into_inner()).remove(env)
     }
 
     /// Adds an environment another writer of the shared database created
     /// (memory only; it is already stored).
-    pub async fn register_env(&self, loaded: backend::Loaded) -> Result<Arc<Env>, StoreError> {
+    pub(crate) async fn register_env(&self, loaded: backend::Loaded) -> Result<Arc<Env>, StoreError> {
         let (limits, metrics) = (self.inner.limits.clone(), self.inner.metrics.clone());
         let env = Arc::new(blocking(move || load_env(loaded, &limits, &metrics)).await?);
         let _guard = self.inner.envs_lock.lock().await;
@@ -745,7 +744,7 @@ impl Store {
 
     /// Sets `env`'s audit chain head (a shared database's, read with the
     /// head it belongs to).
-    pub fn set_audit_head(&self, env: &Env, head: &str) {
+    pub(crate) fn set_audit_head(&self, env: &Env, head: &str) {
         let current = env.meta.load();
         if current.audit_head != head {
             let mut next = EnvMeta::clone(&current);
@@ -757,7 +756,7 @@ impl Store {
     /// Replaces the metadata of `env` with what another writer of the
     /// shared database stored (its keys, description); returns the ids of
     /// keys that are gone (their streams must end).
-    pub fn replace_meta(&self, env: &Env, stored: EnvMeta) -> Vec<String> {
+    pub(crate) fn replace_meta(&self, env: &Env, stored: EnvMeta) -> Vec<String> {
         let current = env.meta.load_full();
         let mut next = EnvMeta::clone(&current);
         next.description = stored.description;

@@ -32,7 +32,7 @@ use crate::{auth, error};
 
 /// Stream timing and size settings.
 #[derive(Debug, Clone)]
-pub struct StreamConfig {
+pub(crate) struct StreamConfig {
     /// How long a client has to send its Hello.
     pub hello_timeout: Duration,
     /// Heartbeat interval (each stream starts at a random phase).
@@ -52,7 +52,7 @@ pub struct StreamConfig {
 
 /// The Sync service.
 #[derive(Debug, Clone)]
-pub struct SyncService {
+pub(crate) struct SyncService {
     store: Store,
     hub: Arc<Hub>,
     quotas: Arc<Quotas>,
@@ -64,7 +64,7 @@ impl SyncService {
     /// A service over `store`, registering subscribers in `hub`, new
     /// subscriptions limited by `quotas`, replica relays authenticated by
     /// `tokens`.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         hub: Arc<Hub>,
         quotas: Arc<Quotas>,

@@ -9,7 +9,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Socket settings for accepted connections.
 #[derive(Debug, Clone, Copy)]
-pub struct SocketOptions {
+pub(crate) struct SocketOptions {
     /// Listen backlog (tokio's default of 128 is too small for a
     /// reconnect storm).
     pub backlog: u32,
@@ -36,7 +35,7 @@ pub struct SocketOptions {
 }
 
 /// Binds a listener with the configured backlog.
-pub fn bind(addr: SocketAddr, opts: &SocketOptions) -> io::Result<TcpListener> {
+pub(crate) fn bind(addr: SocketAddr, opts: &SocketOptions) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
@@ -60,9 +59,7 @@ fn configure(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
 
 /// Per-connection facts, visible to services in request extensions.
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
-    /// Connection number (process-unique).
-    pub id: u64,
+pub(crate) struct ConnInfo {
     /// Peer address.
     pub remote: Option<SocketAddr>,
     /// Cancelling this closes the connection.
@@ -70,7 +67,7 @@ pub struct ConnInfo {
 }
 
 /// An accepted connection that fails all I/O once its kill switch fires.
-pub struct RelayIo {
+pub(crate) struct RelayIo {
     inner: TcpStream,
     info: ConnInfo,
     /// Polled only when the socket would block (polling the token takes a
@@ -152,12 +149,10 @@ impl tonic::transport::server::Connected for RelayIo {
     }
 }
 
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
-
 /// Accepted connections from `listener`, configured with `opts`. Accept
 /// errors (e.g. out of file descriptors) are logged and retried after a
 /// pause, never ending the stream.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     opts: SocketOptions,
 ) -> impl Stream<Item = Result<RelayIo, io::Error>> + Send + 'static {
@@ -172,11 +167,7 @@ pub fn incoming(
                     let kill = CancellationToken::new();
                     let io = RelayIo {
                         inner: stream,
-                        info: ConnInfo {
-                            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-                            remote: Some(remote),
-                            kill: kill.clone(),
-                        },
+                        info: ConnInfo { remote: Some(remote), kill: kill.clone() },
                         killed: Box::pin(kill.cancelled_owned()),
                         dead: false,
                     };

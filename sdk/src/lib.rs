@@ -27,9 +27,9 @@ mod sync;
 
 pub use flagstream_core::{
     AttrValue, Context, DEFAULT_KIND, Detail, ErrorKind, Evaluation, FlagHandle, FromValue,
-    INLINE_ATTRIBUTES, Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH, Name, Reason, Scalar, Seq, Snapshot,
-    SnapshotCell, ValidationError, ValidationErrors, Value, bucket, checksum, model, proto, reference,
-    validate, wire,
+    INLINE_ATTRIBUTES, Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH, Name, Reason, Scalar, Seq,
+    Snapshot, SnapshotCell, ValidationError, ValidationErrors, Value, bucket, checksum, model, proto,
+    reference, validate, wire,
 };
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
 

@@ -225,11 +225,17 @@ fn client_evaluation_never_allocates() {
     let run = || {
         for _ in 0..1_000 {
             let d = client.bool_detail("two-clause", &ctx, false);
-            assert_eq!((d.value, d.reason, d.rule_id.as_deref()), (true, "RULE_MATCH", Some("us-enterprise")));
+            assert_eq!(
+                (d.value, d.reason, d.rule_id.as_deref()),
+                (true, "RULE_MATCH", Some("us-enterprise"))
+            );
             let d = client.bool_detail("long-id", &ctx, false);
             assert_eq!(d.rule_id.as_deref(), Some("a-rule-id-longer-than-twenty-two-bytes"));
             let d = client.int_detail("gated", &ctx, 7);
-            assert_eq!((d.value, d.reason, d.prerequisite_key.as_deref()), (1, "PREREQUISITE_FAILED", Some("off")));
+            assert_eq!(
+                (d.value, d.reason, d.prerequisite_key.as_deref()),
+                (1, "PREREQUISITE_FAILED", Some("off"))
+            );
             assert_eq!(client.float_detail("operators", &ctx, 9.0).value, 0.5);
             assert_eq!(client.bool_detail("missing", &ctx, true).error, Some(ErrorKind::FlagNotFound));
             assert!(client.bool("plain", &ctx, false) && !client.bool("off", &ctx, true));

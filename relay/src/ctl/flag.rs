@@ -285,7 +285,6 @@ pub(crate) fn show_diff(title: &str, before: &str, after: &str) {
     }
 }
 
-
 /// Strips what the store sets, for comparing and showing.
 pub(crate) fn strip_flag(mut f: Flag) -> Flag {
     f.version = 0;

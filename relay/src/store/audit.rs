@@ -15,12 +15,12 @@ use super::state::Kind;
 use super::to_json;
 
 /// Where an audit entry sits: `(revision, sequence within the revision)`.
-pub type AuditPos = (u64, u32);
+pub(crate) type AuditPos = (u64, u32);
 
 /// Who makes a write: the authenticated principal and the caller's
 /// unverified note of whom it acts for.
 #[derive(Debug, Clone, Default)]
-pub struct Who {
+pub(crate) struct Who {
     /// The admin token's name (derived by the relay).
     pub principal: String,
     /// The `x-flagstream-actor` header; may be empty.
@@ -29,14 +29,14 @@ pub struct Who {
 
 impl Who {
     /// A principal without a note (the relay itself, the demo).
-    pub fn relay(name: &str) -> Who {
+    pub(crate) fn relay(name: &str) -> Who {
         Who { principal: name.to_owned(), on_behalf_of: String::new() }
     }
 }
 
 /// One audit log entry.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct AuditRecord {
+pub(crate) struct AuditRecord {
     /// Revision of the write.
     pub revision: u64,
     /// The authenticated principal (older records: the client's actor).
@@ -83,7 +83,7 @@ impl AuditRecord {
 }
 
 /// Largest diff kept in a record, bytes.
-pub const MAX_DIFF: usize = 16 << 10;
+pub(crate) const MAX_DIFF: usize = 16 << 10;
 /// Items larger than this (either side) get a summary, not a line diff:
 /// diffing 100,000-key segments would cost more than the write.
 const MAX_DIFFED_ITEM: usize = 256 << 10;
@@ -185,7 +185,7 @@ pub(crate) fn seal<'a>(
 
 /// The outcome of [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// Records whose hash was recomputed.
     pub checked: u64,
     /// The first broken record and what is wrong with it.

@@ -21,7 +21,7 @@ use crate::access::TokenRecord;
 
 /// One item a revision writes: its new bytes, or `None` for a delete.
 #[derive(Debug, Clone)]
-pub struct ItemChange {
+pub(crate) struct ItemChange {
     /// Which item.
     pub key: ItemKey,
     /// The canonical encoding after the revision; `None`: deleted.
@@ -30,7 +30,7 @@ pub struct ItemChange {
 
 /// One revision to make durable, whole or not at all.
 #[derive(Debug, Clone)]
-pub struct Commit {
+pub(crate) struct Commit {
     /// The environment's metadata after the revision (head revision,
     /// checksum, commit time, epoch, audit chain head).
     pub meta: EnvMeta,
@@ -63,18 +63,18 @@ pub struct Commit {
 /// applied by the backend to the metadata it holds: a shared backend
 /// applies it to the database's current record under its lock, so two
 /// relays changing keys at once lose neither change.
-pub type MetaChange = Box<dyn FnMut(&mut EnvMeta) -> Result<(), StoreError> + Send>;
+pub(crate) type MetaChange = Box<dyn FnMut(&mut EnvMeta) -> Result<(), StoreError> + Send>;
 
 /// What [`Backend::commit`] did beyond the commit itself.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// Audit records dropped for the retention.
     pub audit_trimmed: usize,
 }
 
 /// One environment as stored.
 #[derive(Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// Its metadata.
     pub meta: EnvMeta,
     /// Every live item's bytes.
@@ -90,7 +90,7 @@ pub struct Loaded {
 /// environment (at any relay) queue instead of racing. Dropped without
 /// `commit`, it is rolled back.
 #[async_trait]
-pub trait WriteLock: Send {
+pub(crate) trait WriteLock: Send {
     /// The database's head of the environment: epoch and revision.
     fn head(&self) -> (&str, u64);
 
@@ -107,10 +107,7 @@ pub trait WriteLock: Send {
 /// none is called for one environment by two writers at once (the store
 /// serialises them).
 #[async_trait]
-pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
-    /// A short name for logs and status (`sled`).
-    fn name(&self) -> &'static str;
-
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Every environment, with retention applied (dropping what it no
     /// longer keeps).
     async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError>;

@@ -32,7 +32,7 @@ pub(crate) fn check_env_name(name: &str) -> Result<(), StoreError> {
 impl Store {
     /// Creates an environment; returns it and its SDK key (shown once,
     /// stored only as a hash). Completes even if the caller goes away.
-    pub async fn create_env(
+    pub(crate) async fn create_env(
         &self,
         name: &str,
         description: &str,
@@ -107,7 +107,11 @@ impl Store {
 
     /// Deletes an environment and all its data. Subscribers see it vanish
     /// (their streams end). Completes even if the caller goes away.
-    pub async fn delete_env(&self, name: &str, expected_revision: Option<u64>) -> Result<(), StoreError> {
+    pub(crate) async fn delete_env(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+    ) -> Result<(), StoreError> {
         self.check_writable()?;
         self.remove_env(name, expected_revision).await
     }
@@ -143,7 +147,7 @@ impl Store {
 
     /// Removes an environment another writer of the shared database
     /// deleted (memory only); its streams end.
-    pub async fn unregister_env(&self, name: &str) {
+    pub(crate) async fn unregister_env(&self, name: &str) {
         let _guard = self.inner.envs_lock.lock().await;
         let Ok(env) = self.env(name) else { return };
         let _write = env.write.lock().await;

@@ -49,7 +49,7 @@ fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, 
 
 /// What a rotation did.
 #[derive(Debug, Clone)]
-pub struct Rotated {
+pub(crate) struct Rotated {
     /// The old key with its expiry; `None` when the grace was 0 (gone).
     pub old: Option<SdkKeyRecord>,
     /// The new key.
@@ -101,7 +101,7 @@ impl Store {
     }
 
     /// Creates another SDK key for `env`; returns it and its secret.
-    pub async fn create_sdk_key(
+    pub(crate) async fn create_sdk_key(
         &self,
         env: &str,
         name: &str,
@@ -114,14 +114,14 @@ impl Store {
     }
 
     /// The keys of `env` that work now.
-    pub fn sdk_keys(&self, env: &str) -> Result<Vec<SdkKeyRecord>, StoreError> {
+    pub(crate) fn sdk_keys(&self, env: &str) -> Result<Vec<SdkKeyRecord>, StoreError> {
         let now = now_ms();
         Ok(self.env(env)?.meta.load().sdk_keys.iter().filter(|k| k.valid_at(now)).cloned().collect())
     }
 
     /// Replaces key `id` of `env` with a new one; the old one keeps working
     /// for `grace_ms` (0: removed now).
-    pub async fn rotate_sdk_key(
+    pub(crate) async fn rotate_sdk_key(
         &self,
         env: &str,
         id: &str,
@@ -162,7 +162,7 @@ impl Store {
     }
 
     /// Removes key `id` of `env` at once.
-    pub async fn revoke_sdk_key(&self, env: &str, id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn revoke_sdk_key(&self, env: &str, id: &str) -> Result<(), StoreError> {
         self.check_writable()?;
         let (env_name, id) = (env.to_owned(), id.to_owned());
         self.change_meta(env, move |meta| {
@@ -178,7 +178,7 @@ impl Store {
 
     /// Removes every key whose grace period is over; returns
     /// `(environment, key id)` of each (their streams must end).
-    pub async fn expire_sdk_keys(&self) -> Vec<(String, String)> {
+    pub(crate) async fn expire_sdk_keys(&self) -> Vec<(String, String)> {
         let now = now_ms();
         let mut out = Vec::new();
         for env in self.envs() {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Persistent facts about one environment.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct EnvMeta {
+pub(crate) struct EnvMeta {
     /// Name.
     pub name: String,
     /// Free text.
@@ -60,7 +60,7 @@ impl EnvMeta {
 
 /// One SDK key of an environment; the secret only as its hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct SdkKeyRecord {
+pub(crate) struct SdkKeyRecord {
     /// `k1`, `k2`, ...
     pub id: String,
     /// Free text.
@@ -77,7 +77,7 @@ pub struct SdkKeyRecord {
 
 impl SdkKeyRecord {
     /// Whether it works at `now` (Unix ms).
-    pub fn valid_at(&self, now: u64) -> bool {
+    pub(crate) fn valid_at(&self, now: u64) -> bool {
         self.expires_unix_ms == 0 || now < self.expires_unix_ms
     }
 }

@@ -15,7 +15,7 @@ use super::state::{EnvState, ItemKey, Kind};
 
 /// One requested change.
 #[derive(Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     /// Create or replace a flag.
     PutFlag {
         /// The new flag (its version and revision are set by the store).
@@ -66,7 +66,7 @@ pub enum Op {
 
 /// An item's version after a write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemVersion {
+pub(crate) struct ItemVersion {
     /// Kind.
     pub kind: Kind,
     /// Key.
@@ -79,7 +79,7 @@ pub struct ItemVersion {
 
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteResult {
+pub(crate) struct WriteResult {
     /// The environment revision after the write.
     pub revision: u64,
     /// Every item the write named.

@@ -13,7 +13,7 @@
 //! transaction, is looked up to tell. Schema migrations (`postgres/*.sql`)
 //! are embedded and applied at start under an advisory lock.
 
-pub mod query;
+pub(crate) mod query;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,7 +32,7 @@ use crate::access::TokenRecord;
 
 /// The notification channel every relay LISTENs on. Payloads:
 /// `rev:ENV:REVISION`, `meta:ENV`, `env:ENV`, `tokens`.
-pub const CHANNEL: &str = "flagstream";
+pub(crate) const CHANNEL: &str = "flagstream";
 
 /// Advisory lock key of schema migrations ("flagstrm" in ASCII).
 const MIGRATION_LOCK: i64 = 0x666c_6167_7374_726d;
@@ -92,7 +92,7 @@ pub(crate) fn kind_of(code: i16, env: &str) -> Result<Kind, StoreError> {
 
 /// The PostgreSQL backend. Cheap to clone (the pool is shared).
 #[derive(Clone)]
-pub struct PostgresBackend {
+pub(crate) struct PostgresBackend {
     pool: Pool,
     config: tokio_postgres::Config,
 }
@@ -126,7 +126,7 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
 impl PostgresBackend {
     /// Connects to `url` (`postgres://USER@HOST:PORT/DB`) and applies the
     /// schema migrations.
-    pub async fn connect(url: &str) -> Result<PostgresBackend, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<PostgresBackend, StoreError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(db)?;
         if config.get_application_name().is_none() {
             config.application_name("flagstream-relay");
@@ -151,12 +151,16 @@ impl PostgresBackend {
     }
 
     /// The connection settings (the feed opens its own session with them).
-    pub fn config(&self) -> &tokio_postgres::Config {
+    pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
     }
 
     /// One environment as stored (`None`: there is none of that name).
-    pub async fn load_env(&self, name: &str, retention: Retention) -> Result<Option<Loaded>, StoreError> {
+    pub(crate) async fn load_env(
+        &self,
+        name: &str,
+        retention: Retention,
+    ) -> Result<Option<Loaded>, StoreError> {
         let mut c = self.client().await?;
         let tx = c
             .build_transaction()
@@ -525,10 +529,6 @@ impl Backend for PostgresBackend {
                 Err(StoreError::DatabaseUnavailable(Box::new(e)))
             }
         }
-    }
-
-    fn name(&self) -> &'static str {
-        "postgres"
     }
 
     fn shared(&self) -> bool {

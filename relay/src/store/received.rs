@@ -43,7 +43,7 @@ struct Header {
 
 impl Store {
     /// Applies a complete snapshot of `env` from upstream.
-    pub fn apply_snapshot_blocking(
+    pub(crate) fn apply_snapshot_blocking(
         &self,
         env: &str,
         chunks: Vec<RawChunk>,
@@ -55,7 +55,7 @@ impl Store {
     }
 
     /// Applies a delta of `env` from upstream.
-    pub fn apply_delta_blocking(&self, env: &str, d: RawDelta) -> Result<pb::Cursor, ApplyError> {
+    pub(crate) fn apply_delta_blocking(&self, env: &str, d: RawDelta) -> Result<pb::Cursor, ApplyError> {
         let env = self.env(env).map_err(stored)?;
         let _write = env.write.blocking_lock();
         self.check_receiving(&env)?;

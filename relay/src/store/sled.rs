@@ -35,22 +35,17 @@ const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
 
 /// The sled backend. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct SledBackend {
+pub(crate) struct SledBackend {
     db: sled::Db,
     meta: sled::Tree,
 }
 
 impl SledBackend {
     /// Opens (or creates) the database in `dir`.
-    pub fn open(dir: &Path) -> Result<SledBackend, StoreError> {
+    pub(crate) fn open(dir: &Path) -> Result<SledBackend, StoreError> {
         let db = sled::Config::new().path(dir).open()?;
         let meta = db.open_tree("meta")?;
         Ok(SledBackend { db, meta })
-    }
-
-    /// The database (for tests that edit it on disk).
-    pub fn db(&self) -> &sled::Db {
-        &self.db
     }
 
     async fn run<T: Send + 'static>(
@@ -215,10 +210,6 @@ fn expired(audit: &sled::Tree, floor: u64) -> Result<Vec<sled::IVec>, StoreError
 
 #[async_trait]
 impl Backend for SledBackend {
-    fn name(&self) -> &'static str {
-        "sled"
-    }
-
     async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError> {
         self.run(move |b| b.load_now(retention)).await
     }

@@ -35,11 +35,11 @@ impl Kind {
 }
 
 /// `(kind, key)`: flags sort before segments, each by key.
-pub type ItemKey = (Kind, String);
+pub(crate) type ItemKey = (Kind, String);
 
 /// One stored flag or segment.
 #[derive(Debug, Clone)]
-pub struct Item {
+pub(crate) struct Item {
     /// Canonical protobuf encoding, as committed; forwarded verbatim.
     pub bytes: Bytes,
     /// Its checksum contribution (PROTOCOL.md §3.1).
@@ -49,13 +49,13 @@ pub struct Item {
 }
 
 /// The checksum contribution of one item (PROTOCOL.md §3.1).
-pub fn item_hash(kind: Kind, key: &str, bytes: &[u8]) -> u64 {
+pub(crate) fn item_hash(kind: Kind, key: &str, bytes: &[u8]) -> u64 {
     flagstream::checksum::item_hash(kind as u8, key, bytes)
 }
 
 /// One committed revision in the change log.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct LogEntry {
+pub(crate) struct LogEntry {
     /// The revision.
     pub revision: u64,
     /// Items it upserted or deleted.
@@ -79,7 +79,7 @@ pub struct LogEntry {
 
 /// An environment at one revision.
 #[derive(Debug)]
-pub struct EnvState {
+pub(crate) struct EnvState {
     /// Environment name.
     pub name: String,
     /// Store epoch (random, made at creation).
@@ -126,7 +126,7 @@ struct DeltaCache {
 
 /// Size bounds of what a subscriber is sent and of the delta cache.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Largest snapshot chunk, and largest delta, in bytes.
     pub chunk_bytes: usize,
     /// Most bytes of cached deltas per environment revision.
@@ -135,7 +135,7 @@ pub struct Bounds {
 
 /// What a subscriber at some cursor needs next.
 #[derive(Debug)]
-pub enum Catchup {
+pub(crate) enum Catchup {
     /// Already at head.
     Current,
     /// One delta to head.
@@ -149,7 +149,7 @@ pub enum Catchup {
 
 impl EnvState {
     /// A state with empty caches.
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         epoch: String,
         revision: u64,
@@ -177,12 +177,12 @@ impl EnvState {
     }
 
     /// Lowest cursor revision a delta can start from.
-    pub fn oldest_delta_base(&self) -> u64 {
+    pub(crate) fn oldest_delta_base(&self) -> u64 {
         self.log.front().map_or(self.revision, |e| e.revision - 1)
     }
 
     /// What a subscriber at `(epoch, revision)` needs to reach head.
-    pub fn catchup(&self, epoch: &str, revision: u64, bounds: Bounds, metrics: &Metrics) -> Catchup {
+    pub(crate) fn catchup(&self, epoch: &str, revision: u64, bounds: Bounds, metrics: &Metrics) -> Catchup {
         if epoch == self.epoch && revision == self.revision {
             return Catchup::Current;
         }
@@ -209,7 +209,7 @@ impl EnvState {
     }
 
     /// The encoded snapshot at this revision (encoded once).
-    pub fn chunks(&self, chunk_bytes: usize, metrics: &Metrics) -> Arc<Vec<Encoded>> {
+    pub(crate) fn chunks(&self, chunk_bytes: usize, metrics: &Metrics) -> Arc<Vec<Encoded>> {
         self.chunks
             .get_or_init(|| {
                 metrics.encodes.get_or_create(&vec![("kind", "snapshot".to_owned())]).inc();
@@ -307,7 +307,7 @@ impl EnvState {
     }
 
     /// Bytes of all item encodings (store size).
-    pub fn item_bytes(&self) -> usize {
+    pub(crate) fn item_bytes(&self) -> usize {
         self.items.values().map(|i| i.bytes.len()).sum()
     }
 }

@@ -35,7 +35,7 @@ impl Store {
     /// leaves the commit to finish whole (disk, memory, subscribers, audit)
     /// or, if it had not begun, not at all; and no runtime worker is held
     /// by validation or storage.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         env_name: &str,
         ops: Vec<Op>,

@@ -189,7 +189,9 @@ impl CompiledClause {
             (KindSel::Default, Attr::Name(name), Op::InStr(set)) => {
                 CompiledClause::NameIn { name, set, negate: clause.negate }
             }
-            (kind, attr, op) => CompiledClause::General(Box::new(General { kind, attr, op, negate: clause.negate })),
+            (kind, attr, op) => {
+                CompiledClause::General(Box::new(General { kind, attr, op, negate: clause.negate }))
+            }
         })
     }
 
@@ -207,9 +209,8 @@ impl CompiledClause {
                 Some(AttrValue::Scalar(Scalar::Str(s))) => set.contains(s) != *negate,
                 // A missing attribute (or kind) never matches, negated or
                 // not; lists and JSON test each of their strings.
-                Some(v) => found(v).is_some_and(|f| {
-                    f.any(|x| matches!(x, ScalarRef::Str(s) if set.contains(s))) != *negate
-                }),
+                Some(v) => found(v)
+                    .is_some_and(|f| f.any(|x| matches!(x, ScalarRef::Str(s) if set.contains(s))) != *negate),
                 None => false,
             }),
             CompiledClause::General(g) => g.matches(ctx, in_segment),

@@ -237,7 +237,12 @@ impl Snapshot {
 
     /// Evaluates a compiled flag of this snapshot.
     #[inline]
-    fn evaluate_flag<'s>(&'s self, flag: &'s CompiledFlag, ctx: &Context<'_>, clock: &Clock) -> Evaluation<'s> {
+    fn evaluate_flag<'s>(
+        &'s self,
+        flag: &'s CompiledFlag,
+        ctx: &Context<'_>,
+        clock: &Clock,
+    ) -> Evaluation<'s> {
         let outcome = self.eval_flag(flag, ctx, 0, clock);
         served(flag, outcome)
     }
@@ -506,7 +511,8 @@ impl Snapshot {
         }
         let in_segment = |key: &str| self.in_segment(key, ctx, 0);
         for (i, rule) in flag.rules.iter().enumerate() {
-            let clauses = flag.clauses.get(rule.clauses.0 as usize..rule.clauses.1 as usize).unwrap_or_default();
+            let clauses =
+                flag.clauses.get(rule.clauses.0 as usize..rule.clauses.1 as usize).unwrap_or_default();
             match all_match(clauses, ctx, &in_segment) {
                 Ok(false) => {}
                 Ok(true) => {
@@ -594,7 +600,9 @@ fn served(flag: &CompiledFlag, outcome: Outcome) -> Evaluation<'_> {
     }
     let v = outcome.variation();
     match flag.variations.get(v as usize) {
-        Some(value) => Evaluation { served: Some((v, value)), reason: outcome.reason(flag), flag_version: flag.version },
+        Some(value) => {
+            Evaluation { served: Some((v, value)), reason: outcome.reason(flag), flag_version: flag.version }
+        }
         None => Evaluation {
             served: None,
             reason: Reason::Error(ErrorKind::MalformedFlag),

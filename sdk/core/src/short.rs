@@ -205,7 +205,7 @@ mod tests {
         let id: Arc<str> = Arc::from("us-enterprise");
         let name = Name::of(&id);
         assert_eq!(Arc::strong_count(&id), 1, "a short name is copied, not shared");
-        assert!(name == "us-enterprise" && name.len() == 13 && name.to_string() == "us-enterprise");
+        assert!(name == "us-enterprise" && name.len() == 13 && format!("{name}") == "us-enterprise");
         let long: Arc<str> = Arc::from(long.as_str());
         assert_eq!(Name::of(&long).as_str(), &*long);
         assert_eq!(Arc::strong_count(&long), 1, "the share was dropped with the name");

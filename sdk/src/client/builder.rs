@@ -13,8 +13,8 @@ use tokio::sync::{broadcast, watch};
 use super::{CHANGE_BUFFER, Client, FinalWrite, Shared, Tasks};
 use crate::cache::Cache;
 use crate::follow::FollowConfig;
-use crate::status::{Source, Status};
 use crate::stats::Counters;
+use crate::status::{Source, Status};
 use crate::sync;
 use crate::{FlagSet, Limits, Snapshot, SnapshotCell};
 
@@ -323,4 +323,3 @@ pub fn read_flag_file(path: &std::path::Path) -> Result<FlagSet, BuildError> {
         serde_yaml_ng::from_str(&text).map_err(|e| err(Box::new(e)))
     }
 }
-

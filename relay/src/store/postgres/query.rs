@@ -17,7 +17,7 @@ const PRUNE_LOCK: i64 = 0x6673_7072_756e_6572;
 
 /// An environment's row: its head and incarnation.
 #[derive(Debug, Clone)]
-pub struct Head {
+pub(crate) struct Head {
     /// Epoch.
     pub epoch: String,
     /// Head revision.
@@ -30,7 +30,7 @@ pub struct Head {
 
 /// One committed revision from the history.
 #[derive(Debug, Clone)]
-pub struct Revision {
+pub(crate) struct Revision {
     /// The revision.
     pub revision: u64,
     /// Its commit id.
@@ -92,7 +92,7 @@ pub(crate) async fn items_and_log(
 /// (a promoted standby's new timeline shows at once; the last
 /// checkpoint's would lag until the next checkpoint); on a standby, the
 /// one it replays. Every function used is executable by any role.
-pub async fn incarnation(c: &Client) -> Result<String, StoreError> {
+pub(crate) async fn incarnation(c: &Client) -> Result<String, StoreError> {
     let row = c
         .query_one(
             "SELECT (SELECT system_identifier::text FROM pg_control_system()),
@@ -108,7 +108,7 @@ pub async fn incarnation(c: &Client) -> Result<String, StoreError> {
 }
 
 /// The names of every environment.
-pub async fn env_names(c: &Client) -> Result<Vec<String>, StoreError> {
+pub(crate) async fn env_names(c: &Client) -> Result<Vec<String>, StoreError> {
     Ok(c.query("SELECT name FROM flagstream_envs ORDER BY name", &[])
         .await
         .map_err(db)?
@@ -118,7 +118,7 @@ pub async fn env_names(c: &Client) -> Result<Vec<String>, StoreError> {
 }
 
 /// One environment's head.
-pub async fn head(c: &Client, env: &str) -> Result<Option<Head>, StoreError> {
+pub(crate) async fn head(c: &Client, env: &str) -> Result<Option<Head>, StoreError> {
     let Some(row) =
         c.query_opt("SELECT * FROM flagstream_envs WHERE name = $1", &[&env]).await.map_err(db)?
     else {
@@ -133,7 +133,7 @@ pub async fn head(c: &Client, env: &str) -> Result<Option<Head>, StoreError> {
 }
 
 /// The commit id of `revision` of `env`, if the history still has it.
-pub async fn commit_id(c: &Client, env: &str, revision: u64) -> Result<Option<String>, StoreError> {
+pub(crate) async fn commit_id(c: &Client, env: &str, revision: u64) -> Result<Option<String>, StoreError> {
     let row = c
         .query_opt(
             "SELECT commit_id FROM flagstream_history WHERE env = $1 AND revision = $2",
@@ -145,7 +145,7 @@ pub async fn commit_id(c: &Client, env: &str, revision: u64) -> Result<Option<St
 }
 
 /// The oldest revision the history of `env` still holds (`None`: empty).
-pub async fn oldest(c: &Client, env: &str) -> Result<Option<u64>, StoreError> {
+pub(crate) async fn oldest(c: &Client, env: &str) -> Result<Option<u64>, StoreError> {
     let row = c
         .query_one("SELECT min(revision) FROM flagstream_history WHERE env = $1", &[&env])
         .await
@@ -154,7 +154,12 @@ pub async fn oldest(c: &Client, env: &str) -> Result<Option<u64>, StoreError> {
 }
 
 /// The revisions of `env` after `after`, up to `upto`, in order.
-pub async fn history(c: &Client, env: &str, after: u64, upto: u64) -> Result<Vec<Revision>, StoreError> {
+pub(crate) async fn history(
+    c: &Client,
+    env: &str,
+    after: u64,
+    upto: u64,
+) -> Result<Vec<Revision>, StoreError> {
     let (a, u) = (after as i64, upto as i64);
     let rows = c
         .query(
@@ -192,7 +197,10 @@ pub async fn history(c: &Client, env: &str, after: u64, upto: u64) -> Result<Vec
 }
 
 /// The whole of `env` in one consistent view: its head and every item.
-pub async fn full(c: &mut Client, env: &str) -> Result<Option<(Head, Vec<(Kind, Bytes)>)>, StoreError> {
+pub(crate) async fn full(
+    c: &mut Client,
+    env: &str,
+) -> Result<Option<(Head, Vec<(Kind, Bytes)>)>, StoreError> {
     let tx = c
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -222,7 +230,7 @@ pub async fn full(c: &mut Client, env: &str) -> Result<Option<(Head, Vec<(Kind, 
 /// Makes a new epoch for `env` if it is still at `old` (the first relay to
 /// detect lost history wins), dropping the history of the old one; then
 /// every relay reloads it. Whether this call made it.
-pub async fn rotate_epoch(
+pub(crate) async fn rotate_epoch(
     c: &mut Client,
     env: &str,
     old: &str,
@@ -247,7 +255,7 @@ pub async fn rotate_epoch(
 
 /// What one pruning pass removed.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Pruned {
+pub(crate) struct Pruned {
     /// History revisions.
     pub revisions: u64,
     /// Audit records.
@@ -260,7 +268,7 @@ pub struct Pruned {
 /// entries fit `bytes`, at least one), audit records beyond
 /// `audit_revisions`, and old request ids — if no other relay is pruning
 /// (`None` then).
-pub async fn prune(c: &Client, retention: Retention) -> Result<Option<Pruned>, StoreError> {
+pub(crate) async fn prune(c: &Client, retention: Retention) -> Result<Option<Pruned>, StoreError> {
     let locked: bool =
         c.query_one("SELECT pg_try_advisory_lock($1)", &[&PRUNE_LOCK]).await.map_err(db)?.get(0);
     if !locked {
@@ -304,7 +312,7 @@ pub async fn prune(c: &Client, retention: Retention) -> Result<Option<Pruned>, S
 }
 
 /// Stores this relay's propagation report for `env`.
-pub async fn publish_report(
+pub(crate) async fn publish_report(
     c: &Client,
     relay: &str,
     env: &str,
@@ -324,7 +332,7 @@ pub async fn publish_report(
 /// The other relays' reports updated in the last `fresh_secs` seconds:
 /// `(relay, env, epoch, report bytes)`. Older ones (a relay that stopped)
 /// are deleted once a minute old.
-pub async fn peer_reports(
+pub(crate) async fn peer_reports(
     c: &Client,
     relay: &str,
     fresh_secs: f64,
@@ -346,6 +354,6 @@ pub async fn peer_reports(
 /// The fraction (0–1) of the server's NOTIFY queue in use: a session that
 /// LISTENs and never reads fills it, and at 1 every commit that notifies
 /// fails.
-pub async fn notification_queue_usage(c: &Client) -> Result<f64, StoreError> {
+pub(crate) async fn notification_queue_usage(c: &Client) -> Result<f64, StoreError> {
     Ok(c.query_one("SELECT pg_notification_queue_usage()", &[]).await.map_err(db)?.get(0))
 }

@@ -1,0 +1,183 @@
+//! Compiling model flags and segments into their evaluation form: serves
+//! into thresholds, targets grouped by kind, every rule's clauses into one
+//! array, variations typed. Data that bypassed validation compiles to a
+//! flag or segment marked malformed, never a guess and never a panic.
+
+
+use super::*;
+
+fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
+    match (serve.variation, &serve.rollout, &serve.schedule) {
+        (Some(v), None, None) => Some(CompiledServe::Variation(v)),
+        (None, Some(r), None) => {
+            let mut end = 0u32;
+            let thresholds = r
+                .variations
+                .iter()
+                .map(|wv| {
+                    end = end.saturating_add(wv.weight);
+                    (end, wv.variation)
+                })
+                .collect();
+            Some(CompiledServe::Rollout(Box::new(CompiledRollout {
+                kind: KindSel::parse(&r.context_kind),
+                bucket_by: parse_attr(&r.bucket_by).ok()?,
+                seed: bucket::seed_for(r.seed, salt),
+                thresholds,
+            })))
+        }
+        (None, None, Some(s)) => {
+            CompiledSchedule::compile(s, salt).ok().map(|c| CompiledServe::Schedule(Box::new(c)))
+        }
+        _ => None,
+    }
+}
+
+/// Groups targets by kind, keeping each key's first target.
+fn compile_targets(targets: &[Target]) -> Option<Box<[TargetGroup]>> {
+    if targets.is_empty() {
+        return None;
+    }
+    let mut groups: Vec<TargetGroup> = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let kind = KindSel::parse(&t.context_kind);
+        let group = match groups.iter().position(|g| g.kind == kind) {
+            Some(g) => &mut groups[g],
+            None => {
+                groups.push(TargetGroup { kind, keys: FastMap::default() });
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        for key in &t.values {
+            group.keys.entry(Box::from(key.as_str())).or_insert((i as u32, t.variation));
+        }
+    }
+    Some(groups.into_boxed_slice())
+}
+
+pub(super) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
+    let mut malformed = false;
+    let variations = Variations::new(
+        flag.variations
+            .iter()
+            .map(|v| {
+                Value::from_json(flag.flag_type, v).unwrap_or_else(|| {
+                    malformed = true;
+                    Value::Json(v.clone())
+                })
+            })
+            .collect(),
+    );
+    let targets = compile_targets(&flag.targets);
+    let salt = flag.effective_salt().to_owned();
+    let mut clauses = Vec::with_capacity(flag.rules.iter().map(|r| r.clauses.len()).sum());
+    let rules = flag
+        .rules
+        .iter()
+        .map(|r| {
+            let compiled =
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect::<Result<Vec<_>, _>>();
+            let serve = compile_serve(&r.serve, &salt);
+            let start = clauses.len() as u32;
+            match (compiled, serve) {
+                (Ok(compiled), Some(serve)) => {
+                    clauses.extend(compiled);
+                    CompiledRule { clauses: (start, clauses.len() as u32), serve, id: r.id.as_str().into() }
+                }
+                _ => {
+                    malformed = true;
+                    CompiledRule {
+                        clauses: (start, start),
+                        serve: CompiledServe::Variation(u32::MAX),
+                        id: r.id.as_str().into(),
+                    }
+                }
+            }
+        })
+        .collect();
+    let fallthrough = compile_serve(&flag.fallthrough, &salt).unwrap_or_else(|| {
+        malformed = true;
+        CompiledServe::Variation(u32::MAX)
+    });
+    let constant = if malformed {
+        None
+    } else if !flag.on {
+        Some((flag.off_variation, true))
+    } else if flag.prerequisites.is_empty() && targets.is_none() && flag.rules.is_empty() {
+        match fallthrough {
+            CompiledServe::Variation(v) => Some((v, false)),
+            CompiledServe::Rollout(_) | CompiledServe::Schedule(_) => None,
+        }
+    } else {
+        None
+    };
+    let constant = constant.and_then(|(variation, off)| {
+        let value = variations.get(variation as usize)?.clone();
+        Some(Constant { variation, off, value })
+    });
+    CompiledFlag {
+        constant,
+        flag_type: flag.flag_type,
+        variations,
+        on: flag.on,
+        off_variation: flag.off_variation,
+        prerequisites: flag.prerequisites.iter().map(|p| (Arc::from(p.key.as_str()), p.variation)).collect(),
+        targets,
+        rules,
+        clauses: clauses.into_boxed_slice(),
+        fallthrough,
+        version: flag.version,
+        malformed,
+        source: Arc::new(flag),
+    }
+}
+
+pub(super) fn compile_segments(
+    segments: Vec<Segment>,
+    limits: &Limits,
+) -> FastMap<Box<str>, Arc<CompiledSegment>> {
+    segments.into_iter().map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits)))).collect()
+}
+
+pub(super) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
+    let keys = |v: &[String]| StrSet::new(v.iter().map(|k| Box::from(k.as_str())).collect());
+    let by_kind = |lists: &[KindKeys]| -> Box<[(KindSel, StrSet)]> {
+        lists.iter().map(|l| (KindSel::parse(&l.context_kind), keys(&l.values))).collect()
+    };
+    let seed = bucket::seed_for(None, segment.effective_salt());
+    let mut malformed = false;
+    let rules = segment
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let clauses: Result<Box<[_]>, _> =
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect();
+            let weight = match r.weight {
+                None => Ok(None),
+                Some(w) => parse_attr(&r.bucket_by)
+                    .map(|by| Some((w, KindSel::parse(&r.rollout_context_kind), by, seed)))
+                    .map_err(|_| ()),
+            };
+            // Only unvalidated data fails here: the segment then answers
+            // MALFORMED_FLAG wherever it is consulted, never a guess.
+            match (clauses, weight) {
+                (Ok(clauses), Ok(weight)) if !clauses.is_empty() || weight.is_some() => {
+                    Some(CompiledSegmentRule { clauses, weight })
+                }
+                _ => {
+                    malformed = true;
+                    None
+                }
+            }
+        })
+        .collect();
+    CompiledSegment {
+        included: keys(&segment.included),
+        excluded: keys(&segment.excluded),
+        included_kinds: by_kind(&segment.included_contexts),
+        excluded_kinds: by_kind(&segment.excluded_contexts),
+        rules,
+        malformed,
+        source: Arc::new(segment),
+    }
+}
