@@ -3,7 +3,6 @@
 //! array, variations typed. Data that bypassed validation compiles to a
 //! flag or segment marked malformed, never a guess and never a panic.
 
-
 use super::*;
 
 fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
