@@ -186,6 +186,24 @@ async fn evaluate_matches_the_engine() {
     assert_eq!(r.value.unwrap().value, Some(pb::variation::Value::BoolValue(true)));
     let reason = r.reason.unwrap();
     assert_eq!((reason.kind, reason.rule_id.as_str()), (pb::ReasonKind::RuleMatch as i32, "us-enterprise"));
+
+    // A default that does not decode is refused, naming the field; an
+    // empty one is the JSON null.
+    let request = |default: Option<pb::variation::Value>| pb::EvaluateRequest {
+        environment: "demo".into(),
+        flag_key: "no-such-flag".into(),
+        context: Some(flagstream::wire::context_to_proto(&ctx)),
+        requested_type: pb::FlagType::Json as i32,
+        default_value: Some(pb::Variation { value: default }),
+    };
+    let err =
+        admin.evaluate(request(Some(pb::variation::Value::JsonValue("{not json".into())))).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("default_value: invalid JSON"), "{}", err.message());
+    let err = admin.evaluate(request(Some(pb::variation::Value::FloatValue(f64::NAN)))).await.unwrap_err();
+    assert!(err.message().contains("default_value: NaN is not a finite float"), "{}", err.message());
+    let r = admin.evaluate(request(None)).await.unwrap().into_inner();
+    assert_eq!(r.value.unwrap().value, Some(pb::variation::Value::JsonValue("null".into())));
 }
 
 fn put_op(flag: pb::Flag) -> pb::BatchOp {
