@@ -20,6 +20,7 @@ pub(super) fn page<T: prost::Message>(
     for item in items {
         let len = item.encoded_len();
         if out.len() == size || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
+            // `out` is not empty here (the check above), so this is its last key.
             let next = out.last().map(&key).unwrap_or_default();
             return (out, next);
         }

@@ -511,8 +511,11 @@ impl Snapshot {
         }
         let in_segment = |key: &str| self.in_segment(key, ctx, 0);
         for (i, rule) in flag.rules.iter().enumerate() {
-            let clauses =
-                flag.clauses.get(rule.clauses.0 as usize..rule.clauses.1 as usize).unwrap_or_default();
+            // Compilation makes every range valid; one that is not (a bug)
+            // is a malformed flag, never an empty rule that matches.
+            let Some(clauses) = flag.clauses.get(rule.clauses.0 as usize..rule.clauses.1 as usize) else {
+                return Outcome::error(ErrorKind::MalformedFlag);
+            };
             match all_match(clauses, ctx, &in_segment) {
                 Ok(false) => {}
                 Ok(true) => {

@@ -43,6 +43,7 @@ impl ShortStr {
     /// The string (for messages and the rare paths that need a `&str`).
     pub(crate) fn as_str(&self) -> &str {
         match self {
+            // Built from a whole `&str`: always valid UTF-8, never the default.
             ShortStr::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
             ShortStr::Heap(s) => s,
         }
