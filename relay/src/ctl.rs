@@ -216,11 +216,19 @@ impl From<tonic::Status> for Failure {
             Code::Unauthenticated | Code::PermissionDenied => exit::UNAUTHENTICATED,
             _ => exit::ERROR,
         };
-        let what = match s.code() {
+        let mut what = match s.code() {
             Code::Unavailable => format!("relay unavailable: {}", s.message()),
             Code::DeadlineExceeded => format!("relay did not answer in time: {}", s.message()),
             _ => s.message().to_owned(),
         };
+        // A transport failure (no status from the relay): say what broke.
+        if let Some(cause) = std::error::Error::source(&s) {
+            let chain = flagstream::follow::error_chain(cause);
+            what = format!("{what}: {chain}");
+            if chain.contains("CertificateRequired") {
+                what.push_str(" (the relay requires a client certificate: --client-cert and --client-key)");
+            }
+        }
         Failure::new(code, what)
     }
 }

@@ -54,6 +54,13 @@ impl From<StoreError> for Status {
                     "the write's task failed; the environment refuses further writes until the relay restarts",
                 )
             }
+            // Start-time refusals; at run time only a failed marks update
+            // before a deletion (nothing was deleted).
+            StoreError::RolledBack { .. } => Status::internal(e.to_string()),
+            StoreError::MarksUnreadable { source, .. } => {
+                tracing::error!(error = %source, "commit marks failure");
+                Status::unavailable(format!("{e}; nothing was changed"))
+            }
             StoreError::Corrupt { what, source } => {
                 tracing::error!(what = %what, error = %source, "corrupt stored data");
                 Status::internal(format!("stored {what} is corrupt"))

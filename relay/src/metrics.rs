@@ -74,6 +74,10 @@ pub struct Metrics {
     pub refusals: Family<Labels, Counter>,
     /// Requests refused by a quota, by environment and quota.
     pub quota_refusals: Family<Labels, Counter>,
+    /// Replicas: upstream streams ended, by environment and how
+    /// (`stalled`, `broken`, `connect`, `retry_after`, `reconnect`,
+    /// `resync`).
+    pub upstream_ends: Family<Labels, Counter>,
     /// Replicas: 1 while the environment's upstream stream is open and
     /// current, else 0.
     pub upstream_live: Family<Labels, Gauge>,
@@ -132,10 +136,16 @@ impl Metrics {
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
             quota_refusals: Family::default(),
+            upstream_ends: Family::default(),
             upstream_live: Family::default(),
             staleness_seconds: Family::default(),
             sent: Arc::new(Default::default()),
         };
+        r.register(
+            "upstream_stream_ends",
+            "Replica: upstream streams ended, by environment and kind",
+            m.upstream_ends.clone(),
+        );
         r.register(
             "upstream_live",
             "Replica: 1 while the environment's upstream stream is open and current",

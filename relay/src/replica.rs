@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flagstream::follow::{self, Event, FollowConfig, RawChunk, RawDelta, Sink};
+use flagstream::follow::{self, EndKind, Event, FollowConfig, RawChunk, RawDelta, Sink};
 use flagstream::{ApplyError, Secret};
 use flagstream_proto::v1 as pb;
 use flagstream_proto::v1::replication_client::ReplicationClient;
@@ -390,7 +390,19 @@ impl Sink for EnvSink {
                     self.confirm();
                 }
             }
-            Event::Ended { .. } => self.set_live(false),
+            Event::Ended { kind, .. } => {
+                self.set_live(false);
+                let kind = match kind {
+                    EndKind::Connect => "connect",
+                    EndKind::RetryAfter => "retry_after",
+                    EndKind::Stalled => "stalled",
+                    EndKind::Broken => "broken",
+                    EndKind::Reconnect => "reconnect",
+                    EndKind::Resync => "resync",
+                };
+                let labels = vec![("env", self.env.clone()), ("kind", kind.to_owned())];
+                self.store.metrics().upstream_ends.get_or_create(&labels).inc();
+            }
             // A new stream hears the report again even if unchanged.
             Event::Connected { .. } => *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = None,
             Event::Applied { .. } | Event::Resync(_) | Event::Stale { .. } => {}

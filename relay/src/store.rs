@@ -14,6 +14,7 @@ pub(crate) mod audit;
 pub(crate) mod backend;
 mod environment;
 mod key;
+mod mark;
 pub(crate) mod meta;
 mod op;
 pub(crate) mod postgres;
@@ -23,6 +24,7 @@ pub(crate) mod state;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,6 +160,32 @@ pub enum StoreError {
     /// A write's task failed (panicked, or the runtime is shutting down).
     #[error("the write's task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// The store holds less than was committed (sled cut a garbled or
+    /// truncated log back): refused at start, never served.
+    #[error(
+        "environment {env:?}: the store holds {}, but {committed} was committed (recorded in {}): the database lost acknowledged writes (a garbled or truncated file); restore the data directory from a backup, or delete that file to serve what is left",
+        stored.clone().unwrap_or_else(|| "nothing of it".to_owned()),
+        marks.display()
+    )]
+    RolledBack {
+        /// Environment.
+        env: String,
+        /// What the store holds (`None`: the environment is gone).
+        stored: Option<String>,
+        /// What was committed.
+        committed: String,
+        /// The commit marks file.
+        marks: PathBuf,
+    },
+    /// The commit marks file could not be read or written.
+    #[error("the commit marks file {} is unreadable; delete it to accept the store as it is", path.display())]
+    MarksUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Stored data did not decode.
     #[error("stored {what} is corrupt")]
     Corrupt {

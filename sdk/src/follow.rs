@@ -139,8 +139,8 @@ impl Default for FollowConfig {
             sdk_name: "flagstream-rust".into(),
             instance_id: format!("{:016x}", rand::random::<u64>()),
             connect_timeout: Duration::from_secs(3),
-            keepalive_interval: Duration::from_secs(10),
-            keepalive_timeout: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(2),
             tcp_user_timeout: Duration::from_secs(20),
             first_message_timeout: Duration::from_secs(10),
             heartbeat_default: Duration::from_secs(15),
@@ -165,7 +165,9 @@ pub enum EndKind {
     Connect,
     /// The relay refused or ended the stream with a retry-after hint.
     RetryAfter,
-    /// No message within the watchdog interval.
+    /// No message within the watchdog interval, or the connection broke
+    /// under a stream silent past the HTTP/2 keepalive interval plus
+    /// timeout (the keepalive ping went unanswered).
     Stalled,
     /// The stream failed or closed.
     Broken,
@@ -300,42 +302,18 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
             down_since = Instant::now();
             stale_raised = false;
         }
-        let (kind, delay, switch, reason) = match end {
-            End::Connect(e) => (EndKind::Connect, backoff.fail(), true, format!("{endpoint}: {e}")),
-            End::RetryAfter(e, hint) => {
-                let delay = backoff.fail().max(hint + jitter_up_to(hint));
-                let reason = format!("{endpoint}: {e} (relay asks to retry after {hint:?})");
-                (EndKind::RetryAfter, delay, true, reason)
+        if let End::Resync(e) = &end {
+            if matches!(e, ApplyError::Checksum { .. }) {
+                f.mismatches += 1;
             }
-            End::Broken(e) => (EndKind::Broken, backoff.fail(), true, format!("{endpoint}: {e}")),
-            End::Stalled(after) => {
-                let jitter = jitter_up_to(f.cfg.stall_jitter);
-                let reason = format!("{endpoint}: no message for {after:?} (stalled connection dropped)");
-                (EndKind::Stalled, jitter, true, reason)
-            }
-            End::Reconnect(delay, why) => (
-                EndKind::Reconnect,
-                delay + jitter_up_to(Duration::from_secs(1)),
-                true,
-                format!("{endpoint}: relay asked to reconnect: {why}"),
-            ),
-            End::Resync(e) => {
-                if matches!(e, ApplyError::Checksum { .. }) {
-                    f.mismatches += 1;
-                }
-                tracing::warn!(error = %e, endpoint = %endpoint, "could not apply received data; requesting a full snapshot");
-                f.sink.event(Event::Resync(&e));
-                // Keep serving what we have; ask for everything again.
-                f.sink.forget_cursor();
-                resyncs_in_row += 1;
-                let reason = format!("{endpoint}: resync after: {e}");
-                if resyncs_in_row > 1 {
-                    (EndKind::Resync, backoff.fail(), true, reason)
-                } else {
-                    (EndKind::Resync, jitter_up_to(Duration::from_millis(200)), false, reason)
-                }
-            }
-        };
+            tracing::warn!(error = %e, endpoint = %endpoint, "could not apply received data; requesting a full snapshot");
+            f.sink.event(Event::Resync(e));
+            // Keep serving what we have; ask for everything again.
+            f.sink.forget_cursor();
+            resyncs_in_row += 1;
+        }
+        let Plan { kind, delay, switch, reason } =
+            plan(end, &endpoint, &mut backoff, resyncs_in_row, f.cfg.stall_jitter);
         tracing::info!(endpoint = %endpoint, reason = %reason, retry_in = ?delay, "relay stream ended");
         let switched = switch && f.cfg.endpoints.len() > 1;
         f.sink.event(Event::Ended { endpoint: &endpoint, reason: &reason, kind, retry_in: delay, switched });
@@ -359,10 +337,69 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
     }
 }
 
+/// What to do after a stream ended: how it is counted, how long to wait,
+/// whether to move to the next endpoint, and why (for the log and the
+/// status).
+#[derive(Debug)]
+struct Plan {
+    kind: EndKind,
+    delay: Duration,
+    switch: bool,
+    reason: String,
+}
+
+/// The retry decision for `end` (pure but for the jitter): failures back
+/// off with full jitter and move on; a retry-after hint is honoured with
+/// up to as much again of jitter; a stall reconnects elsewhere after a
+/// short jitter; a relay's reconnect request waits what it suggests; the
+/// first resync in a row retries at once on the same endpoint, the next
+/// ones back off and move on, so data this client cannot apply never
+/// becomes a snapshot storm.
+fn plan(
+    end: End,
+    endpoint: &str,
+    backoff: &mut Backoff,
+    resyncs_in_row: u32,
+    stall_jitter: Duration,
+) -> Plan {
+    let (kind, delay, switch, reason) = match end {
+        End::Connect(e) => (EndKind::Connect, backoff.fail(), true, format!("{endpoint}: {e}")),
+        End::RetryAfter(e, hint) => {
+            let delay = backoff.fail().max(hint + jitter_up_to(hint));
+            let reason = format!("{endpoint}: {e} (relay asks to retry after {hint:?})");
+            (EndKind::RetryAfter, delay, true, reason)
+        }
+        End::Broken(e) => (EndKind::Broken, backoff.fail(), true, format!("{endpoint}: {e}")),
+        End::Stalled(after) => {
+            let reason = format!("{endpoint}: no message for {after:?} (stalled connection dropped)");
+            (EndKind::Stalled, jitter_up_to(stall_jitter), true, reason)
+        }
+        End::Reconnect(delay, why) => (
+            EndKind::Reconnect,
+            delay + jitter_up_to(Duration::from_secs(1)),
+            true,
+            format!("{endpoint}: relay asked to reconnect: {why}"),
+        ),
+        End::Resync(e) => {
+            let reason = format!("{endpoint}: resync after: {e}");
+            if resyncs_in_row > 1 {
+                (EndKind::Resync, backoff.fail(), true, reason)
+            } else {
+                (EndKind::Resync, jitter_up_to(Duration::from_millis(200)), false, reason)
+            }
+        }
+    };
+    Plan { kind, delay, switch, reason }
+}
+
 /// How a failed call or stream ends: with the relay's retry-after hint
 /// (`flagstream-retry-after-ms`, PROTOCOL.md §6) when it sent one.
 fn ended(what: &str, status: &tonic::Status) -> End {
-    let error = format!("{what}: {} {}", status.code(), status.message());
+    let mut error = format!("{what}: {} {}", status.code(), status.message());
+    if let Some(cause) = std::error::Error::source(status) {
+        error.push_str(": ");
+        error.push_str(&error_chain(cause));
+    }
     match retry_after(status) {
         Some(hint) => End::RetryAfter(error, hint),
         None => End::Broken(error),
@@ -500,6 +537,7 @@ impl<S: Sink> Follower<S> {
         let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
         reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline = Instant::now() + watchdog;
+        let mut last_message = Instant::now();
         loop {
             // A request that found the queue full is retried here, so the
             // newest ack or report always reaches the relay eventually.
@@ -522,11 +560,22 @@ impl<S: Sink> Follower<S> {
                 }
             };
             let msg = match msg {
+                // The connection broke under a silent stream: the HTTP/2
+                // keepalive ping went unanswered (hyper drops the
+                // connection when it times out, which surfaces as a
+                // transport error, not a status the relay sent).
+                Err(status)
+                    if std::error::Error::source(&status).is_some()
+                        && last_message.elapsed() >= cfg.keepalive_interval + cfg.keepalive_timeout =>
+                {
+                    return End::Stalled(last_message.elapsed());
+                }
                 Err(status) => return ended("stream failed", &status),
                 Ok(None) => return End::Broken("stream closed by the relay".into()),
                 Ok(Some(m)) => m,
             };
             progress.messages += 1;
+            last_message = Instant::now();
             if progress.messages == 1 {
                 tracing::info!(endpoint = %endpoint, environment = %self.cfg.environment, "relay stream open");
                 watchdog = self.cfg.heartbeat_default.saturating_mul(self.cfg.watchdog_misses);
@@ -608,5 +657,59 @@ impl<S: Sink> Follower<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resync() -> End {
+        End::Resync(ApplyError::ChunkOrder { got: 1, want: 0 })
+    }
+
+    /// The first resync in a row retries at once on the same endpoint; the
+    /// following ones take the backoff, whose ceiling doubles, and move on.
+    #[test]
+    fn resyncs_after_the_first_back_off_and_move_on() {
+        let mut b = Backoff::new(Duration::from_millis(400), Duration::from_secs(30));
+        let first = plan(resync(), "e", &mut b, 1, Duration::ZERO);
+        assert!(!first.switch && first.delay < Duration::from_millis(200), "{first:?}");
+        assert_eq!(b.ceiling(), Duration::from_millis(400), "the first resync costs no backoff");
+        for (n, ceiling) in [(2, 400), (3, 800), (4, 1_600)] {
+            let p = plan(resync(), "e", &mut b, n, Duration::ZERO);
+            assert!(p.switch && p.kind == EndKind::Resync, "{p:?}");
+            assert!(p.delay < Duration::from_millis(ceiling), "resync {n}: {p:?}");
+            assert_eq!(b.ceiling(), Duration::from_millis(ceiling * 2), "resync {n} grew the backoff");
+        }
+    }
+
+    /// A retry-after hint is a floor: never sooner, at most twice as late.
+    #[test]
+    fn a_retry_after_hint_is_never_undercut() {
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_secs(30));
+        let hint = Duration::from_millis(2_500);
+        for _ in 0..200 {
+            b.reset();
+            let p = plan(End::RetryAfter("refused".into(), hint), "e", &mut b, 0, Duration::ZERO);
+            assert!(p.delay >= hint && p.delay < hint * 2, "{p:?}");
+            assert!(p.switch && p.kind == EndKind::RetryAfter && p.reason.contains("retry after"), "{p:?}");
+        }
+    }
+
+    /// A stall reconnects elsewhere within the stall jitter, whatever the
+    /// backoff says; the default budget (keepalive interval + timeout +
+    /// stall jitter) stays within 10 s.
+    #[test]
+    fn a_stall_moves_on_within_the_default_budget() {
+        let cfg = FollowConfig::default();
+        let mut b = Backoff::new(Duration::from_secs(30), Duration::from_secs(30));
+        b.fail();
+        for _ in 0..200 {
+            let p = plan(End::Stalled(Duration::from_secs(5)), "e", &mut b, 0, cfg.stall_jitter);
+            assert!(p.switch && p.kind == EndKind::Stalled && p.delay < cfg.stall_jitter, "{p:?}");
+        }
+        let budget = cfg.keepalive_interval + cfg.keepalive_timeout + cfg.stall_jitter;
+        assert!(budget <= Duration::from_secs(10), "default stall budget {budget:?}");
     }
 }

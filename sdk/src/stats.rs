@@ -44,7 +44,8 @@ pub struct Stats {
     pub reconnects: u64,
     /// Moves to another endpoint.
     pub endpoint_switches: u64,
-    /// Streams torn down by the watchdog (no message in time).
+    /// Streams found stalled: torn down by the watchdog (no message in
+    /// time) or by an unanswered HTTP/2 keepalive ping.
     pub stalls: u64,
     /// Full snapshots requested after a failed apply.
     pub resyncs: u64,

@@ -23,6 +23,9 @@ pub struct Attempt {
     pub endpoint: String,
     /// What went wrong.
     pub error: String,
+    /// How long the client waits before its next attempt (backoff with
+    /// jitter, or at least the relay's retry-after hint).
+    pub retry_in: std::time::Duration,
 }
 
 /// Client status.

@@ -154,7 +154,7 @@ impl Sink for ClientSink {
                     bump(&c.checksum_mismatches);
                 }
             }
-            Event::Ended { endpoint, reason, kind, switched, .. } => {
+            Event::Ended { endpoint, reason, kind, switched, retry_in } => {
                 bump(&c.reconnects);
                 match kind {
                     EndKind::RetryAfter => bump(&c.retry_hints),
@@ -166,7 +166,11 @@ impl Sink for ClientSink {
                 }
                 if !self.shared.has_data() {
                     let mut attempts = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-                    attempts.push(Attempt { endpoint: endpoint.to_owned(), error: reason.to_owned() });
+                    attempts.push(Attempt {
+                        endpoint: endpoint.to_owned(),
+                        error: reason.to_owned(),
+                        retry_in,
+                    });
                     if attempts.len() > MAX_ATTEMPTS {
                         attempts.remove(0);
                     }

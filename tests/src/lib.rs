@@ -4,6 +4,7 @@
 
 pub mod case;
 pub mod cluster;
+pub mod fault;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;

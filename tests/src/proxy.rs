@@ -1,32 +1,70 @@
-//! A TCP fault proxy between a client and a relay. `pass` forwards bytes;
-//! `blackhole` freezes every connection open at that moment: nothing is
-//! forwarded either way and nothing is closed (no FIN, no RST), the way a
-//! failed-over peer looks to an established connection; connections made
-//! afterwards pass normally. (Its kernel still ACKs, so it cannot exercise
-//! TCP_USER_TIMEOUT; the watchdog and HTTP/2 keepalive are what it tests.)
+//! A controllable TCP fault proxy between a client and a server (a relay,
+//! a replica's upstream, PostgreSQL, Redis). Every accepted connection gets
+//! a number and a [`Mode`] that can be changed at any time, per connection
+//! or for all of them, and a mode for connections made later:
+//!
+//! - [`Mode::Pass`] forwards bytes as they come;
+//! - [`Mode::Latency`] delays every chunk by a fixed time, both ways;
+//! - [`Mode::Throttle`] forwards at most so many bytes per second from the
+//!   server to the client (a slow reader: the rest stays in the kernel
+//!   buffers, so the server sees backpressure, never an error);
+//! - [`Mode::Blackhole`] forwards nothing either way and closes nothing (no
+//!   FIN, no RST), the way a failed-over peer looks to an established
+//!   connection. Bytes read while blackholed are held and forwarded, in
+//!   order, if the connection passes again;
+//! - [`Mode::Reset`] closes both sockets with an RST.
+//!
+//! The proxy's own kernel still ACKs what it receives, so a blackhole
+//! cannot exercise `TCP_USER_TIMEOUT`; the SDK's HTTP/2 keepalive and
+//! heartbeat watchdog are what it tests.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What the proxy does with one connection's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward everything.
+    Pass,
+    /// Forward everything, each chunk this much later.
+    Latency(Duration),
+    /// Forward server-to-client bytes at most this fast (bytes/s);
+    /// client-to-server bytes pass.
+    Throttle(u32),
+    /// Forward nothing, close nothing.
+    Blackhole,
+    /// Close both sides with an RST (final).
+    Reset,
+}
 
 /// A running proxy.
 #[derive(Debug, Clone)]
 pub struct Proxy {
     /// Where clients connect.
     pub addr: SocketAddr,
-    /// Connections numbered below this are frozen.
-    frozen_below: Arc<AtomicU64>,
-    next: Arc<AtomicU64>,
-    /// While set, every connection, new ones included, is frozen.
-    all_frozen: Arc<std::sync::atomic::AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// Every connection's mode, by number.
+    conns: Mutex<Vec<watch::Sender<Mode>>>,
+    /// The mode a new connection starts in.
+    new_mode: Mutex<Mode>,
     /// One-shot: the next client-to-server chunk holding these bytes is
     /// forwarded, then its connection is cut before any answer gets back.
-    cut_after: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    cut_after: Mutex<Option<Vec<u8>>>,
     /// Connections cut by `cut_after`.
-    cuts: Arc<AtomicU64>,
+    cuts: AtomicU64,
+    /// Bytes forwarded server-to-client, all connections.
+    down_bytes: AtomicU64,
 }
 
 impl Proxy {
@@ -35,33 +73,38 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let p = Proxy {
             addr: listener.local_addr().expect("proxy addr"),
-            frozen_below: Arc::new(AtomicU64::new(0)),
-            next: Arc::new(AtomicU64::new(0)),
-            all_frozen: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            cut_after: Arc::default(),
-            cuts: Arc::default(),
+            shared: Arc::new(Shared {
+                conns: Mutex::default(),
+                new_mode: Mutex::new(Mode::Pass),
+                cut_after: Mutex::default(),
+                cuts: AtomicU64::new(0),
+                down_bytes: AtomicU64::new(0),
+            }),
         };
-        let (frozen, next, all) = (p.frozen_below.clone(), p.next.clone(), p.all_frozen.clone());
-        let (cut_after, cuts) = (p.cut_after.clone(), p.cuts.clone());
+        let shared = p.shared.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let id = next.fetch_add(1, Ordering::SeqCst);
-                let (frozen, all) = (frozen.clone(), all.clone());
-                let cut = Cut { pattern: cut_after.clone(), cuts: cuts.clone(), cut: Arc::default() };
+                let mode = *shared.new_mode.lock().unwrap();
+                let (tx, rx) = watch::channel(mode);
+                shared.conns.lock().unwrap().push(tx);
+                let shared = shared.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let cut = Arc::new(AtomicBool::new(false));
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let a = tokio::spawn(pump(cr, sw, id, frozen.clone(), all.clone(), Some(cut.clone())));
-                    let b = tokio::spawn(pump(
-                        sr,
-                        cw,
-                        id,
-                        frozen,
-                        all,
-                        Some(Cut { pattern: Arc::default(), ..cut }),
-                    ));
-                    let _ = tokio::join!(a, b); // each pump ends on its own
+                    let up =
+                        Pump { dir: Dir::Up, mode: rx.clone(), cut: cut.clone(), shared: shared.clone() };
+                    let down = Pump { dir: Dir::Down, mode: rx, cut, shared };
+                    let (a, b) = tokio::join!(up.run(cr, sw), down.run(sr, cw));
+                    if let (Some((cr, sw)), Some((sr, cw))) = (a, b) {
+                        // Reset: both pumps handed their halves back.
+                        for s in [cr.reunite(cw), sr.reunite(sw)].into_iter().flatten() {
+                            reset(s);
+                        }
+                    }
                 });
             }
         });
@@ -73,23 +116,45 @@ impl Proxy {
         format!("http://{}", self.addr)
     }
 
-    /// Freezes every connection open now; later ones pass.
-    pub fn blackhole_existing(&self) {
-        self.frozen_below.store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.shared.conns.lock().unwrap().len() as u64
     }
 
-    /// Freezes every connection, open now or made later, until
+    /// Sets connection `n`'s mode (numbered from 0 in accept order).
+    pub fn set(&self, n: usize, mode: Mode) {
+        let conns = self.shared.conns.lock().unwrap();
+        conns[n].send_replace(mode);
+    }
+
+    /// Sets the mode of every connection open now.
+    pub fn set_existing(&self, mode: Mode) {
+        for c in self.shared.conns.lock().unwrap().iter() {
+            c.send_replace(mode);
+        }
+    }
+
+    /// Sets the mode connections made from now on start in.
+    pub fn set_new(&self, mode: Mode) {
+        *self.shared.new_mode.lock().unwrap() = mode;
+    }
+
+    /// Blackholes every connection open now; later ones pass.
+    pub fn blackhole_existing(&self) {
+        self.set_existing(Mode::Blackhole);
+    }
+
+    /// Blackholes every connection, open now or made later, until
     /// [`Proxy::pass_new`]: the upstream is unreachable without anything
     /// being refused or closed.
     pub fn blackhole_all(&self) {
-        self.blackhole_existing();
-        self.all_frozen.store(true, Ordering::SeqCst);
+        self.set_new(Mode::Blackhole);
+        self.set_existing(Mode::Blackhole);
     }
 
-    /// New connections pass again (frozen ones stay frozen).
+    /// New connections pass again (blackholed ones stay blackholed).
     pub fn pass_new(&self) {
-        self.blackhole_existing();
-        self.all_frozen.store(false, Ordering::SeqCst);
+        self.set_new(Mode::Pass);
     }
 
     /// Arms a one-shot cut: the next chunk a client sends that contains
@@ -97,76 +162,126 @@ impl Proxy {
     /// any answer is passed back (a commit whose outcome the client never
     /// hears).
     pub fn cut_after(&self, pattern: &[u8]) {
-        *self.cut_after.lock().unwrap() = Some(pattern.to_vec());
+        *self.shared.cut_after.lock().unwrap() = Some(pattern.to_vec());
     }
 
     /// Connections cut by [`Proxy::cut_after`] so far.
     pub fn cuts(&self) -> u64 {
-        self.cuts.load(Ordering::SeqCst)
+        self.shared.cuts.load(Ordering::SeqCst)
     }
 
-    /// Connections accepted so far.
-    pub fn connections(&self) -> u64 {
-        self.next.load(Ordering::SeqCst)
+    /// Bytes forwarded from the server to clients so far.
+    pub fn bytes_down(&self) -> u64 {
+        self.shared.down_bytes.load(Ordering::SeqCst)
     }
 }
 
-/// The cut state of one connection, shared by its two pumps.
-#[derive(Clone)]
-struct Cut {
-    /// The armed pattern (client-to-server pump only; empty for the other).
-    pattern: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
-    cuts: Arc<AtomicU64>,
-    /// Set when this connection is cut: both pumps stop.
-    cut: Arc<std::sync::atomic::AtomicBool>,
+/// Closes a socket with an RST instead of a FIN.
+fn reset(s: TcpStream) {
+    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    drop(s);
 }
 
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    id: u64,
-    frozen_below: Arc<AtomicU64>,
-    all: Arc<std::sync::atomic::AtomicBool>,
-    cut: Option<Cut>,
-) {
-    if all.load(Ordering::SeqCst) {
-        std::future::pending::<()>().await;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// Client to server.
+    Up,
+    /// Server to client.
+    Down,
+}
+
+/// One direction of one connection.
+struct Pump {
+    dir: Dir,
+    mode: watch::Receiver<Mode>,
+    /// Set when this connection is cut by `cut_after`: both pumps stop.
+    cut: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl Pump {
+    /// Forwards until either side closes (returns `None`) or the mode turns
+    /// to `Reset` (returns the halves, to be reset together).
+    async fn run(
+        mut self,
+        mut from: OwnedReadHalf,
+        mut to: OwnedWriteHalf,
+    ) -> Option<(OwnedReadHalf, OwnedWriteHalf)> {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let mode = self.settled().await;
+            if mode == Mode::Reset {
+                return Some((from, to));
+            }
+            let want = match (mode, self.dir) {
+                // Small reads so the pacing is smooth; the rest waits in
+                // the kernel's buffers.
+                (Mode::Throttle(rate), Dir::Down) => (rate as usize / 10).clamp(1, buf.len()),
+                _ => buf.len(),
+            };
+            let n = tokio::select! {
+                r = from.read(&mut buf[..want]) => match r {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => n,
+                },
+                // A mode change while waiting: look again (a reset or a
+                // blackhole applies at once, not after the next read).
+                Ok(()) = self.mode.changed() => continue,
+            };
+            // Read while blackholed: hold the bytes until it passes again.
+            let mode = self.settled().await;
+            if mode == Mode::Reset {
+                return Some((from, to));
+            }
+            if self.cut.load(Ordering::SeqCst) {
+                return None;
+            }
+            let cutting = self.dir == Dir::Up && self.arm_cut(&buf[..n]);
+            match mode {
+                Mode::Latency(d) => tokio::time::sleep(d).await,
+                Mode::Throttle(rate) if self.dir == Dir::Down => {
+                    tokio::time::sleep(Duration::from_secs_f64(n as f64 / f64::from(rate.max(1)))).await;
+                }
+                _ => {}
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return None;
+            }
+            if self.dir == Dir::Down {
+                self.shared.down_bytes.fetch_add(n as u64, Ordering::SeqCst);
+            }
+            if cutting {
+                // Let the server act on it, then close everything.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return None;
+            }
+        }
     }
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        if id < frozen_below.load(Ordering::SeqCst) || all.load(Ordering::SeqCst) {
-            // Blackholed: hold both sockets open, forward nothing, forever
-            // (the task ends when the test's runtime does).
-            std::future::pending::<()>().await;
-        }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if id < frozen_below.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        let mut cutting = false;
-        if let Some(c) = &cut {
-            if c.cut.load(Ordering::SeqCst) {
-                return; // cut: nothing more passes, both halves close
+
+    /// The current mode once it is not `Blackhole` (waits while it is).
+    async fn settled(&mut self) -> Mode {
+        loop {
+            let mode = *self.mode.borrow_and_update();
+            if mode != Mode::Blackhole {
+                return mode;
             }
-            let mut armed = c.pattern.lock().unwrap();
-            if armed.as_ref().is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p.as_slice())) {
-                *armed = None;
-                // Before forwarding: the answer must not get back.
-                c.cut.store(true, Ordering::SeqCst);
-                c.cuts.fetch_add(1, Ordering::SeqCst);
-                cutting = true;
+            if self.mode.changed().await.is_err() {
+                // The proxy is gone: stay blackholed until the runtime ends.
+                std::future::pending::<()>().await;
             }
         }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
+    }
+
+    /// Whether this chunk trips the armed one-shot cut (and disarms it).
+    fn arm_cut(&self, chunk: &[u8]) -> bool {
+        let mut armed = self.shared.cut_after.lock().unwrap();
+        if armed.as_ref().is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice())) {
+            *armed = None;
+            // Before forwarding: the answer must not get back.
+            self.cut.store(true, Ordering::SeqCst);
+            self.shared.cuts.fetch_add(1, Ordering::SeqCst);
+            return true;
         }
-        if cutting {
-            // Let the server act on it, then close everything.
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            return;
-        }
+        false
     }
 }

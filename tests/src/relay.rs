@@ -78,6 +78,24 @@ impl Relay {
 
     /// [`Relay::start_on`] with its `RUST_LOG` filter.
     pub async fn start_logged(dir: &Path, listen: &str, args: &[&str], rust_log: &str) -> Relay {
+        match Relay::try_start_logged(dir, listen, args, rust_log).await {
+            Ok(relay) => relay,
+            Err((status, log)) => panic!("relay did not start ({status:?}); its log:\n{log}"),
+        }
+    }
+
+    /// Starts a relay that may refuse to start: `Err` holds its exit
+    /// status (`None`: it neither started nor exited in time) and log.
+    pub async fn try_start(dir: &Path, args: &[&str]) -> Result<Relay, (Option<ExitStatus>, String)> {
+        Relay::try_start_logged(dir, "127.0.0.1:0", args, "info,flagstream_relay=debug").await
+    }
+
+    async fn try_start_logged(
+        dir: &Path,
+        listen: &str,
+        args: &[&str],
+        rust_log: &str,
+    ) -> Result<Relay, (Option<ExitStatus>, String)> {
         std::fs::create_dir_all(dir).expect("relay dir");
         let stderr_log = dir.join(format!("relay-{}.log", std::process::id()));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&stderr_log).expect("log file");
@@ -117,13 +135,12 @@ impl Relay {
         })
         .await
         .ok()
-        .flatten()
-        .unwrap_or_else(|| {
-            panic!(
-                "relay did not start; its log:\n{}",
-                std::fs::read_to_string(&stderr_log).unwrap_or_default()
-            )
-        });
+        .flatten();
+        let Some(line) = line else {
+            let status =
+                tokio::time::timeout(Duration::from_secs(5), child.wait()).await.ok().and_then(Result::ok);
+            return Err((status, std::fs::read_to_string(&stderr_log).unwrap_or_default()));
+        };
         // Keep draining stdout so the child never blocks on a full pipe;
         // what it says goes to the log file too.
         let mut out_log = std::fs::OpenOptions::new().append(true).open(&stderr_log).expect("log file");
@@ -141,7 +158,7 @@ impl Relay {
                 .and_then(|a| a.parse().ok())
                 .unwrap_or_else(|| panic!("no {name} in {line:?}"))
         };
-        Relay {
+        Ok(Relay {
             grpc: field("grpc="),
             metrics: field("metrics="),
             admin: field("admin="),
@@ -149,7 +166,7 @@ impl Relay {
             data_dir: dir.join("data"),
             stderr_log,
             admin_secret: None,
-        }
+        })
     }
 
     /// The process id.
@@ -254,6 +271,34 @@ impl Relay {
             .lines()
             .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().split(' ').next()?.parse().ok()))
             .unwrap_or(0.0)
+    }
+
+    /// The sum of every sample of the metric `name` (all label sets).
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        self.metrics_text()
+            .await
+            .lines()
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// The process's resident memory now and at its peak, KiB (VmRSS,
+    /// VmHWM).
+    pub fn rss_kib(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Sends SIGTERM.

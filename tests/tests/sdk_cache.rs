@@ -8,14 +8,10 @@ use flagstream::{Client, Context, Source, Status};
 use flagstream_tests::STEP;
 use flagstream_tests::relay::Relay;
 
+/// Waits until the client has written its cache once (the count is
+/// bumped after the flush).
 async fn wait_for_cache_write(c: &Client) {
-    for _ in 0..200 {
-        if c.stats().cache_writes >= 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the cache was never written");
+    flagstream_tests::cluster::eventually("the cache write", || c.stats().cache_writes >= 1).await;
 }
 
 /// A client of `url` with its cache in `cache`, once it is ready and has
@@ -46,12 +42,10 @@ async fn ready_from_cache_with_relays_down() {
     drop(cached_client(&url, &key, &cache).await); // a first client fills the cache
     relay.kill9();
     relay.wait(STEP).await;
-    // Let sled release the lock held by the dropped client's tasks.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let started = Instant::now();
+    // The dropped client released the directory: no wait needed (see
+    // `a_client_rebuilt_at_once_gets_the_cache`).
     let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
-    let built = started.elapsed();
+    assert_eq!(c.stats().cache_errors, 0);
     let ctx = Context::new("user-9").with("country", "US").with("plan", "enterprise");
     assert!(c.bool("new-checkout", &ctx, false), "cached flag not served");
     match c.status() {
@@ -59,7 +53,6 @@ async fn ready_from_cache_with_relays_down() {
         other => panic!("expected stale cache data, got {other:?}"),
     }
     assert!(c.bool_detail("new-checkout", &ctx, false).stale);
-    assert!(built < Duration::from_secs(2), "build took {built:?}");
 }
 
 /// Garbage in the cache is detected, counted and ignored.
@@ -88,7 +81,6 @@ async fn cache_of_another_key_is_ignored() {
     drop(cached_client(&relay.url(), &relay.demo_key(), &cache).await); // a first client fills the cache
     relay.kill9();
     relay.wait(STEP).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let c = Client::builder()
         .endpoints([relay.url()])
         .sdk_key("fs_sdk_someone_else")
@@ -109,8 +101,6 @@ async fn cached_client_resumes_with_a_delta() {
     let (url, key) = (relay.url(), relay.demo_key());
     let ctx = Context::new("user-1");
     drop(cached_client(&url, &key, &cache).await); // a first client fills the cache
-    // Let sled release the lock held by the dropped client's tasks.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut admin = relay.admin().await;
     flagstream_tests::relay::put(&mut admin, "demo", flagstream_tests::relay::bool_flag("added-later", true))
         .await
@@ -129,9 +119,10 @@ async fn cached_client_resumes_with_a_delta() {
     ));
 }
 
-/// A revision applied just before the client is dropped (inside the cache
-/// writer's debounce) still reaches the cache: dropping the last clone
-/// writes it, so a restart serves it.
+/// A revision applied but not yet written by the debounced writer still
+/// reaches the cache: dropping the last clone writes it, so a restart
+/// serves it. (The debounce is an hour here, so the writer cannot have
+/// written it first.)
 #[tokio::test]
 async fn dropping_the_client_writes_the_newest_revision() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,7 +131,14 @@ async fn dropping_the_client_writes_the_newest_revision() {
     let (url, key) = (relay.url(), relay.demo_key());
     let ctx = Context::new("user-1");
     {
-        let c = cached_client(&url, &key, &cache).await;
+        let c = Client::builder()
+            .endpoints([url.clone()])
+            .sdk_key(key.clone())
+            .cache_dir(&cache)
+            .cache_write_interval(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        c.wait_ready(STEP).await;
         let mut admin = relay.admin().await;
         flagstream_tests::relay::put(
             &mut admin,
@@ -150,17 +148,62 @@ async fn dropping_the_client_writes_the_newest_revision() {
         .await
         .unwrap();
         until_on(&c, "last-word", &ctx).await;
-        assert_eq!(c.stats().cache_writes, 1, "the debounced write of the change has not happened yet");
-    } // dropped here, well inside the 500 ms debounce
+        assert_eq!(c.stats().cache_writes, 0, "the debounced writer wrote within its hour");
+    } // dropped here: the final write
     relay.kill9();
     relay.wait(STEP).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
     assert!(
         c.bool("last-word", &ctx, false),
         "the newest revision did not reach the cache: {:?}",
         c.status()
     );
+}
+
+/// Garbled or truncated cache files (sled's own) never make a client
+/// panic or serve a torn snapshot: it either reports the cache unusable
+/// (counted) or finds no snapshot, and then gets its data from the relay.
+#[tokio::test]
+async fn garbled_or_truncated_cache_files_fall_back_to_the_relay() {
+    for damage in ["garble", "truncate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let relay = Relay::start(dir.path(), &[]).await;
+        let (url, key) = (relay.url(), relay.demo_key());
+        drop(cached_client(&url, &key, &cache).await);
+        let mut damaged = 0;
+        for e in std::fs::read_dir(&cache).unwrap() {
+            let p = e.unwrap().path();
+            let len = std::fs::metadata(&p).unwrap().len() as usize;
+            if !p.is_file() || len < 64 {
+                continue;
+            }
+            let mut bytes = std::fs::read(&p).unwrap();
+            if damage == "garble" {
+                for b in &mut bytes[len / 4..] {
+                    *b ^= 0xa5;
+                }
+            } else {
+                bytes.truncate(len / 3);
+            }
+            std::fs::write(&p, bytes).unwrap();
+            damaged += 1;
+        }
+        assert!(damaged > 0, "no cache file to {damage}");
+        let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(&cache).build().unwrap();
+        let served_from_cache = c.status().has_data();
+        if served_from_cache {
+            // Only a snapshot that decoded and verified its checksum.
+            assert!(matches!(c.status(), Status::Stale { source: Source::Cache, .. }), "{:?}", c.status());
+        }
+        c.wait_ready(STEP).await;
+        assert!(c.bool(
+            "new-checkout",
+            &Context::new("user-9").with("country", "US").with("plan", "enterprise"),
+            false
+        ));
+        eprintln!("{damage}: served from cache {served_from_cache}, {:?}", c.stats());
+    }
 }
 
 /// Dropping a client releases its cache directory at once: a client built

@@ -1,12 +1,14 @@
 //! The SDK honours the relay's retry-after hint: refused at admission with
 //! `RESOURCE_EXHAUSTED` and `flagstream-retry-after-ms` (2.5–5 s here), it
-//! does not try again before the hint, says why it is not ready, and gets
-//! in once a place frees up.
+//! plans its next attempt no sooner than the hint, says why it is not
+//! ready, and gets in once a place frees up. (That the plan is never below
+//! the hint is unit-tested in `follow.rs`; no wall-clock bound here.)
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flagstream::{Client, Status};
 use flagstream_tests::STEP;
+use flagstream_tests::cluster::eventually;
 use flagstream_tests::relay::Relay;
 use flagstream_tests::subscriber::Subscriber;
 
@@ -19,27 +21,23 @@ async fn refused_client_waits_for_the_retry_after_hint() {
     holder.next(STEP).await.unwrap();
 
     let c = Client::builder().endpoints([relay.url()]).sdk_key(key).build().unwrap();
-    let deadline = Instant::now() + STEP;
-    while c.stats().retry_hints == 0 {
-        assert!(Instant::now() < deadline, "never refused: {:?}", c.stats());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let refused_at = Instant::now();
+    eventually("the refusal", || c.stats().retry_hints == 1).await;
     match c.status() {
         Status::Initializing { attempts } => {
             let last = attempts.last().expect("the refusal is listed");
             assert!(last.error.contains("retry after"), "{}", last.error);
+            // The relay's hint is at least 2.5 s; plain backoff (base 1 s)
+            // would have planned less.
+            assert!(last.retry_in >= Duration::from_millis(2_500), "{last:?}");
         }
         other => panic!("expected Initializing, got {other:?}"),
     }
-    // The relay's hint is at least 2.5 s; plain backoff would have retried
-    // within 1 s.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let s = c.stats();
-    assert_eq!((s.reconnects, s.retry_hints), (1, 1), "retried before the hint: {s:?}");
+    let refusals = relay.metric("flagstream_quota_refusals_total{env=\"demo\",quota=\"subscribers\"}").await;
+    assert_eq!(refusals, 1.0, "one attempt so far");
 
     drop(holder);
-    c.wait_ready(Duration::from_secs(15)).await;
+    c.wait_ready(STEP).await;
     assert!(c.status().has_data(), "{:?}", c.status());
-    assert!(refused_at.elapsed() >= Duration::from_millis(2_500), "got in before the hint");
+    let s = c.stats();
+    assert!(s.reconnects >= 1 && s.retry_hints == s.reconnects && s.snapshots_applied == 1, "{s:?}");
 }

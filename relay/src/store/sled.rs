@@ -20,6 +20,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use super::audit::{self, AuditPos, AuditRecord, Verification};
 use super::backend::{Backend, Commit, Committed, Loaded};
+use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
 use super::{Retention, StoreError, corrupt, to_json, trim_log};
@@ -38,14 +39,17 @@ const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
 pub(crate) struct SledBackend {
     db: sled::Db,
     meta: sled::Tree,
+    /// What was committed, kept outside sled (see `mark.rs`).
+    marks: std::sync::Arc<Marks>,
 }
 
 impl SledBackend {
     /// Opens (or creates) the database in `dir`.
     pub(crate) fn open(dir: &Path) -> Result<SledBackend, StoreError> {
+        let marks = std::sync::Arc::new(Marks::open(dir)?);
         let db = sled::Config::new().path(dir).open()?;
         let meta = db.open_tree("meta")?;
-        Ok(SledBackend { db, meta })
+        Ok(SledBackend { db, meta, marks })
     }
 
     async fn run<T: Send + 'static>(
@@ -69,6 +73,7 @@ impl SledBackend {
                 .map_err(|e| corrupt(format!("metadata {:?}", String::from_utf8_lossy(&k)), e))?;
             out.push(self.load_env(meta, retention)?);
         }
+        self.marks.check(&out.iter().map(|l| &l.meta).collect::<Vec<_>>())?;
         Ok(out)
     }
 
@@ -174,6 +179,7 @@ impl SledBackend {
             })?;
         // Durable before anyone is told.
         self.db.flush()?;
+        self.marks.set(&name, &c.meta.epoch, c.meta.revision);
         Ok(Committed { audit_trimmed: expired.len() })
     }
 }
@@ -218,6 +224,7 @@ impl Backend for SledBackend {
         self.run(move |b| {
             b.put_meta_now(&meta)?;
             b.db.flush()?;
+            b.marks.set(&meta.name, &meta.epoch, meta.revision);
             Ok(())
         })
         .await
@@ -225,6 +232,7 @@ impl Backend for SledBackend {
 
     async fn delete_env(&self, name: String) -> Result<(), StoreError> {
         self.run(move |b| {
+            b.marks.remove(&name)?;
             b.meta.remove(meta_key(&name))?;
             for prefix in ["items", "log", "audit"] {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;

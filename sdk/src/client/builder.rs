@@ -109,6 +109,15 @@ impl Builder {
         self
     }
 
+    /// How long a received change waits before it is written to the
+    /// cache, so a burst of changes is one write (default 500 ms). The
+    /// newest applied revision is written when the last clone of the
+    /// client is dropped in any case.
+    pub fn cache_write_interval(mut self, interval: Duration) -> Self {
+        self.cache_interval = interval;
+        self
+    }
+
     /// For `https://` endpoints: trust this PEM CA bundle instead of the
     /// public web roots.
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
