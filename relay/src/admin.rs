@@ -137,7 +137,7 @@ fn env_to_proto(env: &Env) -> pb::Environment {
 }
 
 /// Converts one batch operation.
-fn op_from_proto(i: usize, op: pb::BatchOp) -> Result<Op, Status> {
+pub(crate) fn op_from_proto(i: usize, op: pb::BatchOp) -> Result<Op, Status> {
     use pb::batch_op::Op as B;
     let path = format!("ops[{i}]");
     Ok(match op.op.ok_or_else(|| invalid(&path, "empty operation"))? {

@@ -18,6 +18,8 @@ mod demo;
 mod encoded;
 mod error;
 mod feed;
+#[doc(hidden)]
+pub mod fuzz;
 mod grpc;
 mod hub;
 pub mod metrics;

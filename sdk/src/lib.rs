@@ -16,6 +16,8 @@ mod backoff;
 mod cache;
 mod client;
 pub mod follow;
+#[doc(hidden)]
+pub mod fuzz;
 #[cfg(feature = "openfeature")]
 pub mod openfeature;
 mod raw;

@@ -165,7 +165,7 @@ impl Replica {
     }
 
     /// Builds a replica from a complete snapshot's raw items, validated.
-    fn from_items(
+    pub(crate) fn from_items(
         epoch: String,
         revision: u64,
         flags: impl IntoIterator<Item = Bytes>,

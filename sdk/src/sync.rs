@@ -91,8 +91,10 @@ impl ClientSink {
         let relay_age = Duration::from_millis(self.shared.relay_staleness_ms.load(Ordering::Relaxed));
         let stale = (relay_age > self.stale_after).then(|| relay_stale_reason(relay_age));
         self.shared.confirmed_unix_ms.store(crate::client::now_ms(), Ordering::Relaxed);
-        self.shared.publish(Arc::new(snapshot), Source::Stream, changed, stale.as_deref());
+        // Hand the replica to the cache writer before anyone can see the
+        // data: a client dropped as soon as it is ready must still write it.
         self.shared.cache_dirty(Some(&replica));
+        self.shared.publish(Arc::new(snapshot), Source::Stream, changed, stale.as_deref());
         *self.slot() = ReplicaSlot::Ready(replica);
         cursor
     }

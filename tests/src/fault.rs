@@ -4,8 +4,13 @@
 //! scenario runs real relay processes on loopback, real SDK clients and the
 //! fault proxy; each returns a report of what it measured.
 
+pub mod large;
 pub mod probe;
+pub mod redis;
+pub mod restart;
+pub mod slow;
 pub mod stall;
+pub mod storm;
 
 use std::time::Duration;
 

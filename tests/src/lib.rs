@@ -5,6 +5,7 @@
 pub mod case;
 pub mod cluster;
 pub mod fault;
+pub mod inbound;
 pub mod postgres;
 pub mod proxy;
 pub mod relay;

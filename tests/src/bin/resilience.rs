@@ -1,0 +1,212 @@
+//! The full-size runs of docs/RESILIENCE.md: each subcommand runs one
+//! scenario of `flagstream_tests::fault` (the same code the CI-size tests
+//! run) at the size the document reports, and prints its figures as
+//! Markdown. Real relay processes on 127.0.0.1, real SDK clients, the
+//! fault proxy; nothing leaves the machine.
+//!
+//! ```sh
+//! cargo build --release -p flagstream-tests --bins   # the tool starts the `relay` next to it
+//! target/release/resilience stall --runs 5
+//! target/release/resilience restart --sdks 1000
+//! target/release/resilience storm --streams 10000
+//! target/release/resilience slow-reader
+//! target/release/resilience large --flags 50000
+//! tests/side-by-side.sh        # installs redis-server, then runs `side-by-side`
+//! ```
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use flagstream_tests::fault::{self, ms};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Scenario 1: a blackholed relay, then a blackholed replica uplink.
+    Stall {
+        /// Runs per hop.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+    /// Scenario 2: relay killed and restarted; replica killed.
+    Restart {
+        /// SDK clients.
+        #[arg(long, default_value_t = 1_000)]
+        sdks: usize,
+    },
+    /// Scenario 3: reconnect storm.
+    Storm {
+        /// SDK streams.
+        #[arg(long, default_value_t = 10_000)]
+        streams: usize,
+    },
+    /// Scenario 4: a slow reader among fast ones.
+    SlowReader {
+        /// Fast SDK clients.
+        #[arg(long, default_value_t = 100)]
+        fast: usize,
+        /// The slow reader's rate, bytes/s.
+        #[arg(long, default_value_t = 1024)]
+        rate: u32,
+        /// Least number of writes.
+        #[arg(long, default_value_t = 200)]
+        writes: usize,
+        /// Milliseconds between writes.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        /// Description bytes of each written flag.
+        #[arg(long, default_value_t = 60_000)]
+        flag_bytes: usize,
+    },
+    /// Scenario 5: a large flag set.
+    Large {
+        /// Flags.
+        #[arg(long, default_value_t = 50_000)]
+        flags: usize,
+        /// Description bytes per flag.
+        #[arg(long, default_value_t = 1_024)]
+        bytes: usize,
+    },
+    /// Scenario 9: flags in Redis behind a 30 s TTL cache versus
+    /// flagstream, under the same blackhole.
+    SideBySide(fault::redis::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let dir = tempfile::tempdir()?;
+        let guard = Duration::from_secs(300);
+        match cli.cmd {
+            Cmd::Stall { runs } => stall(dir.path(), runs, guard).await,
+            Cmd::Restart { sdks } => restart(dir.path(), sdks, guard).await,
+            Cmd::Storm { streams } => storm(dir.path(), streams, guard).await,
+            Cmd::SlowReader { fast, rate, writes, interval_ms, flag_bytes } => {
+                let interval = Duration::from_millis(interval_ms);
+                let load = fault::slow::Load { fast, writes, interval, flag_bytes, rate };
+                let r = fault::slow::run(dir.path(), load, &[], guard).await;
+                println!("| slow reader | writes | cut off after | relay RSS before → peak | fast SDKs commit → visible p50 / p99 / max |");
+                println!("|---|---|---|---|---|");
+                println!(
+                    "| {} B/s, read {} B | {} × {} B every {interval_ms} ms | {:.1} s ({} stream) | {} → {} MiB | {} / {} / {} ({fast} SDKs) |",
+                    r.rate,
+                    r.slow_bytes,
+                    r.writes,
+                    r.flag_bytes,
+                    r.cut_after.as_secs_f64(),
+                    r.cut_off,
+                    r.relay_rss_before_kib / 1024,
+                    r.relay_peak_rss_kib / 1024,
+                    ms(r.fast_p50),
+                    ms(r.fast_p99),
+                    ms(r.fast_max)
+                );
+            }
+            Cmd::Large { flags, bytes } => {
+                let r = fault::large::run(dir.path(), flags, bytes, guard).await;
+                println!("| flags | snapshot | chunks | relay peak RSS | SDK first sync | SDK cold start (cache) | process peak RSS |");
+                println!("|---|---|---|---|---|---|---|");
+                println!(
+                    "| {} | {:.1} MiB | {} | {} MiB | {} | {} ({} flags) | {} MiB |",
+                    r.flags,
+                    r.snapshot_bytes as f64 / (1 << 20) as f64,
+                    r.chunks,
+                    r.relay_peak_rss_kib / 1024,
+                    ms(r.first_sync),
+                    ms(r.cold_start),
+                    r.cold_flags,
+                    r.process_peak_rss_kib / 1024
+                );
+            }
+            Cmd::SideBySide(args) => fault::redis::side_by_side(dir.path(), args).await?,
+        }
+        Ok(())
+    })
+}
+
+async fn stall(dir: &std::path::Path, runs: usize, guard: Duration) {
+    use fault::stall::Hop;
+    println!(
+        "| stalled hop | run | recovered (blackhole → SDK has the next write) | stalls counted | evaluations | defaults returned | eval p50 / p99 / p99.99 / max |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for hop in [Hop::Relay, Hop::Replica] {
+        for i in 0..runs {
+            let sub = dir.join(format!("{hop:?}-{i}"));
+            let r = fault::stall::run(&sub, hop, guard).await;
+            println!(
+                "| {hop:?} | {} | {} | {} | {} | {} | {} / {} / {} / {} ns |",
+                i + 1,
+                ms(r.recovered),
+                r.stalls,
+                r.eval.evaluations,
+                r.eval.defaults,
+                r.eval.p50_ns,
+                r.eval.p99_ns,
+                r.eval.p9999_ns,
+                r.eval.max_ns
+            );
+        }
+    }
+}
+
+async fn restart(dir: &std::path::Path, sdks: usize, guard: Duration) {
+    println!(
+        "| event | SDKs | resumed (kill → every SDK has the next write) | snapshots sent | SDK snapshots / deltas applied |"
+    );
+    println!("|---|---|---|---|---|");
+    let r = fault::restart::relay_restart(&dir.join("restart"), sdks, guard).await;
+    println!(
+        "| relay `kill -9` + restart | {} | {} | {} | {} / {} |",
+        r.sdks,
+        ms(r.resumed),
+        r.snapshots_sent,
+        r.sdk_snapshots,
+        r.sdk_deltas
+    );
+    let r = fault::restart::replica_kill(&dir.join("replica"), sdks, guard).await;
+    println!(
+        "| replica `kill -9` (SDKs move to the other) | {} | {} | {} | {} / {} |",
+        r.sdks,
+        ms(r.resumed),
+        r.snapshots_sent,
+        r.sdk_snapshots,
+        r.sdk_deltas
+    );
+}
+
+async fn storm(dir: &std::path::Path, streams: usize, guard: Duration) {
+    let r = fault::storm::run(dir, streams, &[], guard).await;
+    println!(
+        "| streams | all back after | refused by admission control | snapshots sent | relay peak RSS | relay alive |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {} | {:.1} s | {} | {} | {} MiB | {} |",
+        r.streams,
+        r.back.as_secs_f64(),
+        r.refused,
+        r.snapshots_sent,
+        r.relay_peak_rss_kib / 1024,
+        r.relay_alive
+    );
+    println!();
+    println!("| since the kill | streams connected | refused so far |");
+    println!("|---|---|---|");
+    let mut next = Duration::ZERO;
+    for p in &r.curve {
+        if p.at >= next {
+            println!("| {:.1} s | {} | {} |", p.at.as_secs_f64(), p.connected, p.refused);
+            next = p.at + Duration::from_millis(999);
+        }
+    }
+    if let Some(p) = r.curve.last() {
+        println!("| {:.1} s | {} | {} |", p.at.as_secs_f64(), p.connected, p.refused);
+    }
+}

@@ -1,0 +1,17 @@
+//! Scenario 5 of docs/RESILIENCE.md at CI size: 5,000 flags of 1 KiB (a
+//! ~5 MiB snapshot) arrive in several chunks within the message limits,
+//! checksummed; an SDK syncs them and cold-starts from its cache with the
+//! relay down, serving every flag.
+
+use flagstream_tests::STEP;
+use flagstream_tests::fault::large::run;
+
+#[tokio::test]
+async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), 5_000, 1_024, STEP * 3).await;
+    eprintln!("{r:?}");
+    assert!(r.snapshot_bytes > 5_000 * 1_024, "{r:?}");
+    assert!(r.chunks > 1, "a 5 MiB snapshot in one message: {r:?}");
+    assert_eq!(r.cold_flags, 5_000, "the cold start serves every flag: {r:?}");
+}

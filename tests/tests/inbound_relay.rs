@@ -1,0 +1,179 @@
+//! Scenario 8 of docs/RESILIENCE.md, against a running relay: Subscribe
+//! streams opened with arbitrary Hellos and follow-up messages, and admin
+//! writes of mutated flags, are answered with a stream or a clean refusal
+//! (never INTERNAL or UNKNOWN); afterwards the relay is up, has logged no
+//! panic, and serves a snapshot whose checksum verifies.
+
+use std::time::Duration;
+
+use flagstream_proto::v1 as pb;
+use flagstream_proto::v1::sync_client::SyncClient;
+use flagstream_tests::STEP;
+use flagstream_tests::inbound::seeds;
+use flagstream_tests::relay::Relay;
+use flagstream_tests::subscriber::{Subscriber, Update};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use prost::Message;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+/// Codes a refusal may carry; anything else is a defect.
+const CLEAN: &[Code] = &[
+    Code::Unauthenticated,
+    Code::PermissionDenied,
+    Code::InvalidArgument,
+    Code::OutOfRange,
+    Code::ResourceExhausted,
+    Code::NotFound,
+    Code::FailedPrecondition,
+    Code::AlreadyExists,
+];
+
+fn text(max: usize) -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[ -~]{0,40}",
+        proptest::collection::vec(any::<char>(), 0..max).prop_map(String::from_iter)
+    ]
+}
+
+fn request(key: String) -> impl Strategy<Value = pb::SubscribeRequest> {
+    let hello = (
+        prop_oneof![Just(key), text(64), Just("k".repeat(200_000))],
+        text(40),
+        any::<u64>(),
+        text(32),
+        any::<i32>(),
+        text(32),
+    )
+        .prop_map(|(sdk_key, epoch, revision, environment, kind, sdk_name)| pb::Hello {
+            sdk_key,
+            cursor: Some(pb::Cursor { epoch, revision }),
+            environment,
+            subscriber_kind: kind,
+            sdk_name,
+            ..Default::default()
+        });
+    let ack = (text(40), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us)| pb::Ack {
+        epoch,
+        revision,
+        apply_duration_us: us,
+    });
+    prop_oneof![
+        3 => hello.prop_map(|h| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(h)) }),
+        1 => ack.prop_map(|a| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(a)) }),
+        1 => Just(pb::SubscribeRequest { kind: None }),
+    ]
+}
+
+/// Opens a stream with `msgs` and reads its first answer.
+async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<(), String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    for m in msgs {
+        tx.send(m).await.map_err(|e| e.to_string())?;
+    }
+    let mut client = SyncClient::new(relay.channel().await);
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut stream = client.subscribe(ReceiverStream::new(rx)).await?.into_inner();
+        stream.message().await.map(|_| ())
+    })
+    .await
+    .map_err(|_| "no answer within 10 s".to_owned())?;
+    drop(tx);
+    match answer {
+        Ok(()) => Ok(()),
+        Err(s) if CLEAN.contains(&s.code()) => Ok(()),
+        Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+#[test]
+fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut relay = rt.block_on(Relay::start(dir.path(), &[]));
+    let key = relay.demo_key();
+
+    let streams = (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4))
+        .prop_map(|(first, rest)| std::iter::once(first).chain(rest).collect::<Vec<_>>());
+    let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&streams, |msgs| {
+            let got = rt.block_on(subscribe(&relay, msgs.clone()));
+            prop_assert!(got.is_ok(), "{got:?} for {msgs:?}");
+            Ok(())
+        })
+        .unwrap();
+
+    // Writes: valid flags of the evaluation suite, changed field by field
+    // (a key, a type, an index, an operator, an attribute, truncated lists)
+    // or byte by byte, so most decode and reach the relay's checks.
+    let writes: Vec<pb::PutFlagRequest> =
+        seeds("admin_put_flag").iter().map(|b| pb::PutFlagRequest::decode(b.as_slice()).unwrap()).collect();
+    let edits = (
+        proptest::option::of(text(300)),
+        proptest::option::of(any::<i32>()),
+        any::<bool>(),
+        0usize..6,
+        0usize..4,
+        proptest::option::of(text(80)),
+        proptest::option::of(any::<i32>()),
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+    );
+    let mutated =
+        (0..writes.len(), edits).prop_map(move |(i, (key, kind, on, vars, rules, attr, op, flips))| {
+            let mut req = writes[i].clone();
+            let f = req.flag.as_mut().expect("a flag");
+            if let Some(k) = key {
+                f.key = k;
+            }
+            if let Some(t) = kind {
+                f.r#type = t;
+            }
+            f.on = on;
+            f.variations.truncate(vars);
+            f.rules.truncate(rules);
+            if let Some(c) = f.rules.first_mut().and_then(|r| r.clauses.first_mut()) {
+                if let Some(a) = attr {
+                    c.attribute = a;
+                }
+                if let Some(o) = op {
+                    c.op = o;
+                }
+            }
+            let mut b = req.encode_to_vec();
+            for (at, byte) in flips {
+                let at = at.index(b.len());
+                b[at] ^= byte | 1;
+            }
+            b
+        });
+    let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
+    let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    runner
+        .run(&mutated, |bytes| {
+            let Ok(mut req) = pb::PutFlagRequest::decode(bytes.as_slice()) else { return Ok(()) };
+            req.environment = "demo".into();
+            let got = rt.block_on(async { relay.admin().await.put_flag(req.clone()).await });
+            match got {
+                Ok(_) => accepted.set(accepted.get() + 1),
+                Err(s) => {
+                    prop_assert!(CLEAN.contains(&s.code()), "{:?}: {} for {req:?}", s.code(), s.message());
+                    refused.set(refused.get() + 1);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    eprintln!("mutated writes: {} accepted, {} refused", accepted.get(), refused.get());
+    assert!(accepted.get() + refused.get() > 0, "no mutated write decoded");
+
+    assert!(relay.running(), "the relay died:\n{}", relay.log());
+    assert!(!relay.log().contains("panicked"), "{}", relay.log());
+    rt.block_on(async {
+        let mut sub = Subscriber::connect(relay.channel().await, &key, None).await.unwrap();
+        let update = sub.next_change(STEP).await;
+        assert!(matches!(update, Ok(Update::Snapshot { .. })), "{update:?}");
+    });
+}
