@@ -211,6 +211,16 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_UPSTREAM_CLIENT_KEY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_client_key: Option<PathBuf>,
+    /// A replica's HTTP/2 keepalive PING interval on its upstream link
+    /// (sent after this long without a frame) [default: 3s].
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_KEEPALIVE_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_keepalive_interval: Option<Dur>,
+    /// How long a replica waits for the upstream's PING answer before it
+    /// drops the link as stalled [default: 2s].
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_KEEPALIVE_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_keepalive_timeout: Option<Dur>,
     /// The environments a replica follows, comma-separated [default: all].
     #[arg(long, env = "FLAGSTREAM_ENVIRONMENTS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -389,6 +399,10 @@ pub struct Upstream {
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// Environments to follow; empty: all.
     pub environments: Vec<String>,
+    /// HTTP/2 keepalive PING interval on the upstream link.
+    pub keepalive_interval: Duration,
+    /// PING answer deadline on the upstream link.
+    pub keepalive_timeout: Duration,
 }
 
 /// Where the flags live.
@@ -614,12 +628,24 @@ impl Options {
                         ));
                     }
                 };
+                let keepalive_interval =
+                    self.upstream_keepalive_interval.map_or(Duration::from_secs(3), |d| d.0);
+                let keepalive_timeout =
+                    self.upstream_keepalive_timeout.map_or(Duration::from_secs(2), |d| d.0);
+                if keepalive_timeout >= keepalive_interval || keepalive_timeout.is_zero() {
+                    return Err(ConfigError(
+                        "upstream-keepalive-timeout: must be non-zero and shorter than upstream-keepalive-interval"
+                            .into(),
+                    ));
+                }
                 Some(Upstream {
                     urls,
                     token: flagstream::Secret::new(token),
                     ca: self.upstream_ca.as_ref().map(|p| read("upstream-ca", p)).transpose()?,
                     identity,
                     environments: list(&self.environments),
+                    keepalive_interval,
+                    keepalive_timeout,
                 })
             }
             Some(other) => return Err(ConfigError(format!("role: {other:?} is not `primary` or `replica`"))),

@@ -54,12 +54,11 @@ impl From<StoreError> for Status {
                     "the write's task failed; the environment refuses further writes until the relay restarts",
                 )
             }
-            // Start-time refusals; at run time only a failed marks update
-            // before a deletion (nothing was deleted).
+            // Start-time refusals only: never a request's outcome.
             StoreError::RolledBack { .. } => Status::internal(e.to_string()),
             StoreError::MarksUnreadable { source, .. } => {
                 tracing::error!(error = %source, "commit marks failure");
-                Status::unavailable(format!("{e}; nothing was changed"))
+                Status::internal(e.to_string())
             }
             StoreError::Corrupt { what, source } => {
                 tracing::error!(what = %what, error = %source, "corrupt stored data");

@@ -88,6 +88,8 @@ impl Replica {
             sdk_name: "flagstream-relay".into(),
             max_snapshot_bytes: store.limits().max_snapshot_bytes,
             tls: follow::Tls { ca: upstream.ca.clone(), identity: upstream.identity.clone() },
+            keepalive_interval: upstream.keepalive_interval,
+            keepalive_timeout: upstream.keepalive_timeout,
             ..FollowConfig::default()
         };
         Replica { store, tokens, hub, upstream, follow, ready }

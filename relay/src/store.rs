@@ -163,22 +163,21 @@ pub enum StoreError {
     /// The store holds less than was committed (sled cut a garbled or
     /// truncated log back): refused at start, never served.
     #[error(
-        "environment {env:?}: the store holds {}, but {committed} was committed (recorded in {}): the database lost acknowledged writes (a garbled or truncated file); restore the data directory from a backup, or delete that file to serve what is left",
-        stored.clone().unwrap_or_else(|| "nothing of it".to_owned()),
+        "environment {env:?}: the store holds {stored}, but {committed} was committed (recorded in {}): the database lost acknowledged writes (a garbled or truncated file); restore the data directory from a backup, or delete that file to serve what is left",
         marks.display()
     )]
     RolledBack {
         /// Environment.
         env: String,
-        /// What the store holds (`None`: the environment is gone).
-        stored: Option<String>,
+        /// What the store holds.
+        stored: String,
         /// What was committed.
         committed: String,
         /// The commit marks file.
         marks: PathBuf,
     },
-    /// The commit marks file could not be read or written.
-    #[error("the commit marks file {} is unreadable; delete it to accept the store as it is", path.display())]
+    /// The commit marks file could not be read or written at start.
+    #[error("the commit marks file {} cannot be read or written", path.display())]
     MarksUnreadable {
         /// The file.
         path: PathBuf,

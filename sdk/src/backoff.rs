@@ -34,6 +34,11 @@ impl Backoff {
         Duration::from_millis(if ms == 0 { 0 } else { rand::rng().random_range(0..ms) })
     }
 
+    /// Whether no failure was recorded since the last reset.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.failures == 0
+    }
+
     /// Forgets past failures (after a healthy period).
     pub(crate) fn reset(&mut self) {
         self.failures = 0;

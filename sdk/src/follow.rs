@@ -246,7 +246,8 @@ enum End {
     Connect(String),
     /// Refused or ended with a retry-after hint (PROTOCOL.md §6).
     RetryAfter(String, Duration),
-    Stalled(Duration),
+    /// No message for this long; the transport's error, if it reported one.
+    Stalled(Duration, Option<String>),
     Broken(String),
     /// The relay asked us to go elsewhere after `delay`.
     Reconnect(Duration, String),
@@ -370,9 +371,18 @@ fn plan(
             (EndKind::RetryAfter, delay, true, reason)
         }
         End::Broken(e) => (EndKind::Broken, backoff.fail(), true, format!("{endpoint}: {e}")),
-        End::Stalled(after) => {
-            let reason = format!("{endpoint}: no message for {after:?} (stalled connection dropped)");
-            (EndKind::Stalled, jitter_up_to(stall_jitter), true, reason)
+        End::Stalled(after, cause) => {
+            let cause = cause.map(|c| format!(": {c}")).unwrap_or_default();
+            let reason = format!("{endpoint}: no message for {after:?} (stalled connection dropped){cause}");
+            // The first stall after a healthy stream moves on within the
+            // jitter; stalls in a row back off like any failure.
+            let delay = if backoff.is_fresh() {
+                backoff.fail();
+                jitter_up_to(stall_jitter)
+            } else {
+                backoff.fail().max(jitter_up_to(stall_jitter))
+            };
+            (EndKind::Stalled, delay, true, reason)
         }
         End::Reconnect(delay, why) => (
             EndKind::Reconnect,
@@ -390,6 +400,20 @@ fn plan(
         }
     };
     Plan { kind, delay, switch, reason }
+}
+
+/// Whether a stream error is the keepalive's signature: a transport error
+/// (no status from the relay) ending a connection broken from under the
+/// stream, after a silence longer than the keepalive interval plus half its
+/// timeout (hyper's timer starts at the last frame read, a little before
+/// the last message; the margin keeps a real timeout from reading as
+/// "broken").
+fn silent_break(status: &tonic::Status, silent_for: Duration, cfg: &FollowConfig) -> bool {
+    let Some(cause) = std::error::Error::source(status) else { return false };
+    let broken_pipe = std::iter::successors(Some(cause), |e| e.source()).any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    }) || error_chain(cause).contains("broken pipe");
+    broken_pipe && silent_for >= cfg.keepalive_interval + cfg.keepalive_timeout / 2
 }
 
 /// How a failed call or stream ends: with the relay's retry-after hint
@@ -527,7 +551,7 @@ impl<S: Sink> Follower<S> {
         let mut stream = match tokio::time::timeout(cfg.first_message_timeout, subscribe).await {
             Ok(Ok(s)) => s,
             Ok(Err(end)) => return end,
-            Err(_) => return End::Stalled(cfg.first_message_timeout),
+            Err(_) => return End::Stalled(cfg.first_message_timeout, None),
         };
         let mut watchdog = cfg.first_message_timeout;
         let mut chunks: Vec<RawChunk> = Vec::new();
@@ -548,7 +572,7 @@ impl<S: Sink> Follower<S> {
             }
             let msg = tokio::select! {
                 m = stream.message() => m,
-                _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog),
+                _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog, None),
                 _ = reports.tick(), if relay => {
                     if let Some(r) = self.sink.report() {
                         let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(r)) };
@@ -560,15 +584,15 @@ impl<S: Sink> Follower<S> {
                 }
             };
             let msg = match msg {
-                // The connection broke under a silent stream: the HTTP/2
-                // keepalive ping went unanswered (hyper drops the
-                // connection when it times out, which surfaces as a
-                // transport error, not a status the relay sent).
-                Err(status)
-                    if std::error::Error::source(&status).is_some()
-                        && last_message.elapsed() >= cfg.keepalive_interval + cfg.keepalive_timeout =>
-                {
-                    return End::Stalled(last_message.elapsed());
+                // The connection broke under a stream silent for longer than
+                // the keepalive interval: the HTTP/2 keepalive PING went
+                // unanswered (hyper then drops the connection, which the
+                // stream sees as a broken pipe, not a status the relay
+                // sent). A relay that dies after such a silence looks the
+                // same and is counted the same way (PROTOCOL.md §2.8).
+                Err(status) if silent_break(&status, last_message.elapsed(), cfg) => {
+                    let cause = format!("stream failed: {} {}", status.code(), status.message());
+                    return End::Stalled(last_message.elapsed(), Some(cause));
                 }
                 Err(status) => return ended("stream failed", &status),
                 Ok(None) => return End::Broken("stream closed by the relay".into()),
@@ -697,19 +721,41 @@ mod tests {
         }
     }
 
-    /// A stall reconnects elsewhere within the stall jitter, whatever the
-    /// backoff says; the default budget (keepalive interval + timeout +
-    /// stall jitter) stays within 10 s.
+    /// The first stall after a healthy period reconnects elsewhere within
+    /// the stall jitter; stalls in a row back off; the default budget
+    /// (keepalive interval + timeout + stall jitter) stays within 10 s.
     #[test]
-    fn a_stall_moves_on_within_the_default_budget() {
+    fn a_stall_moves_on_within_the_default_budget_and_repeats_back_off() {
         let cfg = FollowConfig::default();
-        let mut b = Backoff::new(Duration::from_secs(30), Duration::from_secs(30));
-        b.fail();
         for _ in 0..200 {
-            let p = plan(End::Stalled(Duration::from_secs(5)), "e", &mut b, 0, cfg.stall_jitter);
+            let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+            let p = plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, 0, cfg.stall_jitter);
             assert!(p.switch && p.kind == EndKind::Stalled && p.delay < cfg.stall_jitter, "{p:?}");
+            assert_eq!(b.ceiling(), Duration::from_secs(2), "the stall counts as a failure");
         }
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        for _ in 0..5 {
+            plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, 0, cfg.stall_jitter);
+        }
+        assert_eq!(b.ceiling(), Duration::from_secs(30), "stalls in a row back off");
         let budget = cfg.keepalive_interval + cfg.keepalive_timeout + cfg.stall_jitter;
         assert!(budget <= Duration::from_secs(10), "default stall budget {budget:?}");
+    }
+
+    /// Only a broken pipe after a silence past the keepalive is a stall:
+    /// not a status the relay sent, not an early break, not a reset.
+    #[test]
+    fn only_a_broken_pipe_after_the_keepalive_silence_is_a_stall() {
+        let cfg = FollowConfig::default();
+        let transport = |kind| tonic::Status::from_error(Box::new(std::io::Error::new(kind, "x")));
+        let pipe = transport(std::io::ErrorKind::BrokenPipe);
+        assert!(silent_break(&pipe, Duration::from_secs(5), &cfg));
+        assert!(
+            silent_break(&pipe, Duration::from_millis(4_100), &cfg),
+            "hyper's timer starts a little earlier"
+        );
+        assert!(!silent_break(&pipe, Duration::from_secs(2), &cfg), "a break soon after a message");
+        assert!(!silent_break(&transport(std::io::ErrorKind::ConnectionReset), Duration::from_secs(9), &cfg));
+        assert!(!silent_break(&tonic::Status::unavailable("draining"), Duration::from_secs(9), &cfg));
     }
 }

@@ -5,6 +5,7 @@
 //! fault proxy; each returns a report of what it measured.
 
 pub mod large;
+pub mod ping;
 pub mod probe;
 pub mod redis;
 pub mod restart;

@@ -33,3 +33,38 @@ async fn stalled_replica_upstream_is_left_for_the_other_link() {
     assert!(r.stalls >= 1, "the replica counted its upstream stall: {r:?}");
     assert_eq!(r.stats.reconnects, 0, "the SDK's own stream was never touched: {:?}", r.stats);
 }
+
+/// Behind something that answers HTTP/2 PINGs itself (an L7 proxy), only
+/// the heartbeat watchdog sees a stall: with the keepalive set long, a
+/// blackholed stream is still torn down (3 missed 300 ms heartbeats) and
+/// replaced over a new connection, which brings the next write.
+#[tokio::test]
+async fn the_heartbeat_watchdog_catches_what_the_keepalive_does_not() {
+    use std::time::Duration;
+
+    use flagstream::Client;
+    use flagstream_tests::fault::wait_change;
+    use flagstream_tests::proxy::Proxy;
+    use flagstream_tests::relay::{Relay, bool_flag, put};
+
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &["--heartbeat", "300ms"]).await;
+    let proxy = Proxy::start(relay.grpc).await;
+    let c = Client::builder()
+        .endpoints([proxy.url()])
+        .sdk_key(relay.demo_key())
+        .keepalive_interval(Duration::from_secs(600))
+        .keepalive_timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    c.wait_ready(STEP).await;
+    assert_eq!(proxy.connections(), 1);
+    let mut changes = c.changes();
+    proxy.blackhole_existing();
+    put(&mut relay.admin().await, "demo", bool_flag("after-stall", true)).await.unwrap();
+    wait_change(&mut changes, "after-stall", STEP).await;
+    let s = c.stats();
+    assert_eq!(s.stalls, 1, "{s:?}");
+    assert!(proxy.connections() >= 2, "a new connection was made");
+    assert_eq!(s.snapshots_applied, 1, "resumed with a delta: {s:?}");
+}

@@ -1,6 +1,6 @@
 //! Scenario 3 of docs/RESILIENCE.md at CI size: 1,000 SDK streams on one
 //! relay, which is killed and started again. Every stream comes back, the
-//! relay survives, admission control (here 200 new subscriptions/s, so it
+//! relay survives, admission control (here 100 new subscriptions/s, so it
 //! bites at this size) refuses with retry-after hints instead of taking
 //! everyone at once, and every stream resumes with a delta.
 
@@ -10,7 +10,7 @@ use flagstream_tests::fault::storm::run;
 async fn a_thousand_streams_come_back_after_a_relay_restart() {
     let dir = tempfile::tempdir().unwrap();
     let guard = std::time::Duration::from_secs(120);
-    let r = run(dir.path(), 1_000, &["--quota-subscribes-per-sec", "200"], guard).await;
+    let r = run(dir.path(), 1_000, &["--quota-subscribes-per-sec", "100"], guard).await;
     eprintln!("back after {:?}, peak RSS {} KiB, refused {}", r.back, r.relay_peak_rss_kib, r.refused);
     assert!(r.relay_alive, "the relay died in the storm");
     assert!(r.refused > 0, "admission control never refused: {r:?}");

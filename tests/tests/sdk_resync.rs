@@ -154,6 +154,10 @@ async fn repeated_failures_back_off() {
     assert!(attempts[0].retry_in < Duration::from_millis(200), "the first resync is immediate: {attempts:?}");
     assert!(attempts[1].retry_in < Duration::from_millis(400), "{attempts:?}");
     assert!(attempts[2].retry_in < Duration::from_millis(800), "{attempts:?}");
+    // Drawn from the backoff, not zero: three uniform draws from [0, 400),
+    // [0, 800), [0, 1600) ms summing under 10 ms has odds below 1e-6.
+    let waited: Duration = attempts[1..].iter().map(|a| a.retry_in).sum();
+    assert!(waited > Duration::from_millis(10), "the resyncs after the first did not back off: {attempts:?}");
     assert!(c.stats().checksum_mismatches >= 3);
     assert!(
         hellos.lock().unwrap().iter().all(|h| h.epoch.is_empty()),

@@ -98,17 +98,25 @@ async fn mutual_tls_end_to_end() {
     let no_cert = flagctl(&["--relay", &url, "--token", &token, "--ca-cert", &s(&pki.ca), "flag", "list"]);
     // The same call without the client certificate: the relay ends the
     // handshake (TLS 1.3 delivers its CertificateRequired alert after the
-    // client's first write, so flagctl may only see the connection close).
+    // client's first write, so flagctl may see only the connection end).
     let err = String::from_utf8_lossy(&no_cert.stderr);
     assert_eq!(no_cert.status.code(), Some(1), "{err}");
-    assert!(err.contains("CertificateRequired") || err.contains("connection closed"), "{err}");
+    // What the client reads after the server ends the handshake varies with
+    // timing (the alert, a closed connection, a broken pipe): always a
+    // transport failure, never an answer. The SDK below waits for the
+    // alert itself.
+    assert!(err.contains("CertificateRequired") || err.contains("transport error"), "{err}");
+    assert!(no_cert.stdout.is_empty(), "no certificate, yet an answer");
     let plain =
         flagctl(&["--relay", &relay.url(), "--token", &token, "flag", "list", "--connect-timeout", "2s"]);
     // Plain HTTP/2 to the TLS port: the relay reads a TLS record, not a
     // frame, and the connection fails; nothing is served.
     let err = String::from_utf8_lossy(&plain.stderr);
     assert_eq!(plain.status.code(), Some(1), "{err}");
-    assert!(err.contains("http2 error") || err.contains("connection"), "{err}");
+    // A transport failure (the exact one depends on timing: a frame error
+    // or a closed connection), never an answer from the relay.
+    assert!(err.contains("http2 error") || err.contains("transport error"), "{err}");
+    assert!(plain.stdout.is_empty(), "plaintext got an answer: {}", String::from_utf8_lossy(&plain.stdout));
 
     let c = Client::builder()
         .endpoints([url.clone()])

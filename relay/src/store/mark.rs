@@ -6,12 +6,16 @@
 //! turn that into a refusal to start that names the environment and both
 //! revisions.
 //!
-//! Ordering keeps the marks from ever claiming more than sled holds: a
-//! commit or a creation is marked after sled has flushed it, a deletion is
-//! unmarked before sled drops it, and after a successful start the file is
-//! rewritten from what was loaded. The file is replaced by rename, never
-//! written in place; it is not fsynced, so after a power loss it can only
-//! be behind sled, which is never reported.
+//! A commit or a creation is marked after sled has flushed it, so a mark
+//! never claims a revision sled was not holding durably; after a start the
+//! file is rewritten from what was loaded. The file is replaced by rename,
+//! never written in place, and not fsynced (that would double the commit's
+//! fsyncs): after a power loss it may be older than sled, hold a deleted
+//! environment, an older epoch of a re-created one, or be unreadable. So
+//! only what cannot come from an old file is refused: an environment at
+//! the marked epoch but behind the marked revision. An environment the
+//! store lacks, or holds at another epoch, and an unparsable file are
+//! logged and the marks rebuilt from the store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,16 +47,19 @@ pub(crate) struct Marks {
 }
 
 impl Marks {
-    /// Reads the marks next to the database directory `db` (none yet: an
-    /// empty set).
+    /// Reads the marks next to the database directory `db` (none yet, or
+    /// unparsable: an empty set, logged).
     pub(crate) fn open(db: &Path) -> Result<Marks, StoreError> {
         let path = db.with_file_name("commit-marks.json");
         let marks = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<MarkFile>(&bytes)
-                    .map_err(|e| StoreError::MarksUnreadable { path: path.clone(), source: Box::new(e) })?
-                    .environments
-            }
+            Ok(bytes) => match serde_json::from_slice::<MarkFile>(&bytes) {
+                Ok(f) => f.environments,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e,
+                        "the commit marks file does not parse (a power loss while it was replaced?): rebuilt from the store, without checking it this once");
+                    BTreeMap::new()
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(StoreError::MarksUnreadable { path, source: Box::new(e) }),
         };
@@ -64,18 +71,22 @@ impl Marks {
     pub(crate) fn check(&self, loaded: &[&EnvMeta]) -> Result<(), StoreError> {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         for (env, mark) in marks.iter() {
-            let stored = loaded.iter().find(|m| &m.name == env);
-            let rolled_back = match stored {
-                None => true,
-                Some(m) => m.epoch != mark.epoch || m.revision < mark.revision,
-            };
-            if rolled_back {
-                return Err(StoreError::RolledBack {
-                    env: env.clone(),
-                    stored: stored.map(|m| format!("revision {} of epoch {}", m.revision, m.epoch)),
-                    committed: format!("revision {} of epoch {}", mark.revision, mark.epoch),
-                    marks: self.path.clone(),
-                });
+            match loaded.iter().find(|m| &m.name == env) {
+                Some(m) if m.epoch == mark.epoch && m.revision < mark.revision => {
+                    return Err(StoreError::RolledBack {
+                        env: env.clone(),
+                        stored: format!("revision {} of epoch {}", m.revision, m.epoch),
+                        committed: format!("revision {} of epoch {}", mark.revision, mark.epoch),
+                        marks: self.path.clone(),
+                    });
+                }
+                Some(m) if m.epoch != mark.epoch => {
+                    tracing::warn!(env = %env, stored_epoch = %m.epoch, marked_epoch = %mark.epoch,
+                    "the store holds another epoch of this environment than the commit marks (re-created, promoted or resynced after the marks were last written?)")
+                }
+                Some(_) => {}
+                None => tracing::warn!(env = %env, revision = mark.revision,
+                    "an environment in the commit marks is not in the store (deleted after the marks were last written, or lost)"),
             }
         }
         *marks = loaded
@@ -83,6 +94,7 @@ impl Marks {
             .map(|m| (m.name.clone(), Mark { epoch: m.epoch.clone(), revision: m.revision }))
             .collect();
         self.persist(&marks)
+            .map_err(|e| StoreError::MarksUnreadable { path: self.path.clone(), source: Box::new(e) })
     }
 
     /// Marks `env` at this epoch and revision (after sled flushed it).
@@ -92,15 +104,12 @@ impl Marks {
         self.persist_or_log(&marks);
     }
 
-    /// Unmarks `env` (before sled drops it).
-    pub(crate) fn remove(&self, env: &str) -> Result<(), StoreError> {
+    /// Unmarks `env` (after sled dropped it).
+    pub(crate) fn remove(&self, env: &str) {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks.remove(env).is_some() {
-            // Must be on disk before the deletion: otherwise a crash in
-            // between would report the deleted environment as lost.
-            self.persist(&marks)?;
+            self.persist_or_log(&marks);
         }
-        Ok(())
     }
 
     /// After a commit the write is durable whatever happens here: a
@@ -108,18 +117,17 @@ impl Marks {
     /// as a failed write.
     fn persist_or_log(&self, marks: &BTreeMap<String, Mark>) {
         if let Err(e) = self.persist(marks) {
-            tracing::error!(path = %self.path.display(), error = %flagstream::follow::error_chain(&e),
-                "could not record the commit mark: a later loss of this revision by the store would go undetected");
+            tracing::error!(path = %self.path.display(), error = %e,
+                "could not record the commit marks: a later loss of this revision by the store would go undetected");
         }
     }
 
-    fn persist(&self, marks: &BTreeMap<String, Mark>) -> Result<(), StoreError> {
+    fn persist(&self, marks: &BTreeMap<String, Mark>) -> std::io::Result<()> {
         let file = MarkFile { environments: marks.clone() };
-        let bytes = super::to_json("commit marks", &file)?;
+        let bytes = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| StoreError::MarksUnreadable { path: self.path.clone(), source: Box::new(e) })
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, &self.path)
     }
 }
 
@@ -164,26 +172,33 @@ mod tests {
         assert!(matches!(err, StoreError::RolledBack { .. }), "{err}");
     }
 
+    /// What an old marks file can hold (a deleted environment, an older
+    /// epoch) is logged, not refused, and the marks follow the store.
     #[test]
-    fn a_lost_or_older_environment_is_refused_and_a_removed_one_is_not() {
+    fn a_missing_environment_or_another_epoch_is_accepted_and_remarked() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
         let marks = Marks::open(&db).unwrap();
         marks.check(&[&meta("a", "e1", 1), &meta("b", "e2", 3)]).unwrap();
-        let err = Marks::open(&db).unwrap().check(&[&meta("a", "e1", 1)]).unwrap_err().to_string();
-        assert!(err.contains("\"b\"") && err.contains("holds nothing of it"), "{err}");
-        let err = Marks::open(&db).unwrap().check(&[&meta("a", "e0", 9), &meta("b", "e2", 3)]).unwrap_err();
-        assert!(err.to_string().contains("epoch e0"), "{err}");
-        let marks = Marks::open(&db).unwrap();
-        marks.remove("b").unwrap();
         Marks::open(&db).unwrap().check(&[&meta("a", "e1", 1)]).unwrap();
+        Marks::open(&db).unwrap().check(&[&meta("a", "e0", 9)]).unwrap();
+        // Now marked at e0/9: behind that is refused.
+        let err = Marks::open(&db).unwrap().check(&[&meta("a", "e0", 2)]).unwrap_err();
+        assert!(err.to_string().contains("revision 9 of epoch e0"), "{err}");
+        let marks = Marks::open(&db).unwrap();
+        marks.remove("a");
+        Marks::open(&db).unwrap().check(&[&meta("a", "e0", 1)]).unwrap();
     }
 
+    /// An unparsable file (a power loss mid-replace) is rebuilt, not a
+    /// refusal to start.
     #[test]
-    fn an_unreadable_marks_file_is_refused_naming_it() {
+    fn an_unparsable_marks_file_is_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("commit-marks.json"), b"{garbage").unwrap();
-        let err = Marks::open(&dir.path().join("db")).unwrap_err().to_string();
-        assert!(err.contains("commit-marks.json"), "{err}");
+        let marks = Marks::open(&dir.path().join("db")).unwrap();
+        marks.check(&[&meta("a", "e1", 4)]).unwrap();
+        let err = Marks::open(&dir.path().join("db")).unwrap().check(&[&meta("a", "e1", 3)]).unwrap_err();
+        assert!(matches!(err, StoreError::RolledBack { .. }), "{err}");
     }
 }

@@ -34,6 +34,12 @@ const SETTING_PREFIX: &str = "setting/";
 /// the `bootstrap` token and removed once that is stored.
 const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
 
+/// sled's page cache (its default is 1 GiB). The relay holds every item in
+/// memory and reads sled only at start, so the cache only speeds up
+/// commits; bounded here so a relay under a heavy write load does not grow
+/// towards a gigabyte of cached pages.
+const SLED_CACHE_BYTES: u64 = 64 << 20;
+
 /// The sled backend. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct SledBackend {
@@ -47,7 +53,7 @@ impl SledBackend {
     /// Opens (or creates) the database in `dir`.
     pub(crate) fn open(dir: &Path) -> Result<SledBackend, StoreError> {
         let marks = std::sync::Arc::new(Marks::open(dir)?);
-        let db = sled::Config::new().path(dir).open()?;
+        let db = sled::Config::new().path(dir).cache_capacity(SLED_CACHE_BYTES).open()?;
         let meta = db.open_tree("meta")?;
         Ok(SledBackend { db, meta, marks })
     }
@@ -232,12 +238,12 @@ impl Backend for SledBackend {
 
     async fn delete_env(&self, name: String) -> Result<(), StoreError> {
         self.run(move |b| {
-            b.marks.remove(&name)?;
             b.meta.remove(meta_key(&name))?;
             for prefix in ["items", "log", "audit"] {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;
             }
             b.db.flush()?;
+            b.marks.remove(&name);
             Ok(())
         })
         .await

@@ -11,6 +11,7 @@
 //! target/release/resilience storm --streams 10000
 //! target/release/resilience slow-reader
 //! target/release/resilience large --flags 50000
+//! target/release/resilience ping-cost
 //! tests/side-by-side.sh        # installs redis-server, then runs `side-by-side`
 //! ```
 
@@ -62,6 +63,12 @@ enum Cmd {
         /// Description bytes of each written flag.
         #[arg(long, default_value_t = 60_000)]
         flag_bytes: usize,
+        /// Seconds of writes at most (if the slow stream is not cut first).
+        #[arg(long, default_value_t = 120)]
+        seconds: u64,
+        /// Extra relay arguments (e.g. `--send-deadline=5s`).
+        #[arg(long, allow_hyphen_values = true)]
+        relay_arg: Vec<String>,
     },
     /// Scenario 5: a large flag set.
     Large {
@@ -71,6 +78,19 @@ enum Cmd {
         /// Description bytes per flag.
         #[arg(long, default_value_t = 1_024)]
         bytes: usize,
+    },
+    /// The relay CPU cost of the SDK's default keepalive pings at scale.
+    PingCost {
+        /// HTTP/2 connections.
+        #[arg(long, default_value_t = 2_000)]
+        connections: usize,
+        /// Pings per second in all (default: 50,000 idle streams × 4 pings
+        /// per 15 s heartbeat interval).
+        #[arg(long, default_value_t = 13_333.0)]
+        rate: f64,
+        /// Seconds measured idle, then pinging.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
     },
     /// Scenario 9: flags in Redis behind a 30 s TTL cache versus
     /// flagstream, under the same blackhole.
@@ -87,19 +107,21 @@ fn main() -> anyhow::Result<()> {
             Cmd::Stall { runs } => stall(dir.path(), runs, guard).await,
             Cmd::Restart { sdks } => restart(dir.path(), sdks, guard).await,
             Cmd::Storm { streams } => storm(dir.path(), streams, guard).await,
-            Cmd::SlowReader { fast, rate, writes, interval_ms, flag_bytes } => {
+            Cmd::SlowReader { fast, rate, writes, interval_ms, flag_bytes, seconds, relay_arg } => {
                 let interval = Duration::from_millis(interval_ms);
-                let load = fault::slow::Load { fast, writes, interval, flag_bytes, rate };
-                let r = fault::slow::run(dir.path(), load, &[], guard).await;
+                let max_time = Duration::from_secs(seconds);
+                let load = fault::slow::Load { fast, writes, interval, flag_bytes, rate, max_time };
+                let args: Vec<&str> = relay_arg.iter().map(String::as_str).collect();
+                let r = fault::slow::run(dir.path(), load, &args, max_time + guard).await;
                 println!("| slow reader | writes | cut off after | relay RSS before → peak | fast SDKs commit → visible p50 / p99 / max |");
                 println!("|---|---|---|---|---|");
                 println!(
-                    "| {} B/s, read {} B | {} × {} B every {interval_ms} ms | {:.1} s ({} stream) | {} → {} MiB | {} / {} / {} ({fast} SDKs) |",
+                    "| {} B/s, read {} B | {} × {} B every {interval_ms} ms | {} ({} stream) | {} → {} MiB | {} / {} / {} ({fast} SDKs) |",
                     r.rate,
                     r.slow_bytes,
                     r.writes,
                     r.flag_bytes,
-                    r.cut_after.as_secs_f64(),
+                    r.cut_after.map_or("not cut".to_owned(), |d| format!("{:.1} s", d.as_secs_f64())),
                     r.cut_off,
                     r.relay_rss_before_kib / 1024,
                     r.relay_peak_rss_kib / 1024,
@@ -107,6 +129,12 @@ fn main() -> anyhow::Result<()> {
                     ms(r.fast_p99),
                     ms(r.fast_max)
                 );
+                println!();
+                println!("| writing for | relay RSS |");
+                println!("|---|---|");
+                for (at, kib) in &r.rss_curve {
+                    println!("| {:.0} s | {} MiB |", at.as_secs_f64(), kib / 1024);
+                }
             }
             Cmd::Large { flags, bytes } => {
                 let r = fault::large::run(dir.path(), flags, bytes, guard).await;
@@ -122,6 +150,20 @@ fn main() -> anyhow::Result<()> {
                     ms(r.cold_start),
                     r.cold_flags,
                     r.process_peak_rss_kib / 1024
+                );
+            }
+            Cmd::PingCost { connections, rate, seconds } => {
+                let r = fault::ping::run(dir.path(), connections, rate, Duration::from_secs(seconds)).await;
+                println!("| connections | pings answered/s | relay CPU idle | relay CPU pinging | cost |");
+                println!("|---|---|---|---|---|");
+                println!(
+                    "| {} | {:.0} | {:.1} % | {:.1} % | {:.1} % of a core per {:.0} pings/s |",
+                    r.connections,
+                    r.pings_per_sec,
+                    r.idle_cpu,
+                    r.pinging_cpu,
+                    r.pinging_cpu - r.idle_cpu,
+                    r.pings_per_sec
                 );
             }
             Cmd::SideBySide(args) => fault::redis::side_by_side(dir.path(), args).await?,

@@ -27,10 +27,15 @@ pub struct SlowReport {
     pub rate: u32,
     /// Bytes the proxy passed to the slow reader.
     pub slow_bytes: u64,
+    /// From the slow reader's connection to the end.
+    pub ran_for: Duration,
     /// Streams the relay cut off by the send deadline.
     pub cut_off: u64,
-    /// From the first write to the cut being seen.
-    pub cut_after: Duration,
+    /// From the first write to the cut being seen (`None`: not cut within
+    /// `max_time`: the stream kept pulling, slowly).
+    pub cut_after: Option<Duration>,
+    /// Relay resident memory every 10 s of writing, KiB.
+    pub rss_curve: Vec<(Duration, u64)>,
     /// Relay resident memory before the slow reader joined, KiB.
     pub relay_rss_before_kib: u64,
     /// Relay peak resident memory over the run, KiB.
@@ -57,6 +62,8 @@ pub struct Load {
     pub flag_bytes: usize,
     /// The slow reader's rate through the proxy, bytes/s.
     pub rate: u32,
+    /// Writes stop after this long even if the slow stream was not cut.
+    pub max_time: Duration,
 }
 
 /// When each revision reached one client.
@@ -67,12 +74,13 @@ type Arrivals = Arc<Mutex<Vec<(u64, Instant)>>>;
 /// every `load.interval` of a flag with `load.flag_bytes` of description,
 /// until the slow stream is cut off and at least `load.writes` were made.
 pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -> SlowReport {
-    let Load { fast, writes, interval, flag_bytes, rate } = load;
+    let Load { fast, writes, interval, flag_bytes, rate, max_time } = load;
     let relay = Relay::start(dir, relay_args).await;
     let key = relay.demo_key();
     let relay_rss_before_kib = relay.rss_kib().0;
     let proxy = Proxy::start(relay.grpc).await;
     proxy.set_new(Mode::Throttle(rate));
+    let connected_at = Instant::now();
     let channel = Channel::from_shared(proxy.url()).expect("proxy url").connect().await.expect("connect");
     let mut slow = Subscriber::connect(channel, &key, None).await.expect("slow subscriber");
     let slow_reader = tokio::spawn(async move {
@@ -113,6 +121,7 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
     let began = Instant::now();
     let cut =
         || async { relay.metric("flagstream_stream_ends_total{reason=\"send_deadline\"}").await as u64 };
+    let mut rss_curve = Vec::new();
     for i in 0.. {
         pace.tick().await;
         // Every write changes its flag (a new description), so each is a
@@ -121,15 +130,22 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
         f.description = format!("{i:08} {}", "d".repeat(flag_bytes));
         let revision = put(&mut admin, "demo", f).await.expect("write");
         committed.push((revision, Instant::now()));
-        peak.fetch_max(relay.rss_kib().0, std::sync::atomic::Ordering::Relaxed);
+        let rss = relay.rss_kib().0;
+        peak.fetch_max(rss, std::sync::atomic::Ordering::Relaxed);
+        if rss_curve
+            .last()
+            .is_none_or(|(at, _): &(Duration, u64)| began.elapsed() >= *at + Duration::from_secs(10))
+        {
+            rss_curve.push((began.elapsed(), rss));
+        }
         if i % 10 == 9 {
             if cut_after.is_none() && cut().await >= 1 {
                 cut_after = Some(began.elapsed());
             }
-            if cut_after.is_some() && committed.len() >= writes {
+            if (cut_after.is_some() || began.elapsed() >= max_time) && committed.len() >= writes {
                 break;
             }
-            assert!(began.elapsed() < guard, "the slow stream was never cut off: {}", relay.log());
+            assert!(began.elapsed() < guard, "the run outlived its guard: {}", relay.log());
         }
     }
     let cut_off = cut().await;
@@ -157,10 +173,12 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
     }
     SlowReport {
         writes: committed.len(),
-        cut_after: cut_after.expect("cut off"),
+        cut_after,
+        rss_curve,
         flag_bytes,
         rate,
         slow_bytes: proxy.bytes_down(),
+        ran_for: connected_at.elapsed(),
         cut_off,
         relay_rss_before_kib,
         relay_peak_rss_kib: peak.load(std::sync::atomic::Ordering::Relaxed),
