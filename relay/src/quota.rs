@@ -91,6 +91,46 @@ struct Buckets {
     token_writes: DefaultKeyedRateLimiter<String>,
     subscribes: DefaultKeyedRateLimiter<String>,
     relay_subscribes: DefaultDirectRateLimiter,
+    /// Where the queue of refused subscribers ends, per environment and
+    /// relay-wide (see [`Turns`]).
+    turns: Turns,
+}
+
+/// Queue positions for refused subscriptions. A refused caller is told to
+/// come back at its turn: the end of the queue, which then moves one
+/// token's time (1/rate) later. A storm of refusals thus gets hints spread
+/// at the admission rate (the k-th refused caller waits about k/rate)
+/// instead of all being told "the next token" and returning together.
+/// Turns are milliseconds on a monotonic clock; a queue that has drained
+/// (its end in the past) starts again from now. Bounded: one entry per
+/// environment that exists (pruned with the buckets) plus the relay's.
+#[derive(Debug, Default)]
+struct Turns {
+    started: Option<std::time::Instant>,
+    ends: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl Turns {
+    fn now_ms(&self) -> u64 {
+        self.started.map_or(0, |s| s.elapsed().as_millis() as u64)
+    }
+
+    /// The wait to give a caller refused by `key`'s bucket of `per_sec`,
+    /// at least `floor` (the bucket's own next token), at most 60 s.
+    fn take(&self, key: &str, per_sec: u32, floor: Duration) -> Duration {
+        let now = self.now_ms();
+        let step = (1_000 / u64::from(per_sec.max(1))).max(1);
+        let mut ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+        let end = ends.entry(key.to_owned()).or_insert(now);
+        let turn = (*end).max(now + floor.as_millis() as u64);
+        *end = turn + step;
+        Duration::from_millis((turn - now).min(60_000))
+    }
+
+    fn prune(&self) {
+        let now = self.now_ms();
+        self.ends.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, end| *end > now);
+    }
 }
 
 impl Buckets {
@@ -101,6 +141,7 @@ impl Buckets {
             token_writes: RateLimiter::keyed(quota(cfg.token_writes_per_sec)),
             subscribes: RateLimiter::keyed(quota(cfg.subscribes_per_sec)),
             relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
+            turns: Turns { started: Some(std::time::Instant::now()), ends: Default::default() },
         }
     }
 }
@@ -132,7 +173,8 @@ impl Quotas {
     pub(crate) fn refuse(&self, env: &str, quota: &str, message: String, retry: Option<Duration>) -> Status {
         self.metrics.quota_refusal(env, quota);
         match retry {
-            // The hint: the bucket's next token, at least 1 ms.
+            // The hint: the bucket's next token or, for subscriptions, the
+            // caller's turn in the queue of refused ones; at least 1 ms.
             Some(wait) => error::retry_later(&message, (wait.as_millis() as u64).max(1)),
             None => Status::resource_exhausted(message),
         }
@@ -146,6 +188,7 @@ impl Quotas {
             l.retain_recent();
             l.shrink_to_fit();
         }
+        b.turns.prune();
     }
 
     /// A write to `env` by `token`: both buckets must have room. Called only
@@ -180,19 +223,16 @@ impl Quotas {
                 "relay over its rate of new subscriptions, {}/s (max-subscribes-per-sec)",
                 b.cfg.relay_subscribes_per_sec
             );
-            return Err(self.refuse(
-                "*",
-                "relay_subscribes_per_sec",
-                msg,
-                Some(not_until.wait_time_from(now)),
-            ));
+            let turn = b.turns.take("*", b.cfg.relay_subscribes_per_sec, not_until.wait_time_from(now));
+            return Err(self.refuse("*", "relay_subscribes_per_sec", msg, Some(turn)));
         }
         if let Err(not_until) = b.subscribes.check_key(&env.to_owned()) {
             let msg = format!(
                 "environment {env:?}: over its rate of new subscriptions, {}/s (quota-subscribes-per-sec)",
                 b.cfg.subscribes_per_sec
             );
-            return Err(self.refuse(env, "subscribes_per_sec", msg, Some(not_until.wait_time_from(now))));
+            let turn = b.turns.take(env, b.cfg.subscribes_per_sec, not_until.wait_time_from(now));
+            return Err(self.refuse(env, "subscribes_per_sec", msg, Some(turn)));
         }
         Ok(())
     }
@@ -223,5 +263,35 @@ mod tests {
         // A reload to a higher rate takes effect.
         q.reload(QuotaConfig { writes_per_sec: 100, token_writes_per_sec: 100, ..QuotaConfig::default() });
         q.check_write("a", "t").unwrap();
+    }
+
+    fn hint_ms(s: &Status) -> u64 {
+        s.metadata().get(error::RETRY_AFTER_MS).unwrap().to_str().unwrap().parse().unwrap()
+    }
+
+    /// A storm of refused subscriptions gets turns spread at the admission
+    /// rate (the k-th refused waits about k/rate), each environment its
+    /// own queue.
+    #[test]
+    fn refused_subscriptions_get_turns_at_the_admission_rate() {
+        let q = Quotas::new(
+            QuotaConfig {
+                subscribes_per_sec: 100,
+                relay_subscribes_per_sec: 100_000,
+                ..QuotaConfig::default()
+            },
+            Metrics::new(),
+        );
+        for _ in 0..200 {
+            q.check_subscribe("a").unwrap(); // the burst
+        }
+        let hints: Vec<u64> = (0..50).map(|_| hint_ms(&q.check_subscribe("a").unwrap_err())).collect();
+        assert!(hints.windows(2).all(|w| w[1] >= w[0] + 9), "10 ms apart at 100/s: {hints:?}");
+        assert!(hints[49] >= 490 && hints[49] <= 600, "the 50th waits ~0.5 s: {hints:?}");
+        // Another environment has its own queue.
+        for _ in 0..200 {
+            q.check_subscribe("b").unwrap();
+        }
+        assert!(hint_ms(&q.check_subscribe("b").unwrap_err()) <= 20);
     }
 }

@@ -41,6 +41,10 @@ const REQUEST_QUEUE: usize = 4;
 /// The longest retry-after hint honoured: a relay cannot park clients.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
+/// The shortest wait after a refusal with a hint: a tiny hint cannot make
+/// a client spin.
+pub const MIN_RETRY_AFTER: Duration = Duration::from_millis(100);
+
 /// TLS settings for `https://` endpoints.
 #[derive(Clone, Default)]
 pub struct Tls {
@@ -351,7 +355,7 @@ struct Plan {
 
 /// The retry decision for `end` (pure but for the jitter): failures back
 /// off with full jitter and move on; a retry-after hint is honoured with
-/// up to as much again of jitter; a stall reconnects elsewhere after a
+/// up to a quarter more of jitter (at least 100 ms); a stall reconnects elsewhere after a
 /// short jitter; a relay's reconnect request waits what it suggests; the
 /// first resync in a row retries at once on the same endpoint, the next
 /// ones back off and move on, so data this client cannot apply never
@@ -366,7 +370,12 @@ fn plan(
     let (kind, delay, switch, reason) = match end {
         End::Connect(e) => (EndKind::Connect, backoff.fail(), true, format!("{endpoint}: {e}")),
         End::RetryAfter(e, hint) => {
-            let delay = backoff.fail().max(hint + jitter_up_to(hint));
+            // The relay says when (a subscription refusal is the caller's
+            // turn in its queue): come then, spread by up to a quarter
+            // more, never sooner than 100 ms; the backoff still counts the
+            // failure but does not stretch the wait.
+            backoff.fail();
+            let delay = (hint + jitter_up_to(hint / 4)).max(MIN_RETRY_AFTER);
             let reason = format!("{endpoint}: {e} (relay asks to retry after {hint:?})");
             (EndKind::RetryAfter, delay, true, reason)
         }
@@ -708,17 +717,20 @@ mod tests {
         }
     }
 
-    /// A retry-after hint is a floor: never sooner, at most twice as late.
+    /// A retry-after hint is a floor: never sooner, at most a quarter
+    /// later, whatever the backoff; a tiny hint still waits 100 ms.
     #[test]
     fn a_retry_after_hint_is_never_undercut() {
-        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_secs(30));
+        let mut b = Backoff::new(Duration::from_secs(10), Duration::from_secs(30));
         let hint = Duration::from_millis(2_500);
         for _ in 0..200 {
-            b.reset();
             let p = plan(End::RetryAfter("refused".into(), hint), "e", &mut b, 0, Duration::ZERO);
-            assert!(p.delay >= hint && p.delay < hint * 2, "{p:?}");
+            assert!(p.delay >= hint && p.delay <= hint + hint / 4, "{p:?}");
             assert!(p.switch && p.kind == EndKind::RetryAfter && p.reason.contains("retry after"), "{p:?}");
         }
+        let p =
+            plan(End::RetryAfter("refused".into(), Duration::from_millis(1)), "e", &mut b, 0, Duration::ZERO);
+        assert!(p.delay >= MIN_RETRY_AFTER && p.delay < MIN_RETRY_AFTER + Duration::from_millis(2), "{p:?}");
     }
 
     /// The first stall after a healthy period reconnects elsewhere within
