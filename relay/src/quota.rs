@@ -101,34 +101,48 @@ struct Buckets {
 /// token's time (1/rate) later. A storm of refusals thus gets hints spread
 /// at the admission rate (the k-th refused caller waits about k/rate)
 /// instead of all being told "the next token" and returning together.
-/// Turns are milliseconds on a monotonic clock; a queue that has drained
-/// (its end in the past) starts again from now. Bounded: one entry per
+/// Turns are microseconds on a monotonic clock; a queue that has drained
+/// (its end in the past) starts again from now, and its end never runs
+/// more than [`MAX_TURN`] ahead (callers that never come back cannot push
+/// everyone else's hint to the cap for long). Bounded: one entry per
 /// environment that exists (pruned with the buckets) plus the relay's.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Turns {
-    started: Option<std::time::Instant>,
+    started: std::time::Instant,
     ends: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
+/// The furthest ahead a turn is given (the SDK's cap on hints).
+const MAX_TURN: Duration = Duration::from_secs(60);
+
 impl Turns {
-    fn now_ms(&self) -> u64 {
-        self.started.map_or(0, |s| s.elapsed().as_millis() as u64)
+    fn new() -> Turns {
+        Turns { started: std::time::Instant::now(), ends: Default::default() }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
     }
 
     /// The wait to give a caller refused by `key`'s bucket of `per_sec`,
-    /// at least `floor` (the bucket's own next token), at most 60 s.
+    /// at least `floor` (the bucket's own next token), at most
+    /// [`MAX_TURN`].
     fn take(&self, key: &str, per_sec: u32, floor: Duration) -> Duration {
-        let now = self.now_ms();
-        let step = (1_000 / u64::from(per_sec.max(1))).max(1);
+        let now = self.now_us();
+        let step = (1_000_000 / u64::from(per_sec.max(1))).max(1);
+        let cap = now + MAX_TURN.as_micros() as u64;
         let mut ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
-        let end = ends.entry(key.to_owned()).or_insert(now);
-        let turn = (*end).max(now + floor.as_millis() as u64);
-        *end = turn + step;
-        Duration::from_millis((turn - now).min(60_000))
+        let end = match ends.get_mut(key) {
+            Some(end) => end,
+            None => ends.entry(key.to_owned()).or_insert(now),
+        };
+        let turn = (*end).max(now + floor.as_micros() as u64).min(cap);
+        *end = (turn + step).min(cap);
+        Duration::from_micros(turn - now)
     }
 
     fn prune(&self) {
-        let now = self.now_ms();
+        let now = self.now_us();
         self.ends.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, end| *end > now);
     }
 }
@@ -141,7 +155,7 @@ impl Buckets {
             token_writes: RateLimiter::keyed(quota(cfg.token_writes_per_sec)),
             subscribes: RateLimiter::keyed(quota(cfg.subscribes_per_sec)),
             relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
-            turns: Turns { started: Some(std::time::Instant::now()), ends: Default::default() },
+            turns: Turns::new(),
         }
     }
 }
@@ -271,27 +285,41 @@ mod tests {
 
     /// A storm of refused subscriptions gets turns spread at the admission
     /// rate (the k-th refused waits about k/rate), each environment its
-    /// own queue.
+    /// own queue, never more than a minute ahead. At 1/s with a burst of 2
+    /// no token refills during the test, so it cannot race the clock.
     #[test]
     fn refused_subscriptions_get_turns_at_the_admission_rate() {
         let q = Quotas::new(
             QuotaConfig {
-                subscribes_per_sec: 100,
+                subscribes_per_sec: 1,
                 relay_subscribes_per_sec: 100_000,
                 ..QuotaConfig::default()
             },
             Metrics::new(),
         );
-        for _ in 0..200 {
-            q.check_subscribe("a").unwrap(); // the burst
-        }
-        let hints: Vec<u64> = (0..50).map(|_| hint_ms(&q.check_subscribe("a").unwrap_err())).collect();
-        assert!(hints.windows(2).all(|w| w[1] >= w[0] + 9), "10 ms apart at 100/s: {hints:?}");
-        assert!(hints[49] >= 490 && hints[49] <= 600, "the 50th waits ~0.5 s: {hints:?}");
+        q.check_subscribe("a").unwrap();
+        q.check_subscribe("a").unwrap(); // the burst
+        let hints: Vec<u64> = (0..70).map(|_| hint_ms(&q.check_subscribe("a").unwrap_err())).collect();
+        assert!(hints[..59].windows(2).all(|w| w[1] >= w[0] + 990), "1 s apart at 1/s: {hints:?}");
+        assert!(hints[58] >= 58_000, "the 59th waits ~59 s: {hints:?}");
+        assert!(hints[60..].iter().all(|h| *h <= 60_000 && *h >= 59_000), "capped at a minute: {hints:?}");
         // Another environment has its own queue.
-        for _ in 0..200 {
-            q.check_subscribe("b").unwrap();
+        q.check_subscribe("b").unwrap();
+        q.check_subscribe("b").unwrap();
+        assert!(hint_ms(&q.check_subscribe("b").unwrap_err()) <= 1_000);
+    }
+
+    /// Above 1,000/s turns are still 1/rate apart (microsecond steps), so
+    /// the relay-wide default of 5,000/s spreads at 5,000/s.
+    #[test]
+    fn turns_follow_rates_above_a_thousand_per_second() {
+        let t = Turns::new();
+        let first = t.take("*", 5_000, Duration::ZERO);
+        for _ in 0..4_999 {
+            t.take("*", 5_000, Duration::ZERO);
         }
-        assert!(hint_ms(&q.check_subscribe("b").unwrap_err()) <= 20);
+        let last = t.take("*", 5_000, Duration::ZERO);
+        let spread = last.saturating_sub(first);
+        assert!(spread >= Duration::from_millis(950) && spread <= Duration::from_millis(1_100), "{spread:?}");
     }
 }

@@ -41,6 +41,10 @@ const REQUEST_QUEUE: usize = 4;
 /// The longest retry-after hint honoured: a relay cannot park clients.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
+/// Refusals with a hint in a row that are retried at the hint alone; the
+/// next ones also wait the backoff.
+const REFUSALS_BEFORE_BACKOFF: u32 = 3;
+
 /// The shortest wait after a refusal with a hint: a tiny hint cannot make
 /// a client spin.
 pub const MIN_RETRY_AFTER: Duration = Duration::from_millis(100);
@@ -289,6 +293,9 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
     // off and moves on, so data this client cannot apply never becomes a
     // fleet-wide snapshot storm.
     let mut resyncs_in_row = 0u32;
+    // Refusals with a retry hint since the last stream that delivered a
+    // message: past `REFUSALS_BEFORE_BACKOFF` they wait the backoff too.
+    let mut refusals_in_row = 0u32;
     let mut stale_raised = false;
     loop {
         let endpoint = f.cfg.endpoints[idx % f.cfg.endpoints.len()].clone();
@@ -300,6 +307,9 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
         }
         if progress.applied > 0 {
             resyncs_in_row = 0;
+        }
+        if progress.messages > 0 {
+            refusals_in_row = 0;
         }
         // The outage starts when a stream that worked (delivered at least
         // one message) ends, not at each failed attempt to get one back.
@@ -317,8 +327,11 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
             f.sink.forget_cursor();
             resyncs_in_row += 1;
         }
+        if matches!(end, End::RetryAfter(..)) {
+            refusals_in_row += 1;
+        }
         let Plan { kind, delay, switch, reason } =
-            plan(end, &endpoint, &mut backoff, resyncs_in_row, f.cfg.stall_jitter);
+            plan(end, &endpoint, &mut backoff, (resyncs_in_row, refusals_in_row), f.cfg.stall_jitter);
         tracing::info!(endpoint = %endpoint, reason = %reason, retry_in = ?delay, "relay stream ended");
         let switched = switch && f.cfg.endpoints.len() > 1;
         f.sink.event(Event::Ended { endpoint: &endpoint, reason: &reason, kind, retry_in: delay, switched });
@@ -364,7 +377,7 @@ fn plan(
     end: End,
     endpoint: &str,
     backoff: &mut Backoff,
-    resyncs_in_row: u32,
+    (resyncs_in_row, refusals_in_row): (u32, u32),
     stall_jitter: Duration,
 ) -> Plan {
     let (kind, delay, switch, reason) = match end {
@@ -372,10 +385,13 @@ fn plan(
         End::RetryAfter(e, hint) => {
             // The relay says when (a subscription refusal is the caller's
             // turn in its queue): come then, spread by up to a quarter
-            // more, never sooner than 100 ms; the backoff still counts the
-            // failure but does not stretch the wait.
-            backoff.fail();
-            let delay = (hint + jitter_up_to(hint / 4)).max(MIN_RETRY_AFTER);
+            // more, never sooner than 100 ms. From the fourth refusal in a
+            // row (a full quota, not a passing storm, where a turn is
+            // rarely missed more than once) it also waits the backoff.
+            let base = hint.max(MIN_RETRY_AFTER);
+            let turn = base + jitter_up_to(base / 4);
+            let backoff = backoff.fail();
+            let delay = if refusals_in_row > REFUSALS_BEFORE_BACKOFF { turn.max(backoff) } else { turn };
             let reason = format!("{endpoint}: {e} (relay asks to retry after {hint:?})");
             (EndKind::RetryAfter, delay, true, reason)
         }
@@ -706,11 +722,11 @@ mod tests {
     #[test]
     fn resyncs_after_the_first_back_off_and_move_on() {
         let mut b = Backoff::new(Duration::from_millis(400), Duration::from_secs(30));
-        let first = plan(resync(), "e", &mut b, 1, Duration::ZERO);
+        let first = plan(resync(), "e", &mut b, (1, 0), Duration::ZERO);
         assert!(!first.switch && first.delay < Duration::from_millis(200), "{first:?}");
         assert_eq!(b.ceiling(), Duration::from_millis(400), "the first resync costs no backoff");
         for (n, ceiling) in [(2, 400), (3, 800), (4, 1_600)] {
-            let p = plan(resync(), "e", &mut b, n, Duration::ZERO);
+            let p = plan(resync(), "e", &mut b, (n, 0), Duration::ZERO);
             assert!(p.switch && p.kind == EndKind::Resync, "{p:?}");
             assert!(p.delay < Duration::from_millis(ceiling), "resync {n}: {p:?}");
             assert_eq!(b.ceiling(), Duration::from_millis(ceiling * 2), "resync {n} grew the backoff");
@@ -718,19 +734,34 @@ mod tests {
     }
 
     /// A retry-after hint is a floor: never sooner, at most a quarter
-    /// later, whatever the backoff; a tiny hint still waits 100 ms.
+    /// later, whatever the backoff, for the first refusals in a row; past
+    /// them it also waits the backoff; a tiny hint still waits 100 ms,
+    /// jittered.
     #[test]
     fn a_retry_after_hint_is_never_undercut() {
-        let mut b = Backoff::new(Duration::from_secs(10), Duration::from_secs(30));
         let hint = Duration::from_millis(2_500);
+        let refused = || End::RetryAfter("refused".into(), hint);
         for _ in 0..200 {
-            let p = plan(End::RetryAfter("refused".into(), hint), "e", &mut b, 0, Duration::ZERO);
+            let mut b = Backoff::new(Duration::from_secs(10), Duration::from_secs(30));
+            let p = plan(refused(), "e", &mut b, (0, REFUSALS_BEFORE_BACKOFF), Duration::ZERO);
             assert!(p.delay >= hint && p.delay <= hint + hint / 4, "{p:?}");
             assert!(p.switch && p.kind == EndKind::RetryAfter && p.reason.contains("retry after"), "{p:?}");
         }
-        let p =
-            plan(End::RetryAfter("refused".into(), Duration::from_millis(1)), "e", &mut b, 0, Duration::ZERO);
-        assert!(p.delay >= MIN_RETRY_AFTER && p.delay < MIN_RETRY_AFTER + Duration::from_millis(2), "{p:?}");
+        // In a row, with a backoff ceiling of 30 s: the longer of the two.
+        let (mut longer, mut b) = (0, Backoff::new(Duration::from_secs(30), Duration::from_secs(30)));
+        for _ in 0..200 {
+            let p = plan(refused(), "e", &mut b, (0, REFUSALS_BEFORE_BACKOFF + 1), Duration::ZERO);
+            assert!(p.delay >= hint, "{p:?}");
+            longer += usize::from(p.delay > hint + hint / 4);
+        }
+        assert!(longer > 100, "repeated refusals did not take the backoff: {longer} of 200");
+        let mut b = Backoff::new(Duration::from_millis(1), Duration::from_millis(1));
+        let tiny = Duration::from_millis(1);
+        let delays: Vec<Duration> = (0..50)
+            .map(|_| plan(End::RetryAfter("x".into(), tiny), "e", &mut b, (0, 1), Duration::ZERO).delay)
+            .collect();
+        assert!(delays.iter().all(|d| *d >= MIN_RETRY_AFTER && *d <= MIN_RETRY_AFTER * 5 / 4), "{delays:?}");
+        assert!(delays.iter().any(|d| *d != delays[0]), "tiny hints are still spread: {delays:?}");
     }
 
     /// The first stall after a healthy period reconnects elsewhere within
@@ -741,13 +772,13 @@ mod tests {
         let cfg = FollowConfig::default();
         for _ in 0..200 {
             let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
-            let p = plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, 0, cfg.stall_jitter);
+            let p = plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, (0, 0), cfg.stall_jitter);
             assert!(p.switch && p.kind == EndKind::Stalled && p.delay < cfg.stall_jitter, "{p:?}");
             assert_eq!(b.ceiling(), Duration::from_secs(2), "the stall counts as a failure");
         }
         let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         for _ in 0..5 {
-            plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, 0, cfg.stall_jitter);
+            plan(End::Stalled(Duration::from_secs(5), None), "e", &mut b, (0, 0), cfg.stall_jitter);
         }
         assert_eq!(b.ceiling(), Duration::from_secs(30), "stalls in a row back off");
         let budget = cfg.keepalive_interval + cfg.keepalive_timeout + cfg.stall_jitter;
