@@ -397,6 +397,7 @@ fn plan(
         }
         End::Broken(e) => (EndKind::Broken, backoff.fail(), true, format!("{endpoint}: {e}")),
         End::Stalled(after, cause) => {
+            // A watchdog stall has no transport error: no suffix then.
             let cause = cause.map(|c| format!(": {c}")).unwrap_or_default();
             let reason = format!("{endpoint}: no message for {after:?} (stalled connection dropped){cause}");
             // The first stall after a healthy stream moves on within the

@@ -45,6 +45,8 @@ where
     let deadline = tokio::time::Instant::now() + limit;
     while !f().await {
         assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for: {what}");
+        // Polls a condition only observable from outside (a metric, a
+        // process): each check is an event; the limit is a failure guard.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

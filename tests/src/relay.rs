@@ -225,32 +225,33 @@ impl Relay {
     }
 
     /// Creates environment `name` holding `flags` bool flags whose
-    /// descriptions are `description_bytes` long (one batch, one revision);
-    /// returns its SDK key. Used to make snapshots large.
+    /// descriptions are `description_bytes` long, written in batches of
+    /// 1,000 (one revision each, every one within the admin message
+    /// limit); returns its SDK key. Used to make snapshots large.
     pub async fn create_filled_env(&self, name: &str, flags: usize, description_bytes: usize) -> String {
         let key = self.create_env(name).await;
-        let ops = (0..flags)
-            .map(|i| {
-                let mut f = bool_flag(&format!("f-{i}"), true);
-                f.description = "d".repeat(description_bytes);
-                pb::BatchOp {
-                    op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
-                        flag: Some(f),
-                        expected_version: None,
-                    })),
-                }
-            })
-            .collect();
-        self.admin()
-            .await
-            .batch(pb::BatchRequest {
+        let mut admin = self.admin().await;
+        for start in (0..flags).step_by(1_000) {
+            let ops = (start..(start + 1_000).min(flags))
+                .map(|i| {
+                    let mut f = bool_flag(&format!("f-{i}"), true);
+                    f.description = "d".repeat(description_bytes);
+                    pb::BatchOp {
+                        op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
+                            flag: Some(f),
+                            expected_version: None,
+                        })),
+                    }
+                })
+                .collect();
+            let req = pb::BatchRequest {
                 environment: name.into(),
                 ops,
                 expected_revision: None,
                 comment: String::new(),
-            })
-            .await
-            .expect("batch accepted");
+            };
+            admin.batch(req).await.expect("batch accepted");
+        }
         key
     }
 
@@ -288,7 +289,9 @@ impl Relay {
     /// The process's resident memory now and at its peak, KiB (VmRSS,
     /// VmHWM).
     pub fn rss_kib(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        // A missing file would report 0 KiB: a false figure, so fail.
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the relay's /proc status");
         let field = |name: &str| {
             status
                 .lines()

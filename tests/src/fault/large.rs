@@ -7,9 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flagstream::Client;
-use flagstream_proto::v1 as pb;
 
-use crate::relay::{Relay, bool_flag};
+use crate::relay::Relay;
 use crate::subscriber::{Subscriber, Update};
 
 /// What one run measured.
@@ -35,43 +34,11 @@ pub struct LargeReport {
     pub process_peak_rss_kib: u64,
 }
 
-/// Flags per batch request (each within the admin message limit).
-const BATCH: usize = 1_000;
-
-/// Fills an environment `big` with `flags` flags of `description_bytes`;
-/// returns its SDK key.
-pub async fn fill(relay: &Relay, flags: usize, description_bytes: usize) -> String {
-    let key = relay.create_env("big").await;
-    let mut admin = relay.admin().await;
-    for start in (0..flags).step_by(BATCH) {
-        let ops = (start..(start + BATCH).min(flags))
-            .map(|i| {
-                let mut f = bool_flag(&format!("f-{i:06}"), true);
-                f.description = "d".repeat(description_bytes);
-                pb::BatchOp {
-                    op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp {
-                        flag: Some(f),
-                        expected_version: None,
-                    })),
-                }
-            })
-            .collect();
-        let req = pb::BatchRequest {
-            environment: "big".into(),
-            ops,
-            expected_revision: None,
-            comment: String::new(),
-        };
-        admin.batch(req).await.expect("batch accepted");
-    }
-    key
-}
-
 /// Runs the scenario with `flags` flags of `description_bytes` each.
 pub async fn run(dir: &Path, flags: usize, description_bytes: usize, guard: Duration) -> LargeReport {
     let quota = (flags + 100).to_string();
     let mut relay = Relay::start(&dir.join("relay"), &["--quota-flags", &quota]).await;
-    let key = fill(&relay, flags, description_bytes).await;
+    let key = relay.create_filled_env("big", flags, description_bytes).await;
     let snapshot_bytes = relay.metric("flagstream_store_bytes{env=\"big\"}").await as u64;
 
     let mut raw = Subscriber::connect(relay.channel().await, &key, None).await.expect("subscribe");
@@ -118,8 +85,9 @@ pub async fn run(dir: &Path, flags: usize, description_bytes: usize, guard: Dura
 
 /// This process's VmHWM, KiB.
 pub fn self_peak_rss_kib() -> u64 {
+    // A missing file would report 0 KiB: a false figure, so fail.
     std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
+        .expect("this process's /proc status")
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:")?.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)

@@ -31,9 +31,10 @@ pub struct PingReport {
 
 /// The relay's CPU seconds so far (utime + stime).
 fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // A figure from a missing or odd file would be a false 0: fail instead.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the relay's /proc stat");
     // Fields after the command name (which may hold spaces) start at ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).expect("a /proc stat line");
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 (1-based), 11 and 12 after ')'.
@@ -59,7 +60,8 @@ pub async fn run(dir: &Path, connections: usize, rate: f64, window: Duration) ->
         }));
         let (pinging, pongs) = (pinging.clone(), pongs.clone());
         tasks.push(tokio::spawn(async move {
-            // Spread the connections' phases over one interval.
+            // Spread the connections' phases over one interval (load
+            // shaping in a benchmark tool, not a wait for a condition).
             tokio::time::sleep(per_conn.mul_f64(rand::random::<f64>())).await;
             let mut tick = tokio::time::interval(per_conn);
             loop {
@@ -76,7 +78,7 @@ pub async fn run(dir: &Path, connections: usize, rate: f64, window: Duration) ->
     let pid = relay.pid();
     let measure = |window: Duration| async move {
         let (c0, t0) = (cpu_secs(pid), Instant::now());
-        tokio::time::sleep(window).await;
+        tokio::time::sleep(window).await; // the measurement window
         100.0 * (cpu_secs(pid) - c0) / t0.elapsed().as_secs_f64()
     };
     let idle_cpu = measure(window).await;

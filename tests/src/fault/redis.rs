@@ -136,6 +136,7 @@ pub async fn side_by_side(dir: &Path, args: Args) -> anyhow::Result<()> {
     let mut admin_conn = loop {
         match direct.get_multiplexed_async_connection().await {
             Ok(c) => break c,
+            // Not listening yet (it prints nothing to wait on): retry.
             Err(_) if redis_server.try_wait()?.is_none() => {
                 tokio::time::sleep(Duration::from_millis(50)).await
             }
@@ -197,7 +198,7 @@ pub async fn side_by_side(dir: &Path, args: Args) -> anyhow::Result<()> {
                 if key == "changed-in-outage" && v {
                     seen.lock().unwrap()[0].get_or_insert(started.elapsed());
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await; // a request handler's pace
             }
         }));
         let (sdk, keys, tally, seen) = (sdk.clone(), keys.clone(), fs_tally.clone(), seen.clone());
@@ -214,7 +215,7 @@ pub async fn side_by_side(dir: &Path, args: Args) -> anyhow::Result<()> {
                 if key == "changed-in-outage" && detail.value {
                     seen.lock().unwrap()[1].get_or_insert(started.elapsed());
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await; // a request handler's pace
             }
         }));
     }
