@@ -368,6 +368,16 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_CONCURRENT_STREAMS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_streams: Option<u32>,
+    /// Most open connections per gRPC listener; more are refused before
+    /// any authentication [default: 60000].
+    #[arg(long, env = "FLAGSTREAM_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    /// Most open connections from one client IP address per gRPC listener
+    /// (raise it for SDKs behind one NAT or proxy address) [default: 4096].
+    #[arg(long, env = "FLAGSTREAM_MAX_CONNECTIONS_PER_ADDRESS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_address: Option<usize>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "FLAGSTREAM_TLS_CERT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -489,6 +499,8 @@ pub struct Config {
     pub backlog: u32,
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// Connection caps of each gRPC listener.
+    pub connections: ConnCaps,
     /// JSON logs?
     pub log_json: bool,
     /// TLS material, read and checked at startup.
@@ -720,6 +732,10 @@ impl Options {
             tcp_user_timeout: d(self.tcp_user_timeout, 30),
             backlog: self.backlog.unwrap_or(4096),
             max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
+            connections: ConnCaps {
+                total: self.max_connections.unwrap_or(60_000),
+                per_address: self.max_connections_per_address.unwrap_or(4_096),
+            },
             log_json: match self.log_format.as_deref() {
                 None | Some("text") => false,
                 Some("json") => true,
@@ -762,6 +778,8 @@ impl Options {
         check(c.snapshot_concurrency >= 1, "snapshot-concurrency: must be at least 1".into())?;
         check(c.backlog >= 1, "backlog: must be at least 1".into())?;
         check(c.max_concurrent_streams >= 1, "max-concurrent-streams: must be at least 1".into())?;
+        check(c.connections.total >= 1, "max-connections: must be at least 1".into())?;
+        check(c.connections.per_address >= 1, "max-connections-per-address: must be at least 1".into())?;
         check(
             c.keepalive_timeout < c.keepalive_interval,
             "keepalive-timeout: must be shorter than keepalive-interval".into(),
@@ -803,6 +821,16 @@ impl Cli {
             None => Action::Serve(self.serve, None),
         }
     }
+}
+
+/// The connection caps of one listener (options `max-connections` and
+/// `max-connections-per-address`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnCaps {
+    /// Most open connections.
+    pub total: usize,
+    /// Most open connections from one client IP address.
+    pub per_address: usize,
 }
 
 #[cfg(test)]

@@ -183,9 +183,19 @@ pub enum EnvCmd {
 /// `watch` options.
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// SDK key of the environment (watch subscribes like an SDK).
-    #[arg(long, env = "FLAGSTREAM_SDK_KEY", hide_env_values = true)]
-    pub sdk_key: flagstream::Secret,
+    /// SDK key of the environment (watch subscribes like an SDK). Prefer
+    /// --sdk-key-file or FLAGSTREAM_SDK_KEY: a value given here is visible
+    /// to other users in the process list.
+    #[arg(
+        long,
+        env = "FLAGSTREAM_SDK_KEY",
+        hide_env_values = true,
+        required_unless_present = "sdk_key_file"
+    )]
+    pub sdk_key: Option<flagstream::Secret>,
+    /// File holding the SDK key (e.g. flagstream-data/demo-sdk-key).
+    #[arg(long, env = "FLAGSTREAM_SDK_KEY_FILE", conflicts_with = "sdk_key")]
+    pub sdk_key_file: Option<PathBuf>,
     /// Stop after this many changes (default: run until interrupted).
     #[arg(long)]
     pub count: Option<u64>,
@@ -715,7 +725,14 @@ async fn status(conn: &mut Conn) -> CmdResult {
 async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
     let p = profile(args)?;
     let relay = args.relay.clone().or(p.relay).unwrap_or_else(|| "http://127.0.0.1:7070".into());
-    let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(w.sdk_key.expose());
+    let key = match (w.sdk_key, &w.sdk_key_file) {
+        (Some(key), _) => key,
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map(|k| flagstream::Secret::new(k.trim()))
+            .map_err(|e| Failure::new(exit::USAGE, format!("--sdk-key-file {}: {e}", file.display())))?,
+        (None, None) => return Err(Failure::new(exit::USAGE, "watch needs --sdk-key-file or --sdk-key")),
+    };
+    let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(key.expose());
     if let Some(ca) = args.ca_cert.as_deref().or(p.ca_cert.as_deref()) {
         builder = builder.tls_ca_pem(read_pem("--ca-cert", ca)?);
     }

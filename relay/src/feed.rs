@@ -13,9 +13,11 @@
 //! Lost history (a restored backup, an asynchronous failover) is detected
 //! and becomes a new epoch, with a compare-and-set so the first relay to
 //! notice wins: the database's head below this relay's, the commit id of
-//! this relay's head differing from the database's, the database's
-//! incarnation (system id, timeline) changing, or a subscriber's cursor
-//! ahead of the database itself. Every relay then reloads the environment
+//! this relay's head differing from the database's, or the database's
+//! incarnation (system id, timeline) changing: only the relay's own
+//! evidence. A subscriber's cursor ahead of the head is a claim, not
+//! evidence: it only asks the feed to catch up (a client holding nothing
+//! but an SDK key must not be able to end an epoch). Every relay then reloads the environment
 //! and its subscribers resynchronise with one snapshot; no state mixes
 //! revisions of two histories. The feed also publishes this relay's
 //! propagation report and reads the other relays', and one relay at a time
@@ -387,19 +389,8 @@ impl Feed {
             } else {
                 None
             };
-        let ahead =
-            self.store.take_cursor_ahead(name).filter(|(e, r)| *e == head.epoch && *r > head.revision);
-        let lost = lost.or_else(|| {
-            ahead
-                .as_ref()
-                .map(|(_, r)| format!("a subscriber holds revision {r}, the database only {}", head.revision))
-        });
         if let Some(why) = lost {
             if row_locked {
-                // Noted again for the call without the row lock.
-                if let Some((epoch, revision)) = &ahead {
-                    self.store.note_cursor_ahead(name, epoch, *revision);
-                }
                 return Ok(CatchUpOutcome::NeedsRowUnlocked);
             }
             return self.new_epoch(env, &head, &why).await.map(|()| CatchUpOutcome::Done);

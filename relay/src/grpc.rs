@@ -36,14 +36,17 @@ const SUBSCRIBE: &str = "/flagstream.v1.Sync/Subscribe";
 #[derive(Debug, Clone)]
 pub(crate) struct SyncRoute {
     service: SyncService,
-    max_request_bytes: usize,
+    max_hello_bytes: usize,
 }
 
 impl SyncRoute {
-    /// Serves `service`; request messages (Hello, acks) larger than
-    /// `max_request_bytes` end the stream with `OUT_OF_RANGE`.
-    pub(crate) fn new(service: SyncService, max_request_bytes: usize) -> SyncRoute {
-        SyncRoute { service, max_request_bytes }
+    /// Serves `service`; a first request message (the Hello, read before
+    /// the caller is authenticated) larger than `max_hello_bytes` ends the
+    /// stream with `OUT_OF_RANGE`, so an unauthenticated stream never
+    /// buffers more than that (the service raises the limit for later
+    /// messages once the caller is known: [`Inbound::set_limit`]).
+    pub(crate) fn new(service: SyncService, max_hello_bytes: usize) -> SyncRoute {
+        SyncRoute { service, max_hello_bytes }
     }
 }
 
@@ -62,7 +65,7 @@ impl tower_service::Service<http::Request<Body>> for SyncRoute {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let service = self.service.clone();
-        let max = self.max_request_bytes;
+        let max = self.max_hello_bytes;
         Box::pin(async move {
             if req.uri().path() != SUBSCRIBE {
                 return Ok(Status::unimplemented(format!("no method {}", req.uri().path())).into_http());
@@ -94,6 +97,16 @@ pub(crate) struct Inbound {
 }
 
 impl Inbound {
+    /// Sets the size limit for the following request messages.
+    pub(crate) fn set_limit(&mut self, max: usize) {
+        self.max = max;
+    }
+
+    /// The size limit for the next request message, bytes.
+    pub(crate) fn limit(&self) -> usize {
+        self.max
+    }
+
     /// The next request message; `None` when the client half-closed. A
     /// message over the size limit is `OUT_OF_RANGE` (not to be retried unchanged; nothing of it
     /// is buffered beyond its prefix), a compressed or undecodable one

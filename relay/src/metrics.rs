@@ -87,6 +87,8 @@ pub struct Metrics {
     /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
     /// the per-message path neither allocates labels nor locks the family.
     pub sent: Arc<[(Counter, Counter); 4]>,
+    /// Open connections per listener (`grpc`, `admin`).
+    pub connections: Family<Labels, Gauge>,
 }
 
 /// Index into [`Metrics::sent`] by message kind.
@@ -140,7 +142,9 @@ impl Metrics {
             upstream_live: Family::default(),
             staleness_seconds: Family::default(),
             sent: Arc::new(Default::default()),
+            connections: Family::default(),
         };
+        r.register("connections", "Open gRPC connections per listener", m.connections.clone());
         r.register(
             "upstream_stream_ends",
             "Replica: upstream streams ended, by environment and kind",
@@ -230,14 +234,19 @@ impl Metrics {
             "storage_failure",
             "stored_data_invalid",
             "subscribe_request_bytes",
+            "hello_bytes",
             "delta_cache_bytes",
             "cursor_ahead",
             "metrics_connections",
+            "metrics_connections_per_address",
             "metrics_accept_error",
             "write_behind",
             "feed_session_lost",
             "feed_resync",
             "history_lost",
+            "connections",
+            "connections_per_address",
+            "connection_first_request",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
@@ -291,19 +300,27 @@ impl Metrics {
 
 /// Most scrape connections open at once; more are closed on accept.
 pub const MAX_METRICS_CONNECTIONS: usize = 32;
+/// Most scrape connections open at once from one client address: idle or
+/// slow clients on one host cannot hold every slot.
+pub const MAX_METRICS_CONNECTIONS_PER_ADDRESS: usize = 4;
 /// Time a scrape connection has to send its request headers.
 pub const METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest a scrape connection stays open (keep-alive included).
-const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Longest a scrape connection stays open, however slowly its client reads.
+const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 
 /// Serves `GET /metrics` on `listener` until `stop` fires. Bounded like the
-/// gRPC listener: at most [`MAX_METRICS_CONNECTIONS`] connections (more
-/// are closed at once and counted as `limit_hits{limit="metrics_connections"}`),
-/// [`METRICS_HEADER_TIMEOUT`] to send the headers, a minute per
+/// gRPC listener: at most [`MAX_METRICS_CONNECTIONS`] connections, at most
+/// [`MAX_METRICS_CONNECTIONS_PER_ADDRESS`] from one address (more are
+/// closed at once and counted as `limit_hits{limit="metrics_connections"}`
+/// or `{limit="metrics_connections_per_address"}`), one request per
+/// connection (no keep-alive: an idle client holds no slot),
+/// [`METRICS_HEADER_TIMEOUT`] to send the headers, ten seconds per
 /// connection, and a failing `accept` (e.g. out of file descriptors) backs
 /// off instead of spinning.
 pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
     let permits = Arc::new(Semaphore::new(MAX_METRICS_CONNECTIONS));
+    let per_address =
+        Arc::new(std::sync::Mutex::new(std::collections::HashMap::<std::net::IpAddr, usize>::new()));
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = tokio::select! {
@@ -331,9 +348,15 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
             drop(stream);
             continue;
         };
+        let Some(from) = AddressSlot::take(&per_address, peer.ip()) else {
+            metrics.limit_hit("metrics_connections_per_address");
+            tracing::warn!(%peer, limit = MAX_METRICS_CONNECTIONS_PER_ADDRESS, "metrics connection refused: too many open from this address");
+            drop(stream);
+            continue;
+        };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, from);
             let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let metrics = metrics.clone();
                 async move {
@@ -354,6 +377,7 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
+                .keep_alive(false)
                 .header_read_timeout(METRICS_HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc);
             match tokio::time::timeout(METRICS_CONNECTION_LIFETIME, conn).await {
@@ -362,6 +386,41 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
                 Err(_) => tracing::debug!(%peer, "metrics connection closed after its lifetime"),
             }
         });
+    }
+}
+
+/// A scrape connection's place among those of its client address.
+struct AddressSlot {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    address: std::net::IpAddr,
+}
+
+impl AddressSlot {
+    /// A place for one more connection from `address`, if it has fewer
+    /// than [`MAX_METRICS_CONNECTIONS_PER_ADDRESS`] open.
+    fn take(
+        open: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        address: std::net::IpAddr,
+    ) -> Option<AddressSlot> {
+        let mut map = open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(address).or_insert(0);
+        if *n >= MAX_METRICS_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot { open: open.clone(), address })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut map = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.address);
+            }
+        }
     }
 }
 

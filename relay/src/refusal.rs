@@ -227,10 +227,13 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let (service, method) = labels(req.uri().path());
         let ext = req.extensions();
-        let peer = ext
+        let conn = ext
             .get::<ConnInfo>()
-            .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
-            .and_then(|c| c.remote);
+            .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()));
+        if let Some(c) = conn {
+            c.greet();
+        }
+        let peer = conn.and_then(|c| c.remote);
         let watch = Watch { recorder: self.recorder.clone(), service, method, peer };
         let response = self.inner.call(req);
         Box::pin(async move {

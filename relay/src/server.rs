@@ -31,8 +31,6 @@ use crate::subscribe::{StreamConfig, SyncService};
 use crate::transport::{self, SocketOptions};
 use flagstream_proto::v1::replication_server::ReplicationServer;
 
-/// Largest request a subscriber may send (Hello, Ack, reports are small).
-const MAX_SUBSCRIBE_REQUEST: usize = 1 << 20;
 /// Largest admin request (must exceed the 3 MiB segment limit).
 const MAX_ADMIN_REQUEST: usize = 8 << 20;
 /// Largest message the relay sends: a chunk bound or one large item.
@@ -388,22 +386,31 @@ pub(crate) async fn serve(
     );
     let main = grpc_server()?
         .add_service(health_service.clone())
-        .add_service(SyncRoute::new(sync, MAX_SUBSCRIBE_REQUEST))
+        .add_service(SyncRoute::new(sync, crate::subscribe::MAX_HELLO_BYTES))
         .add_service(replication);
     let mut servers = Vec::new();
+    let admission = |name| {
+        transport::Admission::new(
+            cfg.connections,
+            cfg.hello_timeout,
+            name,
+            cfg.tls.is_none(),
+            metrics.clone(),
+        )
+    };
     match admin_listener {
         None => servers.push(tokio::spawn(main.add_service(admin).serve_with_incoming_shutdown(
-            transport::incoming(listener, opts),
+            transport::incoming(listener, opts, admission("grpc")),
             server_stop.clone().cancelled_owned(),
         ))),
         Some(admin_listener) => {
             servers.push(tokio::spawn(main.serve_with_incoming_shutdown(
-                transport::incoming(listener, opts),
+                transport::incoming(listener, opts, admission("grpc")),
                 server_stop.clone().cancelled_owned(),
             )));
             servers.push(tokio::spawn(
                 grpc_server()?.add_service(health_service).add_service(admin).serve_with_incoming_shutdown(
-                    transport::incoming(admin_listener, opts),
+                    transport::incoming(admin_listener, opts, admission("admin")),
                     server_stop.clone().cancelled_owned(),
                 ),
             ));

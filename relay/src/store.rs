@@ -13,6 +13,7 @@
 pub(crate) mod audit;
 pub(crate) mod backend;
 mod environment;
+mod index;
 mod key;
 mod mark;
 pub(crate) mod meta;
@@ -36,7 +37,6 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 use tokio::sync::{Mutex, watch};
 
-use crate::auth;
 use crate::metrics::Metrics;
 use crate::quota::SizeQuota;
 pub(crate) use audit::{AuditPos, AuditRecord, Verification, Who};
@@ -406,16 +406,14 @@ struct Inner {
     /// Bumped on every change to the set of environments or their keys
     /// (what replicas follow as the catalog).
     catalog: watch::Sender<u64>,
+    /// SDK keys by secret hash, rebuilt when `catalog` moves.
+    key_index: index::KeyIndex,
     /// Asks a shared database's change feed to catch up now (a write found
     /// the head moved, or a subscriber's cursor is ahead).
     feed_kick: tokio::sync::Notify,
     /// Brings an environment to a shared database's head on demand (a
     /// write found it behind): the change feed, once it runs.
     catch_up: std::sync::Mutex<Option<Arc<dyn CatchUp>>>,
-    /// Per environment, the newest cursor (epoch, revision) a subscriber
-    /// brought that is ahead of this relay's head: in a shared database, if
-    /// the database itself is behind it, history was lost.
-    ahead: std::sync::Mutex<HashMap<String, (String, u64)>>,
 }
 
 /// Unix time in ms.
@@ -508,8 +506,8 @@ impl Store {
                 source,
                 primary: ArcSwap::from_pointee(None),
                 catalog: watch::channel(0).0,
+                key_index: index::KeyIndex::default(),
                 feed_kick: tokio::sync::Notify::new(),
-                ahead: std::sync::Mutex::new(HashMap::new()),
                 catch_up: std::sync::Mutex::new(None),
             }),
         };
@@ -622,19 +620,10 @@ impl Store {
     }
 
     /// The environment, and the id of its SDK key, whose secret hashes to
-    /// `hash`, if that key works now. Every key is compared in constant
-    /// time.
+    /// `hash`, if that key works now: one map lookup (`store/index.rs`).
     pub(crate) fn env_by_key_hash(&self, hash: &str) -> Option<(Arc<Env>, String)> {
-        let now = now_ms();
-        let mut found = None;
-        for env in self.inner.envs.load().values() {
-            for k in &env.meta.load().sdk_keys {
-                if auth::constant_time_eq(&k.hash, hash) && k.valid_at(now) {
-                    found = Some((env.clone(), k.id.clone()));
-                }
-            }
-        }
-        found
+        let version = *self.inner.catalog.borrow();
+        self.inner.key_index.find(hash, now_ms(), version, &self.inner.envs.load())
     }
 
     /// All environments, sorted by name.
@@ -729,26 +718,16 @@ impl Store {
         self.inner.feed_kick.notified().await;
     }
 
-    /// A subscriber's cursor is ahead of `env`'s head (same epoch): noted,
-    /// and in a shared database the feed is asked to catch up (if the
-    /// database is behind the cursor too, its history was lost).
-    pub(crate) fn note_cursor_ahead(&self, env: &str, epoch: &str, revision: u64) {
-        if self.inner.source != Source::Shared {
-            return;
+    /// A subscriber's cursor is ahead of `env`'s head (same epoch): in a
+    /// shared database the feed is asked to catch up (another relay may
+    /// have committed past this one's head). The cursor is the client's
+    /// claim, never evidence: it is held (PROTOCOL.md §2.2), and only the
+    /// relay's own evidence (feed.rs) can start a new epoch, so a client
+    /// cannot make the relays rewrite shared state.
+    pub(crate) fn note_cursor_ahead(&self) {
+        if self.inner.source == Source::Shared {
+            self.inner.feed_kick.notify_one();
         }
-        let mut ahead = self.inner.ahead.lock().unwrap_or_else(|p| p.into_inner());
-        let e = ahead.entry(env.to_owned()).or_insert_with(|| (epoch.to_owned(), 0));
-        if e.0 != epoch {
-            *e = (epoch.to_owned(), 0);
-        }
-        e.1 = e.1.max(revision);
-        drop(ahead);
-        self.inner.feed_kick.notify_one();
-    }
-
-    /// The noted ahead cursor of `env`, taken.
-    pub(crate) fn take_cursor_ahead(&self, env: &str) -> Option<(String, u64)> {
-        self.inner.ahead.lock().unwrap_or_else(|p| p.into_inner()).remove(env)
     }
 
     /// Adds an environment another writer of the shared database created

@@ -30,6 +30,27 @@ use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
 use crate::{auth, error};
 
+/// Largest Hello, bytes: read before the caller is authenticated, so an
+/// unauthenticated stream buffers at most this (PROTOCOL.md §2.1).
+pub(crate) const MAX_HELLO_BYTES: usize = 4 << 10;
+
+/// Largest later request message (acks and a replica's reports), bytes.
+const MAX_REQUEST_BYTES: usize = 1 << 20;
+
+/// Longest `sdk_name` and `sdk_version` kept per stream, bytes each (longer
+/// ones are cut on a character boundary): what a stream pins in memory
+/// does not depend on what its client sends.
+const MAX_SDK_FIELD: usize = 64;
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// Stream timing and size settings.
 #[derive(Debug, Clone)]
 pub(crate) struct StreamConfig {
@@ -146,10 +167,15 @@ impl SyncService {
         let first = match tokio::time::timeout(self.cfg.hello_timeout, inbound.message()).await {
             Ok(Ok(m)) => m,
             Ok(Err(status)) => {
-                if status.code() == tonic::Code::OutOfRange {
-                    self.store.metrics().limit_hit("subscribe_request_bytes");
-                }
                 refused("bad_request");
+                if status.code() == tonic::Code::OutOfRange {
+                    self.store.metrics().limit_hit("hello_bytes");
+                    return Err(Status::out_of_range(format!(
+                        "hello: {} (the Hello size limit, {} bytes)",
+                        status.message(),
+                        inbound.limit()
+                    )));
+                }
                 return Err(status);
             }
             Err(_) => {
@@ -183,7 +209,8 @@ impl SyncService {
             refused("subscribe_rate");
             return Err(status);
         }
-        let sdk = format!("{}/{}", hello.sdk_name, hello.sdk_version);
+        let sdk =
+            format!("{}/{}", cut(&hello.sdk_name, MAX_SDK_FIELD), cut(&hello.sdk_version, MAX_SDK_FIELD));
         // No cursor means "no data yet" (PROTOCOL.md §2.2): the empty cursor.
         let cursor = hello.cursor.clone().unwrap_or_default();
         let head = env.state.load();
@@ -215,6 +242,7 @@ impl SyncService {
         }
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
+        inbound.set_limit(MAX_REQUEST_BYTES);
         tokio::spawn(read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone()));
 
         let jitter = rand::rng().random_range(0.9..=1.1);
@@ -447,7 +475,7 @@ impl Outbound {
                         (false, _) => None,
                         (true, Some(until)) => Some(until),
                         (true, None) => {
-                            self.store.note_cursor_ahead(&self.guard.sub.env, &self.cursor.0, self.cursor.1);
+                            self.store.note_cursor_ahead();
                             Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold))
                         }
                     };

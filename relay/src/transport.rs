@@ -5,18 +5,39 @@
 //! connection carries a kill switch so the hub can cut off a subscriber
 //! that stopped reading. The incoming stream is injectable: tests and
 //! simulations may hand the server any stream of connections.
+//!
+//! Before any authentication, each listener caps its open connections
+//! relay-wide and per client address ([`Admission`]): a connection past a
+//! cap is counted (`flagstream_limit_hits_total{limit="connections"}` or
+//! `{limit="connections_per_address"}`), logged (rate-limited), answered
+//! (plaintext listeners) with `RESOURCE_EXHAUSTED` naming the option and a
+//! retry hint on every request it sends within a second, and closed.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::Semaphore;
 
 use futures_util::Stream;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::config::ConnCaps;
+use crate::error;
+use crate::metrics::Metrics;
 
 /// Socket settings for accepted connections.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +78,180 @@ fn configure(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
     Ok(())
 }
 
+/// How long a refused connection is answered before it is closed.
+const REFUSAL_ANSWER: Duration = Duration::from_secs(1);
+/// Refused connections answered at once; past that they are closed
+/// without an answer (a flood costs no more than this).
+const REFUSALS_ANSWERED: usize = 64;
+/// Log lines about refused connections per second (bursts of twice that).
+const REFUSAL_LOGS_PER_SEC: u32 = 5;
+
+/// Open connections of one listener, held to its [`ConnCaps`].
+pub(crate) struct Admission {
+    caps: ConnCaps,
+    /// How long a new connection has to send its first request.
+    first_request: Duration,
+    /// The listener's name in metrics and logs (`grpc`, `admin`).
+    listener: &'static str,
+    /// Whether a refused connection gets a gRPC answer (plaintext only: a
+    /// TLS client cannot read one before the handshake).
+    answer: bool,
+    open: Mutex<Open>,
+    metrics: Metrics,
+    gauge: Gauge,
+    logs: DefaultDirectRateLimiter,
+    /// Refusal log lines the rate limit dropped since the last one logged.
+    unlogged: AtomicU64,
+    answering: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission").field("caps", &self.caps).field("listener", &self.listener).finish()
+    }
+}
+
+/// Open connections: in total and per address (an entry per address with
+/// at least one open connection, so at most `caps.total` entries).
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// The client an address counts for: an IPv4 address, or the /64 network
+/// of an IPv6 one (one host commonly holds a whole /64).
+fn client_of(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    }
+}
+
+/// Closes `info`'s connection if it has sent no request within `within`
+/// (counted as `limit_hits{limit="connection_first_request"}`): a client
+/// cannot hold a connection slot by connecting and saying nothing.
+async fn first_request_deadline(info: ConnInfo, within: Duration, admission: Arc<Admission>) {
+    tokio::select! {
+        _ = info.kill.cancelled() => return,
+        _ = tokio::time::sleep(within) => {}
+    }
+    if !info.greeted.load(Ordering::Relaxed) {
+        admission.metrics.limit_hit("connection_first_request");
+        tracing::debug!(listener = admission.listener, client.addr = ?info.remote, "no request within the first-request timeout: closing the connection");
+        info.kill.cancel();
+    }
+}
+
+/// A connection's place under its listener's caps, freed when dropped.
+pub(crate) struct Slot {
+    admission: Arc<Admission>,
+    address: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.admission.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.by_address.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                open.by_address.remove(&self.address);
+            }
+        }
+        drop(open);
+        self.admission.gauge.dec();
+    }
+}
+
+impl Admission {
+    /// The caps of the listener named `listener`; a connection must send
+    /// its first request within `first_request`; `answer`: refused
+    /// connections get a gRPC status (plaintext listeners).
+    pub(crate) fn new(
+        caps: ConnCaps,
+        first_request: Duration,
+        listener: &'static str,
+        answer: bool,
+        metrics: Metrics,
+    ) -> Arc<Admission> {
+        let gauge = metrics.connections.get_or_create(&vec![("listener", listener.to_owned())]).clone();
+        let per_sec = NonZeroU32::new(REFUSAL_LOGS_PER_SEC).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(REFUSAL_LOGS_PER_SEC * 2).unwrap_or(NonZeroU32::MIN);
+        Arc::new(Admission {
+            caps,
+            first_request,
+            listener,
+            answer,
+            open: Mutex::new(Open::default()),
+            metrics,
+            gauge,
+            logs: RateLimiter::direct(Quota::per_second(per_sec).allow_burst(burst)),
+            unlogged: AtomicU64::new(0),
+            answering: Arc::new(Semaphore::new(REFUSALS_ANSWERED)),
+        })
+    }
+
+    /// A place for a connection from `address`, or the refusal: the
+    /// limit's name, what it allows, and the option that sets it.
+    fn admit(self: &Arc<Self>, address: IpAddr) -> Result<Slot, (&'static str, usize, &'static str)> {
+        let address = client_of(address);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.total >= self.caps.total {
+            return Err(("connections", self.caps.total, "max-connections"));
+        }
+        let from = open.by_address.entry(address).or_insert(0);
+        if *from >= self.caps.per_address {
+            return Err(("connections_per_address", self.caps.per_address, "max-connections-per-address"));
+        }
+        *from += 1;
+        open.total += 1;
+        drop(open);
+        self.gauge.inc();
+        Ok(Slot { admission: self.clone(), address })
+    }
+
+    /// Counts, logs (rate-limited) and answers a refused connection.
+    fn refuse(
+        &self,
+        stream: TcpStream,
+        remote: SocketAddr,
+        (limit, cap, option): (&'static str, usize, &'static str),
+    ) {
+        self.metrics.limit_hit(limit);
+        if self.logs.check().is_ok() {
+            let unlogged = self.unlogged.swap(0, Ordering::Relaxed);
+            tracing::warn!(listener = self.listener, client.addr = %remote, limit = cap, unlogged, "connection refused: {option} ({cap}) reached");
+        } else {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(permit) = self.answer.then(|| self.answering.clone().try_acquire_owned().ok()).flatten()
+        else {
+            return; // closed unanswered when dropped
+        };
+        let message = format!("relay connection limit reached: {option} is {cap}");
+        tokio::spawn(async move {
+            let _permit = permit;
+            let svc = hyper::service::service_fn(move |_req: http::Request<hyper::body::Incoming>| {
+                let delay = rand::Rng::random_range(&mut rand::rng(), 1_000..=5_000);
+                let status = error::retry_later(&message, delay);
+                async move { Ok::<_, Infallible>(status.into_http::<tonic::body::Body>()) }
+            });
+            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .serve_connection(TokioIo::new(stream), svc);
+            // Whatever the client does, the connection ends within the
+            // answer time; its outcome is of no interest (already counted).
+            if let Ok(Err(e)) = tokio::time::timeout(REFUSAL_ANSWER, conn).await {
+                tracing::debug!(client.addr = %remote, error = %e, "refused connection ended");
+            }
+        });
+    }
+}
+
 /// Per-connection facts, visible to services in request extensions.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo {
@@ -64,6 +259,19 @@ pub(crate) struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// Cancelling this closes the connection.
     pub kill: CancellationToken,
+    /// Set by the first request the connection carries (see
+    /// [`ConnInfo::greet`]).
+    pub greeted: Arc<AtomicBool>,
+}
+
+impl ConnInfo {
+    /// Marks the connection as having sent a request: a connection that
+    /// sends none within the first-request timeout is closed.
+    pub(crate) fn greet(&self) {
+        if !self.greeted.load(Ordering::Relaxed) {
+            self.greeted.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// An accepted connection that fails all I/O once its kill switch fires.
@@ -75,6 +283,8 @@ pub(crate) struct RelayIo {
     killed: Pin<Box<WaitForCancellationFutureOwned>>,
     /// Set once the kill fired.
     dead: bool,
+    /// Its place under the listener's connection caps.
+    _slot: Slot,
 }
 
 impl std::fmt::Debug for RelayIo {
@@ -149,33 +359,56 @@ impl tonic::transport::server::Connected for RelayIo {
     }
 }
 
-/// Accepted connections from `listener`, configured with `opts`. Accept
-/// errors (e.g. out of file descriptors) are logged and retried after a
-/// pause, never ending the stream.
+/// Accepted connections from `listener`, configured with `opts`, within
+/// the caps of `admission` (connections past them are refused, see
+/// [`Admission`]). Accept errors (e.g. out of file descriptors) are logged
+/// and retried after a pause, never ending the stream.
 pub(crate) fn incoming(
     listener: TcpListener,
     opts: SocketOptions,
+    admission: Arc<Admission>,
 ) -> impl Stream<Item = Result<RelayIo, io::Error>> + Send + 'static {
-    futures_util::stream::unfold(listener, move |listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, remote)) => {
-                    if let Err(e) = configure(&stream, &opts) {
-                        tracing::warn!(error = %e, client.addr = %remote, "setting socket options failed; closing");
-                        continue;
+    futures_util::stream::unfold(listener, move |listener| {
+        let admission = admission.clone();
+        async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, remote)) => {
+                        let slot = match admission.admit(remote.ip()) {
+                            Ok(slot) => slot,
+                            Err(refused) => {
+                                admission.refuse(stream, remote, refused);
+                                continue;
+                            }
+                        };
+                        if let Err(e) = configure(&stream, &opts) {
+                            tracing::warn!(error = %e, client.addr = %remote, "setting socket options failed; closing");
+                            continue;
+                        }
+                        let kill = CancellationToken::new();
+                        let info = ConnInfo {
+                            remote: Some(remote),
+                            kill: kill.clone(),
+                            greeted: Default::default(),
+                        };
+                        tokio::spawn(first_request_deadline(
+                            info.clone(),
+                            admission.first_request,
+                            admission.clone(),
+                        ));
+                        let io = RelayIo {
+                            inner: stream,
+                            info,
+                            killed: Box::pin(kill.cancelled_owned()),
+                            dead: false,
+                            _slot: slot,
+                        };
+                        return Some((Ok(io), listener));
                     }
-                    let kill = CancellationToken::new();
-                    let io = RelayIo {
-                        inner: stream,
-                        info: ConnInfo { remote: Some(remote), kill: kill.clone() },
-                        killed: Box::pin(kill.cancelled_owned()),
-                        dead: false,
-                    };
-                    return Some((Ok(io), listener));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; retrying in 100 ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed; retrying in 100 ms");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 }
             }
         }

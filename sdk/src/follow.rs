@@ -466,6 +466,13 @@ pub fn retry_after(status: &tonic::Status) -> Option<Duration> {
         .map(|ms| Duration::from_millis(ms).min(MAX_RETRY_AFTER))
 }
 
+/// The wait a relay's `reconnect` asks for (`suggested_delay_ms +
+/// jitter_ms`), capped at [`MAX_RETRY_AFTER`] like a retry-after hint: a
+/// misbehaving or hostile relay cannot park its clients for 49 days.
+fn reconnect_delay(r: &pb::Reconnect) -> Duration {
+    Duration::from_millis(u64::from(r.suggested_delay_ms) + u64::from(r.jitter_ms)).min(MAX_RETRY_AFTER)
+}
+
 /// Uniformly random in `[0, max)`.
 pub fn jitter_up_to(max: Duration) -> Duration {
     let ms = max.as_millis() as u64;
@@ -688,9 +695,7 @@ impl<S: Sink> Follower<S> {
                     None
                 }
                 Some(RawKind::Reconnect(r)) => {
-                    let delay =
-                        Duration::from_millis(u64::from(r.suggested_delay_ms) + u64::from(r.jitter_ms));
-                    return End::Reconnect(delay, r.message);
+                    return End::Reconnect(reconnect_delay(&r), r.message);
                 }
                 // A kind this client does not know: ignore (PROTOCOL.md §8);
                 // it still resets the watchdog.
@@ -732,6 +737,24 @@ mod tests {
             assert!(p.delay < Duration::from_millis(ceiling), "resync {n}: {p:?}");
             assert_eq!(b.ceiling(), Duration::from_millis(ceiling * 2), "resync {n} grew the backoff");
         }
+    }
+
+    /// A relay's reconnect request cannot park a client: whatever it
+    /// suggests, the wait is at most [`MAX_RETRY_AFTER`] plus the
+    /// client's own jitter of up to a second.
+    #[test]
+    fn a_reconnect_request_is_capped_like_a_retry_hint() {
+        let asked = |suggested_delay_ms, jitter_ms| pb::Reconnect {
+            suggested_delay_ms,
+            jitter_ms,
+            ..Default::default()
+        };
+        assert_eq!(reconnect_delay(&asked(250, 500)), Duration::from_millis(750));
+        assert_eq!(reconnect_delay(&asked(u32::MAX, u32::MAX)), MAX_RETRY_AFTER);
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        let end = End::Reconnect(reconnect_delay(&asked(u32::MAX, 0)), "parked".into());
+        let p = plan(end, "e", &mut b, (0, 0), Duration::ZERO);
+        assert!(p.delay >= MAX_RETRY_AFTER && p.delay < MAX_RETRY_AFTER + Duration::from_secs(1), "{p:?}");
     }
 
     /// A retry-after hint is a floor: never sooner, at most a quarter

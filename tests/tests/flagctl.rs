@@ -314,3 +314,34 @@ async fn ramps_are_created_paused_and_rolled_back() {
     let err = ctl.fails(&["flag", "ramp", "ramped", "--pause", "--yes"], 5);
     assert!(err.contains("serves no ramp"), "{err}");
 }
+
+/// `watch` takes the SDK key from a file (a key on the command line is
+/// visible in the process list); a missing file is a usage error naming it.
+#[tokio::test]
+async fn watch_reads_the_sdk_key_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let ctl = Ctl::new(&relay);
+    let key_file = relay.data_dir.join("demo-sdk-key");
+    let key_file = key_file.to_str().unwrap();
+    let watcher = std::process::Command::new(flagctl_binary())
+        .args(["--relay", &relay.url(), "--config", "/nonexistent/flagctl.toml"])
+        .args(["watch", "--sdk-key-file", key_file, "--count", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it watches (the relay counts its subscriber), then change
+    // a flag: it prints the change and exits.
+    flagstream_tests::cluster::eventually_async("the watcher's stream", || async {
+        relay.metric("flagstream_subscribers{env=\"demo\"}").await >= 1.0
+    })
+    .await;
+    ctl.ok(&["flag", "off", "new-checkout", "--yes"]);
+    let out = tokio::task::spawn_blocking(move || watcher.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("watching "), "{stdout}");
+    let err = ctl.fails(&["watch", "--sdk-key-file", "/nonexistent/key"], 2);
+    assert!(err.contains("--sdk-key-file /nonexistent/key"), "{err}");
+}

@@ -93,15 +93,15 @@ async fn send_deadline_cuts_off_a_reader_that_stopped() {
     assert_eq!(relay.metric("flagstream_subscribers{env=\"wide\"}").await, 1.0);
 }
 
-/// A request message over the 1 MiB limit (here a Hello) is refused with
-/// OUT_OF_RANGE (a code clients do not retry) naming the size and the
-/// limit, and counted; the relay keeps serving others.
+/// A Hello over the 4 KiB limit (read before the caller is known) is
+/// refused with OUT_OF_RANGE (a code clients do not retry) naming the size
+/// and the limit, and counted; the relay keeps serving others.
 #[tokio::test]
 async fn oversized_request_message_is_refused_and_counted() {
     use flagstream_proto::v1::sync_client::SyncClient;
     let dir = tempfile::tempdir().unwrap();
     let relay = Relay::start(dir.path(), &[]).await;
-    let hello = pb::Hello { sdk_key: relay.demo_key(), sdk_name: "x".repeat(2 << 20), ..Default::default() };
+    let hello = pb::Hello { sdk_key: relay.demo_key(), sdk_name: "x".repeat(5_000), ..Default::default() };
     let first = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) };
     let mut client = SyncClient::new(relay.channel().await);
     let err = match client.subscribe(tokio_stream::iter([first])).await {
@@ -109,8 +109,9 @@ async fn oversized_request_message_is_refused_and_counted() {
         Err(e) => e,
     };
     assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
-    assert!(err.message().contains("exceeds the limit of 1048576 bytes"), "{}", err.message());
-    assert_eq!(relay.metric("flagstream_limit_hits_total{limit=\"subscribe_request_bytes\"}").await, 1.0);
+    assert!(err.message().starts_with("hello: request message of 5"), "{}", err.message());
+    assert!(err.message().contains("exceeds the limit of 4096 bytes"), "{}", err.message());
+    assert_eq!(relay.metric("flagstream_limit_hits_total{limit=\"hello_bytes\"}").await, 1.0);
     let mut ok = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
     assert!(matches!(ok.next(STEP).await.unwrap(), Update::Heartbeat { .. } | Update::Snapshot { .. }));
 }

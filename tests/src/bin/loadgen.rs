@@ -739,6 +739,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "100000",
         "--quota-snapshot-bytes",
         "268435456",
+        // Every load connection comes from 127.0.0.1.
+        "--max-connections",
+        "1000000",
+        "--max-connections-per-address",
+        "1000000",
     ];
     if args.heavy {
         relay_args.extend(["--heartbeat", "1s", "--quota-subscribes-per-sec", &subs]);

@@ -224,7 +224,9 @@ async fn restart(dir: &std::path::Path, sdks: usize, guard: Duration) {
 }
 
 async fn storm(dir: &std::path::Path, streams: usize, guard: Duration) {
-    let r = fault::storm::run(dir, streams, &[], guard).await;
+    // Every SDK connects from 127.0.0.1.
+    let caps = ["--max-connections", "1000000", "--max-connections-per-address", "1000000"];
+    let r = fault::storm::run(dir, streams, &caps, guard).await;
     println!(
         "| streams | all back after | refused by admission control | snapshots sent | relay peak RSS | relay alive |"
     );
