@@ -87,6 +87,9 @@ pub struct Metrics {
     /// Pre-resolved `(messages, bytes)` counters per sent message kind, so
     /// the per-message path neither allocates labels nor locks the family.
     pub sent: Arc<[(Counter, Counter); 4]>,
+    /// PostgreSQL store: connections opened, by the URL's `sslmode` and
+    /// whether TLS is in use (`on`, `off`, `local_socket`).
+    pub postgres_connections: Family<Labels, Counter>,
 }
 
 /// Index into [`Metrics::sent`] by message kind.
@@ -140,6 +143,7 @@ impl Metrics {
             upstream_live: Family::default(),
             staleness_seconds: Family::default(),
             sent: Arc::new(Default::default()),
+            postgres_connections: Family::default(),
         };
         r.register(
             "upstream_stream_ends",
@@ -213,6 +217,11 @@ impl Metrics {
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",
             m.refusals.clone(),
+        );
+        r.register(
+            "postgres_connections",
+            "PostgreSQL store: connections opened, by sslmode and whether TLS is in use (tls=off under sslmode=prefer: the server declined TLS)",
+            m.postgres_connections.clone(),
         );
         let sent = ["snapshot_chunk", "delta", "heartbeat", "reconnect"].map(|kind| {
             let labels = vec![("kind", kind.to_owned())];
