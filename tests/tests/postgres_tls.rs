@@ -16,9 +16,19 @@ fn s(p: &std::path::Path) -> String {
     p.to_str().expect("utf-8 path").to_owned()
 }
 
-/// The database's view of the relay's sessions: (how many, how many of
-/// them over TLS).
-fn relay_sessions(pg: &Postgres) -> (u64, u64) {
+/// The database's view of the relay's sessions, once its change feed's
+/// session is among them (it connects after the relay started): (how
+/// many, how many of them over TLS).
+async fn relay_sessions(pg: &Postgres) -> (u64, u64) {
+    flagstream_tests::cluster::eventually("the change feed's session", || {
+        pg.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'flagstream-relay feed'",
+        )
+        .trim()
+            != "0"
+    })
+    .await;
     let out = pg.sql(
         "postgres",
         "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
@@ -48,7 +58,7 @@ async fn verify_full_with_the_right_ca_serves_writes_over_tls() {
     let mut admin = relay.admin().await;
     put(&mut admin, "demo", bool_flag("over-tls", true)).await.expect("a write over TLS");
     assert!(relay.log().contains("sslmode=verify-full"), "the startup log names the mode:\n{}", relay.log());
-    let (sessions, encrypted) = relay_sessions(&pg);
+    let (sessions, encrypted) = relay_sessions(&pg).await;
     assert!(sessions >= 2, "the pool and the feed hold sessions: {sessions}");
     assert_eq!(encrypted, sessions, "every session of the relay is encrypted");
     let tls_on =
@@ -95,7 +105,7 @@ async fn verify_full_checks_the_host_name_and_verify_ca_does_not() {
     assert!(log.contains("does not name the URL's host"), "names the problem:\n{log}");
     let relay = Relay::start(&dir.path().join("ca"), &["--store", &url("verify-ca")]).await;
     put(&mut relay.admin().await, "demo", bool_flag("chain-only", true)).await.expect("a write");
-    let (sessions, encrypted) = relay_sessions(&pg);
+    let (sessions, encrypted) = relay_sessions(&pg).await;
     assert_eq!((sessions >= 2, encrypted), (true, sessions));
 }
 
@@ -107,7 +117,7 @@ async fn require_encrypts_without_a_ca() {
     let url = format!("{}?sslmode=require", pg.database("flags"));
     let relay = Relay::start(dir.path(), &["--store", &url]).await;
     put(&mut relay.admin().await, "demo", bool_flag("required", true)).await.expect("a write");
-    let (sessions, encrypted) = relay_sessions(&pg);
+    let (sessions, encrypted) = relay_sessions(&pg).await;
     assert_eq!((sessions >= 2, encrypted), (true, sessions));
 }
 
@@ -161,6 +171,8 @@ async fn prefer_against_a_plaintext_server_warns_and_counts() {
     let dir = tempfile::tempdir().unwrap();
     let relay = Relay::start(dir.path(), &["--store", &pg.database("flags")]).await;
     put(&mut relay.admin().await, "demo", bool_flag("plain", true)).await.expect("a write");
+    let (sessions, encrypted) = relay_sessions(&pg).await;
+    assert_eq!((sessions >= 2, encrypted), (true, 0), "the pool's and the feed's sessions, in plaintext");
     let plaintext =
         relay.metric("flagstream_postgres_connections_total{sslmode=\"prefer\",tls=\"off\"}").await;
     assert!(plaintext >= 2.0, "the pool's and the feed's connections counted: {plaintext}");

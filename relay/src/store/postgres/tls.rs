@@ -181,7 +181,9 @@ pub(crate) fn parse(url: &str) -> Result<(tokio_postgres::Config, Settings), Tls
         (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
         (None, None) => None,
         (Some(_), None) => {
-            return Err(TlsError::Param("store: sslcert needs sslkey (the certificate's private key)".into()));
+            return Err(TlsError::Param(
+                "store: sslcert needs sslkey (the certificate's private key)".into(),
+            ));
         }
         (None, Some(_)) => {
             return Err(TlsError::Param("store: sslkey needs sslcert (the client certificate)".into()));
@@ -309,16 +311,17 @@ impl Connector {
             LOCAL_SOCKET => "local_socket",
             _ => "off",
         };
+        if self.settings.mode == Mode::Prefer && tls == "off" {
+            tracing::warn!(
+                hosts = ?config.get_hosts(),
+                "connected to PostgreSQL WITHOUT TLS: the server declined it and sslmode=prefer allows plaintext; flags, key and token hashes and audit records cross the network in clear (set sslmode=require or verify-full to refuse this, docs/OPERATIONS.md §8.12)"
+            );
+        }
+        // Counted after the warning is out: a count never runs ahead of its log line.
         self.metrics
             .postgres_connections
             .get_or_create(&vec![("sslmode", self.settings.mode.name().to_owned()), ("tls", tls.to_owned())])
             .inc();
-        if self.settings.mode == Mode::Prefer && tls == "off" {
-            tracing::warn!(
-                hosts = ?config.get_hosts(),
-                "connected to PostgreSQL WITHOUT TLS: the server declined it and sslmode=prefer allows plaintext; the password and every flag cross the network in clear (set sslmode=require or verify-full to refuse this, docs/OPERATIONS.md §8.12)"
-            );
-        }
         Ok(connected)
     }
 }
