@@ -16,6 +16,7 @@ use tokio::sync::Mutex;
 use tonic::Status;
 
 use crate::auth::{self, constant_time_eq, hash_secret, new_secret};
+use crate::store::backend::Revoked;
 use crate::store::{Backend, StoreError, now_ms};
 
 /// The token the first start creates.
@@ -376,23 +377,47 @@ impl Tokens {
         Ok((t, secret))
     }
 
-    /// Revokes a token at once.
+    /// Revokes a token: durably first (on a shared database atomically
+    /// with the last-admin check, against every relay), then here. A store
+    /// that cannot take it leaves the token working here as it does on
+    /// disk, and the caller is told ([`AccessError::Storage`]).
     pub(crate) async fn revoke(&self, name: &str) -> Result<(), AccessError> {
         self.check_writable()?;
         let _guard = self.changes.lock().await;
-        let all = self.by_name.load();
-        let t = all.get(name).ok_or_else(|| AccessError::NotFound(name.to_owned()))?;
-        let full_admin = |t: &TokenRecord| t.role == Role::Admin && t.environments.is_empty();
-        if full_admin(t) && all.values().filter(|t| full_admin(t)).count() == 1 {
-            return Err(AccessError::LastAdmin(name.to_owned()));
+        match self.backend.revoke_token(name.to_owned()).await? {
+            Revoked::Done => {
+                self.publish(|m| {
+                    m.remove(name);
+                });
+                Ok(())
+            }
+            Revoked::NotFound => {
+                // Gone from the store (another relay of a shared database
+                // revoked it, and the feed has not told us yet): gone here.
+                if self.by_name.load().contains_key(name) {
+                    self.publish(|m| {
+                        m.remove(name);
+                    });
+                }
+                Err(AccessError::NotFound(name.to_owned()))
+            }
+            Revoked::LastAdmin => Err(AccessError::LastAdmin(name.to_owned())),
         }
-        // Memory first: a revoked token stops working at once, even if the
-        // caller goes away before the disk write.
-        self.publish(|m| {
-            m.remove(name);
-        });
-        self.backend.remove_token(name.to_owned()).await?;
-        Ok(())
+    }
+}
+
+/// Whether `t` is an admin token for all environments (one must remain).
+fn full_admin(t: &TokenRecord) -> bool {
+    t.role == Role::Admin && t.environments.is_empty()
+}
+
+/// What revoking `name` out of `all` (every stored token) does: the
+/// decision each backend makes on what it holds, under its lock.
+pub(crate) fn revocation(all: &[TokenRecord], name: &str) -> Revoked {
+    match all.iter().find(|t| t.name == name) {
+        None => Revoked::NotFound,
+        Some(t) if full_admin(t) && all.iter().filter(|t| full_admin(t)).count() == 1 => Revoked::LastAdmin,
+        Some(_) => Revoked::Done,
     }
 }
 

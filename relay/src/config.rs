@@ -665,8 +665,8 @@ impl Options {
         let store = match self.store.as_ref().map(|s| s.0.as_str()) {
             None | Some("sled") => StoreUrl::Sled,
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                if let Err(e) = url.parse::<tokio_postgres::Config>() {
-                    return Err(ConfigError(format!("store: not a PostgreSQL URL: {e}")));
+                if let Err(e) = crate::store::postgres::tls::parse(url) {
+                    return Err(ConfigError(e.to_string()));
                 }
                 if upstream.is_some() {
                     return Err(ConfigError(

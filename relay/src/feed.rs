@@ -34,7 +34,7 @@ use flagstream_proto::v1 as pb;
 use futures_util::StreamExt;
 use prost::Message;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Tokens;
@@ -165,7 +165,7 @@ impl Feed {
         let mut config = self.db.config().clone();
         // Operators (and tests) can tell the listening session apart.
         config.application_name("flagstream-relay feed");
-        let (client, connection) = match config.connect(NoTls).await {
+        let (client, connection) = match self.db.tls().connect(&config).await {
             Ok(c) => c,
             Err(e) => return Ended::Session(e),
         };

@@ -23,6 +23,7 @@ pub mod fuzz;
 mod grpc;
 mod hub;
 pub mod metrics;
+mod permission;
 mod probe;
 mod promote;
 mod propagation;

@@ -89,6 +89,9 @@ pub struct Metrics {
     pub sent: Arc<[(Counter, Counter); 4]>,
     /// Open connections per listener (`grpc`, `admin`).
     pub connections: Family<Labels, Gauge>,
+    /// PostgreSQL store: connections opened, by the URL's `sslmode` and
+    /// whether TLS is in use (`on`, `off`, `local_socket`).
+    pub postgres_connections: Family<Labels, Counter>,
 }
 
 /// Index into [`Metrics::sent`] by message kind.
@@ -143,6 +146,7 @@ impl Metrics {
             staleness_seconds: Family::default(),
             sent: Arc::new(Default::default()),
             connections: Family::default(),
+            postgres_connections: Family::default(),
         };
         r.register("connections", "Open gRPC connections per listener", m.connections.clone());
         r.register(
@@ -217,6 +221,11 @@ impl Metrics {
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",
             m.refusals.clone(),
+        );
+        r.register(
+            "postgres_connections",
+            "PostgreSQL store: connections opened, by sslmode and whether TLS is in use (tls=off under sslmode=prefer: the server declined TLS)",
+            m.postgres_connections.clone(),
         );
         let sent = ["snapshot_chunk", "delta", "heartbeat", "reconnect"].map(|kind| {
             let labels = vec![("kind", kind.to_owned())];

@@ -242,7 +242,7 @@ pub(crate) async fn serve(
     demo: Option<Duration>,
     started: impl FnOnce(&Running) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir)?;
+    crate::permission::create_private_dir(&cfg.data_dir)?;
     let metrics = Metrics::new();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_not_serving::<SyncRoute>().await;
@@ -256,7 +256,7 @@ pub(crate) async fn serve(
     let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store {
         StoreUrl::Sled => (Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?), None),
         StoreUrl::Postgres(url) => {
-            let pg = PostgresBackend::connect(url.expose()).await.map_err(|e| {
+            let pg = PostgresBackend::connect(url.expose(), metrics.clone()).await.map_err(|e| {
                 anyhow::anyhow!("the PostgreSQL store: {}", flagstream::follow::error_chain(&e))
             })?;
             (Arc::new(pg.clone()), Some(pg))

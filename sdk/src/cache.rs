@@ -29,6 +29,16 @@ pub enum CacheError {
         #[source]
         source: sled::Error,
     },
+    /// The directory could not be made private to this user (mode 0700,
+    /// files 0600): the cache is not used rather than left readable.
+    #[error("cache directory {path} cannot be made private to this user (mode 0700)")]
+    Private {
+        /// The directory.
+        path: String,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
     /// sled failed.
     #[error("cache storage error")]
     Storage(#[from] sled::Error),
@@ -80,9 +90,15 @@ impl Cache {
     }
 
     /// Opens (or creates) the cache under `dir`.
+    /// The directory is the cache's own: it is made mode 0700 before sled
+    /// writes to it (sled's later files are then out of other users' reach
+    /// whatever the umask), and the files sled made 0600.
     pub(crate) fn open(dir: &Path) -> Result<Cache, CacheError> {
+        let private = |e| CacheError::Private { path: dir.display().to_string(), source: e };
+        make_private(dir).map_err(private)?;
         match sled::Config::new().path(dir).open() {
             Ok(db) => {
+                make_private(dir).map_err(private)?;
                 Ok(Cache { state: Arc::new(std::sync::Mutex::new(State { db: Some(db), last: None })) })
             }
             Err(sled::Error::Io(e))
@@ -135,4 +151,29 @@ impl Cache {
         state.db = None;
         wrote
     }
+}
+
+/// Makes `dir` (created if missing) mode 0700 and everything in it
+/// owner-only: directories 0700, files 0600.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                make_private(&entry.path())?;
+            } else if kind.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
 }

@@ -24,6 +24,24 @@ pub struct Postgres {
     durable: bool,
     /// The user to run the server's tools as (`postgres` when we are root).
     as_user: Option<String>,
+    /// Started with `ssl=on` (its certificates in the data directory).
+    pub tls: Option<Pki>,
+}
+
+/// The certificates of a server started with [`Postgres::start_tls`].
+#[derive(Debug, Clone)]
+pub struct Pki {
+    /// The CA (PEM) that signed the server's certificate (names
+    /// `localhost` and `127.0.0.1`) and the client certificate.
+    pub ca: PathBuf,
+    /// Another CA, which signed nothing the server holds: a wrong
+    /// `sslrootcert`.
+    pub other_ca: PathBuf,
+    /// A client certificate for the user `relay`, signed by the CA (the
+    /// server trusts the CA for client certificates).
+    pub client_cert: PathBuf,
+    /// Its private key.
+    pub client_key: PathBuf,
 }
 
 fn bindir() -> Option<PathBuf> {
@@ -53,15 +71,23 @@ impl Postgres {
     /// Starts a server, or `None` (with one line saying so) when the
     /// binaries are missing and the environment does not require them.
     pub fn start() -> Option<Postgres> {
-        Postgres::start_with(false)
+        Postgres::start_with(false, false)
     }
 
     /// [`Postgres::start`] with `fsync` on: for benchmarks.
     pub fn start_durable() -> Option<Postgres> {
-        Postgres::start_with(true)
+        Postgres::start_with(true, false)
     }
 
-    fn start_with(durable: bool) -> Option<Postgres> {
+    /// [`Postgres::start`] with TLS (`ssl=on`): a CA and the server's
+    /// certificate generated for it ([`Postgres::tls`]). Plaintext
+    /// connections are still accepted until [`Postgres::set_hba`] says
+    /// otherwise.
+    pub fn start_tls() -> Option<Postgres> {
+        Postgres::start_with(false, true)
+    }
+
+    fn start_with(durable: bool, tls: bool) -> Option<Postgres> {
         let Some(bin) = bindir() else {
             let msg = "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin): \
                        PostgreSQL tests skipped; install them with `apt-get install postgresql-15`";
@@ -87,8 +113,11 @@ impl Postgres {
             assert!(ok.success(), "chown {user} {}", data.display());
         }
         let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
-        let pg = Postgres { dir, bin, port, as_user, durable };
+        let mut pg = Postgres { dir, bin, port, as_user, durable, tls: None };
         pg.run("initdb", &["-D", path(&data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+        if tls {
+            pg.tls = Some(pg.make_pki());
+        }
         pg.ctl_start();
         pg.sql("postgres", "SELECT 1");
         Some(pg)
@@ -121,12 +150,17 @@ impl Postgres {
 
     fn ctl_start(&self) {
         let data = self.data();
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
             self.port,
             data.display(),
             if self.durable { "on" } else { "off" }
         );
+        if self.tls.is_some() {
+            // server.crt and server.key in the data directory are the
+            // defaults of ssl_cert_file and ssl_key_file.
+            opts.push_str(" -c ssl=on -c ssl_ca_file=root.crt");
+        }
         let log = data.join("server.log");
         self.run("pg_ctl", &["-D", path(&data), "-o", &opts, "-l", path(&log), "-w", "-t", "60", "start"]);
     }
@@ -140,6 +174,78 @@ impl Postgres {
     /// Starts it again on the same port and data.
     pub fn start_again(&self) {
         self.ctl_start();
+    }
+
+    /// Generates the CA, the server's certificate and key (into the data
+    /// directory, owned by the server's user, 0600) and a client
+    /// certificate; returns where the client side's files are.
+    fn make_pki(&self) -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+            KeyPair,
+        };
+        let ca = |name: &str| {
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, name);
+            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key")).expect("CA")
+        };
+        let (good, other) = (ca("flagstream test CA"), ca("some other CA"));
+        let leaf = |names: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(names).expect("params");
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.extended_key_usages = vec![usage];
+            (params.signed_by(&key, &good).expect("signed").pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["localhost".into(), "127.0.0.1".into()],
+            "localhost",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_cert, client_key) = leaf(Vec::new(), "relay", ExtendedKeyUsagePurpose::ClientAuth);
+        let data = self.data();
+        let server_files =
+            [("server.crt", server_cert), ("server.key", server_key), ("root.crt", good.pem())];
+        for (name, text) in server_files {
+            let p = data.join(name);
+            std::fs::write(&p, text).expect("server TLS file");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+            if let Some(user) = &self.as_user {
+                let ok = Command::new("chown").arg(user).arg(&p).status().expect("chown runs");
+                assert!(ok.success(), "chown {user} {}", p.display());
+            }
+        }
+        let write = |name: &str, text: &str| {
+            let p = self.dir.path().join(name);
+            std::fs::write(&p, text).expect("client TLS file");
+            p
+        };
+        Pki {
+            ca: write("ca.pem", &good.pem()),
+            other_ca: write("other-ca.pem", &other.pem()),
+            client_cert: write("client.pem", &client_cert),
+            client_key: write("client.key", &client_key),
+        }
+    }
+
+    /// Replaces the server's `pg_hba.conf` with `lines` and reloads it
+    /// (e.g. `hostssl all all 127.0.0.1/32 trust`: TLS connections only).
+    pub fn set_hba(&self, lines: &str) {
+        let file = self.data().join("pg_hba.conf");
+        let loaded = self.sql("postgres", "SELECT pg_conf_load_time()");
+        // Rewritten in place: the file keeps its owner.
+        std::fs::write(&file, format!("local all all trust\n{lines}\n")).expect("pg_hba.conf");
+        self.run("pg_ctl", &["-D", path(&self.data()), "reload"]);
+        // The reload is a signal: wait until the server says it reloaded.
+        for _ in 0..200 {
+            if self.sql("postgres", "SELECT pg_conf_load_time()") != loaded {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("the server did not reload pg_hba.conf");
     }
 
     /// Creates database `name`; returns its URL.

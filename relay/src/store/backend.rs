@@ -103,6 +103,17 @@ pub(crate) trait WriteLock: Send {
     async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError>;
 }
 
+/// What [`Backend::revoke_token`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Revoked {
+    /// Removed.
+    Done,
+    /// No token of that name is stored.
+    NotFound,
+    /// Kept: it is the last admin token for all environments.
+    LastAdmin,
+}
+
 /// The durable side of the store. Every method completes or fails whole;
 /// none is called for one environment by two writers at once (the store
 /// serialises them).
@@ -172,6 +183,12 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Removes a token record.
     async fn remove_token(&self, name: String) -> Result<(), StoreError>;
+
+    /// Removes token `name` unless it is the last admin token for all
+    /// environments ([`crate::access::revocation`] on what is stored),
+    /// check and removal as one step: on a shared database no two relays
+    /// can each remove one of the last two.
+    async fn revoke_token(&self, name: String) -> Result<Revoked, StoreError>;
 
     /// A small named setting of the store (e.g. its role), if set.
     async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError>;

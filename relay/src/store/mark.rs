@@ -126,7 +126,16 @@ impl Marks {
         let file = MarkFile { environments: marks.clone() };
         let bytes = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, bytes)?;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp)?;
+        // Owner-only also when a tmp file of another mode was left behind.
+        #[cfg(unix)]
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        std::io::Write::write_all(&mut f, &bytes)?;
+        drop(f);
         std::fs::rename(&tmp, &self.path)
     }
 }

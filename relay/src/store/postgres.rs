@@ -14,6 +14,8 @@
 //! are embedded and applied at start under an advisory lock.
 
 pub(crate) mod query;
+pub(crate) mod tls;
+mod token;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,10 +23,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 use super::audit::{self, AuditPos, AuditRecord, Verification};
-use super::backend::{Backend, Commit, Committed, Loaded, MetaChange, WriteLock};
+use super::backend::{Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
 use super::meta::EnvMeta;
 use super::state::{Kind, LogEntry};
 use super::{Retention, StoreError, corrupt, trim_log};
@@ -95,6 +96,8 @@ pub(crate) fn kind_of(code: i16, env: &str) -> Result<Kind, StoreError> {
 pub(crate) struct PostgresBackend {
     pool: Pool,
     config: tokio_postgres::Config,
+    /// TLS settings and connector shared by every connection (`tls.rs`).
+    tls: tls::Connector,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -124,18 +127,23 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
 }
 
 impl PostgresBackend {
-    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`) and applies the
-    /// schema migrations.
-    pub(crate) async fn connect(url: &str) -> Result<PostgresBackend, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(db)?;
+    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`, with the libpq
+    /// TLS parameters of `tls.rs`) and applies the schema migrations.
+    pub(crate) async fn connect(
+        url: &str,
+        metrics: crate::metrics::Metrics,
+    ) -> Result<PostgresBackend, StoreError> {
+        let (mut config, settings) = tls::parse(url).map_err(|e| StoreError::Storage(Box::new(e)))?;
         if config.get_application_name().is_none() {
             config.application_name("flagstream-relay");
         }
         config.connect_timeout(Duration::from_secs(5));
         config.keepalives_idle(Duration::from_secs(10));
-        let manager = Manager::from_config(
+        tracing::info!(tls = %settings.describe(), checks = settings.checks(), "connecting to the PostgreSQL store");
+        let tls = tls::Connector::new(settings, metrics).map_err(|e| StoreError::Storage(Box::new(e)))?;
+        let manager = Manager::from_connect(
             config.clone(),
-            NoTls,
+            tls::PoolConnect(tls.clone()),
             ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         let pool = Pool::builder(manager)
@@ -145,7 +153,7 @@ impl PostgresBackend {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(db)?;
-        let b = PostgresBackend { pool, config };
+        let b = PostgresBackend { pool, config, tls };
         b.migrate().await?;
         Ok(b)
     }
@@ -153,6 +161,11 @@ impl PostgresBackend {
     /// The connection settings (the feed opens its own session with them).
     pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    /// The TLS connector every connection uses (the feed's too).
+    pub(crate) fn tls(&self) -> &tls::Connector {
+        &self.tls
     }
 
     /// One environment as stored (`None`: there is none of that name).
@@ -729,6 +742,10 @@ impl Backend for PostgresBackend {
         c.execute("DELETE FROM flagstream_tokens WHERE name = $1", &[&name]).await.map_err(db)?;
         c.execute("SELECT pg_notify($1, 'tokens')", &[&CHANNEL]).await.map_err(db)?;
         Ok(())
+    }
+
+    async fn revoke_token(&self, name: String) -> Result<Revoked, StoreError> {
+        token::revoke(self, &name).await
     }
 
     async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError> {

@@ -19,7 +19,7 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use super::audit::{self, AuditPos, AuditRecord, Verification};
-use super::backend::{Backend, Commit, Committed, Loaded};
+use super::backend::{Backend, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
@@ -47,15 +47,20 @@ pub(crate) struct SledBackend {
     meta: sled::Tree,
     /// What was committed, kept outside sled (see `mark.rs`).
     marks: std::sync::Arc<Marks>,
+    /// The database's directory.
+    dir: std::path::PathBuf,
 }
 
 impl SledBackend {
     /// Opens (or creates) the database in `dir`.
     pub(crate) fn open(dir: &Path) -> Result<SledBackend, StoreError> {
         let marks = std::sync::Arc::new(Marks::open(dir)?);
+        // Owner-only before sled writes anything, and what it wrote after.
+        crate::permission::make_private(dir).map_err(sled::Error::Io)?;
         let db = sled::Config::new().path(dir).cache_capacity(SLED_CACHE_BYTES).open()?;
+        crate::permission::make_private(dir).map_err(sled::Error::Io)?;
         let meta = db.open_tree("meta")?;
-        Ok(SledBackend { db, meta, marks })
+        Ok(SledBackend { db, meta, marks, dir: dir.to_owned() })
     }
 
     async fn run<T: Send + 'static>(
@@ -384,6 +389,17 @@ impl Backend for SledBackend {
         .await
     }
 
+    async fn revoke_token(&self, name: String) -> Result<Revoked, StoreError> {
+        // One relay holds a sled store (sled locks it) and `Tokens`
+        // serialises its changes: the check and the removal cannot
+        // interleave with another change.
+        let decision = crate::access::revocation(&self.tokens().await?, &name);
+        if decision == Revoked::Done {
+            self.remove_token(name).await?;
+        }
+        Ok(decision)
+    }
+
     async fn setting(&self, name: &'static str) -> Result<Option<String>, StoreError> {
         self.run(move |b| {
             Ok(b.meta
@@ -404,6 +420,13 @@ impl Backend for SledBackend {
 
     async fn flush(&self) -> Result<(), StoreError> {
         self.db.flush_async().await?;
+        // Files sled made since it opened (snapshots, blobs) are out of
+        // reach in the 0700 directory already; 0600 as well from now on.
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || crate::permission::make_private(&dir))
+            .await
+            .map_err(StoreError::Task)?
+            .map_err(sled::Error::Io)?;
         Ok(())
     }
 }
