@@ -368,6 +368,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_CONCURRENT_STREAMS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_streams: Option<u32>,
+    /// A gRPC connection that carries no request for this long (from its
+    /// accept, or since its last request ended) is closed [default: 30s].
+    #[arg(long, env = "FLAGSTREAM_CONNECTION_IDLE_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_idle_timeout: Option<Dur>,
     /// Most open connections per gRPC listener; more are refused before
     /// any authentication [default: 60000].
     #[arg(long, env = "FLAGSTREAM_MAX_CONNECTIONS")]
@@ -501,6 +506,8 @@ pub struct Config {
     pub max_concurrent_streams: u32,
     /// Connection caps of each gRPC listener.
     pub connections: ConnCaps,
+    /// A connection with no request for this long is closed.
+    pub connection_idle_timeout: Duration,
     /// JSON logs?
     pub log_json: bool,
     /// TLS material, read and checked at startup.
@@ -732,6 +739,7 @@ impl Options {
             tcp_user_timeout: d(self.tcp_user_timeout, 30),
             backlog: self.backlog.unwrap_or(4096),
             max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
+            connection_idle_timeout: d(self.connection_idle_timeout, 30),
             connections: ConnCaps {
                 total: self.max_connections.unwrap_or(60_000),
                 per_address: self.max_connections_per_address.unwrap_or(4_096),
@@ -779,6 +787,17 @@ impl Options {
         check(c.backlog >= 1, "backlog: must be at least 1".into())?;
         check(c.max_concurrent_streams >= 1, "max-concurrent-streams: must be at least 1".into())?;
         check(c.connections.total >= 1, "max-connections: must be at least 1".into())?;
+        check(
+            c.connections.total >= c.max_subscribers,
+            format!(
+                "max-connections: {} is below max-subscribers ({}): every SDK holds a connection; raise max-connections",
+                c.connections.total, c.max_subscribers
+            ),
+        )?;
+        check(
+            c.connection_idle_timeout >= Duration::from_secs(1),
+            "connection-idle-timeout: must be at least 1s".into(),
+        )?;
         check(c.connections.per_address >= 1, "max-connections-per-address: must be at least 1".into())?;
         check(
             c.keepalive_timeout < c.keepalive_interval,

@@ -193,8 +193,9 @@ pub struct WatchArgs {
         required_unless_present = "sdk_key_file"
     )]
     pub sdk_key: Option<flagstream::Secret>,
-    /// File holding the SDK key (e.g. flagstream-data/demo-sdk-key).
-    #[arg(long, env = "FLAGSTREAM_SDK_KEY_FILE", conflicts_with = "sdk_key")]
+    /// File holding the SDK key (e.g. flagstream-data/demo-sdk-key); used
+    /// instead of --sdk-key or FLAGSTREAM_SDK_KEY when given.
+    #[arg(long, env = "FLAGSTREAM_SDK_KEY_FILE")]
     pub sdk_key_file: Option<PathBuf>,
     /// Stop after this many changes (default: run until interrupted).
     #[arg(long)]
@@ -725,11 +726,17 @@ async fn status(conn: &mut Conn) -> CmdResult {
 async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
     let p = profile(args)?;
     let relay = args.relay.clone().or(p.relay).unwrap_or_else(|| "http://127.0.0.1:7070".into());
-    let key = match (w.sdk_key, &w.sdk_key_file) {
-        (Some(key), _) => key,
-        (None, Some(file)) => std::fs::read_to_string(file)
-            .map(|k| flagstream::Secret::new(k.trim()))
-            .map_err(|e| Failure::new(exit::USAGE, format!("--sdk-key-file {}: {e}", file.display())))?,
+    let key = match (&w.sdk_key_file, w.sdk_key) {
+        (Some(file), _) => {
+            let key = std::fs::read_to_string(file)
+                .map_err(|e| Failure::new(exit::USAGE, format!("--sdk-key-file {}: {e}", file.display())))?;
+            if key.trim().is_empty() {
+                let msg = format!("--sdk-key-file {}: the file is empty", file.display());
+                return Err(Failure::new(exit::USAGE, msg));
+            }
+            flagstream::Secret::new(key.trim())
+        }
+        (None, Some(key)) => key,
         (None, None) => return Err(Failure::new(exit::USAGE, "watch needs --sdk-key-file or --sdk-key")),
     };
     let mut builder = flagstream::Client::builder().endpoints([relay.clone()]).sdk_key(key.expose());
@@ -748,19 +755,20 @@ async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
         _ => return Err(Failure::new(exit::USAGE, "--client-cert and --client-key: set both or neither")),
     }
     let client = builder.build().map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    // Listening before the first data: no change between the first
+    // snapshot and the loop below is missed (what the first line states is
+    // skipped below).
+    let mut changes = client.changes();
     let status = client.wait_ready(args.connect_timeout.max(Duration::from_secs(1))).await;
     if !status.has_data() {
         return Err(Failure::new(exit::ERROR, format!("cannot subscribe to {relay}: {status:?}")));
     }
-    let mut changes = client.changes();
-    println!(
-        "watching {relay} at revision {} ({} flags)",
-        client.snapshot().revision(),
-        client.snapshot().len()
-    );
+    let start = client.snapshot();
+    println!("watching {relay} at revision {} ({} flags)", start.revision(), start.len());
     let mut seen = 0;
     while w.count.is_none_or(|c| seen < c) {
         match changes.recv().await {
+            Ok(c) if c.revision <= start.revision() => {}
             Ok(c) => {
                 seen += 1;
                 let snap = client.snapshot();

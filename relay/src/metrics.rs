@@ -2,10 +2,13 @@
 //! the `/metrics` HTTP endpoint on its own port. docs/OPERATIONS.md lists
 //! them with suggested alerts.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use governor::{Quota, RateLimiter};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
@@ -255,7 +258,7 @@ impl Metrics {
             "history_lost",
             "connections",
             "connections_per_address",
-            "connection_first_request",
+            "connection_idle",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
@@ -328,8 +331,13 @@ const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// off instead of spinning.
 pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
     let permits = Arc::new(Semaphore::new(MAX_METRICS_CONNECTIONS));
-    let per_address =
-        Arc::new(std::sync::Mutex::new(std::collections::HashMap::<std::net::IpAddr, usize>::new()));
+    let per_address = Arc::new(std::sync::Mutex::new(HashMap::<IpAddr, usize>::new()));
+    // Refusal lines: at most 5 a second (bursts of 10); the rest are
+    // counted and reported with the next line.
+    let logs = RateLimiter::direct(
+        Quota::per_second(NonZeroU32::MIN.saturating_add(4)).allow_burst(NonZeroU32::MIN.saturating_add(9)),
+    );
+    let mut unlogged = 0u64;
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = tokio::select! {
@@ -351,66 +359,77 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            metrics.limit_hit("metrics_connections");
-            tracing::warn!(%peer, limit = MAX_METRICS_CONNECTIONS, "metrics connection refused: too many open");
-            drop(stream);
-            continue;
-        };
-        let Some(from) = AddressSlot::take(&per_address, peer.ip()) else {
-            metrics.limit_hit("metrics_connections_per_address");
-            tracing::warn!(%peer, limit = MAX_METRICS_CONNECTIONS_PER_ADDRESS, "metrics connection refused: too many open from this address");
-            drop(stream);
-            continue;
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let _permit = (permit, from);
-            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let metrics = metrics.clone();
-                async move {
-                    let resp = if req.uri().path() == "/metrics" {
-                        Response::builder()
-                            .header(
-                                "content-type",
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )
-                            .body(Full::new(Bytes::from(metrics.render())))
-                    } else {
-                        Response::builder()
-                            .status(StatusCode::NOT_FOUND)
-                            .body(Full::new(Bytes::from_static(b"not found\n")))
-                    };
-                    resp.map_err(std::io::Error::other)
+        let refused = match permits.clone().try_acquire_owned() {
+            Err(_) => ("metrics_connections", MAX_METRICS_CONNECTIONS, "too many open"),
+            Ok(permit) => match AddressSlot::take(&per_address, crate::transport::client_of(peer.ip())) {
+                Some(from) => {
+                    tokio::spawn(serve_one(stream, peer, metrics.clone(), (permit, from)));
+                    continue;
                 }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .keep_alive(false)
-                .header_read_timeout(METRICS_HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
-            match tokio::time::timeout(METRICS_CONNECTION_LIFETIME, conn).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection ended"),
-                Err(_) => tracing::debug!(%peer, "metrics connection closed after its lifetime"),
-            }
-        });
+                None => (
+                    "metrics_connections_per_address",
+                    MAX_METRICS_CONNECTIONS_PER_ADDRESS,
+                    "too many open from this address",
+                ),
+            },
+        };
+        let (limit, cap, why) = refused;
+        metrics.limit_hit(limit);
+        if logs.check().is_ok() {
+            tracing::warn!(%peer, limit = cap, unlogged, "metrics connection refused: {why}");
+            unlogged = 0;
+        } else {
+            unlogged += 1;
+        }
+        drop(stream);
+    }
+}
+
+/// Serves one scrape connection, holding its places (`_slots`) until it
+/// ends: one request, at most [`METRICS_CONNECTION_LIFETIME`].
+async fn serve_one(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    metrics: Metrics,
+    _slots: (tokio::sync::OwnedSemaphorePermit, AddressSlot),
+) {
+    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let metrics = metrics.clone();
+        async move {
+            let resp = if req.uri().path() == "/metrics" {
+                Response::builder()
+                    .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+                    .body(Full::new(Bytes::from(metrics.render())))
+            } else {
+                Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Full::new(Bytes::from_static(b"not found\n")))
+            };
+            resp.map_err(std::io::Error::other)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(false)
+        .header_read_timeout(METRICS_HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc);
+    match tokio::time::timeout(METRICS_CONNECTION_LIFETIME, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection ended"),
+        Err(_) => tracing::debug!(%peer, "metrics connection closed after its lifetime"),
     }
 }
 
 /// A scrape connection's place among those of its client address.
 struct AddressSlot {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-    address: std::net::IpAddr,
+    open: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    address: IpAddr,
 }
 
 impl AddressSlot {
     /// A place for one more connection from `address`, if it has fewer
     /// than [`MAX_METRICS_CONNECTIONS_PER_ADDRESS`] open.
-    fn take(
-        open: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-        address: std::net::IpAddr,
-    ) -> Option<AddressSlot> {
+    fn take(open: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, address: IpAddr) -> Option<AddressSlot> {
         let mut map = open.lock().unwrap_or_else(|p| p.into_inner());
         let n = map.entry(address).or_insert(0);
         if *n >= MAX_METRICS_CONNECTIONS_PER_ADDRESS {

@@ -230,9 +230,8 @@ where
         let conn = ext
             .get::<ConnInfo>()
             .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()));
-        if let Some(c) = conn {
-            c.greet();
-        }
+        // Held until the response (stream) ends, or the call is dropped.
+        let open = conn.map(ConnInfo::request);
         let peer = conn.and_then(|c| c.remote);
         let watch = Watch { recorder: self.recorder.clone(), service, method, peer };
         let response = self.inner.call(req);
@@ -246,7 +245,7 @@ where
                 }
                 None => Some(watch),
             };
-            Ok(http::Response::from_parts(parts, Body::new(Observed { body, watch })))
+            Ok(http::Response::from_parts(parts, Body::new(Observed { body, watch, _open: open })))
         })
     }
 }
@@ -269,6 +268,8 @@ impl Watch {
 struct Observed {
     body: Body,
     watch: Option<Watch>,
+    /// The request counted open on its connection until the body is done.
+    _open: Option<crate::transport::Request>,
 }
 
 impl http_body::Body for Observed {

@@ -392,7 +392,7 @@ pub(crate) async fn serve(
     let admission = |name| {
         transport::Admission::new(
             cfg.connections,
-            cfg.hello_timeout,
+            cfg.connection_idle_timeout,
             name,
             cfg.tls.is_none(),
             metrics.clone(),

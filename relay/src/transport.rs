@@ -19,7 +19,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -89,8 +89,8 @@ const REFUSAL_LOGS_PER_SEC: u32 = 5;
 /// Open connections of one listener, held to its [`ConnCaps`].
 pub(crate) struct Admission {
     caps: ConnCaps,
-    /// How long a new connection has to send its first request.
-    first_request: Duration,
+    /// How long a connection may carry no request before it is closed.
+    idle: Duration,
     /// The listener's name in metrics and logs (`grpc`, `admin`).
     listener: &'static str,
     /// Whether a refused connection gets a gRPC answer (plaintext only: a
@@ -121,7 +121,7 @@ struct Open {
 
 /// The client an address counts for: an IPv4 address, or the /64 network
 /// of an IPv6 one (one host commonly holds a whole /64).
-fn client_of(address: IpAddr) -> IpAddr {
+pub(crate) fn client_of(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -131,18 +131,58 @@ fn client_of(address: IpAddr) -> IpAddr {
     }
 }
 
-/// Closes `info`'s connection if it has sent no request within `within`
-/// (counted as `limit_hits{limit="connection_first_request"}`): a client
-/// cannot hold a connection slot by connecting and saying nothing.
-async fn first_request_deadline(info: ConnInfo, within: Duration, admission: Arc<Admission>) {
-    tokio::select! {
-        _ = info.kill.cancelled() => return,
-        _ = tokio::time::sleep(within) => {}
-    }
-    if !info.greeted.load(Ordering::Relaxed) {
-        admission.metrics.limit_hit("connection_first_request");
-        tracing::debug!(listener = admission.listener, client.addr = ?info.remote, "no request within the first-request timeout: closing the connection");
+/// Milliseconds on a process-wide monotonic clock.
+fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Closes `info`'s connection once it has carried no request for
+/// `within` (from its accept, or from the end of its last request), counted
+/// as `limit_hits{limit="connection_idle"}`: a client cannot hold a
+/// connection slot by connecting and saying nothing, or by sending one
+/// request and idling. Ends when the connection closes.
+async fn idle_deadline(info: ConnInfo, within: Duration, admission: Arc<Admission>) {
+    let within_ms = within.as_millis() as u64;
+    let mut wait = within;
+    loop {
+        tokio::select! {
+            _ = info.closed.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let a = &info.activity;
+        if a.open.load(Ordering::Acquire) > 0 {
+            wait = within;
+            continue;
+        }
+        let idle = mono_ms().saturating_sub(a.idle_since_ms.load(Ordering::Acquire));
+        if idle < within_ms {
+            wait = Duration::from_millis(within_ms - idle);
+            continue;
+        }
+        admission.metrics.limit_hit("connection_idle");
+        tracing::debug!(listener = admission.listener, client.addr = ?info.remote, idle_ms = idle, "no request on the connection for the idle timeout: closing it");
         info.kill.cancel();
+        return;
+    }
+}
+
+/// Requests open on one connection, and since when it has had none.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    open: AtomicUsize,
+    idle_since_ms: AtomicU64,
+}
+
+/// One request open on a connection, for as long as it is held.
+pub(crate) struct Request(Arc<Activity>);
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        // Stamp before the count drops, so the deadline never sees an idle
+        // connection with a stale stamp.
+        self.0.idle_since_ms.store(mono_ms(), Ordering::Release);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -168,12 +208,12 @@ impl Drop for Slot {
 }
 
 impl Admission {
-    /// The caps of the listener named `listener`; a connection must send
-    /// its first request within `first_request`; `answer`: refused
-    /// connections get a gRPC status (plaintext listeners).
+    /// The caps of the listener named `listener`; a connection with no
+    /// request for `idle` is closed; `answer`: refused connections get a
+    /// gRPC status (plaintext listeners).
     pub(crate) fn new(
         caps: ConnCaps,
-        first_request: Duration,
+        idle: Duration,
         listener: &'static str,
         answer: bool,
         metrics: Metrics,
@@ -183,7 +223,7 @@ impl Admission {
         let burst = NonZeroU32::new(REFUSAL_LOGS_PER_SEC * 2).unwrap_or(NonZeroU32::MIN);
         Arc::new(Admission {
             caps,
-            first_request,
+            idle,
             listener,
             answer,
             open: Mutex::new(Open::default()),
@@ -259,18 +299,19 @@ pub(crate) struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// Cancelling this closes the connection.
     pub kill: CancellationToken,
-    /// Set by the first request the connection carries (see
-    /// [`ConnInfo::greet`]).
-    pub greeted: Arc<AtomicBool>,
+    /// Its requests, for the idle deadline.
+    pub activity: Arc<Activity>,
+    /// Cancelled when the connection is dropped (ends its idle deadline).
+    pub closed: CancellationToken,
 }
 
 impl ConnInfo {
-    /// Marks the connection as having sent a request: a connection that
-    /// sends none within the first-request timeout is closed.
-    pub(crate) fn greet(&self) {
-        if !self.greeted.load(Ordering::Relaxed) {
-            self.greeted.store(true, Ordering::Relaxed);
-        }
+    /// Counts a request on this connection until the returned guard is
+    /// dropped (with the request's response): a connection with no request
+    /// open for the idle timeout is closed.
+    pub(crate) fn request(&self) -> Request {
+        self.activity.open.fetch_add(1, Ordering::AcqRel);
+        Request(self.activity.clone())
     }
 }
 
@@ -285,6 +326,12 @@ pub(crate) struct RelayIo {
     dead: bool,
     /// Its place under the listener's connection caps.
     _slot: Slot,
+}
+
+impl Drop for RelayIo {
+    fn drop(&mut self) {
+        self.info.closed.cancel();
+    }
 }
 
 impl std::fmt::Debug for RelayIo {
@@ -389,13 +436,13 @@ pub(crate) fn incoming(
                         let info = ConnInfo {
                             remote: Some(remote),
                             kill: kill.clone(),
-                            greeted: Default::default(),
+                            activity: Arc::new(Activity {
+                                open: AtomicUsize::new(0),
+                                idle_since_ms: AtomicU64::new(mono_ms()),
+                            }),
+                            closed: CancellationToken::new(),
                         };
-                        tokio::spawn(first_request_deadline(
-                            info.clone(),
-                            admission.first_request,
-                            admission.clone(),
-                        ));
+                        tokio::spawn(idle_deadline(info.clone(), admission.idle, admission.clone()));
                         let io = RelayIo {
                             inner: stream,
                             info,

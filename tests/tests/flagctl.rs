@@ -316,32 +316,35 @@ async fn ramps_are_created_paused_and_rolled_back() {
 }
 
 /// `watch` takes the SDK key from a file (a key on the command line is
-/// visible in the process list); a missing file is a usage error naming it.
+/// visible in the process list); a missing or empty file is a usage error
+/// naming it.
 #[tokio::test]
 async fn watch_reads_the_sdk_key_from_a_file() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let relay = Relay::start(dir.path(), &[]).await;
     let ctl = Ctl::new(&relay);
     let key_file = relay.data_dir.join("demo-sdk-key");
-    let key_file = key_file.to_str().unwrap();
-    let watcher = std::process::Command::new(flagctl_binary())
-        .args(["--relay", &relay.url(), "--config", "/nonexistent/flagctl.toml"])
-        .args(["watch", "--sdk-key-file", key_file, "--count", "1"])
+    let mut watcher = tokio::process::Command::new(flagctl_binary())
+        .args(["--relay", &relay.url(), "--config", "/nonexistent/flagctl.toml", "watch", "--sdk-key-file"])
+        .arg(&key_file)
+        .args(["--count", "1"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    // Wait until it watches (the relay counts its subscriber), then change
-    // a flag: it prints the change and exits.
-    flagstream_tests::cluster::eventually_async("the watcher's stream", || async {
-        relay.metric("flagstream_subscribers{env=\"demo\"}").await >= 1.0
-    })
-    .await;
+    let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(STEP, lines.next_line()).await.expect("watching").unwrap().unwrap();
+    assert!(first.starts_with("watching "), "{first}");
     ctl.ok(&["flag", "off", "new-checkout", "--yes"]);
-    let out = tokio::task::spawn_blocking(move || watcher.wait_with_output()).await.unwrap().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.starts_with("watching "), "{stdout}");
+    let change = tokio::time::timeout(STEP, lines.next_line()).await.expect("the change").unwrap().unwrap();
+    assert!(change.contains("new-checkout") && change.ends_with("off"), "{change}");
+    let status = tokio::time::timeout(STEP, watcher.wait()).await.expect("exits after --count 1").unwrap();
+    assert!(status.success());
     let err = ctl.fails(&["watch", "--sdk-key-file", "/nonexistent/key"], 2);
     assert!(err.contains("--sdk-key-file /nonexistent/key"), "{err}");
+    let empty = dir.path().join("empty-key");
+    std::fs::write(&empty, "\n").unwrap();
+    let err = ctl.fails(&["watch", "--sdk-key-file", empty.to_str().unwrap()], 2);
+    assert!(err.contains("the file is empty"), "{err}");
 }

@@ -6,7 +6,9 @@
 //! The index is rebuilt lazily: every change to environments or their keys
 //! bumps the store's catalog version ([`Store::catalog_changed`]), and the
 //! first lookup that sees a newer version rebuilds the map (one rebuild at
-//! a time; lookups meanwhile use the previous map). A found entry is
+//! a time: concurrent lookups wait for it, a short lock held only while
+//! the map is built, once per catalog change). A map is never replaced by
+//! one built at an older version. A found entry is
 //! checked against the environment's current metadata (the key still
 //! there, same hash, valid now), so a stale map can never admit a revoked
 //! or expired key.
@@ -55,10 +57,10 @@ impl KeyIndex {
         envs: &HashMap<String, Arc<Env>>,
     ) -> Option<(Arc<Env>, String)> {
         let mut built = self.built.load_full();
-        if built.version != Some(version) {
+        if built.version < Some(version) {
             let _one = self.rebuilding.lock().unwrap_or_else(|p| p.into_inner());
             built = self.built.load_full();
-            if built.version != Some(version) {
+            if built.version < Some(version) {
                 built = Arc::new(build(version, envs));
                 self.built.store(built.clone());
             }
