@@ -164,6 +164,18 @@ mod tests {
         }
     }
 
+    /// A missing file is what makes a primary renew its epochs
+    /// (`server.rs`); one written at the last start is not missing.
+    #[test]
+    fn a_missing_file_is_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let marks = Marks::open(&db).unwrap();
+        assert!(marks.missing());
+        marks.check(&[&meta("prod", "e1", 3)]).unwrap();
+        assert!(!Marks::open(&db).unwrap().missing());
+    }
+
     #[test]
     fn a_store_behind_its_marks_is_refused_naming_both_revisions() {
         let dir = tempfile::tempdir().unwrap();
