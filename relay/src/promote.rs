@@ -8,6 +8,10 @@
 //! content. A new epoch makes every such cursor foreign, so each subscriber
 //! gets one full snapshot (a clean resync) and never mixed state.
 //! Revision numbers continue, so humans see them grow.
+//!
+//! The same renewal serves a primary whose store was restored or cut back
+//! (started without its commit marks: `server.rs`), where the same reasoning
+//! holds: revisions after the restored head were served and are gone.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,8 +36,34 @@ pub(crate) async fn promote(data_dir: &Path) -> anyhow::Result<()> {
         Some(other) => anyhow::bail!("{} holds a {other}'s store, not a replica's", data_dir.display()),
         None => anyhow::bail!("{} holds no replica store", data_dir.display()),
     }
+    for r in new_epochs(backend.as_ref(), true).await? {
+        println!("environment {:?}: revision {}, epoch {:?} -> {:?}", r.name, r.revision, r.old, r.new);
+    }
+    backend.put_setting(ROLE_SETTING, "primary".to_owned()).await?;
+    backend.flush().await?;
+    println!(
+        "promoted {}: start it with --role primary; point the other replicas' --upstream at it",
+        data_dir.display()
+    );
+    Ok(())
+}
+
+/// One environment given a new epoch.
+pub(crate) struct Renewed {
+    pub(crate) name: String,
+    pub(crate) revision: u64,
+    pub(crate) old: String,
+    pub(crate) new: String,
+}
+
+/// Gives every environment of `backend` a new epoch and an empty change
+/// log, keeping its items and revision. `replica`: the store was a
+/// replica's (it has no audit chain; an environment that never received
+/// data is reset to revision 0).
+pub(crate) async fn new_epochs(backend: &dyn Backend, replica: bool) -> anyhow::Result<Vec<Renewed>> {
     let all = Retention { revisions: usize::MAX, bytes: usize::MAX, audit_revisions: usize::MAX };
     let envs = backend.load(all).await?;
+    let mut renewed = Vec::with_capacity(envs.len());
     for env in envs {
         let mut meta = env.meta;
         let old = std::mem::replace(&mut meta.epoch, auth::new_epoch());
@@ -43,11 +73,15 @@ pub(crate) async fn promote(data_dir: &Path) -> anyhow::Result<()> {
             meta.revision = 0;
             meta.checksum = 0;
         }
-        meta.audit_head.clear();
-        println!(
-            "environment {:?}: revision {}, epoch {old:?} -> {:?}",
-            meta.name, meta.revision, meta.epoch
-        );
+        if replica {
+            meta.audit_head.clear();
+        }
+        renewed.push(Renewed {
+            name: meta.name.clone(),
+            revision: meta.revision,
+            old,
+            new: meta.epoch.clone(),
+        });
         backend
             .commit(Commit {
                 base: meta.revision,
@@ -62,11 +96,6 @@ pub(crate) async fn promote(data_dir: &Path) -> anyhow::Result<()> {
             })
             .await?;
     }
-    backend.put_setting(ROLE_SETTING, "primary".to_owned()).await?;
     backend.flush().await?;
-    println!(
-        "promoted {}: start it with --role primary; point the other replicas' --upstream at it",
-        data_dir.display()
-    );
-    Ok(())
+    Ok(renewed)
 }

@@ -363,6 +363,15 @@ impl Sink for EnvSink {
         Some(pb::Cursor { epoch: state.epoch.clone(), revision: state.revision })
     }
 
+    fn checksum(&self) -> Option<u64> {
+        let env = self.store.env(&self.env).ok()?;
+        let state = env.state.load();
+        if state.epoch.is_empty() || self.resync.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(state.checksum)
+    }
+
     fn apply_snapshot(&self, chunks: Vec<RawChunk>) -> Result<pb::Cursor, ApplyError> {
         let c = self.store.apply_snapshot_blocking(&self.env, chunks)?;
         self.resync.store(false, Ordering::Relaxed);

@@ -190,6 +190,22 @@ async fn check_role(
     }
 }
 
+/// A primary's sled store opened without its commit marks file (restored
+/// from a backup with the file deleted, or accepted short after the marks
+/// refused it: OPERATIONS.md §2): revisions after its head may have been
+/// served, so every environment gets a new epoch (its revision continues)
+/// and every subscriber resyncs once with a snapshot, never mistaking the
+/// old revision numbers for new ones. A new data directory has nothing to
+/// renew.
+async fn restored_epochs(backend: &dyn Backend, metrics: &Metrics) -> anyhow::Result<()> {
+    for r in crate::promote::new_epochs(backend, false).await? {
+        metrics.limit_hit("history_lost");
+        tracing::warn!(env = %r.name, revision = r.revision, old_epoch = %r.old, new_epoch = %r.new,
+            "the data directory has no commit marks (restored, or accepted short): a new epoch; every subscriber resynchronises with a snapshot");
+    }
+    Ok(())
+}
+
 /// The store setting naming the role its data directory was made for.
 pub(crate) const ROLE_SETTING: &str = "role";
 
@@ -253,8 +269,13 @@ pub(crate) async fn serve(
         bytes: cfg.changelog_bytes,
         audit_revisions: cfg.audit_revisions,
     };
+    let mut marks_missing = false;
     let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store {
-        StoreUrl::Sled => (Arc::new(SledBackend::open(&cfg.data_dir.join("db"))?), None),
+        StoreUrl::Sled => {
+            let sled = SledBackend::open(&cfg.data_dir.join("db"))?;
+            marks_missing = sled.marks_missing();
+            (Arc::new(sled), None)
+        }
         StoreUrl::Postgres(url) => {
             let pg = PostgresBackend::connect(url.expose(), metrics.clone()).await.map_err(|e| {
                 anyhow::anyhow!("the PostgreSQL store: {}", flagstream::follow::error_chain(&e))
@@ -268,6 +289,9 @@ pub(crate) async fn serve(
         (None, None) => StoreSource::Primary,
     };
     check_role(backend.as_ref(), &source, &cfg.data_dir).await?;
+    if marks_missing && matches!(source, StoreSource::Primary) {
+        restored_epochs(backend.as_ref(), &metrics).await?;
+    }
     let store = Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), source).await?;
     let read_only = cfg.upstream.as_ref().map(|u| {
         format!("this relay is a replica (it follows {}); manage tokens at the primary", u.urls.join(","))

@@ -384,6 +384,10 @@ impl Outbound {
             server_time_unix_ms: now_ms(),
             interval_ms: self.cfg.heartbeat.as_millis() as u32,
             staleness_ms: self.store.staleness_ms(&self.env),
+            // The head's checksum: a client at exactly this (epoch,
+            // revision) with other content learns it is not current
+            // (a restored store; PROTOCOL.md §2.6).
+            checksum: Some(state.checksum),
         }))
     }
 
@@ -470,6 +474,11 @@ impl Outbound {
                         // at: the subscriber has that revision (it sends no
                         // ack, as it receives nothing).
                         self.guard.sub.applied.fetch_max(self.cursor.1, Ordering::Relaxed);
+                        // A heartbeat now, not at the next tick: its
+                        // checksum tells a client holding other content
+                        // under this revision (a restored store) at once.
+                        let state = self.env.state.load();
+                        return Some(Ok(self.heartbeat_msg(&state)));
                     }
                     let hold = match (ahead, self.ahead_until) {
                         (false, _) => None,

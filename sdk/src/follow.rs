@@ -231,6 +231,10 @@ pub enum Event<'a> {
 pub trait Sink: Send + Sync + 'static {
     /// The cursor to resume from (`None`: no data yet).
     fn cursor(&self) -> Option<pb::Cursor>;
+    /// The checksum (PROTOCOL.md §3.1) of the state [`Sink::cursor`] names
+    /// (`None` with it). A heartbeat naming that cursor as the head with
+    /// another checksum ends the stream with a resync.
+    fn checksum(&self) -> Option<u64>;
     /// Applies a complete snapshot (chunks in order, `chunk_index` 0..n).
     /// Verifies the checksum; on success the data is served.
     fn apply_snapshot(&self, chunks: Vec<RawChunk>) -> Result<pb::Cursor, ApplyError>;
@@ -318,7 +322,7 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
             stale_raised = false;
         }
         if let End::Resync(e) = &end {
-            if matches!(e, ApplyError::Checksum { .. }) {
+            if matches!(e, ApplyError::Checksum { .. } | ApplyError::Diverged { .. }) {
                 f.mismatches += 1;
             }
             tracing::warn!(error = %e, endpoint = %endpoint, "could not apply received data; requesting a full snapshot");
@@ -546,6 +550,20 @@ fn offer(
 }
 
 impl<S: Sink> Follower<S> {
+    /// A heartbeat names our cursor as the relay's head but carries another
+    /// checksum (PROTOCOL.md §2.6): the relay holds other content under our
+    /// revision. A relay that sends no checksum (an older version) is not
+    /// checked.
+    fn diverged(&self, h: &pb::Heartbeat) -> Option<ApplyError> {
+        let theirs = h.checksum?;
+        let cursor = self.sink.cursor()?;
+        if cursor.epoch.is_empty() || cursor.epoch != h.epoch || cursor.revision != h.head_revision {
+            return None;
+        }
+        let ours = self.sink.checksum()?;
+        (ours != theirs).then_some(ApplyError::Diverged { revision: cursor.revision, ours, theirs })
+    }
+
     /// One connection and stream, until it ends.
     async fn stream_once(&mut self, endpoint: &str, progress: &mut Progress) -> End {
         let cfg = &self.cfg;
@@ -686,6 +704,11 @@ impl<S: Sink> Follower<S> {
                     }
                 }
                 Some(RawKind::Heartbeat(h)) => {
+                    if let Some(e) = self.diverged(&h) {
+                        // Not current, whatever the revision says: never
+                        // reported to the sink as a confirmation.
+                        return End::Resync(e);
+                    }
                     if h.interval_ms > 0 {
                         let interval = Duration::from_millis(u64::from(h.interval_ms))
                             .clamp(Duration::from_millis(100), Duration::from_secs(600));

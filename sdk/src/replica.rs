@@ -48,6 +48,21 @@ pub enum ApplyError {
         /// Theirs.
         expected: u64,
     },
+    /// A heartbeat named our epoch and revision as the relay's head with
+    /// another checksum: the relay holds other content under our revision
+    /// (a restored or replaced store whose new writes reached our revision
+    /// number again). Our data is not current; a snapshot is requested.
+    #[error(
+        "the relay's head is our revision {revision} with other content: its checksum {theirs:#018x}, ours {ours:#018x} (a restored or replaced store)"
+    )]
+    Diverged {
+        /// The revision both claim.
+        revision: u64,
+        /// Our checksum.
+        ours: u64,
+        /// The relay's, from its heartbeat.
+        theirs: u64,
+    },
     /// A delta that does not start at our cursor.
     #[error("delta {from}..{to} does not follow our revision {ours} (epoch {epoch_ok})")]
     Gap {
@@ -120,6 +135,8 @@ pub(crate) struct Replica {
 pub(crate) struct CachedReplica {
     pub(crate) epoch: String,
     pub(crate) revision: u64,
+    /// The items' checksum (verified against the cache's).
+    pub(crate) checksum: u64,
     flags: Vec<(Arc<str>, Item)>,
     segments: Vec<(Arc<str>, Item)>,
 }
@@ -352,6 +369,7 @@ impl Replica {
         let mut r = CachedReplica {
             epoch: blob.epoch,
             revision: blob.revision,
+            checksum: blob.checksum,
             flags: Vec::with_capacity(blob.flags.len()),
             segments: Vec::with_capacity(blob.segments.len()),
         };

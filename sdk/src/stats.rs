@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub(crate) stalls: AtomicU64,
     pub(crate) resyncs: AtomicU64,
     pub(crate) checksum_mismatches: AtomicU64,
+    pub(crate) diverged_heads: AtomicU64,
     pub(crate) retry_hints: AtomicU64,
     pub(crate) snapshots_applied: AtomicU64,
     pub(crate) deltas_applied: AtomicU64,
@@ -49,8 +50,14 @@ pub struct Stats {
     pub stalls: u64,
     /// Full snapshots requested after a failed apply.
     pub resyncs: u64,
-    /// Checksum mismatches detected.
+    /// Checksum mismatches detected (after applying a snapshot or delta,
+    /// and the heads counted in `diverged_heads`).
     pub checksum_mismatches: u64,
+    /// Heartbeats that named the client's own epoch and revision as the
+    /// relay's head with another checksum (the relay holds other content
+    /// under that revision: a restored or replaced store); each was
+    /// followed by a resync with a full snapshot.
+    pub diverged_heads: u64,
     /// Refusals or stream ends that carried the relay's retry-after hint
     /// (the next attempt at that relay waited at least that long).
     pub retry_hints: u64,
@@ -95,6 +102,7 @@ impl Counters {
             stalls: g(&self.stalls),
             resyncs: g(&self.resyncs),
             checksum_mismatches: g(&self.checksum_mismatches),
+            diverged_heads: g(&self.diverged_heads),
             retry_hints: g(&self.retry_hints),
             snapshots_applied: g(&self.snapshots_applied),
             deltas_applied: g(&self.deltas_applied),

@@ -109,6 +109,14 @@ impl Sink for ClientSink {
         }
     }
 
+    fn checksum(&self) -> Option<u64> {
+        match &*self.slot() {
+            ReplicaSlot::None => None,
+            ReplicaSlot::Cached(c) => Some(c.checksum),
+            ReplicaSlot::Ready(r) => (!r.epoch.is_empty()).then_some(r.checksum),
+        }
+    }
+
     fn apply_snapshot(&self, chunks: Vec<RawChunk>) -> Result<pb::Cursor, ApplyError> {
         let applied = {
             let mut slot = self.slot();
@@ -152,8 +160,11 @@ impl Sink for ClientSink {
             Event::Applied { .. } => {}
             Event::Resync(e) => {
                 bump(&c.resyncs);
-                if matches!(e, ApplyError::Checksum { .. }) {
+                if matches!(e, ApplyError::Checksum { .. } | ApplyError::Diverged { .. }) {
                     bump(&c.checksum_mismatches);
+                }
+                if matches!(e, ApplyError::Diverged { .. }) {
+                    bump(&c.diverged_heads);
                 }
             }
             Event::Ended { endpoint, reason, kind, switched, retry_in } => {

@@ -66,6 +66,8 @@ pub struct Subscriber {
     /// The heartbeat every stream opens with (recorded in `history`, not
     /// returned by [`Subscriber::next`]).
     pub opening_heartbeat: Option<u64>,
+    /// The latest heartbeat received (the opening one included).
+    pub heartbeat: Option<pb::Heartbeat>,
 }
 
 /// Checksum of a state, by PROTOCOL.md §3.1, over re-encoded items (the
@@ -115,6 +117,7 @@ impl Subscriber {
             partial: Vec::new(),
             history: Vec::new(),
             opening_heartbeat: None,
+            heartbeat: None,
         })
     }
 
@@ -199,9 +202,14 @@ impl Subscriber {
                 Some(Kind::Heartbeat(h)) if self.opening_heartbeat.is_none() => {
                     self.opening_heartbeat = Some(h.head_revision);
                     self.history.push(Update::Heartbeat { head: h.head_revision });
+                    self.heartbeat = Some(h);
                     continue;
                 }
-                Some(Kind::Heartbeat(h)) => Update::Heartbeat { head: h.head_revision },
+                Some(Kind::Heartbeat(h)) => {
+                    let head = h.head_revision;
+                    self.heartbeat = Some(h);
+                    Update::Heartbeat { head }
+                }
                 Some(Kind::Reconnect(r)) => Update::Reconnect {
                     reason: pb::ReconnectReason::try_from(r.reason)
                         .unwrap_or(pb::ReconnectReason::Unspecified),

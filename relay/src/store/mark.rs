@@ -44,6 +44,9 @@ struct MarkFile {
 pub(crate) struct Marks {
     path: PathBuf,
     marks: Mutex<BTreeMap<String, Mark>>,
+    /// The file did not exist when opened: a new data directory, or one
+    /// restored or accepted short with the file deleted (OPERATIONS.md §2).
+    missing: bool,
 }
 
 impl Marks {
@@ -51,6 +54,7 @@ impl Marks {
     /// unparsable: an empty set, logged).
     pub(crate) fn open(db: &Path) -> Result<Marks, StoreError> {
         let path = db.with_file_name("commit-marks.json");
+        let mut missing = false;
         let marks = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<MarkFile>(&bytes) {
                 Ok(f) => f.environments,
@@ -60,10 +64,18 @@ impl Marks {
                     BTreeMap::new()
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing = true;
+                BTreeMap::new()
+            }
             Err(e) => return Err(StoreError::MarksUnreadable { path, source: Box::new(e) }),
         };
-        Ok(Marks { path, marks: Mutex::new(marks) })
+        Ok(Marks { path, marks: Mutex::new(marks), missing })
+    }
+
+    /// Whether the file did not exist when opened.
+    pub(crate) fn missing(&self) -> bool {
+        self.missing
     }
 
     /// Checks what sled loaded against the marks, then records exactly
@@ -159,6 +171,18 @@ mod tests {
             audit_head: String::new(),
             confirmed_unix_ms: 0,
         }
+    }
+
+    /// A missing file is what makes a primary renew its epochs
+    /// (`server.rs`); one written at the last start is not missing.
+    #[test]
+    fn a_missing_file_is_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let marks = Marks::open(&db).unwrap();
+        assert!(marks.missing());
+        marks.check(&[&meta("prod", "e1", 3)]).unwrap();
+        assert!(!Marks::open(&db).unwrap().missing());
     }
 
     #[test]

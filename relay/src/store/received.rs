@@ -106,9 +106,18 @@ impl Store {
                 h.revision, state.revision
             )));
         }
-        if same_epoch && h.revision == state.revision {
+        if same_epoch && h.revision == state.revision && h.checksum == state.checksum {
             // Nothing new (a resync after a mismatch elsewhere in the tree).
             return Ok(cursor(&state));
+        }
+        // Our revision with other content (the upstream's store was
+        // restored and new writes reached our revision number again; found
+        // by a heartbeat's checksum, PROTOCOL.md §2.6): our history is not
+        // the upstream's, so the log restarts here as for another epoch.
+        let diverged = same_epoch && h.revision == state.revision;
+        if diverged {
+            tracing::warn!(env = %name, revision = h.revision, ours = state.checksum, theirs = h.checksum,
+                "the upstream holds other content under this relay's revision: replaced by its snapshot, the change log restarts");
         }
         // What changed: upserts of new or different items, deletes of the rest.
         let mut changes: Vec<ItemChange> = items
@@ -125,7 +134,7 @@ impl Store {
         );
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
-        let log = same_epoch.then(|| (VecDeque::clone(&state.log), Some(state.revision)));
+        let log = (same_epoch && !diverged).then(|| (VecDeque::clone(&state.log), Some(state.revision)));
         self.commit_received(env, h, items, snapshot, changes, log, persist, commit_id)
     }
 

@@ -63,6 +63,12 @@ impl SledBackend {
         Ok(SledBackend { db, meta, marks, dir: dir.to_owned() })
     }
 
+    /// Whether the data directory had no commit marks file when opened
+    /// (see `mark.rs`).
+    pub(crate) fn marks_missing(&self) -> bool {
+        self.marks.missing()
+    }
+
     async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce(&SledBackend) -> Result<T, StoreError> + Send + 'static,
