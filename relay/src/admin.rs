@@ -10,11 +10,12 @@ mod page;
 mod watch;
 
 pub(crate) use access::key_to_proto;
-pub(crate) use std::borrow::Cow;
+pub(crate) use watch::Watches;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flagstream::{Context, Detail, FlagType, FromValue, Reason, wire};
+use flagstream::{Detail, FromValue, Reason, wire};
 use flagstream_proto::v1 as pb;
 use flagstream_proto::v1::admin_server::Admin;
 use serde_json::Value as Json;
@@ -25,7 +26,7 @@ use crate::error::invalid;
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
-use crate::store::{Env, Op, Source as StoreSource, Store, StoreError, Who, WriteResult};
+use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
 use page::{page, page_size};
 use watch::PropagationStream;
 

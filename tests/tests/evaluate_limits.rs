@@ -24,7 +24,7 @@ fn kind(name: &str, attributes: usize) -> pb::Context {
         kind: name.to_owned(),
         attributes: (0..attributes)
             .map(|i| {
-                let scalar = pb::Scalar { value: Some(pb::scalar::Value::Number(i as f64)) };
+                let scalar = pb::Scalar { value: Some(pb::scalar::Value::NumberValue(i as f64)) };
                 (
                     format!("attribute-{i}"),
                     pb::AttributeValue { value: Some(pb::attribute_value::Value::Scalar(scalar)) },
@@ -45,7 +45,7 @@ fn request(env: &str, context: pb::Context) -> pb::EvaluateRequest {
         flag_key: "f".into(),
         context: Some(context),
         requested_type: pb::FlagType::Bool as i32,
-        default_value: None,
+        default_value: Some(pb::Variation { value: Some(pb::variation::Value::BoolValue(false)) }),
     }
 }
 

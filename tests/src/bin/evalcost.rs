@@ -33,7 +33,7 @@ fn largest() -> pb::Context {
         kind: format!("kind-{k}"),
         attributes: (0..MAX_CONTEXT_ATTRIBUTES)
             .map(|i| {
-                let s = pb::Scalar { value: Some(pb::scalar::Value::String(format!("value-{i}"))) };
+                let s = pb::Scalar { value: Some(pb::scalar::Value::StringValue(format!("value-{i}"))) };
                 (
                     format!("attribute-{i}"),
                     pb::AttributeValue { value: Some(pb::attribute_value::Value::Scalar(s)) },
@@ -118,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
         flag_key: "f".into(),
         context: Some(context),
         requested_type: pb::FlagType::Bool as i32,
-        default_value: None,
+        default_value: Some(pb::Variation { value: Some(pb::variation::Value::BoolValue(false)) }),
     };
     let mut trips = Vec::with_capacity(args.runs);
     for _ in 0..args.runs {
