@@ -177,7 +177,7 @@ mod tests {
         let set = FlagSet { flags: vec![flag("one", &[p]), flag("two", &[p, p])], segments: vec![] };
         let snap = Snapshot::compile_unvalidated(&set, &limits);
         let ctx = Context::new("u").with("plan", "a@example.com");
-        assert_eq!(snap.detail("one", &ctx, false).value, true);
+        assert!(snap.detail("one", &ctx, false).value);
         let d = snap.detail("two", &ctx, false);
         assert_eq!(d.reason, crate::Reason::Error(crate::ErrorKind::MalformedFlag));
     }
