@@ -142,7 +142,10 @@ async fn contexts_over_the_caps_are_refused_and_other_streams_keep_flowing() {
     for _ in 0..5 {
         assert!(matches!(calm.next(Duration::from_secs(2)).await.unwrap(), Update::Heartbeat { .. }));
     }
-    let rev = put(&mut admin, "calm", bool_flag("g", false)).await.unwrap();
+    let rev = tokio::time::timeout(STEP, put(&mut admin, "calm", bool_flag("g", false)))
+        .await
+        .expect("the write to the calm environment is answered")
+        .unwrap();
     loop {
         match calm.next(Duration::from_secs(2)).await.unwrap() {
             Update::Heartbeat { .. } => continue,
