@@ -282,6 +282,13 @@ impl Tokens {
         Ok(gone)
     }
 
+    /// Whether `p`'s token still works (not revoked, not replaced by a new
+    /// secret under its name): the revocation hook of long-lived calls,
+    /// checked when [`Tokens::changes`] wakes them.
+    pub(crate) fn is_current(&self, p: &Principal) -> bool {
+        self.by_name.load().get(p.name()).is_some_and(|t| t.hash == p.0.hash)
+    }
+
     /// A receiver that changes whenever a token is created or revoked.
     pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()

@@ -5,19 +5,19 @@
 //! `admin/access.rs`.
 
 mod access;
+mod evaluate;
 mod page;
+mod watch;
 
 pub(crate) use access::key_to_proto;
+pub(crate) use watch::Watches;
 
-use std::borrow::Cow;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flagstream::{Context, Detail, FlagType, FromValue, Reason, wire};
+use flagstream::{Detail, FromValue, Reason, wire};
 use flagstream_proto::v1 as pb;
 use flagstream_proto::v1::admin_server::Admin;
-use futures_util::Stream;
 use serde_json::Value as Json;
 use tonic::{Request, Response, Status};
 
@@ -26,8 +26,9 @@ use crate::error::invalid;
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
-use crate::store::{Env, Op, Source as StoreSource, Store, StoreError, Who, WriteResult};
+use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
 use page::{page, page_size};
+use watch::PropagationStream;
 
 /// Largest page a list call returns.
 const MAX_PAGE: usize = 1_000;
@@ -44,11 +45,14 @@ pub(crate) struct AdminService {
     ready: tokio::sync::watch::Receiver<bool>,
     /// Evaluations on data staler than this say `stale`.
     stale_after_ms: u64,
+    /// Open propagation watches, against their caps.
+    watches: Arc<Watches>,
 }
 
 impl AdminService {
     /// A service over `store`, authorizing with `tokens`, writes limited
-    /// by `quotas`; `ready` says whether the relay serves.
+    /// by `quotas`; `ready` says whether the relay serves; propagation
+    /// watches capped by `watches`.
     pub(crate) fn new(
         store: Store,
         hub: Arc<Hub>,
@@ -56,6 +60,7 @@ impl AdminService {
         quotas: Arc<Quotas>,
         ready: tokio::sync::watch::Receiver<bool>,
         stale_after: Duration,
+        watches: Arc<Watches>,
     ) -> AdminService {
         AdminService {
             store,
@@ -65,6 +70,7 @@ impl AdminService {
             started: Instant::now(),
             ready,
             stale_after_ms: stale_after.as_millis() as u64,
+            watches,
         }
     }
 }
@@ -266,8 +272,6 @@ impl AdminService {
         }
     }
 }
-
-type PropagationStream = Pin<Box<dyn Stream<Item = Result<pb::WatchPropagationResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Admin for AdminService {
@@ -575,94 +579,14 @@ impl Admin for AdminService {
         &self,
         req: Request<pb::WatchPropagationRequest>,
     ) -> Result<Response<PropagationStream>, Status> {
-        let env = req.get_ref().environment.clone();
-        authorize(&req, Role::Read, Some(&env), "read propagation")?;
-        let r = req.into_inner();
-        let first = self.propagation(&r.environment, r.revision)?;
-        let revision = first.revision;
-        let interval = Duration::from_millis(u64::from(r.min_interval_ms).max(100));
-        let this = self.clone();
-        let stream = futures_util::stream::unfold((Some(first), this, false), move |(first, this, done)| {
-            let env = r.environment.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                let p = match first {
-                    Some(p) => p,
-                    None => {
-                        tokio::time::sleep(interval).await;
-                        match this.propagation(&env, Some(revision)) {
-                            Ok(p) => p,
-                            Err(e) => return Some((Err(e), (None, this, true))),
-                        }
-                    }
-                };
-                // Complete once every subscriber counted acked and every
-                // replica relay reported on the revision.
-                let complete =
-                    p.subscribers_acked >= p.subscribers_total && p.relays_reporting >= p.relays_total;
-                Some((Ok(pb::WatchPropagationResponse { propagation: Some(p) }), (None, this, complete)))
-            }
-        });
-        Ok(Response::new(Box::pin(stream)))
+        self.watch_propagation_call(req).await
     }
 
     async fn evaluate(
         &self,
         req: Request<pb::EvaluateRequest>,
     ) -> Result<Response<pb::EvaluateResponse>, Status> {
-        let env = req.get_ref().environment.clone();
-        authorize(&req, Role::Read, Some(&env), "evaluate flags")?;
-        let r = req.into_inner();
-        let env = self.store.env(&r.environment)?;
-        let state = env.state.load();
-        let ctx = match r.context.as_ref() {
-            Some(c) => wire::context_from_proto(c).map_err(StoreError::Invalid)?,
-            None => Context::new(""),
-        };
-        let snap = &state.snapshot;
-        let default = match &r.default_value {
-            Some(v) if v.value.is_some() => {
-                wire::variation_from_proto(v).map_err(|e| invalid("default_value", e))?
-            }
-            _ => Json::Null,
-        };
-        let requested = match pb::FlagType::try_from(r.requested_type) {
-            Ok(pb::FlagType::Bool) => Some(FlagType::Bool),
-            Ok(pb::FlagType::String) => Some(FlagType::String),
-            Ok(pb::FlagType::Int) => Some(FlagType::Int),
-            Ok(pb::FlagType::Float) => Some(FlagType::Float),
-            Ok(pb::FlagType::Json) => Some(FlagType::Json),
-            _ => None,
-        };
-        let bad_default = |t: FlagType| invalid("default_value", format!("not a {} value", t.name()));
-        let (value, variation, reason, version) = match requested {
-            Some(t @ FlagType::Bool) => {
-                parts(snap.detail(&r.flag_key, &ctx, default.as_bool().ok_or(bad_default(t))?), Json::Bool)
-            }
-            Some(t @ FlagType::String) => {
-                parts(snap.detail(&r.flag_key, &ctx, default.as_str().ok_or(bad_default(t))?), Json::from)
-            }
-            Some(t @ FlagType::Int) => {
-                parts(snap.detail(&r.flag_key, &ctx, default.as_i64().ok_or(bad_default(t))?), Json::from)
-            }
-            Some(t @ FlagType::Float) => {
-                parts(snap.detail(&r.flag_key, &ctx, default.as_f64().ok_or(bad_default(t))?), Json::from)
-            }
-            Some(FlagType::Json) | None => {
-                parts(snap.detail(&r.flag_key, &ctx, Cow::Borrowed(&default)), Cow::into_owned)
-            }
-        };
-        let flag_type = snap.flag(&r.flag_key).map(|f| f.flag_type).or(requested).unwrap_or(FlagType::Json);
-        Ok(Response::new(pb::EvaluateResponse {
-            value: Some(wire::variation_to_proto(flag_type, &value)),
-            variation_index: variation,
-            reason: Some(reason),
-            flag_version: version,
-            revision: state.revision,
-            stale: self.store.staleness_ms(&env) > self.stale_after_ms,
-        }))
+        self.evaluate_call(req).await
     }
 
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {

@@ -395,6 +395,19 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_TLS_CLIENT_CA")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Server-side evaluations (Admin `Evaluate`) per second by one admin
+    /// token, bursts of twice that; reloaded on SIGHUP [default: 200].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_TOKEN_EVALUATES_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_token_evaluates_per_sec: Option<u32>,
+    /// Open `WatchPropagation` streams per admin token [default: 8].
+    #[arg(long, env = "FLAGSTREAM_MAX_WATCHES_PER_TOKEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_watches_per_token: Option<usize>,
+    /// Open `WatchPropagation` streams on this relay [default: 256].
+    #[arg(long, env = "FLAGSTREAM_MAX_WATCHES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_watches: Option<usize>,
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "FLAGSTREAM_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -512,6 +525,10 @@ pub struct Config {
     pub log_json: bool,
     /// TLS material, read and checked at startup.
     pub tls: Option<Tls>,
+    /// Open `WatchPropagation` streams per admin token.
+    pub max_watches_per_token: usize,
+    /// Open `WatchPropagation` streams on the relay.
+    pub max_watches: usize,
 }
 
 /// TLS settings, as PEM bytes.
@@ -719,6 +736,9 @@ impl Options {
                         .max_subscribes_per_sec
                         .unwrap_or(q.relay_subscribes_per_sec),
                     subscribers: self.max_subscribers_per_env.unwrap_or(q.subscribers),
+                    token_evaluates_per_sec: self
+                        .quota_token_evaluates_per_sec
+                        .unwrap_or(q.token_evaluates_per_sec),
                 }
             },
             source: None,
@@ -752,6 +772,8 @@ impl Options {
                 }
             },
             tls,
+            max_watches_per_token: self.max_watches_per_token.unwrap_or(8),
+            max_watches: self.max_watches.unwrap_or(256),
         };
         let check = |ok: bool, msg: String| if ok { Ok(()) } else { Err(ConfigError(msg)) };
         check(
@@ -773,6 +795,9 @@ impl Options {
             ("quota-token-writes-per-sec", q.token_writes_per_sec as usize),
             ("quota-subscribes-per-sec", q.subscribes_per_sec as usize),
             ("max-subscribes-per-sec", q.relay_subscribes_per_sec as usize),
+            ("quota-token-evaluates-per-sec", q.token_evaluates_per_sec as usize),
+            ("max-watches-per-token", c.max_watches_per_token),
+            ("max-watches", c.max_watches),
         ] {
             check(v >= 1, format!("{name}: must be at least 1"))?;
         }

@@ -72,3 +72,8 @@ impl From<StoreError> for Status {
 pub(crate) fn invalid(path: &str, message: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("{path}: {message}"))
 }
+
+/// An `OUT_OF_RANGE` naming a request field (a position past what exists).
+pub(crate) fn out_of_range(path: &str, message: impl std::fmt::Display) -> Status {
+    Status::out_of_range(format!("{path}: {message}"))
+}

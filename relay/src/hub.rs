@@ -152,6 +152,10 @@ pub(crate) struct Propagation {
 pub(crate) struct Hub {
     subs: Mutex<HashMap<u64, Arc<Subscriber>>>,
     per_env: Mutex<HashMap<String, usize>>,
+    /// `subs` by environment (SDKs and replica relays): what propagation
+    /// reads per poll, without walking every environment's subscribers.
+    /// Locked after `subs` and `per_env`; entries removed when empty.
+    by_env: Mutex<HashMap<String, HashMap<u64, Arc<Subscriber>>>>,
     next_id: AtomicU64,
     /// Mirrors `drain` for cheap per-message checks.
     draining: AtomicBool,
@@ -177,6 +181,7 @@ impl Hub {
         Hub {
             subs: Mutex::new(HashMap::new()),
             per_env: Mutex::new(HashMap::new()),
+            by_env: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
@@ -306,6 +311,7 @@ impl Hub {
             report: Mutex::new(None),
         });
         subs.insert(sub.id, sub.clone());
+        Self::lock(&self.by_env).entry(sub.env.clone()).or_default().insert(sub.id, sub.clone());
         Ok(sub)
     }
 
@@ -316,6 +322,15 @@ impl Hub {
             return;
         }
         let mut per_env = Self::lock(&self.per_env);
+        {
+            let mut by_env = Self::lock(&self.by_env);
+            if let Some(env) = by_env.get_mut(&sub.env) {
+                env.remove(&sub.id);
+                if env.is_empty() {
+                    by_env.remove(&sub.env);
+                }
+            }
+        }
         if !sub.relay
             && let Some(n) = per_env.get_mut(&sub.env)
         {
@@ -352,7 +367,13 @@ impl Hub {
 
     /// The replica relays subscribed for `env` now.
     pub(crate) fn relays(&self, env: &str) -> Vec<Arc<Subscriber>> {
-        Self::lock(&self.subs).values().filter(|s| s.relay && s.env == env).cloned().collect()
+        Self::lock(&self.by_env)
+            .get(env)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|s| s.relay)
+            .cloned()
+            .collect()
     }
 
     /// Ends every stream opened with the admin token `name` (a replica's
@@ -486,11 +507,11 @@ impl Hub {
     /// latest reports about `epoch` (`None`: none yet, or about another
     /// epoch: that replica has not caught up with it).
     fn own_and_reports(&self, env: &str, epoch: &str) -> (Vec<Arc<Subscriber>>, Vec<Option<Report>>) {
-        let subs = Self::lock(&self.subs);
-        let own = subs.values().filter(|s| !s.relay && s.env == env).cloned().collect();
+        let by_env = Self::lock(&self.by_env);
+        let subs = by_env.get(env).into_iter().flat_map(|m| m.values());
+        let own = subs.clone().filter(|s| !s.relay).cloned().collect();
         let reports = subs
-            .values()
-            .filter(|s| s.relay && s.env == env)
+            .filter(|s| s.relay)
             .map(|s| Self::lock(&s.report).clone().filter(|r| r.epoch == epoch))
             .collect();
         (own, reports)

@@ -4,7 +4,8 @@
 //! write would produce; the subscriber quota by the hub at admission;
 //! rates are token buckets (`governor`): writes per environment and per
 //! admin token, new subscriptions per environment and relay-wide (the
-//! reconnect-storm guard). Every refusal is RESOURCE_EXHAUSTED naming the
+//! reconnect-storm guard), server-side evaluations per admin token.
+//! Every refusal is RESOURCE_EXHAUSTED naming the
 //! quota and its setting (rates and subscribers with a
 //! `flagstream-retry-after-ms` hint), counted in
 //! `flagstream_quota_refusals_total{env, quota}`, and logged with its cause
@@ -42,6 +43,9 @@ pub struct QuotaConfig {
     pub relay_subscribes_per_sec: u32,
     /// Most SDK subscribers of one environment at once.
     pub subscribers: usize,
+    /// Server-side evaluations (Admin `Evaluate`) per second by one admin
+    /// token (bursts of twice that).
+    pub token_evaluates_per_sec: u32,
 }
 
 impl Default for QuotaConfig {
@@ -55,6 +59,7 @@ impl Default for QuotaConfig {
             subscribes_per_sec: 1_000,
             relay_subscribes_per_sec: 5_000,
             subscribers: 20_000,
+            token_evaluates_per_sec: 200,
         }
     }
 }
@@ -91,6 +96,7 @@ struct Buckets {
     token_writes: DefaultKeyedRateLimiter<String>,
     subscribes: DefaultKeyedRateLimiter<String>,
     relay_subscribes: DefaultDirectRateLimiter,
+    token_evaluates: DefaultKeyedRateLimiter<String>,
     /// Where the queue of refused subscribers ends, per environment and
     /// relay-wide (see [`Turns`]).
     turns: Turns,
@@ -155,6 +161,7 @@ impl Buckets {
             token_writes: RateLimiter::keyed(quota(cfg.token_writes_per_sec)),
             subscribes: RateLimiter::keyed(quota(cfg.subscribes_per_sec)),
             relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
+            token_evaluates: RateLimiter::keyed(quota(cfg.token_evaluates_per_sec)),
             turns: Turns::new(),
         }
     }
@@ -198,7 +205,7 @@ impl Quotas {
     /// keyed limiters' memory stays bounded by recent use.
     pub(crate) fn prune(&self) {
         let b = self.buckets.load();
-        for l in [&b.writes, &b.token_writes, &b.subscribes] {
+        for l in [&b.writes, &b.token_writes, &b.subscribes, &b.token_evaluates] {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -252,6 +259,29 @@ impl Quotas {
     }
 }
 
+impl Quotas {
+    /// A server-side evaluation in `env` by `token`: the token's bucket
+    /// must have room (keyed by token: one token's flood leaves the others
+    /// their rate; tokens are a bounded, operator-made set).
+    pub(crate) fn check_evaluate(&self, env: &str, token: &str) -> Result<(), Status> {
+        let b = self.buckets.load();
+        let now = DefaultClock::default().now();
+        if let Err(not_until) = b.token_evaluates.check_key(&token.to_owned()) {
+            let msg = format!(
+                "token {token:?}: over its evaluation rate of {}/s (quota-token-evaluates-per-sec)",
+                b.cfg.token_evaluates_per_sec
+            );
+            return Err(self.refuse(
+                env,
+                "token_evaluates_per_sec",
+                msg,
+                Some(not_until.wait_time_from(now)),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +304,18 @@ mod tests {
         // Another environment is not affected.
         q.check_write("b", "t").unwrap();
         assert_eq!(m.quota_refusals_for("a", "writes_per_sec"), 1);
+        // Evaluations have their own bucket per token.
+        for _ in 0..4 {
+            q.check_evaluate("a", "t").unwrap();
+        }
+        q.reload(QuotaConfig { writes_per_sec: 2, token_evaluates_per_sec: 1, ..QuotaConfig::default() });
+        q.check_evaluate("a", "t").unwrap();
+        q.check_evaluate("a", "t").unwrap();
+        let e = q.check_evaluate("a", "t").unwrap_err();
+        assert!(e.message().contains("quota-token-evaluates-per-sec"), "{}", e.message());
+        assert!(e.metadata().get(error::RETRY_AFTER_MS).is_some());
+        assert_eq!(m.quota_refusals_for("a", "token_evaluates_per_sec"), 1);
+        q.check_evaluate("a", "other").unwrap();
         // A reload to a higher rate takes effect.
         q.reload(QuotaConfig { writes_per_sec: 100, token_writes_per_sec: 100, ..QuotaConfig::default() });
         q.check_write("a", "t").unwrap();

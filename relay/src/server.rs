@@ -369,6 +369,7 @@ pub(crate) async fn serve(
         quotas.clone(),
         ready.clone(),
         cfg.stale_after,
+        crate::admin::Watches::new(cfg.max_watches_per_token, cfg.max_watches, metrics.clone()),
     );
     tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone(), hub.clone()));
     let background = CancellationToken::new();

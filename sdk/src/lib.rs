@@ -29,9 +29,10 @@ mod sync;
 
 pub use flagstream_core::{
     AttrValue, Context, DEFAULT_KIND, Detail, ErrorKind, Evaluation, FlagHandle, FromValue,
-    INLINE_ATTRIBUTES, Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH, Name, Reason, Scalar, Seq,
-    Snapshot, SnapshotCell, ValidationError, ValidationErrors, Value, bucket, checksum, model, proto,
-    reference, validate, wire,
+    INLINE_ATTRIBUTES, Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH,
+    MAX_SEGMENT_DEPTH, Name, Reason, Scalar, Seq, Snapshot, SnapshotCell, ValidationError, ValidationErrors,
+    Value, bucket, checksum, context_attributes_problem, context_kinds_problem, model, proto, reference,
+    validate, wire,
 };
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
 

@@ -95,6 +95,53 @@ pub fn context(ctx: &EvaluationContext) -> Context<'_> {
     out
 }
 
+/// [`context`], refused with `INVALID_CONTEXT` when it holds more kinds
+/// than [`flagstream_core::MAX_CONTEXT_KINDS`] or a kind with more
+/// attributes than [`flagstream_core::MAX_CONTEXT_ATTRIBUTES`]: the caps
+/// every context read from outside the program has (EVALUATION.md,
+/// "Context limits"). Counted before anything is converted.
+pub fn checked_context(ctx: &EvaluationContext) -> EvaluationResult<Context<'_>> {
+    let invalid =
+        |m: String| EvaluationError::builder().code(EvaluationErrorCode::InvalidContext).message(m).build();
+    let multi =
+        matches!(ctx.custom_fields.get("kind"), Some(EvaluationContextFieldValue::String(k)) if k == "multi");
+    if multi {
+        let kinds: Vec<_> = ctx
+            .custom_fields
+            .iter()
+            .filter_map(|(name, v)| match v {
+                EvaluationContextFieldValue::Struct(any) if valid_kind(name) => Some((name, any)),
+                _ => None,
+            })
+            .collect();
+        if let Some(problem) = flagstream_core::context_kinds_problem(kinds.len()) {
+            return Err(invalid(format!("context: {problem}")));
+        }
+        for (name, any) in kinds {
+            if let Some(problem) = flagstream_core::context_attributes_problem(struct_attributes(any)) {
+                return Err(invalid(format!("context.{name}: {problem}")));
+            }
+        }
+    } else {
+        // `kind` is a field that is not an attribute.
+        let n = ctx.custom_fields.len() - usize::from(ctx.custom_fields.contains_key("kind"));
+        if let Some(problem) = flagstream_core::context_attributes_problem(n) {
+            return Err(invalid(format!("context: {problem}")));
+        }
+    }
+    Ok(context(ctx))
+}
+
+/// Attributes a structure field makes as one kind: its members but
+/// `targetingKey` and `key` (0 for types [`struct_json`] skips).
+fn struct_attributes(any: &std::sync::Arc<dyn std::any::Any + Send + Sync>) -> usize {
+    let not_key = |name: &String| name != "targetingKey" && name != "key";
+    if let Some(Json::Object(m)) = any.downcast_ref::<Json>() {
+        return m.keys().filter(|n| not_key(n)).count();
+    }
+    any.downcast_ref::<StructValue>().map_or(0, |s| s.fields.keys().filter(|n| not_key(n)).count())
+}
+
 /// Whether `kind` may name a context kind; an invalid one is logged and
 /// left out (the context keeps the default kind).
 fn valid_kind(kind: &str) -> bool {
@@ -198,7 +245,7 @@ impl FlagstreamProvider {
     where
         T: for<'s> FromValue<'s>,
     {
-        let ctx = context(ctx);
+        let ctx = checked_context(ctx)?;
         self.client.with_detail(key, &ctx, placeholder, |d| resolve(d, convert))
     }
 }
@@ -247,7 +294,7 @@ impl FeatureProvider for FlagstreamProvider {
         key: &str,
         ctx: &EvaluationContext,
     ) -> EvaluationResult<ResolutionDetails<String>> {
-        let ctx = context(ctx);
+        let ctx = checked_context(ctx)?;
         if !self.client.status().has_data() {
             return Err(EvaluationError::builder().code(EvaluationErrorCode::ProviderNotReady).build());
         }
@@ -262,7 +309,7 @@ impl FeatureProvider for FlagstreamProvider {
         key: &str,
         ctx: &EvaluationContext,
     ) -> EvaluationResult<ResolutionDetails<StructValue>> {
-        let ctx = context(ctx);
+        let ctx = checked_context(ctx)?;
         if !self.client.status().has_data() {
             return Err(EvaluationError::builder().code(EvaluationErrorCode::ProviderNotReady).build());
         }

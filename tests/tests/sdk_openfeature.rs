@@ -119,3 +119,45 @@ async fn multi_kind_contexts_and_structures_map() {
     let r = p.resolve_bool_value("org-beta", &single).await.unwrap();
     assert!(r.value, "the single-kind org context with a structure attribute matches");
 }
+
+/// The context limits hold for OpenFeature contexts too: over 64 kinds or
+/// 256 attributes in a kind, the evaluation is INVALID_CONTEXT naming the
+/// limit; at the limits it evaluates.
+#[tokio::test]
+async fn contexts_over_the_limits_are_invalid() {
+    use open_feature::EvaluationContextFieldValue as F;
+    let p = provider();
+    let attrs = |n: usize| {
+        (0..n).fold(EvaluationContext::default().with_targeting_key("u1"), |c, i| {
+            c.with_custom_field(format!("a{i}"), i as i64)
+        })
+    };
+    p.resolve_bool_value("checkout", &attrs(256)).await.unwrap();
+    let e = p.resolve_bool_value("checkout", &attrs(257)).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::InvalidContext);
+    assert_eq!(
+        e.message.as_deref(),
+        Some("context: 257 attributes, the limit is 256 (max-context-attributes)")
+    );
+    let kinds = |n: usize| {
+        (0..n).fold(EvaluationContext::default().with_custom_field("kind", "multi"), |c, i| {
+            c.with_custom_field(format!("k{i}"), F::new_struct(serde_json::json!({"targetingKey": "x"})))
+        })
+    };
+    p.resolve_bool_value("checkout", &kinds(64)).await.unwrap();
+    let e = p.resolve_bool_value("checkout", &kinds(65)).await.unwrap_err();
+    assert_eq!(e.code, EvaluationErrorCode::InvalidContext);
+    assert_eq!(e.message.as_deref(), Some("context: 65 kinds, the limit is 64 (max-context-kinds)"));
+    let many: serde_json::Map<String, serde_json::Value> = (0..300)
+        .map(|i| (format!("a{i}"), serde_json::json!(i)))
+        .chain([("key".into(), "acme".into())])
+        .collect();
+    let org = EvaluationContext::default()
+        .with_custom_field("kind", "multi")
+        .with_custom_field("org", F::new_struct(serde_json::Value::Object(many)));
+    let e = p.resolve_bool_value("checkout", &org).await.unwrap_err();
+    assert_eq!(
+        e.message.as_deref(),
+        Some("context.org: 300 attributes, the limit is 256 (max-context-attributes)")
+    );
+}

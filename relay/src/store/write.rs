@@ -64,6 +64,12 @@ impl Store {
                 Err(_) => "error",
             };
             this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+            // Limits the refused write ran into (`… (max_regex_patterns)`).
+            if let Err(StoreError::Invalid(v)) = &result {
+                for limit in v.limits() {
+                    this.inner.metrics.limit_hit(limit);
+                }
+            }
             result
         })
         .await;

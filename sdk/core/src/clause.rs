@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use arrayvec::ArrayVec;
-use regex::Regex;
+use regex_automata::meta::Regex;
 use serde_json::Value as Json;
 
 use crate::context::{AttrValue, Context, Scalar, ScalarRef, found};
@@ -128,7 +128,11 @@ pub(crate) struct Uncompilable;
 
 impl CompiledClause {
     /// Compiles `clause`.
-    pub(crate) fn compile(clause: &Clause, limits: &Limits) -> Result<CompiledClause, Uncompilable> {
+    pub(crate) fn compile(
+        clause: &Clause,
+        limits: &Limits,
+        budget: &mut RegexBudget,
+    ) -> Result<CompiledClause, Uncompilable> {
         let strs = || -> Result<Box<[Box<str>]>, Uncompilable> {
             clause.values.iter().map(|v| v.as_str().map(Box::from).ok_or(Uncompilable)).collect()
         };
@@ -164,7 +168,7 @@ impl CompiledClause {
             Operator::Matches => Op::Matches(
                 strs()?
                     .iter()
-                    .map(|p| compile_regex(p, limits).map_err(|_| Uncompilable))
+                    .map(|p| compile_regex(p, limits, budget).map_err(|_| Uncompilable))
                     .collect::<Result<_, _>>()?,
             ),
             Operator::Lt => Op::Num(Cmp::Lt, nums()?),
@@ -304,9 +308,100 @@ fn compare<T: PartialOrd + ?Sized>(cmp: Cmp, a: &T, b: &T) -> bool {
     }
 }
 
-/// Compiles a `matches` pattern under the configured size limit.
-pub(crate) fn compile_regex(pattern: &str, limits: &Limits) -> Result<Regex, regex::Error> {
-    regex::RegexBuilder::new(pattern).size_limit(limits.max_regex_compiled).build()
+/// What compiling `matches` patterns may still use: patterns and compiled
+/// bytes of the flag or segment being compiled and, in validation, compiled
+/// bytes of the whole environment (EVALUATION.md, "Regular expressions").
+#[derive(Debug, Clone)]
+pub(crate) struct RegexBudget {
+    /// Patterns the item may still compile.
+    pub(crate) patterns: usize,
+    /// Compiled bytes left to the item.
+    pub(crate) item_bytes: usize,
+    /// Compiled bytes left to the environment (`usize::MAX`: not tracked).
+    pub(crate) env_bytes: usize,
+}
+
+impl RegexBudget {
+    /// A fresh budget for one item under `limits`, the environment's
+    /// remaining bytes carried over.
+    pub(crate) fn item(limits: &Limits, env_bytes: usize) -> RegexBudget {
+        RegexBudget {
+            patterns: limits.max_regex_patterns,
+            item_bytes: limits.max_regex_item_compiled,
+            env_bytes,
+        }
+    }
+}
+
+/// Which bound refused a pattern's compiled size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegexBound {
+    /// One pattern's own limit (`max_regex_compiled`).
+    Pattern,
+    /// What was left of the flag's or segment's budget.
+    Item,
+    /// What was left of the environment's budget.
+    Env,
+}
+
+/// Why a pattern was not compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RegexError {
+    /// The item already compiled `max_regex_patterns` patterns.
+    Patterns,
+    /// The pattern does not parse.
+    Syntax(String),
+    /// Compiling it would take more than `limit` bytes (`bound` set it).
+    TooBig { limit: usize, bound: RegexBound },
+}
+
+/// Compiles a `matches` pattern with its compiled size limited to the
+/// smallest of its own limit and what is left of `budget`, so an oversized
+/// pattern fails while it compiles (never compiled first and measured
+/// after); then charges the budget with the compiled regex's heap size.
+/// The lazy DFA's cache, grown while matching, is capped by
+/// `max_regex_dfa` per thread.
+pub(crate) fn compile_regex(
+    pattern: &str,
+    limits: &Limits,
+    budget: &mut RegexBudget,
+) -> Result<Regex, RegexError> {
+    if budget.patterns == 0 {
+        return Err(RegexError::Patterns);
+    }
+    budget.patterns -= 1;
+    let (limit, bound) = [
+        (limits.max_regex_compiled, RegexBound::Pattern),
+        (budget.item_bytes, RegexBound::Item),
+        (budget.env_bytes, RegexBound::Env),
+    ]
+    .into_iter()
+    .min_by_key(|(limit, _)| *limit)
+    .expect("three bounds");
+    // As `regex::RegexBuilder::size_limit` / `dfa_size_limit` configure the
+    // same engine; the meta regex also reports its heap size.
+    let config = regex_automata::meta::Config::new()
+        .match_kind(regex_automata::MatchKind::LeftmostFirst)
+        .utf8_empty(true)
+        .nfa_size_limit(Some(limit))
+        .hybrid_cache_capacity(limits.max_regex_dfa);
+    let re = regex_automata::meta::Builder::new()
+        .configure(config)
+        .syntax(regex_automata::util::syntax::Config::new().utf8(true))
+        .build(pattern)
+        .map_err(|e| match e.size_limit() {
+            Some(_) => RegexError::TooBig { limit, bound },
+            None => RegexError::Syntax(e.to_string()),
+        })?;
+    let used = re.memory_usage();
+    budget.item_bytes = budget.item_bytes.saturating_sub(used);
+    budget.env_bytes = budget.env_bytes.saturating_sub(used);
+    Ok(re)
+}
+
+/// `matches` patterns in `clauses` (every value of every `matches` clause).
+pub(crate) fn regex_patterns<'c>(clauses: impl IntoIterator<Item = &'c Clause>) -> usize {
+    clauses.into_iter().filter(|c| c.op == Operator::Matches).map(|c| c.values.len()).sum()
 }
 
 /// Parses a version, reading `1` and `1.2` as `1.0.0` and `1.2.0`.

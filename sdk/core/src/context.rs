@@ -93,6 +93,27 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// Sets an attribute whose name the caller knows is not set yet (the
+    /// names come from a map), without the scan of [`Context::set`]: a
+    /// context read from a request is built in linear time.
+    #[inline]
+    pub(crate) fn push_distinct(&mut self, name: Cow<'a, str>, value: AttrValue<'a>) {
+        if name == "key" || name == "kind" {
+            return;
+        }
+        self.attrs.push((name, value));
+    }
+
+    /// A multi-kind context of single-kind contexts whose kind names the
+    /// caller checked are distinct, in order, without the replacement scan
+    /// of [`Context::and`]. `None` when `kinds` is empty.
+    pub(crate) fn of_distinct_kinds(kinds: Vec<Context<'a>>) -> Option<Self> {
+        let mut kinds = kinds.into_iter();
+        let first = kinds.next()?;
+        let more: Vec<Context<'a>> = kinds.collect();
+        Some(if more.is_empty() { first } else { Context { more: Seq::Owned(more), ..first } })
+    }
+
     /// This context with the kinds of `other` added (a multi-kind
     /// context). A kind already present is replaced by `other`'s.
     pub fn and(mut self, other: Context<'a>) -> Self {
@@ -115,9 +136,20 @@ impl<'a> Context<'a> {
     /// kinds are taken). A later kind of the same name replaces an earlier
     /// one. `None` when `kinds` is empty.
     pub fn multi(kinds: impl IntoIterator<Item = Context<'a>>) -> Option<Self> {
-        let mut kinds = kinds.into_iter();
-        let first = kinds.next()?;
-        Some(kinds.fold(first, Context::and))
+        // Indexed by kind name: linear in the number of kinds, where
+        // folding with `and` would scan the kinds so far for each.
+        let mut out: Vec<Context<'a>> = Vec::new();
+        let mut index: std::collections::HashMap<Cow<'a, str>, usize> = std::collections::HashMap::new();
+        for kind in kinds.into_iter().flat_map(Context::into_kinds) {
+            match index.get(&kind.kind) {
+                Some(&i) => out[i] = kind,
+                None => {
+                    index.insert(kind.kind.clone(), out.len());
+                    out.push(kind);
+                }
+            }
+        }
+        Context::of_distinct_kinds(out)
     }
 
     /// A multi-kind context of `first` and further single-kind contexts it

@@ -33,7 +33,10 @@ pub use cell::SnapshotCell;
 pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar, Seq};
 pub use eval::{Detail, ErrorKind, Evaluation, Reason};
 pub use handle::FlagHandle;
-pub use limit::{Limits, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH};
+pub use limit::{
+    Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH,
+    context_attributes_problem, context_kinds_problem,
+};
 pub use model::{Flag, FlagSet, FlagType, Segment};
 pub use short::Name;
 pub use snapshot::Snapshot;

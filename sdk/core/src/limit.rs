@@ -26,6 +26,20 @@ pub struct Limits {
     pub max_regex_len: usize,
     /// Bytes of compiled program one regex may use (`regex` size limit).
     pub max_regex_compiled: usize,
+    /// `matches` patterns in one flag or segment (every value of every
+    /// `matches` clause of its rules).
+    pub max_regex_patterns: usize,
+    /// Bytes of compiled regexes (their heap size as the regex engine
+    /// reports it) in one flag or segment: each pattern compiles under what
+    /// is left.
+    pub max_regex_item_compiled: usize,
+    /// Bytes of compiled regexes in one environment (every flag and
+    /// segment), checked when a whole environment is validated.
+    pub max_regex_env_compiled: usize,
+    /// Bytes of lazy-DFA cache one regex may grow while matching, per
+    /// thread that matches it (`regex` `dfa_size_limit`); past it the
+    /// engine falls back to a slower search, never more memory.
+    pub max_regex_dfa: usize,
     /// Context keys across all individual targets of one flag.
     pub max_target_values: usize,
     /// Keys in one segment (included + excluded).
@@ -54,6 +68,33 @@ pub struct Limits {
     pub max_snapshot_bytes: usize,
 }
 
+/// Kinds in one context (the entries of a multi-kind context's
+/// `contexts`), enforced where a context is read from outside the program
+/// (the protobuf form of server-side evaluation, the file form): a
+/// multi-kind context is read kind by kind, so this bounds the work one
+/// request can ask for. Fixed, not a [`Limits`] field: contexts are read
+/// before any relay setting applies, and every reader must agree.
+pub const MAX_CONTEXT_KINDS: usize = 64;
+
+/// Attributes of one kind of a context, enforced with
+/// [`MAX_CONTEXT_KINDS`]. Attribute lookup is a scan of a kind's
+/// attributes, so this bounds every lookup of an evaluation too.
+pub const MAX_CONTEXT_ATTRIBUTES: usize = 256;
+
+/// The problem with a context of `n` kinds, if over [`MAX_CONTEXT_KINDS`]
+/// (the caller puts the path of the `contexts` field before it).
+pub fn context_kinds_problem(n: usize) -> Option<String> {
+    (n > MAX_CONTEXT_KINDS)
+        .then(|| format!("{n} kinds, the limit is {MAX_CONTEXT_KINDS} (max-context-kinds)"))
+}
+
+/// The problem with a kind of `n` attributes, if over
+/// [`MAX_CONTEXT_ATTRIBUTES`].
+pub fn context_attributes_problem(n: usize) -> Option<String> {
+    (n > MAX_CONTEXT_ATTRIBUTES)
+        .then(|| format!("{n} attributes, the limit is {MAX_CONTEXT_ATTRIBUTES} (max-context-attributes)"))
+}
+
 /// Prerequisite depth the evaluator follows before reporting
 /// `MALFORMED_FLAG`: a backstop for data that bypassed validation (cycles).
 pub const MAX_PREREQUISITE_DEPTH: usize = 10;
@@ -77,6 +118,10 @@ impl Default for Limits {
             max_value_len: 64 * KIB,
             max_regex_len: 4 * KIB,
             max_regex_compiled: MIB,
+            max_regex_patterns: 100,
+            max_regex_item_compiled: 4 * MIB,
+            max_regex_env_compiled: 64 * MIB,
+            max_regex_dfa: 256 * KIB,
             max_target_values: 100_000,
             max_segment_keys: 100_000,
             max_segment_rules: 1_000,

@@ -10,7 +10,7 @@ use std::fmt;
 use prost::Message;
 use serde_json::Value as Json;
 
-use crate::clause::{compile_regex, json_instant, parse_semver};
+use crate::clause::{RegexBudget, compile_regex, json_instant, parse_semver, regex_patterns};
 use crate::limit::Limits;
 use crate::model::{Clause, Flag, FlagSet, Operator, Rollout, Schedule, Segment, Serve, WEIGHT_TOTAL};
 use crate::reference::{kind_problem, parse_attr};
@@ -53,11 +53,28 @@ impl ValidationErrors {
     pub fn first(&self) -> Option<&ValidationError> {
         self.0.first()
     }
+
+    /// The [`Limits`] fields named by these errors (messages that end in
+    /// `(max_…)`), each once, sorted: what a relay counts as limit hits.
+    pub fn limits(&self) -> std::collections::BTreeSet<&str> {
+        self.0
+            .iter()
+            .filter_map(|e| e.message.strip_suffix(')')?.rsplit_once('(').map(|(_, name)| name))
+            .filter(|name| {
+                name.starts_with("max_") && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+            .collect()
+    }
 }
 
 /// Collects errors under a path prefix.
 struct Report {
     errors: Vec<ValidationError>,
+    /// The regex budget of the item being validated and what is left of
+    /// the environment's.
+    regex: RegexBudget,
+    /// "flag" or "segment": whose budget `regex` is.
+    item: &'static str,
 }
 
 impl Report {
@@ -75,7 +92,11 @@ impl Report {
 /// Validates a whole environment: every flag and segment, plus the rules
 /// that cross items (unique keys, prerequisites, segment references, sizes).
 pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> {
-    let mut r = Report { errors: Vec::new() };
+    let mut r = Report {
+        errors: Vec::new(),
+        regex: RegexBudget::item(limits, limits.max_regex_env_compiled),
+        item: "flag",
+    };
     r.max("flags", "flags", set.flags.len(), limits.max_flags);
     r.max("segments", "segments", set.segments.len(), limits.max_segments);
 
@@ -303,6 +324,7 @@ fn key(r: &mut Report, path: &str, k: &str, limits: &Limits) {
 /// encoded size.
 fn flag(r: &mut Report, path: &str, f: &Flag, limits: &Limits) -> usize {
     key(r, &format!("{path}.key"), &f.key, limits);
+    regex_item(r, path, "flag", regex_patterns(f.rules.iter().flat_map(|x| &x.clauses)), limits);
     let n = f.variations.len();
     if n == 0 {
         r.err(format!("{path}.variations"), "at least one variation is required");
@@ -496,9 +518,11 @@ fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits) {
             }
             Operator::Matches => match v.as_str() {
                 None => Some(format!("{}: `matches` takes regex strings", short(v))),
-                Some(p) => compile_regex(p, limits)
+                // Over the item's pattern count (reported once, at the
+                // item) nothing is compiled.
+                Some(p) => compile_regex(p, limits, &mut r.regex)
                     .err()
-                    .map(|e| format!("invalid regex: {}", one_line(&e.to_string()))),
+                    .and_then(|e| regex_problem(r.item, e, limits)),
             },
             Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte | Operator::Eq => {
                 (!v.as_f64().is_some_and(f64::is_finite))
@@ -521,6 +545,7 @@ fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits) {
 /// Validates one segment; returns its encoded size.
 fn segment(r: &mut Report, path: &str, s: &Segment, limits: &Limits) -> usize {
     key(r, &format!("{path}.key"), &s.key, limits);
+    regex_item(r, path, "segment", regex_patterns(s.rules.iter().flat_map(|x| &x.clauses)), limits);
     let listed: usize = [&s.included_contexts, &s.excluded_contexts]
         .iter()
         .flat_map(|lists| lists.iter())
@@ -591,5 +616,8 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+mod regex_budget;
 #[cfg(test)]
 mod tests;
+
+use regex_budget::{regex_item, regex_problem};

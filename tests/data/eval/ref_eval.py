@@ -27,6 +27,10 @@ TYPES = {"bool", "string", "int", "float", "json"}
 MAX_CHAIN = 10
 MAX_SEGMENT_DEPTH = 10
 MAX_STEPS = 50
+# `matches` patterns in one flag or segment (Limits::max_regex_patterns): more is malformed
+# data, none of them compiled. The byte budgets (compiled size) are the engine's measure and
+# have no reading here; the suite never comes near them.
+MAX_REGEX_PATTERNS = 100
 DEFAULT_KIND = "user"
 
 
@@ -432,7 +436,15 @@ def variation_of_type(v, t):
     return t == "json"
 
 
+def regex_patterns(rules):
+    """`matches` patterns in a flag's or segment's rules (every value of every clause)."""
+    return sum(len(c.get("values") or []) for r in rules or [] for c in r.get("clauses") or []
+               if c.get("op") == "matches")
+
+
 def flag_malformed(flag):
+    if regex_patterns(flag.get("rules")) > MAX_REGEX_PATTERNS:
+        return True
     if not all(variation_of_type(v, flag["type"]) for v in flag["variations"]):
         return True
     for r in flag.get("rules") or []:
@@ -444,6 +456,8 @@ def flag_malformed(flag):
 
 
 def segment_malformed(seg):
+    if regex_patterns(seg.get("rules")) > MAX_REGEX_PATTERNS:
+        return True
     for r in seg.get("rules") or []:
         cls = r.get("clauses") or []
         weighted = r.get("weight") is not None
@@ -774,6 +788,8 @@ def validate(flags, segments):
         rules = s.get("rules") or []
         if len(rules) > 1000:
             errs.append(f"{path}.rules: {len(rules)} rules, limit 1000")
+        if regex_patterns(rules) > MAX_REGEX_PATTERNS:
+            errs.append(f"{path}: {regex_patterns(rules)} regex patterns, limit {MAX_REGEX_PATTERNS}")
         for i, r in enumerate(rules):
             rpath = f"{path}.rules[{i}]"
             w = r.get("weight")
@@ -831,6 +847,8 @@ def validate(flags, segments):
         for i, v in enumerate(vs):
             if not variation_of_type(v, t):
                 errs.append(f"{path}.variations[{i}]: not a {t}")
+        if regex_patterns(f.get("rules")) > MAX_REGEX_PATTERNS:
+            errs.append(f"{path}: {regex_patterns(f.get('rules'))} regex patterns, limit {MAX_REGEX_PATTERNS}")
 
         def idx_ok(p, i):
             if not (isinstance(i, int) and not is_bool(i) and 0 <= i < n):

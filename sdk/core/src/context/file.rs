@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{AttrValue, Context, DEFAULT_KIND};
+use crate::limit::{context_attributes_problem, context_kinds_problem};
 use crate::reference::kind_problem;
 
 #[derive(Serialize, Deserialize)]
@@ -29,6 +30,9 @@ impl ContextFile {
         if !self.contexts.is_empty() {
             return Err(format!("{path}contexts: a kind of a multi-kind context cannot hold contexts"));
         }
+        if let Some(problem) = context_attributes_problem(self.attributes.len()) {
+            return Err(format!("{path}attributes: {problem}"));
+        }
         let mut ctx = Context::new(self.key);
         if let Some(kind) = self.kind {
             if let Some(problem) = kind_problem(&kind) {
@@ -39,7 +43,8 @@ impl ContextFile {
         for (name, value) in self.attributes {
             // A null attribute is the same as a missing one.
             if let Some(v) = AttrValue::from_json(&value) {
-                ctx.set(name, v);
+                // Names are the keys of a map: each appears once.
+                ctx.push_distinct(name.into(), v);
             }
         }
         Ok(ctx)
@@ -64,21 +69,20 @@ impl<'de> Deserialize<'de> for Context<'static> {
                 "a multi-kind context has only `kind: multi` and `contexts`; each kind's key and attributes go inside",
             ));
         }
-        let mut out: Option<Context<'static>> = None;
+        if let Some(problem) = context_kinds_problem(file.contexts.len()) {
+            return Err(D::Error::custom(format!("contexts: {problem}")));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(file.contexts.len());
+        let mut kinds = Vec::with_capacity(file.contexts.len());
         for (i, c) in file.contexts.into_iter().enumerate() {
             let kind = c.single(&format!("contexts[{i}].")).map_err(D::Error::custom)?;
-            let kind = match kind.context_kind() {
-                k if out.as_ref().is_some_and(|o| o.get_kind(k).is_some()) => {
-                    return Err(D::Error::custom(format!("contexts[{i}].kind: kind {k:?} appears twice")));
-                }
-                _ => kind,
-            };
-            out = Some(match out {
-                None => kind,
-                Some(o) => o.and(kind),
-            });
+            if !seen.insert(kind.context_kind().to_owned()) {
+                let k = kind.context_kind();
+                return Err(D::Error::custom(format!("contexts[{i}].kind: kind {k:?} appears twice")));
+            }
+            kinds.push(kind);
         }
-        Ok(out.expect("at least one kind"))
+        Ok(Context::of_distinct_kinds(kinds).expect("at least one kind"))
     }
 }
 

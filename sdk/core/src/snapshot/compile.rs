@@ -4,6 +4,8 @@
 //! flag or segment marked malformed, never a guess and never a panic.
 
 use super::*;
+use crate::clause::{RegexBudget, regex_patterns};
+use crate::model::Clause;
 
 fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
     match (serve.variation, &serve.rollout, &serve.schedule) {
@@ -54,6 +56,18 @@ fn compile_targets(targets: &[Target]) -> Option<Box<[TargetGroup]>> {
     Some(groups.into_boxed_slice())
 }
 
+/// The regex budget of one flag or segment. Over `max_regex_patterns` it
+/// allows none, so no pattern is compiled and the item is malformed (only
+/// unvalidated data gets here). The environment's budget is validation's:
+/// every set an SDK receives is validated, its cache held validated data.
+fn item_budget<'c>(clauses: impl IntoIterator<Item = &'c Clause>, limits: &Limits) -> RegexBudget {
+    let mut budget = RegexBudget::item(limits, usize::MAX);
+    if regex_patterns(clauses) > limits.max_regex_patterns {
+        budget.patterns = 0;
+    }
+    budget
+}
+
 pub(super) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     let mut malformed = false;
     let variations = Variations::new(
@@ -70,12 +84,16 @@ pub(super) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     let targets = compile_targets(&flag.targets);
     let salt = flag.effective_salt().to_owned();
     let mut clauses = Vec::with_capacity(flag.rules.iter().map(|r| r.clauses.len()).sum());
+    let mut budget = item_budget(flag.rules.iter().flat_map(|r| &r.clauses), limits);
     let rules = flag
         .rules
         .iter()
         .map(|r| {
-            let compiled =
-                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect::<Result<Vec<_>, _>>();
+            let compiled = r
+                .clauses
+                .iter()
+                .map(|c| CompiledClause::compile(c, limits, &mut budget))
+                .collect::<Result<Vec<_>, _>>();
             let serve = compile_serve(&r.serve, &salt);
             let start = clauses.len() as u32;
             match (compiled, serve) {
@@ -145,12 +163,13 @@ pub(super) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegm
     };
     let seed = bucket::seed_for(None, segment.effective_salt());
     let mut malformed = false;
+    let mut budget = item_budget(segment.rules.iter().flat_map(|r| &r.clauses), limits);
     let rules = segment
         .rules
         .iter()
         .filter_map(|r| {
             let clauses: Result<Box<[_]>, _> =
-                r.clauses.iter().map(|c| CompiledClause::compile(c, limits)).collect();
+                r.clauses.iter().map(|c| CompiledClause::compile(c, limits, &mut budget)).collect();
             let weight = match r.weight {
                 None => Ok(None),
                 Some(w) => parse_attr(&r.bucket_by)
