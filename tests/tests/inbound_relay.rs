@@ -67,6 +67,37 @@ fn request(key: String) -> impl Strategy<Value = pb::SubscribeRequest> {
     ]
 }
 
+/// A Hello the relay admits (the real key, no environment, an SDK kind)
+/// with an arbitrary cursor: a foreign epoch, or the relay's own with any
+/// revision (behind, at or ahead of its head).
+fn admitted_hello(key: String, epoch: String) -> impl Strategy<Value = pb::SubscribeRequest> {
+    (prop_oneof![text(40), Just(epoch)], prop_oneof![0u64..4, any::<u64>()], 0i32..2, text(32)).prop_map(
+        move |(epoch, revision, kind, sdk_name)| pb::SubscribeRequest {
+            kind: Some(pb::subscribe_request::Kind::Hello(pb::Hello {
+                sdk_key: key.clone(),
+                cursor: Some(pb::Cursor { epoch, revision }),
+                subscriber_kind: kind,
+                sdk_name,
+                ..Default::default()
+            })),
+        },
+    )
+}
+
+/// A message after the Hello that does not end the stream by itself: an
+/// arbitrary ack, or an empty message.
+fn follow_up() -> impl Strategy<Value = pb::SubscribeRequest> {
+    let ack = (text(40), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us)| pb::Ack {
+        epoch,
+        revision,
+        apply_duration_us: us,
+    });
+    prop_oneof![
+        ack.prop_map(|a| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(a)) }),
+        Just(pb::SubscribeRequest { kind: None }),
+    ]
+}
+
 /// How a stream opened with arbitrary messages was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
@@ -95,7 +126,7 @@ async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<Ans
         let mut heartbeats = 0;
         loop {
             match stream.message().await?.and_then(|m| m.kind) {
-                None => return Ok(Answer::Refused),
+                None => return Ok::<_, tonic::Status>(Answer::Refused),
                 Some(Kind::Heartbeat(_)) if heartbeats == 0 => heartbeats += 1,
                 Some(Kind::Heartbeat(_)) => return Ok(Answer::Held),
                 Some(_) => return Ok(Answer::Served),
@@ -119,8 +150,17 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
     let mut relay = rt.block_on(Relay::start(dir.path(), &["--heartbeat", "1s"]));
     let key = relay.demo_key();
 
-    let streams = (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4))
-        .prop_map(|(first, rest)| std::iter::once(first).chain(rest).collect::<Vec<_>>());
+    let chain = |(first, rest): (pb::SubscribeRequest, Vec<pb::SubscribeRequest>)| {
+        std::iter::once(first).chain(rest).collect::<Vec<_>>()
+    };
+    let arbitrary = (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4)).prop_map(chain);
+    // Two streams in three open with an admitted Hello and arbitrary acks
+    // after it, so arbitrary cursors reach the relay's cursor handling,
+    // not only its authentication.
+    let demo = rt.block_on(relay.status()).environments.into_iter().find(|e| e.name == "demo").expect("demo");
+    let admitted =
+        (admitted_hello(key.clone(), demo.epoch), proptest::collection::vec(follow_up(), 0..4)).prop_map(chain);
+    let streams = prop_oneof![1 => arbitrary, 2 => admitted];
     let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
     let answers = std::cell::RefCell::new(Vec::new());
     runner
@@ -139,9 +179,11 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
         count(Answer::Held),
         count(Answer::Refused)
     );
-    // Arbitrary cursors really reached the relay's cursor handling (a
-    // Hello with the real key comes first in about one case in five).
-    assert!(count(Answer::Served) + count(Answer::Held) >= 3, "hardly any stream got past its Hello: {answers:?}");
+    // Arbitrary cursors really reached the relay's cursor handling.
+    assert!(
+        count(Answer::Served) + count(Answer::Held) >= 16,
+        "too few streams got past their opening heartbeat: {answers:?}"
+    );
 
     // Writes: valid flags of the evaluation suite, changed field by field
     // (a key, a type, an index, an operator, an attribute, truncated lists)
@@ -156,7 +198,12 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
         0usize..4,
         proptest::option::of(text(80)),
         proptest::option::of(any::<i32>()),
-        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        // Most writes keep their bytes: a flipped byte mostly stops the
+        // message decoding, and only decoded writes reach the relay.
+        prop_oneof![
+            3 => Just(Vec::new()),
+            1 => proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3)
+        ],
     );
     let mutated =
         (0..writes.len(), edits).prop_map(move |(i, (key, kind, on, vars, rules, attr, op, flips))| {
@@ -213,7 +260,7 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
         refused.get(),
         undecoded.get()
     );
-    assert!(sent > 2 * undecoded.get(), "most mutated writes must reach the relay: only {sent} of {} decoded", sent + undecoded.get());
+    assert!(sent > undecoded.get(), "most mutated writes must reach the relay: only {sent} of {} decoded", sent + undecoded.get());
 
     assert!(relay.running(), "the relay died:\n{}", relay.log());
     assert!(!relay.log().contains("panicked"), "{}", relay.log());

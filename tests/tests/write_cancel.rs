@@ -107,7 +107,7 @@ async fn cancelled_writes_leave_memory_disk_and_subscribers_agreeing() {
     // first kind: there must be some, or nothing here was cut mid-commit.
     let committed = |round: &usize| seen.iter().any(|(k, _, _)| *k == format!("round-{round}"));
     let (cut_mid_flight, never_committed): (Vec<usize>, Vec<usize>) =
-        cancelled.iter().partition(|r| committed(r));
+        cancelled.iter().copied().partition(|r| committed(r));
     let abandoned = relay.metric("flagstream_admin_writes_total{result=\"abandoned\"}").await;
     eprintln!(
         "cancelled {}: {} cut mid-flight and committed, {} never committed ({abandoned} abandoned in the queue)",
