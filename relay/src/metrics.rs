@@ -249,7 +249,8 @@ impl Metrics {
         for kind in ["snapshot", "delta"] {
             m.encodes.get_or_create(&vec![("kind", kind.to_owned())]).inc_by(0);
         }
-        for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large", "inside_diffed_snapshot"] {
+        for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large", "inside_diffed_snapshot"]
+        {
             m.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc_by(0);
         }
         for reason in

@@ -166,10 +166,15 @@ async fn garbled_data_files_are_refused_not_served_short() {
                     Subscriber::connect(started.channel().await, &started.demo_key(), None).await.unwrap();
                 let update = sub.next_change(STEP).await.unwrap();
                 assert!(matches!(update, Update::Snapshot { revision, .. } if revision < head), "{update:?}");
-                eprintln!("garble at byte {at} of {len}: refused (after {} unnoticed: {tried:?})", tried.len());
+                eprintln!(
+                    "garble at byte {at} of {len}: refused (after {} unnoticed: {tried:?})",
+                    tried.len()
+                );
                 return;
             }
         }
     }
-    panic!("no garble made sled cut its log back (offsets {tried:?} of {len}): the refusal was never exercised");
+    panic!(
+        "no garble made sled cut its log back (offsets {tried:?} of {len}): the refusal was never exercised"
+    );
 }

@@ -153,13 +153,14 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
     let chain = |(first, rest): (pb::SubscribeRequest, Vec<pb::SubscribeRequest>)| {
         std::iter::once(first).chain(rest).collect::<Vec<_>>()
     };
-    let arbitrary = (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4)).prop_map(chain);
+    let arbitrary =
+        (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4)).prop_map(chain);
     // Two streams in three open with an admitted Hello and arbitrary acks
     // after it, so arbitrary cursors reach the relay's cursor handling,
     // not only its authentication.
     let demo = rt.block_on(relay.status()).environments.into_iter().find(|e| e.name == "demo").expect("demo");
-    let admitted =
-        (admitted_hello(key.clone(), demo.epoch), proptest::collection::vec(follow_up(), 0..4)).prop_map(chain);
+    let admitted = (admitted_hello(key.clone(), demo.epoch), proptest::collection::vec(follow_up(), 0..4))
+        .prop_map(chain);
     let streams = prop_oneof![1 => arbitrary, 2 => admitted];
     let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
     let answers = std::cell::RefCell::new(Vec::new());
@@ -234,7 +235,8 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
             b
         });
     let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
-    let (accepted, refused, undecoded) = (std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let (accepted, refused, undecoded) =
+        (std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0));
     runner
         .run(&mutated, |bytes| {
             let Ok(mut req) = pb::PutFlagRequest::decode(bytes.as_slice()) else {
@@ -260,7 +262,11 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
         refused.get(),
         undecoded.get()
     );
-    assert!(sent > undecoded.get(), "most mutated writes must reach the relay: only {sent} of {} decoded", sent + undecoded.get());
+    assert!(
+        sent > undecoded.get(),
+        "most mutated writes must reach the relay: only {sent} of {} decoded",
+        sent + undecoded.get()
+    );
 
     assert!(relay.running(), "the relay died:\n{}", relay.log());
     assert!(!relay.log().contains("panicked"), "{}", relay.log());

@@ -171,7 +171,10 @@ async fn a_replica_with_the_catalog_but_no_snapshot_answers_unavailable() {
         "this relay holds no data for environment \"late\" yet; try another relay",
         "{e:?}"
     );
-    assert_eq!(replica.metric("flagstream_subscribes_total{result=\"rejected\",reason=\"no_data\"}").await, 1.0);
+    assert_eq!(
+        replica.metric("flagstream_subscribes_total{result=\"rejected\",reason=\"no_data\"}").await,
+        1.0
+    );
     // The environment it has data for is served.
     let mut demo = Subscriber::connect(replica.channel().await, &primary.demo_key(), None).await.unwrap();
     assert!(matches!(demo.next(STEP).await, Ok(Update::Snapshot { .. })));

@@ -115,7 +115,10 @@ async fn cancelled_writes_leave_memory_disk_and_subscribers_agreeing() {
         cut_mid_flight.len(),
         never_committed.len()
     );
-    assert!(!cut_mid_flight.is_empty(), "no commit was cut mid-flight (cancelled rounds {cancelled:?} all left nothing)");
+    assert!(
+        !cut_mid_flight.is_empty(),
+        "no commit was cut mid-flight (cancelled rounds {cancelled:?} all left nothing)"
+    );
 
     // Disk = memory: a restart loads (verifying the checksum) the same
     // revision, checksum and items.
