@@ -259,13 +259,19 @@ impl Metrics {
             "connections",
             "connections_per_address",
             "connection_idle",
+            "catalog_poll_failed",
+            "catalog_apply_failed",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }
         for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "abandoned", "quota", "error"] {
             m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
         }
-        for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large"] {
+        for kind in ["snapshot", "delta"] {
+            m.encodes.get_or_create(&vec![("kind", kind.to_owned())]).inc_by(0);
+        }
+        for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large", "inside_diffed_snapshot"]
+        {
             m.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc_by(0);
         }
         for reason in

@@ -1,6 +1,7 @@
 //! Shared fixtures for flagstream's integration tests: the data-driven
 //! evaluation case format (`case`), a real relay process (`relay`) and a
-//! raw protocol subscriber (`subscriber`) and a TCP fault proxy (`proxy`).
+//! raw protocol subscriber (`subscriber`), a TCP fault proxy (`proxy`), and
+//! the pinned Python packages some tests run (`python`).
 
 pub mod case;
 pub mod cluster;
@@ -8,6 +9,7 @@ pub mod fault;
 pub mod inbound;
 pub mod postgres;
 pub mod proxy;
+pub mod python;
 pub mod relay;
 pub mod subscriber;
 

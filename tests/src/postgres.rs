@@ -3,10 +3,12 @@
 //!
 //! The server binaries are found with `pg_config --bindir`, else under
 //! `/usr/lib/postgresql/*/bin` (Debian's `postgresql-15` package). Without
-//! them, [`Postgres::start`] prints one line saying the test is skipped and
-//! how to install the server — unless `FLAGSTREAM_REQUIRE_POSTGRES=1`
-//! (`.ci/run` sets it), which makes it a failure. `initdb` refuses to run
-//! as root: as root the server runs as the `postgres` user.
+//! them, [`Postgres::start`] fails the test, saying how to install the
+//! server — unless `FLAGSTREAM_SKIP_POSTGRES=1` is set, the explicit choice
+//! to skip: then it prints one `SKIPPED` line to the test output and the
+//! test returns early. `FLAGSTREAM_REQUIRE_POSTGRES=1` (`.ci/run` sets it)
+//! overrides a skip request: a missing server fails. `initdb` refuses to
+//! run as root: as root the server runs as the `postgres` user.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -68,8 +70,9 @@ fn is_root() -> bool {
 }
 
 impl Postgres {
-    /// Starts a server, or `None` (with one line saying so) when the
-    /// binaries are missing and the environment does not require them.
+    /// Starts a server, or `None` (with one `SKIPPED` line saying so) when
+    /// the binaries are missing and `FLAGSTREAM_SKIP_POSTGRES=1` asks to
+    /// skip; without them and without that, the test fails.
     pub fn start() -> Option<Postgres> {
         Postgres::start_with(false, false)
     }
@@ -89,16 +92,23 @@ impl Postgres {
 
     fn start_with(durable: bool, tls: bool) -> Option<Postgres> {
         let Some(bin) = bindir() else {
-            let msg = "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin): \
-                       PostgreSQL tests skipped; install them with `apt-get install postgresql-15`";
-            if std::env::var("FLAGSTREAM_REQUIRE_POSTGRES").as_deref() == Ok("1") {
-                panic!("{msg} (FLAGSTREAM_REQUIRE_POSTGRES=1 makes this a failure)");
+            let msg = "PostgreSQL server binaries not found (pg_config --bindir, /usr/lib/postgresql/*/bin); \
+                       install them with `apt-get install postgresql-15`";
+            let var = |name: &str| std::env::var(name).as_deref() == Ok("1");
+            if var("FLAGSTREAM_REQUIRE_POSTGRES") || !var("FLAGSTREAM_SKIP_POSTGRES") {
+                panic!(
+                    "{msg}, or set FLAGSTREAM_SKIP_POSTGRES=1 to skip the PostgreSQL tests \
+                     (FLAGSTREAM_REQUIRE_POSTGRES=1 overrides that)"
+                );
             }
             // Straight to the process's stderr: libtest captures `eprintln!`
             // of a passing test, and a skip must be seen.
             use std::io::Write as _;
             // A failed write to stderr has nowhere else to be reported.
-            let _ignored = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+            let _ignored = writeln!(
+                std::io::stderr(),
+                "SKIPPED (FLAGSTREAM_SKIP_POSTGRES=1): this PostgreSQL test did not run: {msg}"
+            );
             return None;
         };
         let as_user = is_root().then(|| "postgres".to_owned());

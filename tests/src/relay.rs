@@ -265,20 +265,40 @@ impl Relay {
         out
     }
 
-    /// The value of one metric sample (`name{labels}`), 0 if absent.
+    /// The value of one metric sample (`name{labels}`, exactly as
+    /// exported). A sample the relay does not export fails the test: a
+    /// renamed metric or label must not read as 0.
     pub async fn metric(&self, sample: &str) -> f64 {
-        self.metrics_text()
-            .await
-            .lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.trim().split(' ').next()?.parse().ok()))
-            .unwrap_or(0.0)
+        let text = self.metrics_text().await;
+        sample_value(&text, sample)
+            .unwrap_or_else(|| panic!("the relay exports no sample {sample}; its /metrics:\n{text}"))
     }
 
-    /// The sum of every sample of the metric `name` (all label sets).
+    /// The sample's value, `None` while the relay does not export it (for
+    /// waits: a series that never appears times the wait out).
+    pub async fn try_metric(&self, sample: &str) -> Option<f64> {
+        sample_value(&self.metrics_text().await, sample)
+    }
+
+    /// [`Relay::metric`] for a series that may legitimately not exist yet
+    /// (one created on its first event, with an open label set such as an
+    /// environment name): 0 if absent. Say at the call why it may be.
+    pub async fn metric_or_zero(&self, sample: &str) -> f64 {
+        sample_value(&self.metrics_text().await, sample).unwrap_or(0.0)
+    }
+
+    /// The sum of every sample of the metric `name` (all label sets; 0
+    /// when it has none yet). A metric the relay does not register at all
+    /// fails the test.
     pub async fn metric_sum(&self, name: &str) -> f64 {
-        self.metrics_text()
-            .await
-            .lines()
+        let text = self.metrics_text().await;
+        // OpenMetrics names a counter's family without its `_total`.
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            text.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|t| t.split(' ').next()) == Some(family)),
+            "the relay registers no metric {name}; its /metrics:\n{text}"
+        );
+        text.lines()
             .filter(|l| {
                 l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
             })
@@ -334,6 +354,17 @@ impl Relay {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
     }
+}
+
+/// The value of the sample `sample` (`name{labels}`) in a `/metrics`
+/// text, if it is there.
+fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(sample)?;
+        // `name` must not match `name_created` or `name{...}`: the sample
+        // is followed by its value.
+        rest.strip_prefix(' ')?.split(' ').next()?.parse().ok()
+    })
 }
 
 /// A bool flag whose fallthrough serves `variation`.

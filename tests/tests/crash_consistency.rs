@@ -2,11 +2,13 @@
 //! the middle of a stream of writes leaves a consistent store: every
 //! acknowledged write is there after a restart, the relay's stated
 //! checksum matches a recomputation over what it serves, and nothing is
-//! torn. A garbled data file is refused at start with the file named, or
-//! (when sled's own log checks cut it back to a consistent point) served
-//! whole and checksummed, never half-applied, never a panic.
+//! torn. A data file garbled so that sled's recovery cuts its log back is
+//! refused at start with the marks file named (and served, checksummed,
+//! once the operator deletes it); a garble sled does not notice leaves the
+//! whole head served; never half-applied, never a panic.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
@@ -83,16 +85,34 @@ async fn kill_9_loses_no_acknowledged_write() {
     assert_eq!(acked.len(), KEYS, "every key was written at least once");
 }
 
-/// Garbles the middle of sled's log. sled's recovery cuts a garbled
-/// log back to its last consistent point without a word; the relay's
-/// commit marks catch that: it refuses to start, naming the environment,
-/// both revisions and the marks file. (If a garble hits only unused
-/// space, the relay starts and must serve the whole, checksummed head.)
-/// Deleting the marks file is the documented way to serve what is left.
+/// Copies directory `from` to `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Garbles 512 bytes of sled's log, at one offset after another (each on
+/// a fresh copy of the same data), until sled's recovery cuts the log back
+/// to an earlier consistent point without a word. The relay's commit marks
+/// catch that: it refuses to start, naming the environment, both revisions
+/// and the marks file; deleting the marks file (the documented way to
+/// accept the loss) serves what is left, whole and checksummed. A garble
+/// that sled's recovery does not notice (it hit unused space) must leave
+/// the relay serving the whole, checksummed head. Never a panic, never a
+/// head served short without the refusal.
 #[tokio::test]
 async fn garbled_data_files_are_refused_not_served_short() {
     let dir = tempfile::tempdir().unwrap();
-    let mut relay = Relay::start(dir.path(), &[]).await;
+    let pristine = dir.path().join("pristine");
+    let mut relay = Relay::start(&pristine, &[]).await;
     let mut admin = relay.admin().await;
     let mut head = 0;
     for i in 0..100 {
@@ -104,39 +124,57 @@ async fn garbled_data_files_are_refused_not_served_short() {
     assert!(relay.wait(STEP).await.success());
     // sled's log file (not its snapshot files, whose own CRC makes sled
     // fail to open instead of cutting back).
-    let log = dir.path().join("data/db/db");
-    let mut bytes = std::fs::read(&log).unwrap();
-    assert!(bytes.len() > 64 << 10, "the sled log is only {} bytes", bytes.len());
-    let mid = bytes.len() / 2;
-    for b in &mut bytes[mid..mid + 512] {
-        *b ^= 0x5a;
-    }
-    std::fs::write(&log, bytes).unwrap();
+    let len = std::fs::metadata(pristine.join("data/db/db")).unwrap().len() as usize;
+    assert!(len > 64 << 10, "the sled log is only {len} bytes");
 
-    match Relay::try_start(dir.path(), &[]).await {
-        Ok(started) => {
-            let mut sub =
-                Subscriber::connect(started.channel().await, &started.demo_key(), None).await.unwrap();
-            let update = sub.next_change(STEP).await;
-            assert_eq!(update, Ok(Update::Snapshot { revision: head, chunks: 1 }), "{}", started.log());
+    // Offsets from the middle outwards, then ever finer.
+    let offsets = [8, 4, 12, 2, 6, 10, 14, 1, 3, 5, 7, 9, 11, 13, 15].map(|sixteenths| len * sixteenths / 16);
+    let mut tried = Vec::new();
+    for (n, at) in offsets.into_iter().enumerate() {
+        let copy = dir.path().join(format!("garbled-{n}"));
+        copy_dir(&pristine, &copy);
+        let log = copy.join("data/db/db");
+        let mut bytes = std::fs::read(&log).unwrap();
+        for b in &mut bytes[at..(at + 512).min(len)] {
+            *b ^= 0x5a;
         }
-        Err((status, log)) => {
-            assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{log}");
-            assert!(!log.contains("panicked"), "a panic instead of an error:\n{log}");
-            assert!(
-                log.contains("environment \"demo\"")
-                    && log.contains(&format!("revision {head} of epoch"))
-                    && log.contains("commit-marks.json"),
-                "the refusal does not say what is wrong:\n{log}"
-            );
-            // The operator accepts the loss: the relay serves what is left,
-            // whole and checksummed (`next` verifies the checksum).
-            std::fs::remove_file(dir.path().join("data/commit-marks.json")).unwrap();
-            let started = Relay::start(dir.path(), &[]).await;
-            let mut sub =
-                Subscriber::connect(started.channel().await, &started.demo_key(), None).await.unwrap();
-            let update = sub.next_change(STEP).await.unwrap();
-            assert!(matches!(update, Update::Snapshot { revision, .. } if revision < head), "{update:?}");
+        std::fs::write(&log, bytes).unwrap();
+
+        match Relay::try_start(&copy, &[]).await {
+            Ok(started) => {
+                // Unnoticed by sled: the whole head, checksummed.
+                let mut sub =
+                    Subscriber::connect(started.channel().await, &started.demo_key(), None).await.unwrap();
+                let update = sub.next_change(STEP).await;
+                assert_eq!(update, Ok(Update::Snapshot { revision: head, chunks: 1 }), "{}", started.log());
+                tried.push(at);
+            }
+            Err((status, log)) => {
+                assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{log}");
+                assert!(!log.contains("panicked"), "a panic instead of an error:\n{log}");
+                assert!(
+                    log.contains("environment \"demo\"")
+                        && log.contains(&format!("revision {head} of epoch"))
+                        && log.contains("commit-marks.json"),
+                    "the refusal (garble at byte {at} of {len}) does not say what is wrong:\n{log}"
+                );
+                // The operator accepts the loss: the relay serves what is
+                // left, whole and checksummed (`next` verifies the checksum).
+                std::fs::remove_file(copy.join("data/commit-marks.json")).unwrap();
+                let started = Relay::start(&copy, &[]).await;
+                let mut sub =
+                    Subscriber::connect(started.channel().await, &started.demo_key(), None).await.unwrap();
+                let update = sub.next_change(STEP).await.unwrap();
+                assert!(matches!(update, Update::Snapshot { revision, .. } if revision < head), "{update:?}");
+                eprintln!(
+                    "garble at byte {at} of {len}: refused (after {} unnoticed: {tried:?})",
+                    tried.len()
+                );
+                return;
+            }
         }
     }
+    panic!(
+        "no garble made sled cut its log back (offsets {tried:?} of {len}): the refusal was never exercised"
+    );
 }

@@ -3,7 +3,9 @@
 //! systemd units, with every configuration file they use, is accepted by
 //! the relay binary (`flagstream-relay check`, or the probe's parser); and
 //! the Kubernetes manifests validate against Kubernetes' own schemas
-//! (offline, with the `kubernetes-validate` package, installed here).
+//! (offline, with the `kubernetes-validate` package: from
+//! `FLAGSTREAM_PYTHON_PACKAGES`, or downloaded from PyPI into the build
+//! directory on first run, see `flagstream_tests::python`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -191,25 +193,16 @@ fn every_command_line_and_config_file_is_accepted_by_the_binary() {
 }
 
 /// The manifests validate (strictly: no unknown fields) against the
-/// Kubernetes schemas shipped by the `kubernetes-validate` package, which
-/// this test installs from PyPI into the build directory on first run.
+/// Kubernetes schemas shipped by the `kubernetes-validate` package (from
+/// `FLAGSTREAM_PYTHON_PACKAGES`, or installed from PyPI into the build
+/// directory on first run, saying so).
 #[test]
 fn kubernetes_manifests_validate_against_the_schemas() {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubernetes-validate");
-    let installed = target.join("kubernetes_validate");
-    if !installed.exists() {
-        let out = Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-            .arg(&target)
-            .arg("kubernetes-validate==1.37.0")
-            .output()
-            .expect("python3 runs");
-        assert!(
-            out.status.success(),
-            "installing kubernetes-validate from PyPI failed (needs python3 with pip and network): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let target = flagstream_tests::python::packages(
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubernetes-validate"),
+        &["kubernetes-validate==1.37.0"],
+        &["kubernetes_validate"],
+    );
     let files: Vec<PathBuf> =
         std::fs::read_dir(deploy().join("k8s")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(files.len() >= 4);

@@ -1,29 +1,22 @@
 //! The independent Python reference evaluator (`tests/data/eval/ref_eval.py`,
 //! a reading of docs/EVALUATION.md) re-derives every expectation of the
 //! data-driven suite, so the YAML cannot drift toward whatever the engine
-//! does. Its two packages (PyYAML, xxhash) are installed from PyPI into the
-//! build directory on first run; without python3, pip or the network this
-//! test fails, never skips.
+//! does. Its two packages (PyYAML, xxhash) come from
+//! `FLAGSTREAM_PYTHON_PACKAGES`, or are installed from PyPI into the build
+//! directory on first run (`flagstream_tests::python`); without python3
+//! and pip (or the network, when they are not there) this test fails,
+//! never skips.
 
 use std::path::Path;
 use std::process::Command;
 
 #[test]
 fn the_reference_evaluator_agrees_with_every_case() {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ref-eval-python");
-    if !(target.join("yaml").exists() && target.join("xxhash").exists()) {
-        let out = Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-            .arg(&target)
-            .args(["PyYAML==6.0.2", "xxhash==3.5.0"])
-            .output()
-            .expect("python3 runs");
-        assert!(
-            out.status.success(),
-            "installing PyYAML and xxhash from PyPI failed (needs python3 with pip and network): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let target = flagstream_tests::python::packages(
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("ref-eval-python"),
+        &["PyYAML==6.0.2", "xxhash==3.5.0"],
+        &["yaml", "xxhash"],
+    );
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/eval");
     let out = Command::new("python3")
         .env("PYTHONPATH", &target)

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use flagstream_tests::fault::slow::{Load, run};
+use flagstream_tests::fault::slow::{Load, SLOW_SDK, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_does_not_hold_up_the_others() {
@@ -30,6 +30,11 @@ async fn a_slow_reader_does_not_hold_up_the_others() {
     eprintln!("{r:?}");
     assert!(r.writes >= 60, "{r:?}");
     assert!(r.cut_off <= 1, "a stream other than the slow one was cut off: {r:?}");
+    // Which one: every stream cut is the slow reader's (the relay's log
+    // names the SDK of each), and no fast client had to reconnect.
+    assert_eq!(r.cut_sdks.len() as u64, r.cut_off, "every cut is logged: {r:?}");
+    assert!(r.cut_sdks.iter().all(|s| s == SLOW_SDK), "a fast client's stream was cut: {r:?}");
+    assert_eq!(r.fast_reconnects, 0, "a fast client lost its stream: {r:?}");
     // The proxy held it to its rate (plus one paced chunk): it cannot have
     // kept up.
     let allowed = 1024.0 * r.ran_for.as_secs_f64() * 1.2 + 1024.0;

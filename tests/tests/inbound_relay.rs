@@ -67,23 +67,78 @@ fn request(key: String) -> impl Strategy<Value = pb::SubscribeRequest> {
     ]
 }
 
-/// Opens a stream with `msgs` and reads its first answer.
-async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<(), String> {
+/// A Hello the relay admits (the real key, no environment, an SDK kind)
+/// with an arbitrary cursor: a foreign epoch, or the relay's own with any
+/// revision (behind, at or ahead of its head).
+fn admitted_hello(key: String, epoch: String) -> impl Strategy<Value = pb::SubscribeRequest> {
+    (prop_oneof![text(40), Just(epoch)], prop_oneof![0u64..4, any::<u64>()], 0i32..2, text(32)).prop_map(
+        move |(epoch, revision, kind, sdk_name)| pb::SubscribeRequest {
+            kind: Some(pb::subscribe_request::Kind::Hello(pb::Hello {
+                sdk_key: key.clone(),
+                cursor: Some(pb::Cursor { epoch, revision }),
+                subscriber_kind: kind,
+                sdk_name,
+                ..Default::default()
+            })),
+        },
+    )
+}
+
+/// A message after the Hello that does not end the stream by itself: an
+/// arbitrary ack, or an empty message.
+fn follow_up() -> impl Strategy<Value = pb::SubscribeRequest> {
+    let ack = (text(40), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us)| pb::Ack {
+        epoch,
+        revision,
+        apply_duration_us: us,
+    });
+    prop_oneof![
+        ack.prop_map(|a| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(a)) }),
+        Just(pb::SubscribeRequest { kind: None }),
+    ]
+}
+
+/// How a stream opened with arbitrary messages was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Past the opening heartbeat, the relay acted on the cursor: a
+    /// snapshot chunk, a delta or a reconnect request.
+    Served,
+    /// Past the opening heartbeat, another heartbeat: the relay holds the
+    /// stream (a cursor at or ahead of its head).
+    Held,
+    /// A clean refusal, or the stream ended.
+    Refused,
+}
+
+/// Opens a stream with `msgs` and reads past its opening heartbeat to
+/// what the relay does with the cursor (the relay heartbeats every
+/// second, so a held stream answers too).
+async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<Answer, String> {
+    use pb::subscribe_response::Kind;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     for m in msgs {
         tx.send(m).await.map_err(|e| e.to_string())?;
     }
-    let mut client = SyncClient::new(relay.channel().await);
+    let mut client = SyncClient::new(relay.channel().await).max_decoding_message_size(16 << 20);
     let answer = tokio::time::timeout(Duration::from_secs(10), async {
         let mut stream = client.subscribe(ReceiverStream::new(rx)).await?.into_inner();
-        stream.message().await.map(|_| ())
+        let mut heartbeats = 0;
+        loop {
+            match stream.message().await?.and_then(|m| m.kind) {
+                None => return Ok::<_, tonic::Status>(Answer::Refused),
+                Some(Kind::Heartbeat(_)) if heartbeats == 0 => heartbeats += 1,
+                Some(Kind::Heartbeat(_)) => return Ok(Answer::Held),
+                Some(_) => return Ok(Answer::Served),
+            }
+        }
     })
     .await
     .map_err(|_| "no answer within 10 s".to_owned())?;
     drop(tx);
     match answer {
-        Ok(()) => Ok(()),
-        Err(s) if CLEAN.contains(&s.code()) => Ok(()),
+        Ok(a) => Ok(a),
+        Err(s) if CLEAN.contains(&s.code()) => Ok(Answer::Refused),
         Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
     }
 }
@@ -92,19 +147,44 @@ async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<(),
 fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut relay = rt.block_on(Relay::start(dir.path(), &[]));
+    let mut relay = rt.block_on(Relay::start(dir.path(), &["--heartbeat", "1s"]));
     let key = relay.demo_key();
 
-    let streams = (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4))
-        .prop_map(|(first, rest)| std::iter::once(first).chain(rest).collect::<Vec<_>>());
+    let chain = |(first, rest): (pb::SubscribeRequest, Vec<pb::SubscribeRequest>)| {
+        std::iter::once(first).chain(rest).collect::<Vec<_>>()
+    };
+    let arbitrary =
+        (request(key.clone()), proptest::collection::vec(request(key.clone()), 0..4)).prop_map(chain);
+    // Two streams in three open with an admitted Hello and arbitrary acks
+    // after it, so arbitrary cursors reach the relay's cursor handling,
+    // not only its authentication.
+    let demo = rt.block_on(relay.status()).environments.into_iter().find(|e| e.name == "demo").expect("demo");
+    let admitted = (admitted_hello(key.clone(), demo.epoch), proptest::collection::vec(follow_up(), 0..4))
+        .prop_map(chain);
+    let streams = prop_oneof![1 => arbitrary, 2 => admitted];
     let mut runner = TestRunner::new(Config { cases: 48, failure_persistence: None, ..Config::default() });
+    let answers = std::cell::RefCell::new(Vec::new());
     runner
         .run(&streams, |msgs| {
             let got = rt.block_on(subscribe(&relay, msgs.clone()));
             prop_assert!(got.is_ok(), "{got:?} for {msgs:?}");
+            answers.borrow_mut().extend(got);
             Ok(())
         })
         .unwrap();
+    let answers = answers.into_inner();
+    let count = |a: Answer| answers.iter().filter(|&&x| x == a).count();
+    eprintln!(
+        "subscriptions: {} served, {} held, {} refused",
+        count(Answer::Served),
+        count(Answer::Held),
+        count(Answer::Refused)
+    );
+    // Arbitrary cursors really reached the relay's cursor handling.
+    assert!(
+        count(Answer::Served) + count(Answer::Held) >= 16,
+        "too few streams got past their opening heartbeat: {answers:?}"
+    );
 
     // Writes: valid flags of the evaluation suite, changed field by field
     // (a key, a type, an index, an operator, an attribute, truncated lists)
@@ -119,7 +199,12 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
         0usize..4,
         proptest::option::of(text(80)),
         proptest::option::of(any::<i32>()),
-        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        // Most writes keep their bytes: a flipped byte mostly stops the
+        // message decoding, and only decoded writes reach the relay.
+        prop_oneof![
+            3 => Just(Vec::new()),
+            1 => proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3)
+        ],
     );
     let mutated =
         (0..writes.len(), edits).prop_map(move |(i, (key, kind, on, vars, rules, attr, op, flips))| {
@@ -150,10 +235,14 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
             b
         });
     let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
-    let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let (accepted, refused, undecoded) =
+        (std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0));
     runner
         .run(&mutated, |bytes| {
-            let Ok(mut req) = pb::PutFlagRequest::decode(bytes.as_slice()) else { return Ok(()) };
+            let Ok(mut req) = pb::PutFlagRequest::decode(bytes.as_slice()) else {
+                undecoded.set(undecoded.get() + 1);
+                return Ok(());
+            };
             req.environment = "demo".into();
             let got = rt.block_on(async { relay.admin().await.put_flag(req.clone()).await });
             match got {
@@ -166,8 +255,18 @@ fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
             Ok(())
         })
         .unwrap();
-    eprintln!("mutated writes: {} accepted, {} refused", accepted.get(), refused.get());
-    assert!(accepted.get() + refused.get() > 0, "no mutated write decoded");
+    let sent = accepted.get() + refused.get();
+    eprintln!(
+        "mutated writes: {} accepted, {} refused, {} did not decode (not sent)",
+        accepted.get(),
+        refused.get(),
+        undecoded.get()
+    );
+    assert!(
+        sent > undecoded.get(),
+        "most mutated writes must reach the relay: only {sent} of {} decoded",
+        sent + undecoded.get()
+    );
 
     assert!(relay.running(), "the relay died:\n{}", relay.log());
     assert!(!relay.log().contains("panicked"), "{}", relay.log());

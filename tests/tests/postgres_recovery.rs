@@ -34,7 +34,7 @@ async fn flag_keys(relay: &Relay) -> Vec<String> {
 /// Writes keep coming at both relays while the database restarts twice
 /// (cleanly, then crashing); every write that was acknowledged is on both
 /// relays and their SDKs afterwards, and the writes made while it was down
-/// were refused, not lost silently.
+/// were refused, not lost silently, and are absent afterwards.
 #[tokio::test]
 async fn database_restarts_while_writes_continue_lose_nothing() {
     let Some(pg) = Postgres::start() else { return };
@@ -48,7 +48,7 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
     for s in &sdks {
         s.wait_ready(STEP).await;
     }
-    let (mut admins, mut acked, mut refused) = ([a.admin().await, b.admin().await], Vec::new(), 0);
+    let (mut admins, mut acked, mut refused) = ([a.admin().await, b.admin().await], Vec::new(), Vec::new());
     let mut next = 0usize;
     let mut last_own = [String::new(), String::new()];
     // The next `n` writes: (number, which relay takes it), alternating.
@@ -69,7 +69,7 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
             let e = put(&mut admins[relay], "demo", bool_flag(&format!("w{n}"), true)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
             assert!(e.message().contains("database"), "{}", e.message());
-            refused += 1;
+            refused.push(format!("w{n}"));
         }
         // Loudly visible: the feed gauges say the data is unconfirmed.
         for r in [&a, &b] {
@@ -105,7 +105,7 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
             wait_metric(r, "flagstream_upstream_live{env=\"demo\"}", |v| v == 1.0).await;
         }
     }
-    assert_eq!(refused, 6);
+    assert_eq!(refused.len(), 6);
     for s in &sdks {
         let last = acked.last().unwrap().clone();
         eventually("every acknowledged write on every SDK", || {
@@ -113,11 +113,21 @@ async fn database_restarts_while_writes_continue_lose_nothing() {
                 && s.bool(&last, &Context::new("u"), false)
         })
         .await;
+        // A refused write was not half-done: nothing of it is served.
+        let served: Vec<String> = s.snapshot().flags().map(|f| f.key.clone()).collect();
+        for f in &refused {
+            assert!(!served.contains(f), "{f} was refused but an SDK serves it");
+        }
     }
     let (ka, kb) = (flag_keys(&a).await, flag_keys(&b).await);
     assert_eq!(ka, kb, "both relays hold the same flags");
     for f in &acked {
         assert!(ka.contains(f), "{f} was acknowledged but is missing");
+    }
+    // Nor stored: after both restarts no relay holds a write refused while
+    // the database was down.
+    for f in &refused {
+        assert!(!ka.contains(f), "{f} was refused but is stored");
     }
 }
 
@@ -245,7 +255,10 @@ async fn a_restored_backup_becomes_a_new_epoch() {
         .await;
 }
 
-/// Waits until `r`'s `/metrics` sample satisfies `ok`.
+/// Waits until `r` exports the `/metrics` sample and it satisfies `ok`.
 async fn wait_metric(r: &Relay, sample: &str, ok: impl Fn(f64) -> bool) {
-    flagstream_tests::cluster::eventually_async(sample, || async { ok(r.metric(sample).await) }).await;
+    flagstream_tests::cluster::eventually_async(sample, || async {
+        r.try_metric(sample).await.is_some_and(&ok)
+    })
+    .await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flagstream::{Client, Context};
 use flagstream_tests::STEP;
-use flagstream_tests::cluster::{eventually, replicate_token};
+use flagstream_tests::cluster::{eventually, eventually_async, replicate_token};
 use flagstream_tests::proxy::Proxy;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 
@@ -17,7 +17,10 @@ async fn a_cursor_ahead_of_a_lagging_replica_is_held_until_it_catches_up() {
     let token = replicate_token(&primary, dir.path(), "replicas").await;
     // The replica reaches the primary through a proxy that can cut it off.
     let proxy = Proxy::start(primary.grpc).await;
-    let mut replica = Relay::start_replica(&dir.path().join("replica"), &[proxy.url()], &token, &[]).await;
+    // Heartbeats every 200 ms: the hold below is seen by them.
+    let mut replica =
+        Relay::start_replica(&dir.path().join("replica"), &[proxy.url()], &token, &["--heartbeat", "200ms"])
+            .await;
     replica.admin_secret = Some(primary.admin_token());
     replica.wait_ready().await;
     let client = Client::builder()
@@ -41,12 +44,20 @@ async fn a_cursor_ahead_of_a_lagging_replica_is_held_until_it_catches_up() {
     let address = primary.grpc.to_string();
     primary.kill9();
     primary.wait(STEP).await;
+    let mut changes = client.changes();
     eventually("the SDK on the replica", || client.stats().connects >= 2).await;
-    // Held, never sent older data: the SDK keeps serving what it had.
-    for _ in 0..10 {
-        assert!(client.bool("ahead-2", &Context::new("u"), false), "an older state was applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Held, never sent older data: three more heartbeats reach the SDK's
+    // stream there (the hold under way), and it still serves what it had,
+    // having applied nothing since.
+    let heartbeats = "flagstream_sent_messages_total{kind=\"heartbeat\"}";
+    let (held_from, connects) = (replica.metric(heartbeats).await, client.stats().connects);
+    eventually_async("three heartbeats of the hold", || async {
+        replica.metric(heartbeats).await >= held_from + 3.0
+    })
+    .await;
+    assert_eq!(client.stats().connects, connects, "still on its stream at the replica: {:?}", client.stats());
+    assert!(client.bool("ahead-2", &Context::new("u"), false), "an older state was applied");
+    assert!(changes.try_recv().is_err(), "a change was applied while held");
     assert_eq!(replica.status().await.environments[0].head_revision, lagging, "still behind");
     assert_eq!(client.stats().snapshots_applied, 1);
 

@@ -2,14 +2,18 @@
 //! keep serving, their SDKs see nothing but staleness (reported down the
 //! tree), writes fail with a clear message; when the primary is back they
 //! catch up by delta. A replica restarted while its upstream is down
-//! serves its own persisted copy; one with no data at all is never ready.
+//! serves its own persisted copy; one with no data at all is never ready;
+//! one with the catalog but no snapshot of an environment refuses its SDKs
+//! with `UNAVAILABLE` "holds no data".
 
 use std::time::Duration;
 
 use flagstream::{Client, Context, Status};
 use flagstream_tests::STEP;
-use flagstream_tests::cluster::{Cluster, eventually};
+use flagstream_tests::cluster::{Cluster, eventually, replicate_token};
+use flagstream_tests::proxy::{Mode, Proxy};
 use flagstream_tests::relay::{Relay, bool_flag, put};
+use flagstream_tests::subscriber::{Subscriber, Update};
 
 /// Primary killed: the replica serves on, the SDK below it turns stale
 /// (its relay's heartbeats say how old the data is) but keeps every flag;
@@ -130,6 +134,48 @@ async fn a_replica_serves_its_persisted_copy_with_the_upstream_down_and_is_never
         h.into_inner().status,
         tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
     );
-    let refused = flagstream_tests::subscriber::Subscriber::connect(fresh.channel().await, &key, None).await;
-    assert!(refused.is_err(), "no data, no stream");
+    // It holds no catalog either, so the key itself is unknown there.
+    let e = Subscriber::connect(fresh.channel().await, &key, None).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "no data, no stream: {e:?}");
+}
+
+/// A replica that holds its upstream's catalog but no snapshot of an
+/// environment (its follower's connections to the upstream hang) refuses
+/// that environment's SDKs with `UNAVAILABLE` "holds no data" (so they try
+/// another relay), and counts the refusal; the environments it has data
+/// for are served as usual.
+#[tokio::test]
+async fn a_replica_with_the_catalog_but_no_snapshot_answers_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let primary = Relay::start(&dir.path().join("primary"), &[]).await;
+    let token = replicate_token(&primary, dir.path(), "replicas").await;
+    let proxy = Proxy::start(primary.grpc).await;
+    let mut replica = Relay::start_replica(&dir.path().join("replica"), &[proxy.url()], &token, &[]).await;
+    replica.admin_secret = Some(primary.admin_token());
+    replica.wait_ready().await;
+    // Every connection made from now on hangs; those open now (the demo
+    // stream and the pending catalog long poll) pass. The new environment
+    // arrives by that catalog poll; its follower's connections hang.
+    proxy.set_new(Mode::Blackhole);
+    let late_key = primary.create_env("late").await;
+    put(&mut primary.admin().await, "late", bool_flag("x", true)).await.unwrap();
+    replica.wait_status("the catalog with late", |s| s.environments.iter().any(|e| e.name == "late")).await;
+    let s = replica.status().await;
+    let late = s.environments.iter().find(|e| e.name == "late").unwrap();
+    assert_eq!(late.head_revision, 0, "no snapshot of late arrived: {late:?}");
+
+    let e = Subscriber::connect(replica.channel().await, &late_key, None).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "this relay holds no data for environment \"late\" yet; try another relay",
+        "{e:?}"
+    );
+    assert_eq!(
+        replica.metric("flagstream_subscribes_total{result=\"rejected\",reason=\"no_data\"}").await,
+        1.0
+    );
+    // The environment it has data for is served.
+    let mut demo = Subscriber::connect(replica.channel().await, &primary.demo_key(), None).await.unwrap();
+    assert!(matches!(demo.next(STEP).await, Ok(Update::Snapshot { .. })));
 }

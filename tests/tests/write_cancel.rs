@@ -75,18 +75,17 @@ async fn cancelled_writes_leave_memory_disk_and_subscribers_agreeing() {
     // Callers that give up at random points of the same kind of write:
     // while the request is sent, validated, committed or flushed.
     let mut rng = rand::rng();
-    let mut cancelled = 0;
+    let mut cancelled = Vec::new();
     for round in 1..=40 {
         let mut client = relay.admin().await;
         let after = full.mul_f64(rng.random_range(0.05..1.2));
         match tokio::time::timeout(after, client.batch(big_batch(round, flags, bytes))).await {
-            Err(_) => cancelled += 1,
+            Err(_) => cancelled.push(round),
             Ok(r) => {
                 r.expect("an uncancelled batch succeeds");
             }
         }
     }
-    assert!(cancelled > 0, "no write was cancelled");
 
     // A detached commit may still be finishing: the next write waits for
     // it (one writer per environment) and must get the revision after it.
@@ -100,6 +99,26 @@ async fn cancelled_writes_leave_memory_disk_and_subscribers_agreeing() {
     // Memory = what subscribers get.
     let (sub_revision, seen) = contents(&relay).await;
     assert_eq!(sub_revision, revision);
+
+    // A cancelled round whose own flag is there was cut mid-flight: its
+    // caller left, its commit finished (detached) anyway. One whose flag
+    // is not there never committed (its caller left before the request was
+    // whole, or while it waited for its turn). The test is about the
+    // first kind: there must be some, or nothing here was cut mid-commit.
+    let committed = |round: &usize| seen.iter().any(|(k, _, _)| *k == format!("round-{round}"));
+    let (cut_mid_flight, never_committed): (Vec<usize>, Vec<usize>) =
+        cancelled.iter().copied().partition(|r| committed(r));
+    let abandoned = relay.metric("flagstream_admin_writes_total{result=\"abandoned\"}").await;
+    eprintln!(
+        "cancelled {}: {} cut mid-flight and committed, {} never committed ({abandoned} abandoned in the queue)",
+        cancelled.len(),
+        cut_mid_flight.len(),
+        never_committed.len()
+    );
+    assert!(
+        !cut_mid_flight.is_empty(),
+        "no commit was cut mid-flight (cancelled rounds {cancelled:?} all left nothing)"
+    );
 
     // Disk = memory: a restart loads (verifying the checksum) the same
     // revision, checksum and items.

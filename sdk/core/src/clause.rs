@@ -186,6 +186,9 @@ impl CompiledClause {
         let attr = match clause.op {
             // Ignored: `segment_match` reads no attribute.
             Operator::SegmentMatch => Attr::Key,
+            // Empty names the key only for `bucket_by`; a clause must name
+            // what it reads (validation: "must not be empty").
+            _ if clause.attribute.is_empty() => return Err(Uncompilable),
             _ => parse_attr(&clause.attribute).map_err(|_| Uncompilable)?,
         };
         let kind = KindSel::parse(&clause.context_kind);

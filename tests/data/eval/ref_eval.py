@@ -388,13 +388,15 @@ def value_problem(op, v):
 
 def clause_compiles(cl):
     """"Malformed data": a clause cannot be compiled when a value is not of a kind its
-    operator takes, or its attribute is a malformed reference (never for segment_match)."""
+    operator takes, or its attribute is empty or a malformed reference (never for
+    segment_match)."""
     op = cl.get("op")
     if op not in OPS:
         return False
     if any(value_problem(op, v) for v in cl.get("values") or []):
         return False
-    if op != "segment_match" and not ref_ok(cl.get("attribute", "")):
+    attr = cl.get("attribute", "")
+    if op != "segment_match" and (attr == "" or not ref_ok(attr)):
         return False
     return True
 

@@ -31,6 +31,12 @@ pub struct SlowReport {
     pub ran_for: Duration,
     /// Streams the relay cut off by the send deadline.
     pub cut_off: u64,
+    /// The SDK name (`name/version`, from the relay's log) of every stream
+    /// the send deadline cut off: the slow reader is [`SLOW_SDK`], the fast
+    /// clients are the SDK.
+    pub cut_sdks: Vec<String>,
+    /// Streams the fast clients had to reopen (0: none of theirs was cut).
+    pub fast_reconnects: u64,
     /// From the first write to the cut being seen (`None`: not cut within
     /// `max_time`: the stream kept pulling, slowly).
     pub cut_after: Option<Duration>,
@@ -64,6 +70,30 @@ pub struct Load {
     pub rate: u32,
     /// Writes stop after this long even if the slow stream was not cut.
     pub max_time: Duration,
+}
+
+/// The SDK name the slow reader (the raw test subscriber) gives in its
+/// Hello, as the relay logs it.
+pub const SLOW_SDK: &str = "flagstream-tests/0";
+
+/// The SDK name of every stream the relay's log says the send deadline
+/// cut off (matched by subscriber id to the stream's `subscribed` line).
+fn cut_sdks(log: &str) -> Vec<String> {
+    let field = |line: &str, name: &str| {
+        line.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_owned)
+    };
+    let sdk_of: std::collections::HashMap<String, String> = log
+        .lines()
+        .filter(|l| l.contains(" subscribed "))
+        .filter_map(|l| Some((field(l, "subscriber=")?, field(l, "sdk=")?)))
+        .collect();
+    log.lines()
+        .filter(|l| l.contains("send deadline passed"))
+        .map(|l| {
+            let id = field(l, "subscriber=").unwrap_or_else(|| panic!("no subscriber id in {l:?}"));
+            sdk_of.get(&id).cloned().unwrap_or_else(|| panic!("subscriber {id} cut off, never subscribed"))
+        })
+        .collect()
 }
 
 /// When each revision reached one client.
@@ -180,6 +210,8 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
         slow_bytes: proxy.bytes_down(),
         ran_for: connected_at.elapsed(),
         cut_off,
+        cut_sdks: cut_sdks(&relay.log()),
+        fast_reconnects: clients.iter().map(|c| c.stats().reconnects).sum(),
         relay_rss_before_kib,
         relay_peak_rss_kib: peak.load(std::sync::atomic::Ordering::Relaxed),
         fast_p50: pct(0.5),
