@@ -452,7 +452,8 @@ mod tests {
         let (tokens, created) = Tokens::open(backend.clone(), dir.path(), None).await.unwrap();
         let secret = std::fs::read_to_string(created.expect("bootstrap created")).unwrap();
         assert_eq!(tokens.authenticate(secret.trim()).unwrap().name(), BOOTSTRAP);
-        let (_, ci) = tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP, 10).await.unwrap();
+        let (_, ci) =
+            tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP, 10).await.unwrap();
         assert!(matches!(
             tokens.create("ci", Role::Read, vec![], false, BOOTSTRAP, 10).await,
             Err(AccessError::Exists(_))

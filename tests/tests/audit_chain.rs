@@ -7,9 +7,9 @@
 use std::process::Command;
 
 use flagstream_proto::v1 as pb;
-use sha2::Digest;
 use flagstream_tests::STEP;
 use flagstream_tests::relay::{Admin, Relay, bool_flag, put};
+use sha2::Digest;
 
 fn flagctl(relay: &Relay, env: &str, args: &[&str]) -> std::process::Output {
     let bin = flagstream_tests::relay::relay_binary()
@@ -183,7 +183,10 @@ async fn access_events_are_chained_and_hold_no_secret() {
         .unwrap()
         .into_inner();
     secrets.push(rotated.secret);
-    admin.revoke_sdk_key(pb::RevokeSdkKeyRequest { environment: "acc".into(), id: "k1".into() }).await.unwrap();
+    admin
+        .revoke_sdk_key(pb::RevokeSdkKeyRequest { environment: "acc".into(), id: "k1".into() })
+        .await
+        .unwrap();
     let token = admin
         .create_token(pb::CreateTokenRequest {
             name: "auditor".into(),
@@ -216,7 +219,11 @@ async fn access_events_are_chained_and_hold_no_secret() {
     assert_eq!(actions, vec![(A::TokenRevoke as i32, "auditor"), (A::TokenCreate as i32, "auditor")]);
     assert!(relay_chain[1].diff.contains("role: read"), "{}", relay_chain[1].diff);
     for env in ["acc", "*"] {
-        let v = admin.verify_audit(pb::VerifyAuditRequest { environment: env.into() }).await.unwrap().into_inner();
+        let v = admin
+            .verify_audit(pb::VerifyAuditRequest { environment: env.into() })
+            .await
+            .unwrap()
+            .into_inner();
         assert!(v.ok && v.records_checked >= 2, "{env}: {v:?}");
     }
     // No secret, nor its SHA-256, nor a part of either, in any entry.
@@ -259,12 +266,15 @@ async fn a_deleted_environments_records_stay_verifiable() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 records verified"));
     relay.create_env("gone").await;
-    let v = admin.verify_audit(pb::VerifyAuditRequest { environment: "gone".into() }).await.unwrap().into_inner();
+    let v =
+        admin.verify_audit(pb::VerifyAuditRequest { environment: "gone".into() }).await.unwrap().into_inner();
     assert!(v.ok && v.records_checked == 1, "{v:?}");
 
     relay.sigterm();
     relay.wait(STEP).await;
-    edit_record(&relay, &archive, revision, |j| j.replace("\"actor\":\"bootstrap\"", "\"actor\":\"someone-else\""));
+    edit_record(&relay, &archive, revision, |j| {
+        j.replace("\"actor\":\"bootstrap\"", "\"actor\":\"someone-else\"")
+    });
     let relay = Relay::start(dir.path(), &[]).await;
     let out = flagctl(&relay, &archive, &["audit", "verify"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

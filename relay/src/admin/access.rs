@@ -8,9 +8,9 @@ use tonic::{Request, Response, Status};
 
 use super::{AdminService, authorize, who};
 use crate::access::{AccessError, Role};
-use crate::store::{Access, Who};
 use crate::catalog::token_to_proto;
 use crate::store::SdkKeyRecord;
+use crate::store::{Access, Who};
 
 /// An SDK key without its secret, as the Admin API shows it.
 pub(crate) fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
@@ -31,7 +31,8 @@ impl AdminService {
     async fn chain_token_event(&self, event: Access, token: &str, details: String, by: &Who) {
         let (store, token, by) = (self.store.clone(), token.to_owned(), by.clone());
         // On a task of its own: a caller that goes away does not skip it.
-        let done = tokio::spawn(async move { store.record_token_event(event, &token, details, &by).await }).await;
+        let done =
+            tokio::spawn(async move { store.record_token_event(event, &token, details, &by).await }).await;
         let failed = match done {
             Ok(Ok(())) => return,
             // Debug keeps the storage error's cause.
@@ -154,12 +155,16 @@ impl AdminService {
         // token on disk but not in memory.
         let (tokens, by, max) = (self.tokens.clone(), p.name().to_owned(), self.quotas.max_tokens());
         let created =
-            tokio::spawn(async move { tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await })
-                .await
-                .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
+            tokio::spawn(
+                async move { tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await },
+            )
+            .await
+            .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
         let (t, secret) = match created {
             Err(AccessError::Quota { used, limit }) => {
-                let msg = format!("a new token would make {used} admin tokens, the limit is {limit} (quota-tokens); revoke one first");
+                let msg = format!(
+                    "a new token would make {used} admin tokens, the limit is {limit} (quota-tokens); revoke one first"
+                );
                 return Err(self.quotas.refuse("*", "tokens", msg, None));
             }
             other => other?,

@@ -295,7 +295,11 @@ pub(crate) async fn audit_cmd(conn: &mut Conn, cmd: AuditCmd) -> CmdResult {
         AuditCmd::Log { limit, diff } => {
             let r = conn
                 .admin
-                .list_audit(pb::ListAuditRequest { environment: conn.env.clone(), limit, ..Default::default() })
+                .list_audit(pb::ListAuditRequest {
+                    environment: conn.env.clone(),
+                    limit,
+                    ..Default::default()
+                })
                 .await?
                 .into_inner();
             let subject = |e: &pb::AuditEntry| match pb::ItemKind::try_from(e.item_kind) {
@@ -321,7 +325,14 @@ pub(crate) async fn audit_cmd(conn: &mut Conn, cmd: AuditCmd) -> CmdResult {
                 table(&["REVISION", "WHEN (UNIX MS)", "ACTOR", "ACTION", "SUBJECT", "COMMENT"], rows);
                 if diff {
                     for e in &r.entries {
-                        println!("\nrevision {} ({} {} by {}):\n{}", e.revision, action_name(e.action), subject(e), e.actor, e.diff);
+                        println!(
+                            "\nrevision {} ({} {} by {}):\n{}",
+                            e.revision,
+                            action_name(e.action),
+                            subject(e),
+                            e.actor,
+                            e.diff
+                        );
                     }
                 }
             } else {

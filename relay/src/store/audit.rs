@@ -337,7 +337,11 @@ impl Walk {
 
     /// Checks the next record (or, for one that does not decode, why).
     /// `false`: the chain is broken here, stop.
-    pub(crate) fn push(&mut self, pos: AuditPos, rec: Result<AuditRecord, String>) -> Result<bool, StoreError> {
+    pub(crate) fn push(
+        &mut self,
+        pos: AuditPos,
+        rec: Result<AuditRecord, String>,
+    ) -> Result<bool, StoreError> {
         if self.broken.is_some() {
             return Ok(false);
         }
@@ -368,7 +372,10 @@ impl Walk {
                 return Ok(false);
             }
             None if self.unhashed && !rec.prev_hash.is_empty() => {
-                self.fail(pos, "the records before it have no hash, but it links to one (a hash before it was removed)");
+                self.fail(
+                    pos,
+                    "the records before it have no hash, but it links to one (a hash before it was removed)",
+                );
                 return Ok(false);
             }
             _ => {}

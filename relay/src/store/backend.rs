@@ -130,7 +130,11 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// record last, sealed onto the stored chain at the stored head
     /// revision, its hash the archived chain's head
     /// ([`Backend::archive_head`]).
-    async fn delete_env(&self, name: String, archive: Option<(String, AuditRecord)>) -> Result<(), StoreError>;
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError>;
 
     /// The head of an archived chain (a deleted environment's) or of the
     /// relay's chain (`audit::RELAY_CHAIN`): its last revision and hash;

@@ -81,7 +81,11 @@ impl Store {
     }
 
     /// [`Store::add_env`] with the chain's first record.
-    async fn add_env_audited(&self, meta: EnvMeta, audit: Option<AuditRecord>) -> Result<Arc<Env>, StoreError> {
+    async fn add_env_audited(
+        &self,
+        meta: EnvMeta,
+        audit: Option<AuditRecord>,
+    ) -> Result<Arc<Env>, StoreError> {
         let this = self.clone();
         detached(async move {
             let _guard = this.inner.envs_lock.lock().await;

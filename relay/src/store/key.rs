@@ -75,7 +75,11 @@ fn key_event(
         details.push_str(&format!(
             "replaces: {}\nreplaced_expires_unix_ms: {}\n",
             old.id,
-            if old.expires_unix_ms == 0 { "0 (removed now)".to_owned() } else { old.expires_unix_ms.to_string() }
+            if old.expires_unix_ms == 0 {
+                "0 (removed now)".to_owned()
+            } else {
+                old.expires_unix_ms.to_string()
+            }
         ));
     }
     audit::seal_access(event, &key.id, details, meta.revision, who, &mut meta.audit_head)

@@ -593,11 +593,18 @@ impl Backend for PostgresBackend {
         Ok(())
     }
 
-    async fn delete_env(&self, name: String, archive: Option<(String, AuditRecord)>) -> Result<(), StoreError> {
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError> {
         let mut c = self.client().await?;
         let tx = c.transaction().await.map_err(db)?;
         let row = tx
-            .query_opt("SELECT revision, audit_head FROM flagstream_envs WHERE name = $1 FOR UPDATE", &[&name])
+            .query_opt(
+                "SELECT revision, audit_head FROM flagstream_envs WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
             .await
             .map_err(db)?
             .ok_or_else(|| StoreError::EnvNotFound(name.clone()))?;
@@ -638,7 +645,10 @@ impl Backend for PostgresBackend {
         .await
         .map_err(db)?;
         let row = tx
-            .query_one("SELECT revision, head FROM flagstream_audit_archives WHERE name = $1 FOR UPDATE", &[&chain])
+            .query_one(
+                "SELECT revision, head FROM flagstream_audit_archives WHERE name = $1 FOR UPDATE",
+                &[&chain],
+            )
             .await
             .map_err(db)?;
         let (revision, mut head) = (row.get::<_, i64>(0) as u64 + 1, row.get::<_, String>(1));
@@ -715,7 +725,7 @@ impl Backend for PostgresBackend {
         let rows = c
             .query(
                 "SELECT revision, seq, record FROM flagstream_audit
-                 WHERE env = $1 AND (revision, seq) < ($2, $3) AND ($4 = 0 OR (kind = $4 AND key = $5))
+                 WHERE env = $1 AND (revision, seq) < ($2, $3) AND ($4::smallint = 0 OR (kind = $4 AND key = $5))
                  ORDER BY revision DESC, seq DESC LIMIT $6",
                 &[&env, &rev, &seq, &kind, &key, &(limit as i64)],
             )
@@ -848,7 +858,11 @@ impl Backend for PostgresBackend {
 
 /// Inserts an access event's record into `env`'s audit log (or an
 /// archive) at the next position of its revision, in `tx`.
-async fn insert_audit(tx: &tokio_postgres::Transaction<'_>, env: &str, rec: &AuditRecord) -> Result<(), StoreError> {
+async fn insert_audit(
+    tx: &tokio_postgres::Transaction<'_>,
+    env: &str,
+    rec: &AuditRecord,
+) -> Result<(), StoreError> {
     let json = serde_json::to_value(rec).map_err(|e| corrupt("audit record (while encoding)".into(), e))?;
     tx.execute(
         "INSERT INTO flagstream_audit (env, revision, seq, kind, key, record)

@@ -204,7 +204,10 @@ fn next_pos(audit: &sled::Tree, env: &str, revision: u64) -> Result<AuditPos, St
         Some(r) => {
             let (_, seq) = pos_of(env, &r?.0)?;
             let next = seq.checked_add(1).ok_or_else(|| {
-                corrupt(format!("audit log of {env:?}"), std::io::Error::other("no position left in the revision"))
+                corrupt(
+                    format!("audit log of {env:?}"),
+                    std::io::Error::other("no position left in the revision"),
+                )
             })?;
             Ok((revision, next))
         }
@@ -215,7 +218,9 @@ fn next_pos(audit: &sled::Tree, env: &str, revision: u64) -> Result<AuditPos, St
 fn abort_to_store(e: TransactionError<()>) -> StoreError {
     match e {
         TransactionError::Storage(e) => StoreError::from(e),
-        TransactionError::Abort(()) => StoreError::from(sled::Error::Unsupported("transaction aborted".into())),
+        TransactionError::Abort(()) => {
+            StoreError::from(sled::Error::Unsupported("transaction aborted".into()))
+        }
     }
 }
 
@@ -263,7 +268,10 @@ impl SledBackend {
         }
         let pos = next_pos(&to, archive, record.revision)?;
         let (key, json) = (key_of(pos), to_json("audit record", &record)?);
-        let head = to_json("archived chain head", &ArchiveHead { revision: record.revision, head: record.hash.clone() })?;
+        let head = to_json(
+            "archived chain head",
+            &ArchiveHead { revision: record.revision, head: record.hash.clone() },
+        )?;
         (&self.meta, &to)
             .transaction(|(m, a)| {
                 a.insert(key.as_slice(), json.as_slice())?;
@@ -321,7 +329,11 @@ impl Backend for SledBackend {
         .await
     }
 
-    async fn delete_env(&self, name: String, archive: Option<(String, AuditRecord)>) -> Result<(), StoreError> {
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError> {
         self.run(move |b| {
             match &archive {
                 Some((id, record)) => b.archive_now(&name, id, record.clone())?,
@@ -397,10 +409,7 @@ impl Backend for SledBackend {
             let tree = b.db.open_tree(format!("audit/{env}"))?;
             let end = key_of(upto);
             let range = match after {
-                Some(p) => tree.range((
-                    std::ops::Bound::Excluded(key_of(p)),
-                    std::ops::Bound::Included(end),
-                )),
+                Some(p) => tree.range((std::ops::Bound::Excluded(key_of(p)), std::ops::Bound::Included(end))),
                 None => tree.range(..=end),
             };
             let mut out = Vec::new();
@@ -434,7 +443,8 @@ impl Backend for SledBackend {
                     let next = revision + 1;
                     super::audit::seal_onto(&mut rec, next, &mut head)
                         .map_err(|_| ConflictableTransactionError::Abort(()))?;
-                    let json = serde_json::to_vec(&rec).map_err(|_| ConflictableTransactionError::Abort(()))?;
+                    let json =
+                        serde_json::to_vec(&rec).map_err(|_| ConflictableTransactionError::Abort(()))?;
                     let h = serde_json::to_vec(&ArchiveHead { revision: next, head })
                         .map_err(|_| ConflictableTransactionError::Abort(()))?;
                     a.insert(key_of((next, 0)), json)?;
@@ -457,8 +467,8 @@ impl Backend for SledBackend {
     async fn archive_head(&self, archive: String) -> Result<Option<(u64, String)>, StoreError> {
         self.run(move |b| {
             let Some(v) = b.meta.get(format!("{ARCHIVE_PREFIX}{archive}"))? else { return Ok(None) };
-            let h: ArchiveHead =
-                serde_json::from_slice(&v).map_err(|e| corrupt(format!("archived audit head {archive:?}"), e))?;
+            let h: ArchiveHead = serde_json::from_slice(&v)
+                .map_err(|e| corrupt(format!("archived audit head {archive:?}"), e))?;
             Ok(Some((h.revision, h.head)))
         })
         .await
@@ -471,7 +481,8 @@ impl Backend for SledBackend {
             let tree = b.db.open_tree(format!("audit/{env}"))?;
             Ok(tree.iter().rev().take(10_000).filter_map(Result::ok).find_map(|(_, v)| {
                 let r: AuditRecord = serde_json::from_slice(&v).ok()?;
-                (r.kind == Some(kind) && r.key == key).then(|| format!("{} at revision {}", r.actor, r.revision))
+                (r.kind == Some(kind) && r.key == key)
+                    .then(|| format!("{} at revision {}", r.actor, r.revision))
             }))
         })
         .await

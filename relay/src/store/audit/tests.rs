@@ -19,7 +19,8 @@ fn chain(n: usize) -> Vec<(AuditPos, AuditRecord)> {
     let mut head = String::new();
     (0..n)
         .map(|i| {
-            let mut rec = access_record(Access::SdkKeyCreate, &format!("k{i}"), String::new(), &Who::relay("t"));
+            let mut rec =
+                access_record(Access::SdkKeyCreate, &format!("k{i}"), String::new(), &Who::relay("t"));
             seal_onto(&mut rec, i as u64, &mut head).unwrap();
             ((i as u64, 0), rec)
         })
@@ -102,7 +103,11 @@ impl Backend for Paused {
     async fn create_env(&self, meta: EnvMeta, audit: Option<AuditRecord>) -> Result<(), StoreError> {
         self.inner.create_env(meta, audit).await
     }
-    async fn delete_env(&self, name: String, archive: Option<(String, AuditRecord)>) -> Result<(), StoreError> {
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError> {
         self.inner.delete_env(name, archive).await
     }
     async fn archive_head(&self, archive: String) -> Result<Option<(u64, String)>, StoreError> {
@@ -191,10 +196,15 @@ async fn a_verification_in_its_walk_holds_no_write_back() {
         go: tokio::sync::Semaphore::new(0),
     });
     let retention = Retention { revisions: 1024, bytes: 8 << 20, audit_revisions: 100_000 };
-    let store =
-        Store::open(backend.clone(), flagstream::Limits::default(), retention, Metrics::new(), Source::Primary)
-            .await
-            .unwrap();
+    let store = Store::open(
+        backend.clone(),
+        flagstream::Limits::default(),
+        retention,
+        Metrics::new(),
+        Source::Primary,
+    )
+    .await
+    .unwrap();
     let who = Who::relay("t");
     store.create_env("e", "", &who).await.unwrap();
     store.write("e", (0..599).map(|i| flag(&format!("f{i}"))).collect(), None, &who, "").await.unwrap();
