@@ -138,6 +138,14 @@ pub enum AccessError {
     /// No such token.
     #[error("token {0:?} not found")]
     NotFound(String),
+    /// The relay holds `limit` tokens already (`quota-tokens`).
+    #[error("a new token would make {used} admin tokens, the limit is {limit} (quota-tokens)")]
+    Quota {
+        /// Tokens there would be.
+        used: usize,
+        /// The quota.
+        limit: usize,
+    },
     /// Revoking it would leave no admin token for all environments.
     #[error("token {0:?} is the last admin token for all environments; create another first")]
     LastAdmin(String),
@@ -159,6 +167,9 @@ impl From<AccessError> for Status {
             AccessError::Exists(_) => Status::already_exists(e.to_string()),
             AccessError::NotFound(_) => Status::not_found(e.to_string()),
             AccessError::LastAdmin(_) => Status::failed_precondition(e.to_string()),
+            // Counted by the caller (the Admin call); no retry hint: a
+            // count, not a rate.
+            AccessError::Quota { .. } => Status::resource_exhausted(e.to_string()),
             AccessError::Storage(cause) => {
                 tracing::error!(error = %cause, "token storage failure");
                 Status::unavailable("storage failure")
@@ -344,7 +355,8 @@ impl Tokens {
         self.by_name.load().values().cloned().collect()
     }
 
-    /// Creates a token; returns it and its secret (shown once).
+    /// Creates a token, unless the relay holds `max` already; returns it
+    /// and its secret (shown once).
     pub(crate) async fn create(
         &self,
         name: &str,
@@ -352,12 +364,17 @@ impl Tokens {
         environments: Vec<String>,
         replicate: bool,
         created_by: &str,
+        max: usize,
     ) -> Result<(Arc<TokenRecord>, String), AccessError> {
         self.check_writable()?;
         check_name(name)?;
         let _guard = self.changes.lock().await;
         if self.by_name.load().contains_key(name) {
             return Err(AccessError::Exists(name.to_owned()));
+        }
+        let used = self.by_name.load().len() + 1;
+        if used > max {
+            return Err(AccessError::Quota { used, limit: max });
         }
         let secret = new_secret("fs_admin_");
         let mut environments = environments;
@@ -467,9 +484,10 @@ mod tests {
         let (tokens, created) = Tokens::open(backend.clone(), dir.path(), None).await.unwrap();
         let secret = std::fs::read_to_string(created.expect("bootstrap created")).unwrap();
         assert_eq!(tokens.authenticate(secret.trim()).unwrap().name(), BOOTSTRAP);
-        let (_, ci) = tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP).await.unwrap();
+        let (_, ci) =
+            tokens.create("ci", Role::Write, vec!["prod".into()], false, BOOTSTRAP, 10).await.unwrap();
         assert!(matches!(
-            tokens.create("ci", Role::Read, vec![], false, BOOTSTRAP).await,
+            tokens.create("ci", Role::Read, vec![], false, BOOTSTRAP, 10).await,
             Err(AccessError::Exists(_))
         ));
         assert!(matches!(tokens.revoke(BOOTSTRAP).await, Err(AccessError::LastAdmin(_))));

@@ -280,8 +280,9 @@ impl Admin for AdminService {
         req: Request<pb::CreateEnvironmentRequest>,
     ) -> Result<Response<pb::CreateEnvironmentResponse>, Status> {
         let p = authorize(&req, Role::Admin, None, "create environments")?;
+        let by = who(&req, &p);
         let r = req.into_inner();
-        let (env, sdk_key) = self.store.create_env(&r.name, &r.description, p.name()).await?;
+        let (env, sdk_key) = self.store.create_env(&r.name, &r.description, &by).await?;
         tracing::info!(env = %r.name, by = %p.name(), "environment created");
         Ok(Response::new(pb::CreateEnvironmentResponse { environment: Some(env_to_proto(&env)), sdk_key }))
     }
@@ -313,10 +314,11 @@ impl Admin for AdminService {
         req: Request<pb::DeleteEnvironmentRequest>,
     ) -> Result<Response<pb::DeleteEnvironmentResponse>, Status> {
         let p = authorize(&req, Role::Admin, None, "delete environments")?;
+        let by = who(&req, &p);
         let r = req.into_inner();
-        self.store.delete_env(&r.name, r.expected_revision).await?;
-        tracing::info!(env = %r.name, by = %p.name(), "environment deleted");
-        Ok(Response::new(pb::DeleteEnvironmentResponse {}))
+        let audit_archive = self.store.delete_env(&r.name, r.expected_revision, &by).await?;
+        tracing::info!(env = %r.name, by = %p.name(), audit_archive = %audit_archive, "environment deleted");
+        Ok(Response::new(pb::DeleteEnvironmentResponse { audit_archive }))
     }
 
     async fn get_flag(
@@ -514,9 +516,10 @@ impl Admin for AdminService {
         req: Request<pb::ListAuditRequest>,
     ) -> Result<Response<pb::ListAuditResponse>, Status> {
         let env = req.get_ref().environment.clone();
-        authorize(&req, Role::Read, Some(&env), "read the audit log")?;
+        let p = authorize(&req, Role::Read, Some(&env), "read the audit log")?;
         // The audit log is the primary's; a replica holds none.
         self.store.check_writable()?;
+        self.quotas.check_audit_read(&self.quota_env(&env), p.name())?;
         let r = req.into_inner();
         let kind = match pb::ItemKind::try_from(r.item_kind) {
             Ok(pb::ItemKind::Segment) => Kind::Segment,
@@ -542,13 +545,20 @@ impl Admin for AdminService {
                 revision: a.revision,
                 actor: a.actor,
                 time_unix_ms: a.time_unix_ms,
-                item_kind: kind_to_proto(a.kind) as i32,
+                item_kind: a.kind.map_or(pb::ItemKind::Unspecified, kind_to_proto) as i32,
                 key: a.key,
                 version_before: a.version_before,
                 version_after: a.version_after,
                 action: match a.action.as_str() {
                     "create" => pb::AuditAction::Create,
                     "delete" => pb::AuditAction::Delete,
+                    "sdk_key.create" => pb::AuditAction::SdkKeyCreate,
+                    "sdk_key.rotate" => pb::AuditAction::SdkKeyRotate,
+                    "sdk_key.revoke" => pb::AuditAction::SdkKeyRevoke,
+                    "environment.create" => pb::AuditAction::EnvironmentCreate,
+                    "environment.delete" => pb::AuditAction::EnvironmentDelete,
+                    "token.create" => pb::AuditAction::TokenCreate,
+                    "token.revoke" => pb::AuditAction::TokenRevoke,
                     _ => pb::AuditAction::Update,
                 } as i32,
                 comment: a.comment,

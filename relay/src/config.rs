@@ -310,6 +310,21 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBES_PER_SEC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribes_per_sec: Option<u32>,
+    /// Most SDK keys of one environment, keys in a rotation's grace period
+    /// included [default: 100].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_SDK_KEYS_PER_ENV")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_sdk_keys_per_env: Option<usize>,
+    /// Most admin tokens of the relay (with PostgreSQL: of the database)
+    /// [default: 1000].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_TOKENS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_tokens: Option<usize>,
+    /// Audit reads (ListAudit pages, VerifyAudit calls) per second by one
+    /// admin token, bursts of twice that [default: 10].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_AUDIT_READS_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_audit_reads_per_sec: Option<u32>,
     /// Change-log revisions kept for deltas [default: 1024].
     #[arg(long, env = "FLAGSTREAM_CHANGELOG_REVISIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -739,6 +754,9 @@ impl Options {
                     token_evaluates_per_sec: self
                         .quota_token_evaluates_per_sec
                         .unwrap_or(q.token_evaluates_per_sec),
+                    sdk_keys_per_env: self.quota_sdk_keys_per_env.unwrap_or(q.sdk_keys_per_env),
+                    tokens: self.quota_tokens.unwrap_or(q.tokens),
+                    audit_reads_per_sec: self.quota_audit_reads_per_sec.unwrap_or(q.audit_reads_per_sec),
                 }
             },
             source: None,
@@ -798,6 +816,9 @@ impl Options {
             ("quota-token-evaluates-per-sec", q.token_evaluates_per_sec as usize),
             ("max-watches-per-token", c.max_watches_per_token),
             ("max-watches", c.max_watches),
+            ("quota-sdk-keys-per-env", q.sdk_keys_per_env),
+            ("quota-tokens", q.tokens),
+            ("quota-audit-reads-per-sec", q.audit_reads_per_sec as usize),
         ] {
             check(v >= 1, format!("{name}: must be at least 1"))?;
         }

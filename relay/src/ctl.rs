@@ -622,13 +622,21 @@ async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
         }
         EnvCmd::Delete { name } => {
             conn.confirm(&format!("delete environment {name:?} and all its flags"))?;
-            conn.admin
+            let r = conn
+                .admin
                 .delete_environment(pb::DeleteEnvironmentRequest {
                     name: name.clone(),
                     expected_revision: None,
                 })
-                .await?;
+                .await?
+                .into_inner();
             println!("deleted environment {name}");
+            if !r.audit_archive.is_empty() {
+                println!(
+                    "its audit log is kept as {0} (flagctl -e {0} audit verify | audit log)",
+                    r.audit_archive
+                );
+            }
         }
     }
     Ok(())

@@ -74,7 +74,9 @@ flags:
 
 /// Creates the `demo` environment with the demo flags; returns its SDK key.
 pub(crate) async fn seed(store: &Store) -> Result<String, StoreError> {
-    let (_, key) = store.create_env("demo", "Demo environment seeded on first start", "relay").await?;
+    let (_, key) = store
+        .create_env("demo", "Demo environment seeded on first start", &crate::store::Who::relay("relay"))
+        .await?;
     let set: FlagSet = serde_yaml_ng::from_str(DEMO)
         .map_err(|e| StoreError::Corrupt { what: "built-in demo flags".into(), source: Box::new(e) })?;
     let ops = set

@@ -256,6 +256,7 @@ impl Metrics {
             "feed_session_lost",
             "feed_resync",
             "history_lost",
+            "audit_record_failed",
             "connections",
             "connections_per_address",
             "connection_idle",

@@ -1,11 +1,12 @@
 //! Tenant isolation: per-environment quotas and admission rates, so one
 //! environment's flood cannot starve the others. Size quotas (flags,
-//! segments, snapshot bytes) are checked by the store against the state a
-//! write would produce; the subscriber quota by the hub at admission;
+//! segments, snapshot bytes, SDK keys) are checked by the store against
+//! the state a write would produce; the token count by the token registry;
+//! the subscriber quota by the hub at admission;
 //! rates are token buckets (`governor`): writes per environment and per
-//! admin token, new subscriptions per environment and relay-wide (the
-//! reconnect-storm guard), server-side evaluations per admin token.
-//! Every refusal is RESOURCE_EXHAUSTED naming the
+//! admin token, audit reads per admin token, new subscriptions per
+//! environment and relay-wide (the reconnect-storm guard), server-side
+//! evaluations per admin token. Every refusal is RESOURCE_EXHAUSTED naming the
 //! quota and its setting (rates and subscribers with a
 //! `flagstream-retry-after-ms` hint), counted in
 //! `flagstream_quota_refusals_total{env, quota}`, and logged with its cause
@@ -46,6 +47,15 @@ pub struct QuotaConfig {
     /// Server-side evaluations (Admin `Evaluate`) per second by one admin
     /// token (bursts of twice that).
     pub token_evaluates_per_sec: u32,
+    /// Most SDK keys of one environment, keys in a rotation's grace
+    /// included (`quota-sdk-keys-per-env`).
+    pub sdk_keys_per_env: usize,
+    /// Most admin tokens of the relay (`quota-tokens`; with PostgreSQL, of
+    /// the database).
+    pub tokens: usize,
+    /// Audit reads (`ListAudit` pages and `VerifyAudit` walks) per second
+    /// by one admin token, bursts of twice that (`quota-audit-reads-per-sec`).
+    pub audit_reads_per_sec: u32,
 }
 
 impl Default for QuotaConfig {
@@ -60,6 +70,9 @@ impl Default for QuotaConfig {
             relay_subscribes_per_sec: 5_000,
             subscribers: 20_000,
             token_evaluates_per_sec: 200,
+            sdk_keys_per_env: 100,
+            tokens: 1_000,
+            audit_reads_per_sec: 10,
         }
     }
 }
@@ -73,12 +86,19 @@ pub struct SizeQuota {
     pub segments: usize,
     /// Most bytes of item encodings.
     pub snapshot_bytes: usize,
+    /// Most SDK keys.
+    pub sdk_keys: usize,
 }
 
 impl QuotaConfig {
     /// The part the store enforces.
     pub fn sizes(&self) -> SizeQuota {
-        SizeQuota { flags: self.flags, segments: self.segments, snapshot_bytes: self.snapshot_bytes }
+        SizeQuota {
+            flags: self.flags,
+            segments: self.segments,
+            snapshot_bytes: self.snapshot_bytes,
+            sdk_keys: self.sdk_keys_per_env,
+        }
     }
 }
 
@@ -97,6 +117,7 @@ struct Buckets {
     subscribes: DefaultKeyedRateLimiter<String>,
     relay_subscribes: DefaultDirectRateLimiter,
     token_evaluates: DefaultKeyedRateLimiter<String>,
+    audit_reads: DefaultKeyedRateLimiter<String>,
     /// Where the queue of refused subscribers ends, per environment and
     /// relay-wide (see [`Turns`]).
     turns: Turns,
@@ -162,6 +183,7 @@ impl Buckets {
             subscribes: RateLimiter::keyed(quota(cfg.subscribes_per_sec)),
             relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
             token_evaluates: RateLimiter::keyed(quota(cfg.token_evaluates_per_sec)),
+            audit_reads: RateLimiter::keyed(quota(cfg.audit_reads_per_sec)),
             turns: Turns::new(),
         }
     }
@@ -205,7 +227,7 @@ impl Quotas {
     /// keyed limiters' memory stays bounded by recent use.
     pub(crate) fn prune(&self) {
         let b = self.buckets.load();
-        for l in [&b.writes, &b.token_writes, &b.subscribes, &b.token_evaluates] {
+        for l in [&b.writes, &b.token_writes, &b.subscribes, &b.token_evaluates, &b.audit_reads] {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -232,6 +254,27 @@ impl Quotas {
             return Err(self.refuse(env, "token_writes_per_sec", msg, Some(not_until.wait_time_from(now))));
         }
         Ok(())
+    }
+
+    /// An audit read (a `ListAudit` page or a `VerifyAudit` walk) of `env`
+    /// by `token`: the token's bucket must have room. Keyed by token (the
+    /// number of tokens is capped by `quota-tokens`), counted under `env`.
+    pub(crate) fn check_audit_read(&self, env: &str, token: &str) -> Result<(), Status> {
+        let b = self.buckets.load();
+        let now = DefaultClock::default().now();
+        if let Err(not_until) = b.audit_reads.check_key(&token.to_owned()) {
+            let msg = format!(
+                "token {token:?}: over its audit read rate of {}/s (quota-audit-reads-per-sec)",
+                b.cfg.audit_reads_per_sec
+            );
+            return Err(self.refuse(env, "audit_reads_per_sec", msg, Some(not_until.wait_time_from(now))));
+        }
+        Ok(())
+    }
+
+    /// The admin token quota in force.
+    pub(crate) fn max_tokens(&self) -> usize {
+        self.buckets.load().cfg.tokens
     }
 
     /// A new subscription to `env`: the environment's and the relay's

@@ -12,6 +12,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod backend;
+mod chain;
 mod environment;
 mod index;
 mod key;
@@ -39,7 +40,7 @@ use tokio::sync::{Mutex, watch};
 
 use crate::metrics::Metrics;
 use crate::quota::SizeQuota;
-pub(crate) use audit::{AuditPos, AuditRecord, Verification, Who};
+pub(crate) use audit::{Access, Who};
 pub(crate) use backend::Backend;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
 pub(crate) use op::{Op, WriteResult};
@@ -416,6 +417,13 @@ struct Inner {
     catch_up: std::sync::Mutex<Option<Arc<dyn CatchUp>>>,
 }
 
+/// The environment a deleted environment's archived audit chain belongs
+/// to: archives are named `NAME.deleted.UNIX_MS` (no environment name
+/// holds a `.`).
+pub(crate) fn archived_env(name: &str) -> Option<&str> {
+    name.split_once(".deleted.").map(|(env, _)| env)
+}
+
 /// Unix time in ms.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -631,32 +639,6 @@ impl Store {
         let mut v: Vec<_> = self.inner.envs.load().values().cloned().collect();
         v.sort_by(|a, b| a.meta.load().name.cmp(&b.meta.load().name));
         v
-    }
-
-    /// Audit entries of an environment, newest first.
-    pub(crate) async fn audit(
-        &self,
-        env: &str,
-        key: Option<(Kind, &str)>,
-        limit: usize,
-        before: Option<AuditPos>,
-    ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError> {
-        self.env(env)?;
-        let item = key.map(|(k, s)| (k, s.to_owned()));
-        self.inner.backend.audit(env.to_owned(), item, limit, before).await
-    }
-
-    /// Checks an environment's audit hash chain. Taken under the
-    /// environment's write lock, so no commit moves the chain's end
-    /// meanwhile.
-    pub(crate) async fn verify_audit(&self, env: &str) -> Result<Verification, StoreError> {
-        let env = self.env(env)?;
-        let _write = env.write.lock().await;
-        let (name, head) = {
-            let meta = env.meta.load();
-            (meta.name.clone(), meta.audit_head.clone())
-        };
-        self.inner.backend.verify_audit(name, head).await
     }
 
     fn update_gauges(&self) {

@@ -6,10 +6,11 @@
 use flagstream_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
-use super::{AdminService, authorize};
-use crate::access::Role;
+use super::{AdminService, authorize, who};
+use crate::access::{AccessError, Role};
 use crate::catalog::token_to_proto;
 use crate::store::SdkKeyRecord;
+use crate::store::{Access, Who};
 
 /// An SDK key without its secret, as the Admin API shows it.
 pub(crate) fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
@@ -23,14 +24,42 @@ pub(crate) fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
 }
 
 impl AdminService {
+    /// Records a token event on the relay's audit chain, after the change
+    /// (which stands whatever happens here). A failure is logged and
+    /// counted (`limit_hits{limit="audit_record_failed"}`): the change is
+    /// done and its log line written, only its chained record is missing.
+    async fn chain_token_event(&self, event: Access, token: &str, details: String, by: &Who) {
+        let (store, token, by) = (self.store.clone(), token.to_owned(), by.clone());
+        // On a task of its own: a caller that goes away does not skip it.
+        let done =
+            tokio::spawn(async move { store.record_token_event(event, &token, details, &by).await }).await;
+        let failed = match done {
+            Ok(Ok(())) => return,
+            // Debug keeps the storage error's cause.
+            Ok(Err(e)) => format!("{e:?}"),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(error = %failed, "recording a token event on the relay's audit chain failed");
+        self.store.metrics().limit_hit("audit_record_failed");
+    }
+
+    /// The `env` label of an audit read's quota refusal: the environment
+    /// (an archive counts under its environment's name), so the label set
+    /// stays bounded by the environments.
+    pub(super) fn quota_env(&self, env: &str) -> String {
+        let name = crate::store::archived_env(env).unwrap_or(env);
+        if self.store.env(name).is_ok() { name.to_owned() } else { "*".to_owned() }
+    }
+
     pub(super) async fn verify_audit_call(
         &self,
         req: Request<pb::VerifyAuditRequest>,
     ) -> Result<Response<pb::VerifyAuditResponse>, Status> {
         let env = req.get_ref().environment.clone();
-        authorize(&req, Role::Read, Some(&env), "read the audit log")?;
+        let p = authorize(&req, Role::Read, Some(&env), "read the audit log")?;
         // The audit log is the primary's; a replica holds none.
         self.store.check_writable()?;
+        self.quotas.check_audit_read(&self.quota_env(&env), p.name())?;
         let v = self.store.verify_audit(&env).await?;
         let (first_broken, problem) = match &v.broken {
             Some(((rev, seq), why)) => {
@@ -53,8 +82,9 @@ impl AdminService {
     ) -> Result<Response<pb::CreateSdkKeyResponse>, Status> {
         let env = req.get_ref().environment.clone();
         let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let by = who(&req, &p);
         let r = req.into_inner();
-        let (key, secret) = self.store.create_sdk_key(&env, &r.name, p.name()).await?;
+        let (key, secret) = self.store.create_sdk_key(&env, &r.name, &by).await?;
         tracing::info!(env = %env, key = %key.id, by = %p.name(), "SDK key created");
         Ok(Response::new(pb::CreateSdkKeyResponse { key: Some(key_to_proto(&key)), secret }))
     }
@@ -75,8 +105,9 @@ impl AdminService {
     ) -> Result<Response<pb::RotateSdkKeyResponse>, Status> {
         let env = req.get_ref().environment.clone();
         let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let by = who(&req, &p);
         let r = req.into_inner();
-        let rotated = self.store.rotate_sdk_key(&env, &r.id, r.grace_ms, &r.name, p.name()).await?;
+        let rotated = self.store.rotate_sdk_key(&env, &r.id, r.grace_ms, &r.name, &by).await?;
         if rotated.old.is_none() {
             self.hub.end_key(&env, &r.id, "was rotated without a grace period");
         }
@@ -94,8 +125,9 @@ impl AdminService {
     ) -> Result<Response<pb::RevokeSdkKeyResponse>, Status> {
         let env = req.get_ref().environment.clone();
         let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
+        let by = who(&req, &p);
         let r = req.into_inner();
-        self.store.revoke_sdk_key(&env, &r.id).await?;
+        self.store.revoke_sdk_key(&env, &r.id, &by).await?;
         let ended = self.hub.end_key(&env, &r.id, "was revoked");
         tracing::info!(env = %env, key = %r.id, streams_ended = ended, by = %p.name(), "SDK key revoked");
         Ok(Response::new(pb::RevokeSdkKeyResponse {}))
@@ -106,6 +138,7 @@ impl AdminService {
         req: Request<pb::CreateTokenRequest>,
     ) -> Result<Response<pb::CreateTokenResponse>, Status> {
         let p = authorize(&req, Role::Admin, None, "manage admin tokens")?;
+        let by_who = who(&req, &p);
         let r = req.into_inner();
         let role = match pb::TokenRole::try_from(r.role) {
             Ok(pb::TokenRole::Read) => Role::Read,
@@ -120,12 +153,30 @@ impl AdminService {
         }
         // On a task of its own: a caller that goes away cannot leave the
         // token on disk but not in memory.
-        let (tokens, by) = (self.tokens.clone(), p.name().to_owned());
-        let (t, secret) =
-            tokio::spawn(async move { tokens.create(&r.name, role, r.environments, r.replicate, &by).await })
-                .await
-                .map_err(|e| Status::internal(format!("creating the token failed: {e}")))??;
+        let (tokens, by, max) = (self.tokens.clone(), p.name().to_owned(), self.quotas.max_tokens());
+        let created =
+            tokio::spawn(
+                async move { tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await },
+            )
+            .await
+            .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
+        let (t, secret) = match created {
+            Err(AccessError::Quota { used, limit }) => {
+                let msg = format!(
+                    "a new token would make {used} admin tokens, the limit is {limit} (quota-tokens); revoke one first"
+                );
+                return Err(self.quotas.refuse("*", "tokens", msg, None));
+            }
+            other => other?,
+        };
         tracing::info!(token = %t.name, role = t.role.name(), environments = ?t.environments, by = %p.name(), "admin token created");
+        let details = format!(
+            "role: {}\nenvironments: [{}]\nreplicate: {}\n",
+            t.role.name(),
+            t.environments.join(", "),
+            t.replicate
+        );
+        self.chain_token_event(Access::TokenCreate, &t.name, details, &by_who).await;
         Ok(Response::new(pb::CreateTokenResponse { token: Some(token_to_proto(&t)), secret }))
     }
 
@@ -143,6 +194,7 @@ impl AdminService {
         req: Request<pb::RevokeTokenRequest>,
     ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
         let p = authorize(&req, Role::Admin, None, "manage admin tokens")?;
+        let by_who = who(&req, &p);
         let r = req.into_inner();
         let (tokens, name) = (self.tokens.clone(), r.name.clone());
         tokio::spawn(async move { tokens.revoke(&name).await })
@@ -151,6 +203,7 @@ impl AdminService {
         // A replica following with it stops at once.
         let ended = self.hub.end_token(&r.name);
         tracing::info!(token = %r.name, by = %p.name(), replica_streams_ended = ended, "admin token revoked");
+        self.chain_token_event(Access::TokenRevoke, &r.name, String::new(), &by_who).await;
         Ok(Response::new(pb::RevokeTokenResponse {}))
     }
 }

@@ -80,6 +80,33 @@ pub enum AuditCmd {
     /// Check the environment's audit hash chain; exits 9 naming the first
     /// broken record if it does not hold.
     Verify,
+    /// The newest audit entries of the environment (item changes and SDK
+    /// key and environment events), newest first.
+    Log {
+        /// Most entries to show (the relay caps a page at 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Also print each entry's diff or details.
+        #[arg(long)]
+        diff: bool,
+    },
+}
+
+/// An audit action's name as flagctl prints it.
+fn action_name(action: i32) -> &'static str {
+    match pb::AuditAction::try_from(action) {
+        Ok(pb::AuditAction::Create) => "create",
+        Ok(pb::AuditAction::Update) => "update",
+        Ok(pb::AuditAction::Delete) => "delete",
+        Ok(pb::AuditAction::SdkKeyCreate) => "sdk_key.create",
+        Ok(pb::AuditAction::SdkKeyRotate) => "sdk_key.rotate",
+        Ok(pb::AuditAction::SdkKeyRevoke) => "sdk_key.revoke",
+        Ok(pb::AuditAction::EnvironmentCreate) => "environment.create",
+        Ok(pb::AuditAction::EnvironmentDelete) => "environment.delete",
+        Ok(pb::AuditAction::TokenCreate) => "token.create",
+        Ok(pb::AuditAction::TokenRevoke) => "token.revoke",
+        _ => "unknown",
+    }
 }
 
 fn table(header: &[&str], rows: Vec<Vec<String>>) {
@@ -264,6 +291,64 @@ pub(crate) async fn audit_cmd(conn: &mut Conn, cmd: AuditCmd) -> CmdResult {
                     ),
                 ))
             }
+        }
+        AuditCmd::Log { limit, diff } => {
+            let r = conn
+                .admin
+                .list_audit(pb::ListAuditRequest {
+                    environment: conn.env.clone(),
+                    limit,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let subject = |e: &pb::AuditEntry| match pb::ItemKind::try_from(e.item_kind) {
+                Ok(pb::ItemKind::Flag) => format!("flag {}", e.key),
+                Ok(pb::ItemKind::Segment) => format!("segment {}", e.key),
+                _ => e.key.clone(),
+            };
+            if conn.output == Output::Table {
+                let rows = r
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            e.revision.to_string(),
+                            e.time_unix_ms.to_string(),
+                            e.actor.clone(),
+                            action_name(e.action).to_owned(),
+                            subject(e),
+                            e.comment.clone(),
+                        ]
+                    })
+                    .collect();
+                table(&["REVISION", "WHEN (UNIX MS)", "ACTOR", "ACTION", "SUBJECT", "COMMENT"], rows);
+                if diff {
+                    for e in &r.entries {
+                        println!(
+                            "\nrevision {} ({} {} by {}):\n{}",
+                            e.revision,
+                            action_name(e.action),
+                            subject(e),
+                            e.actor,
+                            e.diff
+                        );
+                    }
+                }
+            } else {
+                let v: Vec<_> = r
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        serde_json::json!({"revision": e.revision, "time_unix_ms": e.time_unix_ms,
+                            "actor": e.actor, "action": action_name(e.action), "subject": subject(e),
+                            "comment": e.comment, "on_behalf_of": e.on_behalf_of, "hash": e.hash,
+                            "diff": if diff { e.diff.clone() } else { String::new() }})
+                    })
+                    .collect();
+                print_data(conn.output, &v)?;
+            }
+            Ok(())
         }
     }
 }

@@ -17,6 +17,11 @@ use super::to_json;
 /// Where an audit entry sits: `(revision, sequence within the revision)`.
 pub(crate) type AuditPos = (u64, u32);
 
+/// The name of the relay's own chain (admin token events), stored like an
+/// archive (its head with the archives' heads): each record at `(n, 0)`,
+/// `n` counting from 1. No environment can have the name.
+pub(crate) const RELAY_CHAIN: &str = "*";
+
 /// Who makes a write: the authenticated principal and the caller's
 /// unverified note of whom it acts for.
 #[derive(Debug, Clone, Default)]
@@ -43,15 +48,20 @@ pub(crate) struct AuditRecord {
     pub actor: String,
     /// When, Unix ms.
     pub time_unix_ms: u64,
-    /// Item kind.
-    pub kind: Kind,
-    /// Item key.
+    /// Item kind; `None` for an access event (SDK key, token,
+    /// environment), which is not about an item. Left out when `None`, so
+    /// item records hash as they always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Kind>,
+    /// Item key; for an access event, the SDK key's id, the token's or the
+    /// environment's name.
     pub key: String,
     /// Version before (0 = created).
     pub version_before: u64,
     /// Version after (for a delete, the version it had).
     pub version_after: u64,
-    /// `create`, `update` or `delete`.
+    /// `create`, `update` or `delete` (items), or an access event
+    /// ([`Access::action`]: `sdk_key.create`, `token.revoke`, ...).
     pub action: String,
     /// The writer's comment.
     pub comment: String,
@@ -165,7 +175,7 @@ pub(crate) fn seal<'a>(
                 revision,
                 actor: who.principal.clone(),
                 time_unix_ms: now,
-                kind: c.key.0,
+                kind: Some(c.key.0),
                 key: c.key.1.clone(),
                 version_before: c.version_before,
                 version_after: c.version_after,
@@ -183,6 +193,87 @@ pub(crate) fn seal<'a>(
         .collect()
 }
 
+/// Access events recorded on an environment's chain. Their records carry
+/// names, ids, roles and times, never a secret or its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// An SDK key was made.
+    SdkKeyCreate,
+    /// An SDK key was replaced by a new one (the old one kept for a grace).
+    SdkKeyRotate,
+    /// An SDK key was removed.
+    SdkKeyRevoke,
+    /// The environment was created (with its first SDK key).
+    EnvironmentCreate,
+    /// The environment was deleted (the last record of its archived chain).
+    EnvironmentDelete,
+    /// An admin token was created (on the relay's chain).
+    TokenCreate,
+    /// An admin token was revoked (on the relay's chain).
+    TokenRevoke,
+}
+
+impl Access {
+    /// The record's `action`.
+    pub(crate) fn action(self) -> &'static str {
+        match self {
+            Access::SdkKeyCreate => "sdk_key.create",
+            Access::SdkKeyRotate => "sdk_key.rotate",
+            Access::SdkKeyRevoke => "sdk_key.revoke",
+            Access::EnvironmentCreate => "environment.create",
+            Access::EnvironmentDelete => "environment.delete",
+            Access::TokenCreate => "token.create",
+            Access::TokenRevoke => "token.revoke",
+        }
+    }
+}
+
+/// One access event on the chain that `head` ends: the record at the
+/// environment's `revision` (its position within the revision is the
+/// backend's), sealed, and `head` moved to it. `details` is a short
+/// `field: value` text (the record's `diff`) that must hold no secret.
+pub(crate) fn seal_access(
+    event: Access,
+    subject: &str,
+    details: String,
+    revision: u64,
+    who: &Who,
+    head: &mut String,
+) -> Result<AuditRecord, StoreError> {
+    let mut rec = access_record(event, subject, details, who);
+    seal_onto(&mut rec, revision, head)?;
+    Ok(rec)
+}
+
+/// An access event's record, not yet sealed (see [`seal_onto`]).
+pub(crate) fn access_record(event: Access, subject: &str, details: String, who: &Who) -> AuditRecord {
+    AuditRecord {
+        revision: 0,
+        actor: who.principal.clone(),
+        time_unix_ms: super::now_ms(),
+        kind: None,
+        key: subject.to_owned(),
+        version_before: 0,
+        version_after: 0,
+        action: event.action().to_owned(),
+        comment: String::new(),
+        on_behalf_of: who.on_behalf_of.clone(),
+        diff: details,
+        prev_hash: String::new(),
+        hash: String::new(),
+    }
+}
+
+/// Seals `rec` at `revision` onto the chain that `head` ends, and moves
+/// `head` to it.
+pub(crate) fn seal_onto(rec: &mut AuditRecord, revision: u64, head: &mut String) -> Result<(), StoreError> {
+    rec.revision = revision;
+    rec.prev_hash.clone_from(head);
+    rec.hash = rec.compute_hash()?;
+    head.clone_from(&rec.hash);
+    Ok(())
+}
+
 /// The outcome of [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Verification {
@@ -192,62 +283,151 @@ pub(crate) struct Verification {
     pub broken: Option<(AuditPos, String)>,
 }
 
-/// Walks an environment's audit records oldest first and checks every
-/// link: each record's hash, each `prev_hash` against the record before,
-/// and the newest hash against `head` (the environment's metadata). The
-/// oldest retained record's `prev_hash` is taken as given (older records
-/// were dropped by the retention); records from before the chain (no
-/// hash) are skipped, and the chain restarts after them.
+/// A walk along an environment's chain, record by record, oldest first
+/// (fed in pages, so memory stays bounded whatever the log's size).
 ///
-/// `records` yields every retained record oldest first, or for a record
-/// that does not decode, why.
+/// Every record's hash is recomputed and each `prev_hash` checked against
+/// the record before. The oldest retained record's `prev_hash` is taken as
+/// given (older records were dropped by the retention). Records without a
+/// hash (written before the chain existed) may only come first: once a
+/// hashed record was seen, a record without one is a break, and the first
+/// hashed record after unhashed ones must start the chain (an empty
+/// `prev_hash`). So blanking a record's hash never hides an edit.
+#[derive(Debug)]
+pub(crate) struct Walk {
+    checked: u64,
+    prev: Option<String>,
+    last: Option<AuditPos>,
+    /// Records without a hash were seen (and no hashed one yet).
+    unhashed: bool,
+    /// The head the walk must reach.
+    head: String,
+    /// Whether a record with the head's hash was seen.
+    head_seen: bool,
+    broken: Option<(AuditPos, String)>,
+}
+
+impl Walk {
+    /// A walk that must end at `head`.
+    pub(crate) fn new(head: &str) -> Walk {
+        Walk {
+            checked: 0,
+            prev: None,
+            last: None,
+            unhashed: false,
+            head: head.to_owned(),
+            head_seen: head.is_empty(),
+            broken: None,
+        }
+    }
+
+    /// The position after which the walk goes on (`None`: from the start).
+    pub(crate) fn last(&self) -> Option<AuditPos> {
+        self.last
+    }
+
+    /// The break found so far.
+    pub(crate) fn broken(&self) -> Option<&(AuditPos, String)> {
+        self.broken.as_ref()
+    }
+
+    fn fail(&mut self, pos: AuditPos, why: impl Into<String>) {
+        self.broken = Some((pos, why.into()));
+    }
+
+    /// Checks the next record (or, for one that does not decode, why).
+    /// `false`: the chain is broken here, stop.
+    pub(crate) fn push(
+        &mut self,
+        pos: AuditPos,
+        rec: Result<AuditRecord, String>,
+    ) -> Result<bool, StoreError> {
+        if self.broken.is_some() {
+            return Ok(false);
+        }
+        self.last = Some(pos);
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail(pos, format!("does not decode: {e}"));
+                return Ok(false);
+            }
+        };
+        if rec.hash.is_empty() {
+            if self.prev.is_some() {
+                self.fail(pos, "it has no hash, but records before it do (a hash was removed: the chain starts at the first hashed record)");
+                return Ok(false);
+            }
+            self.unhashed = true;
+            return Ok(true);
+        }
+        self.checked += 1;
+        if rec.compute_hash()? != rec.hash {
+            self.fail(pos, "its content does not match its hash");
+            return Ok(false);
+        }
+        match &self.prev {
+            Some(p) if *p != rec.prev_hash => {
+                self.fail(pos, "its prev_hash is not the previous record's hash (a record before it was removed, inserted or edited)");
+                return Ok(false);
+            }
+            None if self.unhashed && !rec.prev_hash.is_empty() => {
+                self.fail(
+                    pos,
+                    "the records before it have no hash, but it links to one (a hash before it was removed)",
+                );
+                return Ok(false);
+            }
+            _ => {}
+        }
+        if rec.revision != pos.0 {
+            self.fail(pos, "stored under another revision");
+            return Ok(false);
+        }
+        if rec.hash == self.head {
+            self.head_seen = true;
+        }
+        self.prev = Some(rec.hash);
+        Ok(true)
+    }
+
+    /// The outcome. The chain must end at the head the walk started with
+    /// or, when records were appended during the walk (an access event at
+    /// the same revision), pass through it and end at `now`, the head read
+    /// after the walk (`None`: the head moved to a later revision meanwhile,
+    /// whose records the walk left out; the next walk checks their links).
+    pub(crate) fn finish(self, now: Option<&str>) -> Verification {
+        let Walk { checked, prev, last, head, head_seen, broken, .. } = self;
+        if broken.is_some() {
+            return Verification { checked, broken };
+        }
+        let end = prev.unwrap_or_default();
+        if end != head && !(head_seen && now.is_none_or(|n| n == end)) {
+            let at = last.unwrap_or((0, 0));
+            return Verification {
+                checked,
+                broken: Some((at, "the newest record is not the one the environment's metadata seals (records at the end were removed or added)".into())),
+            };
+        }
+        Verification { checked, broken: None }
+    }
+}
+
+/// Checks a whole chain at once (see [`Walk`]); `records` oldest first.
+#[cfg(test)]
 pub(crate) fn verify(
     records: impl IntoIterator<Item = Result<(AuditPos, Result<AuditRecord, String>), StoreError>>,
     head: &str,
 ) -> Result<Verification, StoreError> {
-    let mut checked = 0;
-    let mut prev: Option<String> = None;
-    let mut last: Option<AuditPos> = None;
+    let mut walk = Walk::new(head);
     for r in records {
         let (pos, rec) = r?;
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) => {
-                return Ok(Verification { checked, broken: Some((pos, format!("does not decode: {e}"))) });
-            }
-        };
-        if rec.hash.is_empty() {
-            prev = None;
-            continue;
+        if !walk.push(pos, rec)? {
+            break;
         }
-        checked += 1;
-        if rec.compute_hash()? != rec.hash {
-            return Ok(Verification {
-                checked,
-                broken: Some((pos, "its content does not match its hash".into())),
-            });
-        }
-        if let Some(p) = &prev
-            && *p != rec.prev_hash
-        {
-            return Ok(Verification {
-                checked,
-                broken: Some((pos, "its prev_hash is not the previous record's hash (a record before it was removed, inserted or edited)".into())),
-            });
-        }
-        if rec.revision != pos.0 {
-            return Ok(Verification { checked, broken: Some((pos, "stored under another revision".into())) });
-        }
-        prev = Some(rec.hash);
-        last = Some(pos);
     }
-    let end = prev.unwrap_or_default();
-    if end != head {
-        let at = last.unwrap_or((0, 0));
-        return Ok(Verification {
-            checked,
-            broken: Some((at, "the newest record is not the one the environment's metadata seals (records at the end were removed or added)".into())),
-        });
-    }
-    Ok(Verification { checked, broken: None })
+    Ok(walk.finish(Some(head)))
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::audit::{AuditPos, AuditRecord, Verification};
+use super::audit::{AuditPos, AuditRecord};
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
 use super::{Retention, StoreError};
@@ -62,8 +62,15 @@ pub(crate) struct Commit {
 /// A change to an environment's metadata (SDK keys, description),
 /// applied by the backend to the metadata it holds: a shared backend
 /// applies it to the database's current record under its lock, so two
-/// relays changing keys at once lose neither change.
-pub(crate) type MetaChange = Box<dyn FnMut(&mut EnvMeta) -> Result<(), StoreError> + Send>;
+/// relays changing keys at once lose neither change. It may return an
+/// audit record sealed onto the metadata's chain (an SDK key event): the
+/// backend stores it with the metadata, atomically, at the metadata's
+/// revision after the records already there.
+pub(crate) type MetaChange = Box<dyn FnMut(&mut EnvMeta) -> Result<Option<AuditRecord>, StoreError> + Send>;
+
+/// Rows of an audit page: a position and its record (or why it does not
+/// decode).
+pub(crate) type AuditRows = Vec<(AuditPos, Result<AuditRecord, String>)>;
 
 /// What [`Backend::commit`] did beyond the commit itself.
 #[derive(Debug, Clone, Copy, Default)]
@@ -123,11 +130,32 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// longer keeps).
     async fn load(&self, retention: Retention) -> Result<Vec<Loaded>, StoreError>;
 
-    /// Stores a new environment with no items.
-    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError>;
+    /// Stores a new environment with no items and, when given, its first
+    /// audit record (at position `(0, 0)`, already sealed: `meta` holds its
+    /// hash as the chain's head).
+    async fn create_env(&self, meta: EnvMeta, audit: Option<AuditRecord>) -> Result<(), StoreError>;
 
-    /// Removes an environment and everything it holds.
-    async fn delete_env(&self, name: String) -> Result<(), StoreError>;
+    /// Removes an environment and everything it holds. With `archive`
+    /// (a name no environment can have, and the deletion's audit record,
+    /// unsealed) its audit records are kept under that name, the deletion's
+    /// record last, sealed onto the stored chain at the stored head
+    /// revision, its hash the archived chain's head
+    /// ([`Backend::archive_head`]).
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError>;
+
+    /// The head of an archived chain (a deleted environment's) or of the
+    /// relay's chain (`audit::RELAY_CHAIN`): its last revision and hash;
+    /// `None` when there is no such chain.
+    async fn archive_head(&self, archive: String) -> Result<Option<(u64, String)>, StoreError>;
+
+    /// Appends `record` (unsealed) to the relay's chain: sealed onto its
+    /// head at the next revision (position `(n, 0)`), stored with the new
+    /// head atomically; returns it sealed.
+    async fn append_relay_audit(&self, record: AuditRecord) -> Result<AuditRecord, StoreError>;
 
     /// Whether other relays write to the same database (every relay of a
     /// PostgreSQL deployment). Then a revision this relay learns of from
@@ -164,8 +192,16 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         before: Option<AuditPos>,
     ) -> Result<Vec<(AuditPos, AuditRecord)>, StoreError>;
 
-    /// Checks `env`'s audit hash chain, which must end at `head`.
-    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError>;
+    /// At most `limit` audit records of `env` (or an archive), oldest
+    /// first, after `after` (`None`: from the first) and at or before
+    /// `upto`: one page of a chain walk.
+    async fn audit_page(
+        &self,
+        env: String,
+        after: Option<AuditPos>,
+        upto: AuditPos,
+        limit: usize,
+    ) -> Result<AuditRows, StoreError>;
 
     /// Who last changed an item and at which revision, from the audit log
     /// (for conflict messages; `None` when unknown).

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use flagstream::{Snapshot, ValidationErrors};
 
+use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
 use super::state::EnvState;
 use super::{Env, Store, StoreError, detached, now_ms};
@@ -31,13 +32,15 @@ pub(crate) fn check_env_name(name: &str) -> Result<(), StoreError> {
 
 impl Store {
     /// Creates an environment; returns it and its SDK key (shown once,
-    /// stored only as a hash). Completes even if the caller goes away.
+    /// stored only as a hash). Its audit chain starts with the creation's
+    /// record. Completes even if the caller goes away.
     pub(crate) async fn create_env(
         &self,
         name: &str,
         description: &str,
-        created_by: &str,
+        who: &Who,
     ) -> Result<(Arc<Env>, String), StoreError> {
+        let created_by = who.principal.as_str();
         self.check_writable()?;
         check_env_name(name)?;
         let sdk_key = auth::new_secret("fs_sdk_");
@@ -63,7 +66,10 @@ impl Store {
             audit_head: String::new(),
             confirmed_unix_ms: 0,
         };
-        let env = self.add_env(meta).await?;
+        let details = format!("description: {description:?}\nsdk_key: k1\nsdk_key_name: \"default\"\n");
+        let mut meta = meta;
+        let rec = audit::seal_access(Access::EnvironmentCreate, name, details, 0, who, &mut meta.audit_head)?;
+        let env = self.add_env_audited(meta, Some(rec)).await?;
         Ok((env, sdk_key))
     }
 
@@ -71,6 +77,15 @@ impl Store {
     /// environments start with an empty epoch: no data until the upstream
     /// sends its first snapshot.
     pub(crate) async fn add_env(&self, meta: EnvMeta) -> Result<Arc<Env>, StoreError> {
+        self.add_env_audited(meta, None).await
+    }
+
+    /// [`Store::add_env`] with the chain's first record.
+    async fn add_env_audited(
+        &self,
+        meta: EnvMeta,
+        audit: Option<AuditRecord>,
+    ) -> Result<Arc<Env>, StoreError> {
         let this = self.clone();
         detached(async move {
             let _guard = this.inner.envs_lock.lock().await;
@@ -81,9 +96,9 @@ impl Store {
             // data in a local store. A shared database's may be another
             // relay's live environment: its create refuses an existing name.
             if !this.inner.backend.shared() {
-                this.inner.backend.delete_env(meta.name.clone()).await?;
+                this.inner.backend.delete_env(meta.name.clone(), None).await?;
             }
-            this.inner.backend.create_env(meta.clone()).await?;
+            this.inner.backend.create_env(meta.clone(), audit).await?;
             let state = EnvState::new(
                 meta.name.clone(),
                 meta.epoch.clone(),
@@ -105,23 +120,41 @@ impl Store {
         .await
     }
 
-    /// Deletes an environment and all its data. Subscribers see it vanish
-    /// (their streams end). Completes even if the caller goes away.
+    /// Deletes an environment and all its data but its audit records:
+    /// those are kept under an archive name (returned), `NAME.deleted.MS`,
+    /// ending with the deletion's record, so `ListAudit` and `VerifyAudit`
+    /// still read and check them. Subscribers see it vanish (their streams
+    /// end). Completes even if the caller goes away.
     pub(crate) async fn delete_env(
         &self,
         name: &str,
         expected_revision: Option<u64>,
-    ) -> Result<(), StoreError> {
+        who: &Who,
+    ) -> Result<String, StoreError> {
         self.check_writable()?;
-        self.remove_env(name, expected_revision).await
+        let archive = format!("{name}.deleted.{}", now_ms());
+        let details = format!("archived_as: {archive}\n");
+        let rec = audit::access_record(Access::EnvironmentDelete, name, details, who);
+        self.drop_env(name, expected_revision, Some((archive.clone(), rec))).await?;
+        Ok(archive)
     }
 
-    /// [`Store::delete_env`] without the primary check (a replica removes
-    /// what its upstream removed).
+    /// [`Store::delete_env`] without the primary check and without keeping
+    /// an audit log (a replica removes what its upstream removed; it holds
+    /// none).
     pub(crate) async fn remove_env(
         &self,
         name: &str,
         expected_revision: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.drop_env(name, expected_revision, None).await
+    }
+
+    async fn drop_env(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+        archive: Option<(String, AuditRecord)>,
     ) -> Result<(), StoreError> {
         let (this, name) = (self.clone(), name.to_owned());
         detached(async move {
@@ -133,7 +166,7 @@ impl Store {
             if let Some(expected) = expected_revision.filter(|e| *e != current) {
                 return Err(StoreError::RevisionConflict { env: name, expected, current });
             }
-            if let Err(e) = this.inner.backend.delete_env(name.clone()).await {
+            if let Err(e) = this.inner.backend.delete_env(name.clone(), archive).await {
                 // Part of the environment may be gone from disk: no write may
                 // build on memory any more.
                 this.poison(&env, &name, &e);

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
 use super::{Store, StoreError, detached, now_ms};
 use crate::auth;
@@ -47,6 +48,76 @@ fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, 
     (key, secret)
 }
 
+/// An empty key record (for a rotation's replaced key that is gone).
+fn key_stub() -> SdkKeyRecord {
+    SdkKeyRecord {
+        id: String::new(),
+        name: String::new(),
+        hash: String::new(),
+        created_unix_ms: 0,
+        expires_unix_ms: 0,
+        created_by: String::new(),
+    }
+}
+
+/// A key event's record, sealed onto `meta`'s chain at its revision. Its
+/// details name the key (id, name, maker, expiry), never its secret or
+/// hash.
+fn key_event(
+    event: Access,
+    key: &SdkKeyRecord,
+    replaced: Option<&SdkKeyRecord>,
+    meta: &mut EnvMeta,
+    who: &Who,
+) -> Result<AuditRecord, StoreError> {
+    let mut details = format!("id: {}\nname: {:?}\ncreated_by: {:?}\n", key.id, key.name, key.created_by);
+    if let Some(old) = replaced {
+        details.push_str(&format!(
+            "replaces: {}\nreplaced_expires_unix_ms: {}\n",
+            old.id,
+            if old.expires_unix_ms == 0 {
+                "0 (removed now)".to_owned()
+            } else {
+                old.expires_unix_ms.to_string()
+            }
+        ));
+    }
+    audit::seal_access(event, &key.id, details, meta.revision, who, &mut meta.audit_head)
+}
+
+/// The SDK key quota in force, checked against the stored metadata.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyQuota {
+    /// Most keys of one environment (`quota-sdk-keys-per-env`).
+    pub limit: usize,
+}
+
+impl KeyQuota {
+    /// Refuses a change that adds `adding` keys to `meta` past the quota
+    /// (keys still in a rotation's grace count).
+    fn check(&self, meta: &EnvMeta, adding: usize) -> Result<(), StoreError> {
+        let used = meta.sdk_keys.len() + adding;
+        if adding > 0 && used > self.limit {
+            return Err(StoreError::Quota {
+                env: meta.name.clone(),
+                what: "SDK keys",
+                quota: "sdk_keys",
+                setting: "quota-sdk-keys-per-env",
+                used,
+                limit: self.limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The SDK key quota in force (reloaded with the size quotas).
+    fn key_quota(&self) -> KeyQuota {
+        KeyQuota { limit: self.inner.size_quota.load().sdk_keys }
+    }
+}
+
 /// What a rotation did.
 #[derive(Debug, Clone)]
 pub(crate) struct Rotated {
@@ -67,6 +138,17 @@ impl Store {
         env: &str,
         change: impl FnOnce(&mut EnvMeta) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.change_meta_audited(env, move |meta| Ok((change(meta)?, None))).await
+    }
+
+    /// [`Store::change_meta`] with an audit record: `change` may return one,
+    /// sealed onto the metadata's chain (its `audit_head` moved to it), and
+    /// the backend stores it with the metadata, atomically.
+    pub(crate) async fn change_meta_audited<T: Send + 'static>(
+        &self,
+        env: &str,
+        change: impl FnOnce(&mut EnvMeta) -> Result<(T, Option<AuditRecord>), StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (this, env) = (self.clone(), self.env(env)?);
         detached(async move {
             let _write = env.write.lock().await;
@@ -79,14 +161,21 @@ impl Store {
                 let f = change
                     .take()
                     .ok_or_else(|| StoreError::Storage("a metadata change was applied twice".into()))?;
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(f(meta)?);
-                Ok(())
+                let (out, record) = f(meta)?;
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
+                Ok(record)
             });
             let current = EnvMeta::clone(&env.meta.load());
             let name = current.name.clone();
             let meta = match this.inner.backend.update_meta(current, apply).await {
                 Ok(m) => m,
                 Err(e @ (StoreError::Invalid(_) | StoreError::KeyNotFound { .. })) => return Err(e),
+                Err(e @ StoreError::Quota { .. }) => {
+                    if let StoreError::Quota { env, quota, .. } = &e {
+                        this.inner.metrics.quota_refusal(env, quota);
+                    }
+                    return Err(e);
+                }
                 Err(e) => {
                     this.poison(&env, &name, &e);
                     return Err(e);
@@ -105,12 +194,18 @@ impl Store {
         &self,
         env: &str,
         name: &str,
-        created_by: &str,
+        who: &Who,
     ) -> Result<(SdkKeyRecord, String), StoreError> {
         self.check_writable()?;
         check_name(name)?;
-        let (name, created_by) = (name.to_owned(), created_by.to_owned());
-        self.change_meta(env, move |meta| Ok(make_key(meta, &name, &created_by))).await
+        let (name, who, quota) = (name.to_owned(), who.clone(), self.key_quota());
+        self.change_meta_audited(env, move |meta| {
+            quota.check(meta, 1)?;
+            let (key, secret) = make_key(meta, &name, &who.principal);
+            let rec = key_event(Access::SdkKeyCreate, &key, None, meta, &who)?;
+            Ok(((key, secret), Some(rec)))
+        })
+        .await
     }
 
     /// The keys of `env` that work now.
@@ -127,22 +222,22 @@ impl Store {
         id: &str,
         grace_ms: u64,
         name: &str,
-        created_by: &str,
+        who: &Who,
     ) -> Result<Rotated, StoreError> {
         self.check_writable()?;
         check_name(name)?;
         if grace_ms > MAX_GRACE_MS {
             return Err(invalid("grace_ms", format!("{grace_ms} ms, limit {MAX_GRACE_MS} (30 days)")));
         }
-        let (env_name, id, name, created_by) =
-            (env.to_owned(), id.to_owned(), name.to_owned(), created_by.to_owned());
-        self.change_meta(env, move |meta| {
+        let (env_name, id, name, who, quota) =
+            (env.to_owned(), id.to_owned(), name.to_owned(), who.clone(), self.key_quota());
+        self.change_meta_audited(env, move |meta| {
             let now = now_ms();
-            let i = meta
-                .sdk_keys
-                .iter()
-                .position(|k| k.id == id && k.valid_at(now))
-                .ok_or_else(|| StoreError::KeyNotFound { env: env_name, id })?;
+            let Some(i) = meta.sdk_keys.iter().position(|k| k.id == id && k.valid_at(now)) else {
+                return Err(StoreError::KeyNotFound { env: env_name, id });
+            };
+            // With a grace period the old key stays: one key more.
+            quota.check(meta, usize::from(grace_ms > 0))?;
             let old = if grace_ms == 0 {
                 meta.sdk_keys.remove(i);
                 None
@@ -155,23 +250,25 @@ impl Store {
             };
             let new_name =
                 if name.is_empty() { old.as_ref().map(|k| k.name.clone()).unwrap_or_default() } else { name };
-            let (key, secret) = make_key(meta, &new_name, &created_by);
-            Ok(Rotated { old, key, secret })
+            let replaced = old.clone().unwrap_or_else(|| SdkKeyRecord { id, ..key_stub() });
+            let (key, secret) = make_key(meta, &new_name, &who.principal);
+            let rec = key_event(Access::SdkKeyRotate, &key, Some(&replaced), meta, &who)?;
+            Ok((Rotated { old, key, secret }, Some(rec)))
         })
         .await
     }
 
     /// Removes key `id` of `env` at once.
-    pub(crate) async fn revoke_sdk_key(&self, env: &str, id: &str) -> Result<(), StoreError> {
+    pub(crate) async fn revoke_sdk_key(&self, env: &str, id: &str, who: &Who) -> Result<(), StoreError> {
         self.check_writable()?;
-        let (env_name, id) = (env.to_owned(), id.to_owned());
-        self.change_meta(env, move |meta| {
-            let before = meta.sdk_keys.len();
-            meta.sdk_keys.retain(|k| k.id != id);
-            if meta.sdk_keys.len() == before {
+        let (env_name, id, who) = (env.to_owned(), id.to_owned(), who.clone());
+        self.change_meta_audited(env, move |meta| {
+            let Some(gone) = meta.sdk_keys.iter().find(|k| k.id == id).cloned() else {
                 return Err(StoreError::KeyNotFound { env: env_name, id });
-            }
-            Ok(())
+            };
+            meta.sdk_keys.retain(|k| k.id != id);
+            let rec = key_event(Access::SdkKeyRevoke, &gone, None, meta, &who)?;
+            Ok(((), Some(rec)))
         })
         .await
     }

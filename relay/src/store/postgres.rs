@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
-use super::audit::{self, AuditPos, AuditRecord, Verification};
-use super::backend::{Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
+use super::audit::{self, AuditPos, AuditRecord};
+use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
 use super::meta::EnvMeta;
 use super::state::{Kind, LogEntry};
 use super::{Retention, StoreError, corrupt, trim_log};
@@ -39,7 +39,7 @@ pub(crate) const CHANNEL: &str = "flagstream";
 const MIGRATION_LOCK: i64 = 0x666c_6167_7374_726d;
 
 /// The migrations, in order; version = index + 1.
-const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql"), include_str!("postgres/schema-2.sql")];
 
 /// Connections in the pool (writes, reads, the pruner); the feed's
 /// listening session is separate.
@@ -473,7 +473,7 @@ impl Locked {
         let (mut seqs, mut a_kind, mut a_key, mut records) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for ((_, seq), r) in &c.audit {
             seqs.push(*seq as i32);
-            a_kind.push(kind_code(r.kind));
+            a_kind.push(r.kind.map_or(0, kind_code));
             a_key.push(r.key.clone());
             records.push(
                 serde_json::to_value(r)
@@ -570,15 +570,16 @@ impl Backend for PostgresBackend {
         Ok(out)
     }
 
-    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError> {
-        let c = self.client().await?;
+    async fn create_env(&self, meta: EnvMeta, audit: Option<AuditRecord>) -> Result<(), StoreError> {
+        let mut c = self.client().await?;
         let json = serde_json::to_value(&meta)
             .map_err(|e| corrupt("environment metadata (while encoding)".into(), e))?;
         let incarnation = query::incarnation(&c).await?;
-        let inserted = c
+        let tx = c.transaction().await.map_err(db)?;
+        let inserted = tx
             .execute(
-                "INSERT INTO flagstream_envs (name, meta, epoch, revision, checksum, committed_unix_ms, incarnation)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO flagstream_envs (name, meta, epoch, revision, checksum, committed_unix_ms, incarnation, audit_head)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING",
                 &[
                     &meta.name,
                     &json,
@@ -587,6 +588,7 @@ impl Backend for PostgresBackend {
                     &(meta.checksum as i64),
                     &(meta.committed_unix_ms as i64),
                     &incarnation,
+                    &meta.audit_head,
                 ],
             )
             .await
@@ -594,17 +596,94 @@ impl Backend for PostgresBackend {
         if inserted == 0 {
             return Err(StoreError::EnvExists(meta.name));
         }
-        c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{}", meta.name)])
+        if let Some(rec) = &audit {
+            insert_audit(&tx, &meta.name, rec).await?;
+        }
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{}", meta.name)])
             .await
             .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         Ok(())
     }
 
-    async fn delete_env(&self, name: String) -> Result<(), StoreError> {
-        let c = self.client().await?;
-        c.execute("DELETE FROM flagstream_envs WHERE name = $1", &[&name]).await.map_err(db)?;
-        c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{name}")]).await.map_err(db)?;
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError> {
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(db)?;
+        let row = tx
+            .query_opt(
+                "SELECT revision, audit_head FROM flagstream_envs WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )
+            .await
+            .map_err(db)?
+            .ok_or_else(|| StoreError::EnvNotFound(name.clone()))?;
+        match archive {
+            Some((id, mut rec)) => {
+                let (revision, mut head) = (row.get::<_, i64>(0) as u64, row.get::<_, String>(1));
+                audit::seal_onto(&mut rec, revision, &mut head)?;
+                tx.execute("UPDATE flagstream_audit SET env = $2 WHERE env = $1", &[&name, &id])
+                    .await
+                    .map_err(db)?;
+                insert_audit(&tx, &id, &rec).await?;
+                tx.execute(
+                    "INSERT INTO flagstream_audit_archives (name, revision, head) VALUES ($1, $2, $3)",
+                    &[&id, &(revision as i64), &head],
+                )
+                .await
+                .map_err(db)?;
+            }
+            None => {
+                tx.execute("DELETE FROM flagstream_audit WHERE env = $1", &[&name]).await.map_err(db)?;
+            }
+        }
+        tx.execute("DELETE FROM flagstream_envs WHERE name = $1", &[&name]).await.map_err(db)?;
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("env:{name}")]).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
         Ok(())
+    }
+
+    async fn append_relay_audit(&self, mut record: AuditRecord) -> Result<AuditRecord, StoreError> {
+        let chain = audit::RELAY_CHAIN;
+        let mut c = self.client().await?;
+        let tx = c.transaction().await.map_err(db)?;
+        // Relays of one database append in turn: the head row is locked.
+        tx.execute(
+            "INSERT INTO flagstream_audit_archives (name, revision, head) VALUES ($1, 0, '') ON CONFLICT (name) DO NOTHING",
+            &[&chain],
+        )
+        .await
+        .map_err(db)?;
+        let row = tx
+            .query_one(
+                "SELECT revision, head FROM flagstream_audit_archives WHERE name = $1 FOR UPDATE",
+                &[&chain],
+            )
+            .await
+            .map_err(db)?;
+        let (revision, mut head) = (row.get::<_, i64>(0) as u64 + 1, row.get::<_, String>(1));
+        audit::seal_onto(&mut record, revision, &mut head)?;
+        insert_audit(&tx, chain, &record).await?;
+        tx.execute(
+            "UPDATE flagstream_audit_archives SET revision = $2, head = $3 WHERE name = $1",
+            &[&chain, &(revision as i64), &head],
+        )
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(record)
+    }
+
+    async fn archive_head(&self, archive: String) -> Result<Option<(u64, String)>, StoreError> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt("SELECT revision, head FROM flagstream_audit_archives WHERE name = $1", &[&archive])
+            .await
+            .map_err(db)?;
+        Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
     }
 
     async fn update_meta(&self, current: EnvMeta, mut change: MetaChange) -> Result<EnvMeta, StoreError> {
@@ -616,12 +695,18 @@ impl Backend for PostgresBackend {
             .map_err(db)?
             .ok_or_else(|| StoreError::EnvNotFound(current.name.clone()))?;
         let mut meta = Self::meta_of(&row)?;
-        change(&mut meta)?;
+        let record = change(&mut meta)?;
         let json = serde_json::to_value(&meta)
             .map_err(|e| corrupt("environment metadata (while encoding)".into(), e))?;
-        tx.execute("UPDATE flagstream_envs SET meta = $2 WHERE name = $1", &[&meta.name, &json])
-            .await
-            .map_err(db)?;
+        if let Some(rec) = &record {
+            insert_audit(&tx, &meta.name, rec).await?;
+        }
+        tx.execute(
+            "UPDATE flagstream_envs SET meta = $2, audit_head = $3 WHERE name = $1",
+            &[&meta.name, &json, &meta.audit_head],
+        )
+        .await
+        .map_err(db)?;
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("meta:{}", meta.name)])
             .await
             .map_err(db)?;
@@ -653,7 +738,7 @@ impl Backend for PostgresBackend {
         let rows = c
             .query(
                 "SELECT revision, seq, record FROM flagstream_audit
-                 WHERE env = $1 AND (revision, seq) < ($2, $3) AND ($4 = 0 OR (kind = $4 AND key = $5))
+                 WHERE env = $1 AND (revision, seq) < ($2, $3) AND ($4::smallint = 0 OR (kind = $4 AND key = $5))
                  ORDER BY revision DESC, seq DESC LIMIT $6",
                 &[&env, &rev, &seq, &kind, &key, &(limit as i64)],
             )
@@ -668,20 +753,34 @@ impl Backend for PostgresBackend {
             .collect()
     }
 
-    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError> {
+    async fn audit_page(
+        &self,
+        env: String,
+        after: Option<AuditPos>,
+        upto: AuditPos,
+        limit: usize,
+    ) -> Result<AuditRows, StoreError> {
         let c = self.client().await?;
+        let pos = |(r, s): AuditPos| (r.min(i64::MAX as u64) as i64, s.min(i32::MAX as u32) as i32);
+        // Keyset pagination: one bounded page per call, never the whole log.
+        let (after_rev, after_seq) = after.map_or((-1, -1), pos);
+        let (upto_rev, upto_seq) = pos(upto);
         let rows = c
             .query(
-                "SELECT revision, seq, record FROM flagstream_audit WHERE env = $1 ORDER BY revision, seq",
-                &[&env],
+                "SELECT revision, seq, record FROM flagstream_audit
+                 WHERE env = $1 AND (revision, seq) > ($2, $3) AND (revision, seq) <= ($4, $5)
+                 ORDER BY revision, seq LIMIT $6",
+                &[&env, &after_rev, &after_seq, &upto_rev, &upto_seq, &(limit as i64)],
             )
             .await
             .map_err(db)?;
-        let records = rows.iter().map(|r| {
-            let pos = (r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32);
-            Ok((pos, serde_json::from_value::<AuditRecord>(r.get(2)).map_err(|e| e.to_string())))
-        });
-        audit::verify(records, &head)
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let pos = (r.get::<_, i64>(0) as u64, r.get::<_, i32>(1) as u32);
+                (pos, serde_json::from_value::<AuditRecord>(r.get(2)).map_err(|e| e.to_string()))
+            })
+            .collect())
     }
 
     async fn last_actor(&self, env: String, kind: Kind, key: String) -> Option<String> {
@@ -772,6 +871,24 @@ impl Backend for PostgresBackend {
         // Durable at every commit.
         Ok(())
     }
+}
+
+/// Inserts an access event's record into `env`'s audit log (or an
+/// archive) at the next position of its revision, in `tx`.
+async fn insert_audit(
+    tx: &tokio_postgres::Transaction<'_>,
+    env: &str,
+    rec: &AuditRecord,
+) -> Result<(), StoreError> {
+    let json = serde_json::to_value(rec).map_err(|e| corrupt("audit record (while encoding)".into(), e))?;
+    tx.execute(
+        "INSERT INTO flagstream_audit (env, revision, seq, kind, key, record)
+         SELECT $1, $2, coalesce(max(seq) + 1, 0), $3, $4, $5 FROM flagstream_audit WHERE env = $1 AND revision = $2",
+        &[&env, &(rec.revision as i64), &rec.kind.map_or(0, kind_code), &rec.key, &json],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
 }
 
 /// The retained change log of `rows` (revision, commit id, commit time,

@@ -5,7 +5,10 @@
 //! `items/{name}` (`kind byte ‖ key` → the item's protobuf bytes),
 //! `log/{name}` (revision, big-endian → JSON [`LogEntry`]) and
 //! `audit/{name}` (revision ‖ sequence, big-endian → JSON
-//! [`AuditRecord`]). A commit writes all four in one sled transaction and
+//! [`AuditRecord`]). A deleted environment's audit records are kept in
+//! `audit/{archive}` (an archive name no environment can have), its head
+//! in `meta` at `archive/{archive}`. A commit writes all four in one sled
+//! transaction and
 //! flushes before it returns, so a crash leaves either the old revision or
 //! the new one, never a mix. sled is synchronous: every call runs on
 //! tokio's blocking pool.
@@ -18,8 +21,8 @@ use bytes::Bytes;
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
-use super::audit::{self, AuditPos, AuditRecord, Verification};
-use super::backend::{Backend, Commit, Committed, Loaded, Revoked};
+use super::audit::{AuditPos, AuditRecord};
+use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
@@ -30,6 +33,15 @@ use crate::access::{Role, TokenRecord};
 const TOKEN_PREFIX: &str = "token/";
 /// Prefix of settings in the `meta` tree.
 const SETTING_PREFIX: &str = "setting/";
+/// Prefix of archived audit chains' heads in the `meta` tree.
+const ARCHIVE_PREFIX: &str = "archive/";
+
+/// An archived chain's head, as stored.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ArchiveHead {
+    revision: u64,
+    head: String,
+}
 /// sled key of the admin token's hash from before named tokens: read as
 /// the `bootstrap` token and removed once that is stored.
 const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
@@ -188,16 +200,98 @@ impl SledBackend {
                 m.insert(meta_key(&name).as_bytes(), meta_json.as_slice())?;
                 Ok::<(), ConflictableTransactionError<()>>(())
             })
-            .map_err(|e: TransactionError<()>| match e {
-                TransactionError::Storage(e) => StoreError::from(e),
-                TransactionError::Abort(()) => {
-                    StoreError::from(sled::Error::Unsupported("transaction aborted".into()))
-                }
-            })?;
+            .map_err(abort_to_store)?;
         // Durable before anyone is told.
         self.db.flush()?;
         self.marks.set(&name, &c.meta.epoch, c.meta.revision);
         Ok(Committed { audit_trimmed: expired.len() })
+    }
+}
+
+/// The next free position at `revision` of an audit tree.
+fn next_pos(audit: &sled::Tree, env: &str, revision: u64) -> Result<AuditPos, StoreError> {
+    let (from, to) = (key_of((revision, 0)), key_of((revision, u32::MAX)));
+    match audit.range(from.as_slice()..=to.as_slice()).next_back() {
+        Some(r) => {
+            let (_, seq) = pos_of(env, &r?.0)?;
+            let next = seq.checked_add(1).ok_or_else(|| {
+                corrupt(
+                    format!("audit log of {env:?}"),
+                    std::io::Error::other("no position left in the revision"),
+                )
+            })?;
+            Ok((revision, next))
+        }
+        None => Ok((revision, 0)),
+    }
+}
+
+fn abort_to_store(e: TransactionError<()>) -> StoreError {
+    match e {
+        TransactionError::Storage(e) => StoreError::from(e),
+        TransactionError::Abort(()) => {
+            StoreError::from(sled::Error::Unsupported("transaction aborted".into()))
+        }
+    }
+}
+
+impl SledBackend {
+    /// Stores `meta` and, when given, `record` at the next position of its
+    /// revision, in one transaction; flushed.
+    fn put_meta_audited(&self, meta: &EnvMeta, record: Option<&AuditRecord>) -> Result<(), StoreError> {
+        let Some(rec) = record else {
+            self.put_meta_now(meta)?;
+            return Ok(self.db.flush().map(|_| ())?);
+        };
+        let audit = self.db.open_tree(format!("audit/{}", meta.name))?;
+        let pos = next_pos(&audit, &meta.name, rec.revision)?;
+        let (key, json) = (key_of(pos), to_json("audit record", rec)?);
+        let meta_json = to_json("environment metadata", meta)?;
+        (&self.meta, &audit)
+            .transaction(|(m, a)| {
+                a.insert(key.as_slice(), json.as_slice())?;
+                m.insert(meta_key(&meta.name).as_bytes(), meta_json.as_slice())?;
+                Ok::<(), ConflictableTransactionError<()>>(())
+            })
+            .map_err(abort_to_store)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Keeps `name`'s audit records under `archive`, with `record` (its
+    /// deletion, sealed) last and its hash as the archive's head; then
+    /// removes the environment.
+    fn archive_now(&self, name: &str, archive: &str, mut record: AuditRecord) -> Result<(), StoreError> {
+        let Some(stored) = self.meta.get(meta_key(name))? else {
+            return Err(StoreError::EnvNotFound(name.to_owned()));
+        };
+        let meta: EnvMeta =
+            serde_json::from_slice(&stored).map_err(|e| corrupt(format!("metadata {name:?}"), e))?;
+        let mut head = meta.audit_head.clone();
+        super::audit::seal_onto(&mut record, meta.revision, &mut head)?;
+        let from = self.db.open_tree(format!("audit/{name}"))?;
+        let to = self.db.open_tree(format!("audit/{archive}"))?;
+        // Copied first (a crash here leaves the environment as it was and
+        // an archive without a head, overwritten by the next attempt).
+        for r in from.iter() {
+            let (k, v) = r?;
+            to.insert(k, v)?;
+        }
+        let pos = next_pos(&to, archive, record.revision)?;
+        let (key, json) = (key_of(pos), to_json("audit record", &record)?);
+        let head = to_json(
+            "archived chain head",
+            &ArchiveHead { revision: record.revision, head: record.hash.clone() },
+        )?;
+        (&self.meta, &to)
+            .transaction(|(m, a)| {
+                a.insert(key.as_slice(), json.as_slice())?;
+                m.insert(format!("{ARCHIVE_PREFIX}{archive}").as_bytes(), head.as_slice())?;
+                m.remove(meta_key(name).as_bytes())?;
+                Ok::<(), ConflictableTransactionError<()>>(())
+            })
+            .map_err(abort_to_store)?;
+        Ok(())
     }
 }
 
@@ -237,19 +331,27 @@ impl Backend for SledBackend {
         self.run(move |b| b.load_now(retention)).await
     }
 
-    async fn create_env(&self, meta: EnvMeta) -> Result<(), StoreError> {
+    async fn create_env(&self, meta: EnvMeta, audit: Option<AuditRecord>) -> Result<(), StoreError> {
         self.run(move |b| {
-            b.put_meta_now(&meta)?;
-            b.db.flush()?;
+            b.put_meta_audited(&meta, audit.as_ref())?;
             b.marks.set(&meta.name, &meta.epoch, meta.revision);
             Ok(())
         })
         .await
     }
 
-    async fn delete_env(&self, name: String) -> Result<(), StoreError> {
+    async fn delete_env(
+        &self,
+        name: String,
+        archive: Option<(String, AuditRecord)>,
+    ) -> Result<(), StoreError> {
         self.run(move |b| {
-            b.meta.remove(meta_key(&name))?;
+            match &archive {
+                Some((id, record)) => b.archive_now(&name, id, record.clone())?,
+                None => {
+                    b.meta.remove(meta_key(&name))?;
+                }
+            }
             for prefix in ["items", "log", "audit"] {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;
             }
@@ -267,10 +369,9 @@ impl Backend for SledBackend {
     ) -> Result<EnvMeta, StoreError> {
         // One writer: what this relay holds is the record.
         let mut meta = current;
-        change(&mut meta)?;
+        let record = change(&mut meta)?;
         self.run(move |b| {
-            b.put_meta_now(&meta)?;
-            b.db.flush()?;
+            b.put_meta_audited(&meta, record.as_ref())?;
             Ok(meta)
         })
         .await
@@ -296,7 +397,7 @@ impl Backend for SledBackend {
                 let rec: AuditRecord =
                     serde_json::from_slice(&v).map_err(|e| corrupt(format!("audit log of {env:?}"), e))?;
                 let pos = pos_of(&env, &k)?;
-                if item.as_ref().is_none_or(|(k, name)| rec.kind == *k && rec.key == *name) {
+                if item.as_ref().is_none_or(|(k, name)| rec.kind == Some(*k) && rec.key == *name) {
                     out.push((pos, rec));
                     if out.len() >= limit {
                         break;
@@ -308,15 +409,78 @@ impl Backend for SledBackend {
         .await
     }
 
-    async fn verify_audit(&self, env: String, head: String) -> Result<Verification, StoreError> {
+    async fn audit_page(
+        &self,
+        env: String,
+        after: Option<AuditPos>,
+        upto: AuditPos,
+        limit: usize,
+    ) -> Result<AuditRows, StoreError> {
         self.run(move |b| {
             let tree = b.db.open_tree(format!("audit/{env}"))?;
-            let records = tree.iter().map(|r| {
+            let end = key_of(upto);
+            let range = match after {
+                Some(p) => tree.range((std::ops::Bound::Excluded(key_of(p)), std::ops::Bound::Included(end))),
+                None => tree.range(..=end),
+            };
+            let mut out = Vec::new();
+            for r in range.take(limit) {
                 let (k, v) = r?;
                 let pos = pos_of(&env, &k)?;
-                Ok((pos, serde_json::from_slice::<AuditRecord>(&v).map_err(|e| e.to_string())))
-            });
-            audit::verify(records, &head)
+                out.push((pos, serde_json::from_slice::<AuditRecord>(&v).map_err(|e| e.to_string())));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn append_relay_audit(&self, record: AuditRecord) -> Result<AuditRecord, StoreError> {
+        self.run(move |b| {
+            let chain = super::audit::RELAY_CHAIN;
+            let tree = b.db.open_tree(format!("audit/{chain}"))?;
+            let head_key = format!("{ARCHIVE_PREFIX}{chain}");
+            // sled transactions are serialisable: concurrent appends retry,
+            // and the record and the head are stored together.
+            let sealed = (&b.meta, &tree)
+                .transaction(|(m, a)| {
+                    let (revision, mut head) = match m.get(head_key.as_bytes())? {
+                        Some(v) => match serde_json::from_slice::<ArchiveHead>(&v) {
+                            Ok(h) => (h.revision, h.head),
+                            Err(_) => return Err(ConflictableTransactionError::Abort(())),
+                        },
+                        None => (0, String::new()),
+                    };
+                    let mut rec = record.clone();
+                    let next = revision + 1;
+                    super::audit::seal_onto(&mut rec, next, &mut head)
+                        .map_err(|_| ConflictableTransactionError::Abort(()))?;
+                    let json =
+                        serde_json::to_vec(&rec).map_err(|_| ConflictableTransactionError::Abort(()))?;
+                    let h = serde_json::to_vec(&ArchiveHead { revision: next, head })
+                        .map_err(|_| ConflictableTransactionError::Abort(()))?;
+                    a.insert(key_of((next, 0)), json)?;
+                    m.insert(head_key.as_bytes(), h)?;
+                    Ok(rec)
+                })
+                .map_err(|e: TransactionError<()>| match e {
+                    TransactionError::Abort(()) => corrupt(
+                        "the relay's audit chain head".into(),
+                        std::io::Error::other("unreadable, or a record could not be sealed"),
+                    ),
+                    TransactionError::Storage(e) => StoreError::from(e),
+                })?;
+            b.db.flush()?;
+            Ok(sealed)
+        })
+        .await
+    }
+
+    async fn archive_head(&self, archive: String) -> Result<Option<(u64, String)>, StoreError> {
+        self.run(move |b| {
+            let Some(v) = b.meta.get(format!("{ARCHIVE_PREFIX}{archive}"))? else { return Ok(None) };
+            let h: ArchiveHead = serde_json::from_slice(&v)
+                .map_err(|e| corrupt(format!("archived audit head {archive:?}"), e))?;
+            Ok(Some((h.revision, h.head)))
         })
         .await
     }
@@ -328,7 +492,8 @@ impl Backend for SledBackend {
             let tree = b.db.open_tree(format!("audit/{env}"))?;
             Ok(tree.iter().rev().take(10_000).filter_map(Result::ok).find_map(|(_, v)| {
                 let r: AuditRecord = serde_json::from_slice(&v).ok()?;
-                (r.kind == kind && r.key == key).then(|| format!("{} at revision {}", r.actor, r.revision))
+                (r.kind == Some(kind) && r.key == key)
+                    .then(|| format!("{} at revision {}", r.actor, r.revision))
             }))
         })
         .await
