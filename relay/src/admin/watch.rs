@@ -101,6 +101,10 @@ impl Drop for WatchSlot {
     }
 }
 
+/// How long a watch waits for this relay to reach the revision it names
+/// before refusing it as past the head.
+const HEAD_WAIT: Duration = Duration::from_secs(5);
+
 /// What the stream carries from one poll to the next.
 struct State {
     first: Option<pb::Propagation>,
@@ -119,16 +123,22 @@ impl AdminService {
         let env = req.get_ref().environment.clone();
         let principal = authorize(&req, Role::Read, Some(&env), "read propagation")?;
         let r = req.into_inner();
+        let slot = self.watches.open(principal.name())?;
         if let Some(rev) = r.revision {
-            let head = self.store.env(&env)?.state.load().revision;
-            if rev > head {
+            // Another relay of a shared database, or a replica, may take a
+            // moment to reach a revision just written elsewhere: wait for it
+            // briefly (holding the watch's slot), then refuse.
+            let e = self.store.env(&env)?;
+            let mut head = e.head.subscribe();
+            let reached = tokio::time::timeout(HEAD_WAIT, head.wait_for(|h| *h >= rev)).await;
+            let head = e.state.load().revision;
+            if !matches!(reached, Ok(Ok(_))) || rev > head {
                 return Err(crate::error::out_of_range(
                     "revision",
                     format!("{rev} is past the head of environment {env:?}, revision {head}"),
                 ));
             }
         }
-        let slot = self.watches.open(principal.name())?;
         // Subscribed before the first check: a revocation from here on wakes
         // the stream.
         let changes = self.tokens.changes();

@@ -292,6 +292,12 @@ impl Connector {
             }
             None => builder.with_no_client_auth(),
         };
+        // Every series of this sslmode exported from the start, at 0: an
+        // alert on `tls="off"` sees the first plaintext connection.
+        for tls in ["on", "off", "local_socket"] {
+            let labels = vec![("sslmode", settings.mode.name().to_owned()), ("tls", tls.to_owned())];
+            metrics.postgres_connections.get_or_create(&labels).inc_by(0);
+        }
         Ok(Connector { settings: Arc::new(settings), rustls: MakeRustlsConnect::new(config), metrics })
     }
 
