@@ -238,6 +238,8 @@ impl Metrics {
             "feed_session_lost",
             "feed_resync",
             "history_lost",
+            "feed_step_timeout",
+            "feed_silent",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

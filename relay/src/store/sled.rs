@@ -238,12 +238,13 @@ impl Backend for SledBackend {
 
     async fn delete_env(&self, name: String) -> Result<(), StoreError> {
         self.run(move |b| {
+            // Unmarked durably first: a deletion is never taken for a loss.
+            b.marks.remove(&name)?;
             b.meta.remove(meta_key(&name))?;
             for prefix in ["items", "log", "audit"] {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;
             }
             b.db.flush()?;
-            b.marks.remove(&name);
             Ok(())
         })
         .await
