@@ -179,7 +179,10 @@ impl Feed {
             let silent = self.heard_at.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
             if silent > SILENT_AFTER && self.session_live.swap(false, Ordering::Relaxed) {
                 self.store.metrics().limit_hit("feed_silent");
-                tracing::warn!(silent_ms = silent.as_millis() as u64, "the change feed has not heard from the database for {SILENT_AFTER:?} (a query still waits): every environment is reported stale until it does");
+                tracing::warn!(
+                    silent_ms = silent.as_millis() as u64,
+                    "the change feed has not heard from the database for {SILENT_AFTER:?} (a query still waits): every environment is reported stale until it does"
+                );
                 for env in self.store.envs() {
                     env.freshness.set_live(false);
                 }
@@ -361,7 +364,9 @@ impl Feed {
                     // is closed, never handed to another user of the pool.
                     drop(deadpool_postgres::Object::take(c));
                     self.store.metrics().limit_hit("feed_step_timeout");
-                    tracing::warn!("publishing or reading propagation reports took over {QUERY_TIMEOUT:?}; given up, the next tick tries again");
+                    tracing::warn!(
+                        "publishing or reading propagation reports took over {QUERY_TIMEOUT:?}; given up, the next tick tries again"
+                    );
                 }
             }
         }
@@ -723,7 +728,9 @@ impl Feed {
         let result = match result {
             Ok(None) => {
                 self.store.metrics().limit_hit("feed_step_timeout");
-                tracing::warn!("pruning the history took over {QUERY_TIMEOUT:?}; given up, the next pass tries again");
+                tracing::warn!(
+                    "pruning the history took over {QUERY_TIMEOUT:?}; given up, the next pass tries again"
+                );
                 return;
             }
             Ok(Some(r)) => Ok(r),

@@ -272,7 +272,19 @@ impl Postgres {
         let primary_port = self.port.to_string();
         self.run(
             "pg_basebackup",
-            &["-h", "127.0.0.1", "-p", &primary_port, "-U", "postgres", "-D", path(&data), "-R", "-X", "stream"],
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port,
+                "-U",
+                "postgres",
+                "-D",
+                path(&data),
+                "-R",
+                "-X",
+                "stream",
+            ],
         );
         standby.start_again();
         self.sql("postgres", &format!("ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'"));
@@ -281,7 +293,9 @@ impl Postgres {
         loop {
             let state = self.sql(
                 "postgres",
-                &format!("SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"),
+                &format!(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
+                ),
             );
             if state.trim() == "sync" {
                 break;
@@ -297,7 +311,9 @@ impl Postgres {
     pub fn commit_waits_for_standby(&self, db: &str) -> bool {
         let n = self.sql(
             "postgres",
-            &format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event = 'SyncRep'"),
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event = 'SyncRep'"
+            ),
         );
         n.trim() != "0"
     }
@@ -356,7 +372,8 @@ impl Standby {
 impl Drop for Standby {
     fn drop(&mut self) {
         // A standby already stopped makes pg_ctl fail: fine at teardown.
-        let _ = self.command("pg_ctl").args(["-D", path(&self.data()), "-m", "immediate", "-w", "stop"]).output();
+        let _ =
+            self.command("pg_ctl").args(["-D", path(&self.data()), "-m", "immediate", "-w", "stop"]).output();
     }
 }
 

@@ -188,7 +188,10 @@ async fn an_environment_the_store_lost_entirely_is_refused() {
         .create_environment(pb::CreateEnvironmentRequest { name: "brief".into(), description: String::new() })
         .await
         .unwrap();
-    admin.delete_environment(pb::DeleteEnvironmentRequest { name: "brief".into(), ..Default::default() }).await.unwrap();
+    admin
+        .delete_environment(pb::DeleteEnvironmentRequest { name: "brief".into(), ..Default::default() })
+        .await
+        .unwrap();
     let mut relay = relay;
     relay.sigterm();
     assert!(relay.wait(STEP).await.success());

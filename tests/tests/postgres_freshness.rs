@@ -47,8 +47,10 @@ async fn a_hung_report_query_does_not_stop_the_catch_up() {
     })
     .await;
     put(&mut a.admin().await, "demo", bool_flag("while-locked", true)).await.unwrap();
-    eventually("the write reaches the other relay's SDK", || sdk.bool("while-locked", &Context::new("u"), false))
-        .await;
+    eventually("the write reaches the other relay's SDK", || {
+        sdk.bool("while-locked", &Context::new("u"), false)
+    })
+    .await;
     wait_metric(&b, LIVE, |v| v == 1.0).await;
     drop(held);
 }
@@ -68,7 +70,8 @@ async fn a_hung_catch_up_is_reported_stale_until_it_resumes() {
     let held = pg.hold("flags", "LOCK TABLE flagstream_envs IN ACCESS EXCLUSIVE MODE");
     eventually("the environments table is locked", || pg.table_locked("flags", "flagstream_envs")).await;
     pg.sql("flags", "NOTIFY flagstream, 'rev:demo:1'");
-    eventually("the feed's catch-up waits on the lock", || pg.waiting_for_locks("flagstream-relay") >= 1).await;
+    eventually("the feed's catch-up waits on the lock", || pg.waiting_for_locks("flagstream-relay") >= 1)
+        .await;
     wait_metric(&relay, LIVE, |v| v == 0.0).await;
     wait_metric(&relay, STALENESS, |v| v > 0.0).await;
     assert!(!demo_live(&relay).await, "Status says live while the catch-up hangs");
@@ -97,7 +100,10 @@ async fn an_environment_whose_reload_does_not_verify_is_not_fresh() {
     wait_metric(&relay, LIVE, |v| v == 1.0).await;
     let row = pg.sql("flags", "SELECT epoch || ' ' || checksum FROM flagstream_envs WHERE name = 'demo'");
     let (epoch, checksum) = row.trim().split_once(' ').expect("epoch and checksum");
-    pg.sql("flags", "UPDATE flagstream_envs SET epoch = 'forged', checksum = checksum # 1 WHERE name = 'demo'");
+    pg.sql(
+        "flags",
+        "UPDATE flagstream_envs SET epoch = 'forged', checksum = checksum # 1 WHERE name = 'demo'",
+    );
     pg.sql("flags", "NOTIFY flagstream, 'rev:demo:1'");
     eventually("the reload fails", || relay.log().contains("does not verify")).await;
     wait_metric(&relay, LIVE, |v| v == 0.0).await;

@@ -225,7 +225,8 @@ async fn a_cut_commit_waiting_for_a_synchronous_standby_is_answered_truthfully()
     assert_eq!(proxy.cuts(), 1, "the commit's connection was cut");
     assert!(pg.commit_waits_for_standby("flags"), "the commit waits for the standby");
     standby.start_again();
-    let r = write.await.unwrap().expect("the write landed: the caller must hear OK, not \"nothing was written\"");
+    let r =
+        write.await.unwrap().expect("the write landed: the caller must hear OK, not \"nothing was written\"");
     assert_eq!(r, before + 1);
     let revisions =
         pg.sql("flags", "SELECT count(*) FROM flagstream_history WHERE env = 'demo' AND revision > 1");

@@ -277,7 +277,11 @@ impl PostgresBackend {
     }
 
     /// What one commit attempt means for its caller.
-    async fn outcome(&self, c: &Commit, attempt: Result<Committed, Attempt>) -> Result<Committed, StoreError> {
+    async fn outcome(
+        &self,
+        c: &Commit,
+        attempt: Result<Committed, Attempt>,
+    ) -> Result<Committed, StoreError> {
         match attempt {
             Ok(done) => Ok(done),
             Err(Attempt::Definite(e)) => Err(e),
@@ -296,7 +300,12 @@ impl PostgresBackend {
     /// it ended without committing (retry it); `OutcomeUnknown`: it had not
     /// ended within [`LOOKUP_FOR`] (still waiting for a synchronous standby,
     /// say), or the database could not be asked.
-    async fn resolve(&self, env: &str, request_id: &str, e: StoreError) -> Result<Option<Committed>, StoreError> {
+    async fn resolve(
+        &self,
+        env: &str,
+        request_id: &str,
+        e: StoreError,
+    ) -> Result<Option<Committed>, StoreError> {
         tracing::warn!(error = %e, "the database connection failed during the commit; looking its request id up");
         let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
         loop {
