@@ -90,6 +90,9 @@ pub(crate) struct Feed {
     /// Whether the listening session is up and answered within
     /// [`SILENT_AFTER`].
     session_live: AtomicBool,
+    /// The same, for the report exchange to wait on (it runs at once when
+    /// the session comes up).
+    up: tokio::sync::watch::Sender<bool>,
     /// When the session last answered (a ping, a full catch-up).
     heard_at: std::sync::Mutex<tokio::time::Instant>,
     /// Environments whose last catch-up did not verify (the database's
@@ -128,6 +131,7 @@ impl Feed {
             relay_id,
             incarnation: std::sync::Mutex::new(String::new()),
             session_live: AtomicBool::new(false),
+            up: tokio::sync::watch::channel(false).0,
             heard_at: std::sync::Mutex::new(tokio::time::Instant::now()),
             unverified: std::sync::Mutex::new(HashSet::new()),
         }
@@ -178,6 +182,7 @@ impl Feed {
             }
             let silent = self.heard_at.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
             if silent > SILENT_AFTER && self.session_live.swap(false, Ordering::Relaxed) {
+                self.up.send_replace(false);
                 self.store.metrics().limit_hit("feed_silent");
                 tracing::warn!(
                     silent_ms = silent.as_millis() as u64,
@@ -199,6 +204,7 @@ impl Feed {
     /// The session ended: every environment is unconfirmed from now on.
     fn session_down(&self) {
         self.session_live.store(false, Ordering::Relaxed);
+        self.up.send_replace(false);
         for env in self.store.envs() {
             env.freshness.set_live(false);
         }
@@ -209,6 +215,7 @@ impl Feed {
     fn heard(&self) {
         *self.heard_at.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
         self.session_live.store(true, Ordering::Relaxed);
+        self.up.send_if_modified(|up| !std::mem::replace(up, true));
         let unverified = self.unverified.lock().unwrap_or_else(|p| p.into_inner());
         for env in self.store.envs() {
             if unverified.contains(&env.meta.load().name) {
@@ -334,18 +341,22 @@ impl Feed {
     /// and reads the others'. Best effort: a failure or a timeout is logged
     /// and the next tick tries again; the change feed is unaffected.
     async fn exchange_reports(self: Arc<Self>, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(REPORT_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published: HashMap<String, (Vec<u8>, tokio::time::Instant)> = HashMap::new();
+        let mut up = self.up.subscribe();
+        let mut first = true;
         loop {
+            if !first {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(REPORT_EVERY) => {}
+                }
+            }
+            first = false;
+            // Only while the session is up (no failure per second logged
+            // through a database outage), and at once when it comes up.
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            // As before the split: only while the session is up (no
-            // failure per second logged through a database outage).
-            if !self.session_live.load(Ordering::Relaxed) {
-                continue;
+                r = up.wait_for(|up| *up) => if r.is_err() { return },
             }
             let c = match self.db.client().await {
                 Ok(c) => c,
