@@ -21,9 +21,18 @@
 //! and its subscribers resynchronise with one snapshot; no state mixes
 //! revisions of two histories. The feed also publishes this relay's
 //! propagation report and reads the other relays', and one relay at a time
-//! prunes the history.
+//! prunes the history: each on a task of its own, so a query of theirs that
+//! hangs (a lock on their table) never holds up the catch-up.
+//!
+//! Freshness is per environment and true: an environment is reported live
+//! (staleness 0) only while the session answers and its last catch-up
+//! verified; one whose database state failed its checksum is not, until a
+//! catch-up verifies. Every step has a timeout, and a watchdog marks every
+//! environment unconfirmed when the session has not answered for
+//! [`SILENT_AFTER`] (a step still waits), so its staleness grows from the
+//! last confirmation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -50,8 +59,13 @@ const POLL: Duration = Duration::from_secs(30);
 /// How often the listening session is pinged (a silently dead one is
 /// replaced).
 const PING: Duration = Duration::from_secs(5);
-/// A ping or catch-up query slower than this means the session is dead.
+/// A ping or catch-up query slower than this means the session is dead;
+/// a report exchange or pruning pass slower than this is given up.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// A session that has not answered (a ping, a full catch-up) for this long
+/// no longer counts as live: its environments are reported stale from their
+/// last confirmation, even while a step still waits for its timeout.
+const SILENT_AFTER: Duration = Duration::from_secs(10);
 /// How often this relay's reports are published and the others' read.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// Peers' reports older than this are not counted (a relay that stopped).
@@ -75,6 +89,17 @@ pub(crate) struct Feed {
     relay_id: String,
     /// The database incarnation seen at the last connect.
     incarnation: std::sync::Mutex<String>,
+    /// Whether the listening session is up and answered within
+    /// [`SILENT_AFTER`].
+    session_live: AtomicBool,
+    /// The same, for the report exchange to wait on (it runs at once when
+    /// the session comes up).
+    up: tokio::sync::watch::Sender<bool>,
+    /// When the session last answered (a ping, a full catch-up).
+    heard_at: std::sync::Mutex<tokio::time::Instant>,
+    /// Environments whose last catch-up did not verify (the database's
+    /// state failed its checksum): never reported live until one does.
+    unverified: std::sync::Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Feed {
@@ -100,7 +125,18 @@ impl Feed {
     /// A feed for `store` (opened over `db`), `tokens` and `hub`.
     pub(crate) fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
         let relay_id = crate::auth::new_epoch()[..16].to_owned();
-        Feed { store, tokens, hub, db, relay_id, incarnation: std::sync::Mutex::new(String::new()) }
+        Feed {
+            store,
+            tokens,
+            hub,
+            db,
+            relay_id,
+            incarnation: std::sync::Mutex::new(String::new()),
+            session_live: AtomicBool::new(false),
+            up: tokio::sync::watch::channel(false).0,
+            heard_at: std::sync::Mutex::new(tokio::time::Instant::now()),
+            unverified: std::sync::Mutex::new(HashSet::new()),
+        }
     }
 
     /// Follows the database until `stop`: connect, LISTEN, catch up,
@@ -109,6 +145,8 @@ impl Feed {
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         self.store.set_catch_up(self.clone());
         tokio::spawn(self.clone().gauges(stop.clone()));
+        tokio::spawn(self.clone().exchange_reports(stop.clone()));
+        tokio::spawn(self.clone().prune_history(stop.clone()));
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();
@@ -116,7 +154,7 @@ impl Feed {
                 _ = stop.cancelled() => return,
                 e = self.session() => e,
             };
-            self.set_live(false);
+            self.session_down();
             self.store.metrics().limit_hit("feed_session_lost");
             tracing::warn!(error = %flagstream::follow::error_chain(&ended), "change feed session ended; reconnecting");
             if started.elapsed() > Duration::from_secs(60) {
@@ -133,14 +171,28 @@ impl Feed {
     }
 
     /// Every second, per environment: `upstream_live` (1 while the change
-    /// feed is live) and `staleness_seconds` (since the feed last confirmed
-    /// the data current), as replicas export them.
+    /// feed is live and the environment's last catch-up verified) and
+    /// `staleness_seconds` (since the feed last confirmed the data
+    /// current), as replicas export them; and the watchdog: a session
+    /// silent for [`SILENT_AFTER`] stops counting as live.
     async fn gauges(self: Arc<Self>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
+            }
+            let silent = self.heard_at.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+            if silent > SILENT_AFTER && self.session_live.swap(false, Ordering::Relaxed) {
+                self.up.send_replace(false);
+                self.store.metrics().limit_hit("feed_silent");
+                tracing::warn!(
+                    silent_ms = silent.as_millis() as u64,
+                    "the change feed has not heard from the database for {SILENT_AFTER:?} (a query still waits): every environment is reported stale until it does"
+                );
+                for env in self.store.envs() {
+                    env.freshness.set_live(false);
+                }
             }
             let m = self.store.metrics();
             for env in self.store.envs() {
@@ -151,13 +203,44 @@ impl Feed {
         }
     }
 
-    fn set_live(&self, live: bool) {
+    /// The session ended: every environment is unconfirmed from now on.
+    fn session_down(&self) {
+        self.session_live.store(false, Ordering::Relaxed);
+        self.up.send_replace(false);
         for env in self.store.envs() {
-            if live {
-                env.freshness.confirm(now_ms(), 0);
-            }
-            env.freshness.set_live(live);
+            env.freshness.set_live(false);
         }
+    }
+
+    /// The session answered (a ping, a full catch-up): every environment
+    /// whose last catch-up verified is confirmed current now.
+    fn heard(&self) {
+        *self.heard_at.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+        self.session_live.store(true, Ordering::Relaxed);
+        self.up.send_if_modified(|up| !std::mem::replace(up, true));
+        let unverified = self.unverified.lock().unwrap_or_else(|p| p.into_inner());
+        for env in self.store.envs() {
+            if unverified.contains(&env.meta.load().name) {
+                env.freshness.set_live(false);
+            } else {
+                env.freshness.confirm(now_ms(), 0);
+                env.freshness.set_live(true);
+            }
+        }
+    }
+
+    /// `env` was brought to the database's head, verified: confirmed now,
+    /// and live while the session is.
+    fn verified(&self, env: &Env, name: &str) {
+        self.unverified.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        env.freshness.confirm(now_ms(), 0);
+        env.freshness.set_live(self.session_live.load(Ordering::Relaxed));
+    }
+
+    /// `env`'s catch-up did not verify: not reported live until one does.
+    fn not_verified(&self, env: &Env, name: &str) {
+        self.unverified.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned());
+        env.freshness.set_live(false);
     }
 
     /// One listening session, until it fails.
@@ -199,8 +282,10 @@ impl Feed {
                 tracing::trace!("the feed session ended before its connection did");
             }
         });
-        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
-            return Ended::Session(e);
+        match tokio::time::timeout(QUERY_TIMEOUT, client.batch_execute(&format!("LISTEN {CHANNEL}"))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Ended::Session(e),
+            Err(_) => return Ended::Timeout(QUERY_TIMEOUT),
         }
         tracing::info!("change feed listening");
         // Listening first, then catching up: nothing committed in between
@@ -212,12 +297,9 @@ impl Feed {
         if let Err(e) = timed(self.catch_up_all()).await {
             return e;
         }
-        self.set_live(true);
+        self.heard();
         let mut poll = tokio::time::interval(POLL);
         let mut ping = tokio::time::interval(PING);
-        let mut report = tokio::time::interval(REPORT_EVERY);
-        let mut prune = tokio::time::interval(PRUNE_EVERY);
-        let mut published: HashMap<String, (Vec<u8>, tokio::time::Instant)> = HashMap::new();
         loop {
             tokio::select! {
                 note = notes.recv() => {
@@ -236,27 +318,85 @@ impl Feed {
                     if let Err(e) = timed(self.catch_up_all()).await {
                         return e;
                     }
+                    self.heard();
                 }
                 _ = ping.tick() => {
                     match tokio::time::timeout(QUERY_TIMEOUT, client.simple_query("SELECT 1")).await {
-                        Ok(Ok(_)) => self.set_live(true),
+                        Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Ended::Session(e),
                         Err(_) => return Ended::Timeout(QUERY_TIMEOUT),
                     }
+                    // Notifications were dropped: what they named is caught
+                    // up before anything counts as confirmed.
                     if overflow.swap(false, Ordering::Relaxed)
                         && let Err(e) = timed(self.catch_up_all()).await
                     {
                         return e;
                     }
+                    self.heard();
                 }
-                _ = report.tick() => {
-                    // Reports are best effort: a failure here is logged and
-                    // the next tick tries again; the session is unaffected.
-                    if let Err(e) = self.reports(&mut published).await {
-                        tracing::warn!(error = %flagstream::follow::error_chain(&e), "publishing or reading propagation reports failed");
-                    }
+            }
+        }
+    }
+
+    /// Every [`REPORT_EVERY`], until `stop`: publishes this relay's reports
+    /// and reads the others'. Best effort: a failure or a timeout is logged
+    /// and the next tick tries again; the change feed is unaffected.
+    async fn exchange_reports(self: Arc<Self>, stop: CancellationToken) {
+        let mut published: HashMap<String, (Vec<u8>, tokio::time::Instant)> = HashMap::new();
+        let mut up = self.up.subscribe();
+        let mut first = true;
+        loop {
+            if !first {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(REPORT_EVERY) => {}
                 }
-                _ = prune.tick() => self.prune().await,
+            }
+            first = false;
+            // Only while the session is up (no failure per second logged
+            // through a database outage), and at once when it comes up.
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                r = up.wait_for(|up| *up) => if r.is_err() { return },
+            }
+            let c = match self.db.client().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %flagstream::follow::error_chain(&e), "publishing or reading propagation reports failed");
+                    continue;
+                }
+            };
+            match tokio::time::timeout(QUERY_TIMEOUT, self.reports(&c, &mut published)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %flagstream::follow::error_chain(&e), "publishing or reading propagation reports failed")
+                }
+                Err(_) => {
+                    // Its query may still wait on the server: the connection
+                    // is closed, never handed to another user of the pool.
+                    drop(deadpool_postgres::Object::take(c));
+                    self.store.metrics().limit_hit("feed_step_timeout");
+                    tracing::warn!(
+                        "publishing or reading propagation reports took over {QUERY_TIMEOUT:?}; given up, the next tick tries again"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every [`PRUNE_EVERY`], until `stop`: one pruning pass (if no other
+    /// relay is pruning), given up after [`QUERY_TIMEOUT`].
+    async fn prune_history(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if self.session_live.load(Ordering::Relaxed) {
+                self.prune().await;
             }
         }
     }
@@ -311,6 +451,7 @@ impl Feed {
             if !names.contains(&name) {
                 tracing::info!(env = %name, "environment deleted by another relay");
                 self.store.unregister_env(&name).await;
+                self.unverified.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
             }
         }
         for name in &names {
@@ -324,9 +465,9 @@ impl Feed {
         let Ok(env) = self.store.env(name) else {
             if let Some(loaded) = self.db.load_env(name, self.store.retention()).await? {
                 tracing::info!(env = %name, "environment created by another relay");
+                // Loading verified its checksum.
                 let env = self.store.register_env(loaded).await?;
-                env.freshness.confirm(now_ms(), 0);
-                env.freshness.set_live(true);
+                self.verified(&env, name);
             }
             return Ok(());
         };
@@ -401,7 +542,7 @@ impl Feed {
         }
         if head.revision == state.revision {
             self.store.set_audit_head(env, &head.meta.audit_head);
-            env.freshness.confirm(now_ms(), 0);
+            self.verified(env, name);
             return Ok(CatchUpOutcome::Done);
         }
         let oldest = query::oldest(&c, name).await?;
@@ -429,7 +570,7 @@ impl Feed {
         // The audit chain's head at the revision reached (another relay
         // sealed its records).
         self.store.set_audit_head(env, &head.meta.audit_head);
-        env.freshness.confirm(now_ms(), 0);
+        self.verified(env, name);
         Ok(CatchUpOutcome::Done)
     }
 
@@ -506,12 +647,14 @@ impl Feed {
             Ok(_) => {
                 self.store.set_audit_head(env, &head.meta.audit_head);
                 tracing::info!(env = %name, revision = head.revision, "environment reloaded from the database");
-                env.freshness.confirm(now_ms(), 0);
+                self.verified(env, &name);
                 Ok(())
             }
             Err(e) => {
                 // The database's own items do not match its checksum: loud,
-                // and not served; the next catch-up tries again.
+                // not served, and not reported fresh (what is served is not
+                // the database's head); the next catch-up tries again.
+                self.not_verified(env, &name);
                 self.store.metrics().limit_hit("feed_resync");
                 tracing::error!(env = %name, error = %flagstream::follow::error_chain(&e), "the database's state of the environment does not verify");
                 Ok(())
@@ -532,12 +675,13 @@ impl Feed {
         self.reload(env).await
     }
 
-    /// Publishes this relay's reports (when changed) and reads the others'.
+    /// Publishes this relay's reports (when changed) and reads the others',
+    /// on `c`.
     async fn reports(
         &self,
+        c: &tokio_postgres::Client,
         published: &mut HashMap<String, (Vec<u8>, tokio::time::Instant)>,
     ) -> Result<(), StoreError> {
-        let c = self.db.client().await?;
         for env in self.store.envs() {
             let state = env.state.load();
             let recent: Vec<u64> = std::iter::once(state.revision)
@@ -551,30 +695,49 @@ impl Feed {
                 *b == bytes && at.elapsed() < Duration::from_secs_f64(PEER_FRESH_SECS / 3.0)
             });
             if !fresh {
-                query::publish_report(&c, &self.relay_id, &state.name, &state.epoch, &bytes).await?;
+                query::publish_report(c, &self.relay_id, &state.name, &state.epoch, &bytes).await?;
                 published.insert(state.name.clone(), (bytes, tokio::time::Instant::now()));
             }
         }
         let mut peers: HashMap<String, Vec<Report>> = HashMap::new();
-        for (_, env, _, bytes) in query::peer_reports(&c, &self.relay_id, PEER_FRESH_SECS).await? {
+        for (_, env, _, bytes) in query::peer_reports(c, &self.relay_id, PEER_FRESH_SECS).await? {
             match pb::PropagationReport::decode(bytes.as_slice()) {
                 Ok(r) => peers.entry(env).or_default().push(Report::from_proto(&r)),
                 Err(e) => tracing::warn!(env, error = %e, "a peer relay's report does not decode"),
             }
         }
         self.hub.set_peer_reports(peers);
-        let usage = query::notification_queue_usage(&c).await?;
+        let usage = query::notification_queue_usage(c).await?;
         self.store.metrics().notification_queue_usage.set(usage);
         Ok(())
     }
 
-    /// One pruning pass, if no other relay is pruning.
+    /// One pruning pass, if no other relay is pruning, given up after
+    /// [`QUERY_TIMEOUT`] (its connection closed, so the pruning
+    /// transaction and its advisory lock end with it).
     async fn prune(&self) {
         let result = async {
             let c = self.db.client().await?;
-            query::prune(&c, self.store.retention()).await
+            match tokio::time::timeout(QUERY_TIMEOUT, query::prune(&c, self.store.retention())).await {
+                Ok(r) => r.map(Some),
+                Err(_) => {
+                    drop(deadpool_postgres::Object::take(c));
+                    Ok(None)
+                }
+            }
         }
         .await;
+        let result = match result {
+            Ok(None) => {
+                self.store.metrics().limit_hit("feed_step_timeout");
+                tracing::warn!(
+                    "pruning the history took over {QUERY_TIMEOUT:?}; given up, the next pass tries again"
+                );
+                return;
+            }
+            Ok(Some(r)) => Ok(r),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(Some(p)) if p.revisions + p.audit + p.requests > 0 => {
                 tracing::info!(

@@ -482,11 +482,12 @@ impl Hub {
         }
         let relays_total = reports.len() as u32;
         let mut relays_reporting = 0;
+        // Reports may say anything: their counts add up saturating.
         for report in reports.iter().flatten() {
-            subscribers += report.subscribers;
+            subscribers = report.subscribers.saturating_add(subscribers);
             if let Some((a, h)) = report.revision(revision) {
                 relays_reporting += 1;
-                acked += a;
+                acked = a.saturating_add(acked);
                 latency.merge(h);
             }
         }
@@ -538,7 +539,9 @@ impl Hub {
             revs.dedup_by_key(|r| r.0);
             revs.into_iter().rev().take(REPORTED_REVISIONS).rev().collect()
         };
-        let subscribers = own.len() as u64 + reports.iter().flatten().map(|r| r.subscribers).sum::<u64>();
+        // Reports may say anything: their counts add up saturating.
+        let subscribers =
+            reports.iter().flatten().fold(own.len() as u64, |n, r| n.saturating_add(r.subscribers));
         let stats = Self::lock(&self.stats);
         let ring = stats.get(env);
         // A revision is reported only once every replica below has reported
@@ -552,7 +555,7 @@ impl Hub {
                     ring.and_then(|r| r.get(revision)).map(|r| r.latency.clone()).unwrap_or_default();
                 for report in &reports {
                     let (a, h) = report.as_ref()?.revision(revision)?;
-                    acked += a;
+                    acked = acked.saturating_add(a);
                     latency.merge(h);
                 }
                 Some((revision, acked, latency))

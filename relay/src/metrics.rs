@@ -262,6 +262,8 @@ impl Metrics {
             "connection_idle",
             "catalog_poll_failed",
             "catalog_apply_failed",
+            "feed_step_timeout",
+            "feed_silent",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

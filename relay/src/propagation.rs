@@ -51,20 +51,21 @@ impl Histogram {
         if self.counts.len() <= i {
             self.counts.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
-        self.total += 1;
+        self.counts[i] = self.counts[i].saturating_add(1);
+        self.total = self.total.saturating_add(1);
         self.max = self.max.max(ms);
     }
 
-    /// Adds another histogram's counts.
+    /// Adds another histogram's counts (saturating: counts come from
+    /// replicas' reports, which may say anything).
     pub(crate) fn merge(&mut self, other: &Histogram) {
         if self.counts.len() < other.counts.len() {
             self.counts.resize(other.counts.len(), 0);
         }
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
-        self.total += other.total;
+        self.total = self.total.saturating_add(other.total);
         self.max = self.max.max(other.max);
     }
 
@@ -88,7 +89,7 @@ impl Histogram {
         let want = ((self.total as f64) * q).ceil().max(1.0) as u64;
         let mut seen = 0;
         for (i, n) in self.counts.iter().enumerate() {
-            seen += n;
+            seen = n.saturating_add(seen);
             if seen >= want {
                 return bucket_upper(i).min(self.max);
             }
@@ -106,7 +107,8 @@ impl Histogram {
             .collect()
     }
 
-    /// From the sparse wire form; indexes beyond any u64 value are ignored.
+    /// From the sparse wire form; indexes beyond any u64 value are ignored,
+    /// counts are added saturating (a report may say anything).
     pub(crate) fn from_buckets(buckets: &[pb::LatencyBucket], max: u64) -> Histogram {
         let mut h = Histogram { max, ..Histogram::default() };
         for b in buckets {
@@ -117,8 +119,8 @@ impl Histogram {
             if h.counts.len() <= i {
                 h.counts.resize(i + 1, 0);
             }
-            h.counts[i] += b.count;
-            h.total += b.count;
+            h.counts[i] = h.counts[i].saturating_add(b.count);
+            h.total = h.total.saturating_add(b.count);
         }
         h
     }
@@ -256,6 +258,19 @@ mod tests {
 
     /// Merged histograms give the percentiles of the union, within the
     /// bucket width (12.5 %).
+    /// Counts a report may hold (anything up to u64::MAX, repeated) add up
+    /// saturating: no overflow panic in a debug build, no wrap to small.
+    #[test]
+    fn counts_from_reports_saturate() {
+        let huge = |index| pb::LatencyBucket { index, count: u64::MAX };
+        let mut h = Histogram::from_buckets(&[huge(3), huge(3), huge(7)], 9);
+        assert_eq!(h.total(), u64::MAX);
+        h.merge(&h.clone());
+        h.record(5);
+        assert_eq!(h.total(), u64::MAX);
+        assert_eq!(h.percentile(0.99), 3);
+    }
+
     #[test]
     fn merged_percentiles_are_within_a_bucket() {
         let (mut a, mut b) = (Histogram::default(), Histogram::default());

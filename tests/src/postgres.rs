@@ -352,3 +352,207 @@ impl Drop for Postgres {
             self.command("pg_ctl").args(["-D", path(&self.data()), "-m", "immediate", "-w", "stop"]).output();
     }
 }
+
+/// A streaming standby of a [`Postgres`] server (`pg_basebackup -R`),
+/// which the primary waits for at every commit (`synchronous_standby_names`):
+/// while it is stopped, a `COMMIT` on the primary is durable there but does
+/// not return, and the transaction stays open (its rows invisible, its
+/// locks held) until the standby is back. Stopped when dropped.
+#[derive(Debug)]
+pub struct Standby {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    as_user: Option<String>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// The name the standby connects with, which the primary waits for.
+const STANDBY_NAME: &str = "flagstream_standby";
+
+impl Postgres {
+    /// Makes a streaming standby of this server from a base backup, starts
+    /// it, makes it the synchronous standby every commit waits for, and
+    /// waits until it streams synchronously.
+    pub fn synchronous_standby(&self) -> Standby {
+        let dir = tempfile::Builder::new().prefix("flagstream-pg-standby").tempdir().expect("temp dir");
+        if self.as_user.is_some() {
+            // pg_basebackup, run as the server's user, makes the data
+            // directory (with the modes the server wants) in here.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        }
+        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+        let standby = Standby { dir, bin: self.bin.clone(), as_user: self.as_user.clone(), port };
+        let data = standby.data();
+        let primary_port = self.port.to_string();
+        self.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port,
+                "-U",
+                "postgres",
+                "-D",
+                path(&data),
+                "-R",
+                "-X",
+                "stream",
+            ],
+        );
+        standby.start_again();
+        self.sql("postgres", &format!("ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'"));
+        self.sql("postgres", "SELECT pg_reload_conf()");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let state = self.sql(
+                "postgres",
+                &format!(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = '{STANDBY_NAME}'"
+                ),
+            );
+            if state.trim() == "sync" {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the standby never became synchronous: {state:?}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        standby
+    }
+
+    /// Whether a backend of database `db` is waiting for the synchronous
+    /// standby to confirm a commit (`wait_event = 'SyncRep'`).
+    pub fn commit_waits_for_standby(&self, db: &str) -> bool {
+        let n = self.sql(
+            "postgres",
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event = 'SyncRep'"
+            ),
+        );
+        n.trim() != "0"
+    }
+}
+
+impl Standby {
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        match &self.as_user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(self.bin.join(tool));
+                c
+            }
+            None => Command::new(self.bin.join(tool)),
+        }
+    }
+
+    fn ctl(&self, args: &[&str]) {
+        let data = self.data();
+        let out = self
+            .command("pg_ctl")
+            .args(["-D", path(&data)])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("pg_ctl: {e}"));
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?} (standby) failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops the standby (`fast`): commits on the primary wait from now on.
+    pub fn stop(&self) {
+        self.ctl(&["-m", "fast", "-w", "stop"]);
+    }
+
+    /// Starts it again: it catches up, and the waiting commits return.
+    pub fn start_again(&self) {
+        let data = self.data();
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c cluster_name={STANDBY_NAME}",
+            self.port,
+            data.display()
+        );
+        let log = data.join("server.log");
+        self.ctl(&["-o", &opts, "-l", path(&log), "-w", "-t", "60", "start"]);
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        // A standby already stopped makes pg_ctl fail: fine at teardown.
+        let _ =
+            self.command("pg_ctl").args(["-D", path(&self.data()), "-m", "immediate", "-w", "stop"]).output();
+    }
+}
+
+/// A psql session holding a transaction open (and every lock it took)
+/// until dropped: a lock that makes the relays' queries on that table
+/// wait.
+#[derive(Debug)]
+pub struct Held {
+    child: std::process::Child,
+}
+
+impl Postgres {
+    /// Opens a psql session on database `db`, begins a transaction and runs
+    /// `statement` in it (e.g. `LOCK TABLE t IN ACCESS EXCLUSIVE MODE`),
+    /// leaving it open. Wait for its effect with [`Postgres::table_locked`].
+    pub fn hold(&self, db: &str, statement: &str) -> Held {
+        use std::io::Write as _;
+        let psql = self.bin.join("psql");
+        let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
+        let mut child = Command::new(psql)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", db, "-q"])
+            .args(["-v", "ON_ERROR_STOP=1"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("psql runs");
+        let stdin = child.stdin.as_mut().expect("psql's stdin");
+        writeln!(stdin, "BEGIN;\n{statement};").expect("write to psql");
+        stdin.flush().expect("flush to psql");
+        Held { child }
+    }
+
+    /// Whether some session holds `table` of database `db` in ACCESS
+    /// EXCLUSIVE mode.
+    pub fn table_locked(&self, db: &str, table: &str) -> bool {
+        let n = self.sql(
+            db,
+            &format!(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                 WHERE c.relname = '{table}' AND l.mode = 'AccessExclusiveLock' AND l.granted"
+            ),
+        );
+        n.trim() != "0"
+    }
+
+    /// How many sessions named `application` wait for a lock.
+    pub fn waiting_for_locks(&self, application: &str) -> usize {
+        let n = self.sql(
+            "postgres",
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}' AND wait_event_type = 'Lock'"
+            ),
+        );
+        n.trim().parse().expect("a count")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Closing its input ends psql, and the open transaction with it.
+        drop(self.child.stdin.take());
+        if self.child.wait().is_err() {
+            eprintln!("the psql holding a lock could not be waited for");
+        }
+    }
+}

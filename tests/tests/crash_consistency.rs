@@ -178,3 +178,73 @@ async fn garbled_data_files_are_refused_not_served_short() {
         "no garble made sled cut its log back (offsets {tried:?} of {len}): the refusal was never exercised"
     );
 }
+
+/// sled's recovery can cut its log back to before an environment was
+/// created (here: the data directory from before the creation, under the
+/// commit marks written since): the relay refuses to start, naming the
+/// environment, instead of serving without it.
+#[tokio::test]
+async fn an_environment_the_store_lost_entirely_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    relay.sigterm();
+    assert!(relay.wait(STEP).await.success());
+    let db = dir.path().join("data/db");
+    let before = dir.path().join("db-before");
+    copy_dir(&db, &before);
+
+    let mut relay = Relay::start(dir.path(), &[]).await;
+    let mut admin = relay.admin().await;
+    admin
+        .create_environment(pb::CreateEnvironmentRequest { name: "later".into(), description: String::new() })
+        .await
+        .unwrap();
+    let head = put(&mut admin, "later", bool_flag("f", true)).await.unwrap();
+    relay.sigterm();
+    assert!(relay.wait(STEP).await.success());
+    std::fs::remove_dir_all(&db).unwrap();
+    std::fs::rename(&before, &db).unwrap();
+
+    match Relay::try_start(dir.path(), &[]).await {
+        Ok(started) => panic!("started without environment \"later\":\n{}", started.log()),
+        Err((status, log)) => {
+            assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{log}");
+            assert!(
+                log.contains("environment \"later\"")
+                    && log.contains("no such environment")
+                    && log.contains(&format!("revision {head} of epoch"))
+                    && log.contains("commit-marks.json"),
+                "the refusal does not say what is wrong:\n{log}"
+            );
+        }
+    }
+    // An environment deleted on purpose is no loss: a restart is fine.
+    std::fs::remove_file(dir.path().join("data/commit-marks.json")).unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let mut admin = relay.admin().await;
+    admin
+        .create_environment(pb::CreateEnvironmentRequest { name: "brief".into(), description: String::new() })
+        .await
+        .unwrap();
+    admin
+        .delete_environment(pb::DeleteEnvironmentRequest { name: "brief".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let mut relay = relay;
+    relay.sigterm();
+    assert!(relay.wait(STEP).await.success());
+    Relay::start(dir.path(), &[]).await;
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}

@@ -3,7 +3,8 @@
 //! immediate`: a crash) while writes continue; a relay restarted (it
 //! catches up, and its SDK resumes by delta); a relay's LISTEN session
 //! killed with `pg_terminate_backend`; a commit whose connection drops
-//! before its answer (retried idempotently: its request id is looked up);
+//! before its answer (retried idempotently: its request id is looked up),
+//! also while the commit still waits for a synchronous standby;
 //! history lost to a restored backup (a new epoch, clean resyncs).
 
 use std::time::Duration;
@@ -208,6 +209,39 @@ async fn a_commit_whose_connection_drops_is_confirmed_by_its_request_id() {
     assert!(a.log().contains("the commit had happened"), "{}", a.log());
     let after = put(&mut admin, "demo", bool_flag("after", true)).await.unwrap();
     assert_eq!(after, r + 1, "the next write continues the sequence");
+}
+
+/// The connection of a commit is cut while the commit waits for a
+/// synchronous standby that is down: the primary has the commit in its
+/// WAL, but the transaction has not ended, so its rows are invisible to
+/// any other session. The relay waits for it to end rather than answering
+/// "nothing was written" for a write that is about to land; the standby
+/// comes back, the commit ends, and the caller gets OK.
+#[tokio::test]
+async fn a_cut_commit_waiting_for_a_synchronous_standby_is_answered_truthfully() {
+    let Some(pg) = Postgres::start() else { return };
+    let standby = pg.synchronous_standby();
+    let dir = tempfile::tempdir().unwrap();
+    pg.database("flags");
+    let proxy = Proxy::start(format!("127.0.0.1:{}", pg.port).parse().unwrap()).await;
+    let url = format!("postgres://postgres@{}/flags", proxy.addr);
+    let a = Relay::start(&dir.path().join("a"), &["--store", &url]).await;
+    let mut admin = a.admin().await;
+    let before = put(&mut admin, "demo", bool_flag("before", true)).await.unwrap();
+    standby.stop();
+    proxy.cut_after(b"COMMIT");
+    let write = tokio::spawn(async move { put(&mut admin, "demo", bool_flag("cut", true)).await });
+    eventually("the relay looks the cut commit up", || a.log().contains("looking its request id up")).await;
+    assert_eq!(proxy.cuts(), 1, "the commit's connection was cut");
+    assert!(pg.commit_waits_for_standby("flags"), "the commit waits for the standby");
+    standby.start_again();
+    let r =
+        write.await.unwrap().expect("the write landed: the caller must hear OK, not \"nothing was written\"");
+    assert_eq!(r, before + 1);
+    let revisions =
+        pg.sql("flags", "SELECT count(*) FROM flagstream_history WHERE env = 'demo' AND revision > 1");
+    assert_eq!(revisions.trim(), "2", "each write exactly once");
+    assert!(a.log().contains("the commit had happened"), "{}", a.log());
 }
 
 /// A backup restored over the database (its history behind what the

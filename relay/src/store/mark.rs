@@ -8,14 +8,19 @@
 //!
 //! A commit or a creation is marked after sled has flushed it, so a mark
 //! never claims a revision sled was not holding durably; after a start the
-//! file is rewritten from what was loaded. The file is replaced by rename,
-//! never written in place, and not fsynced (that would double the commit's
-//! fsyncs): after a power loss it may be older than sled, hold a deleted
-//! environment, an older epoch of a re-created one, or be unreadable. So
-//! only what cannot come from an old file is refused: an environment at
-//! the marked epoch but behind the marked revision. An environment the
-//! store lacks, or holds at another epoch, and an unparsable file are
-//! logged and the marks rebuilt from the store.
+//! file is rewritten from what was loaded. A deletion is unmarked before
+//! sled deletes anything, and that one rewrite is fsynced (file and
+//! directory), so no version of the file that can survive a power loss
+//! names an environment deleted on purpose. Other rewrites are replaced by
+//! rename, never written in place, and not fsynced (that would double the
+//! commit's fsyncs): after a power loss the file may be older than sled,
+//! hold an older epoch of a re-created environment, or be unreadable. So
+//! what is refused is what an old file cannot explain: an environment at
+//! the marked epoch but behind the marked revision, and a marked
+//! environment the store does not hold at all (sled's recovery cut back to
+//! before its creation). An environment the store holds at another epoch,
+//! and an unparsable file, are logged and the marks rebuilt from the
+//! store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -97,8 +102,14 @@ impl Marks {
                     "the store holds another epoch of this environment than the commit marks (re-created, promoted or resynced after the marks were last written?)")
                 }
                 Some(_) => {}
-                None => tracing::warn!(env = %env, revision = mark.revision,
-                    "an environment in the commit marks is not in the store (deleted after the marks were last written, or lost)"),
+                None => {
+                    return Err(StoreError::RolledBack {
+                        env: env.clone(),
+                        stored: "no such environment".into(),
+                        committed: format!("revision {} of epoch {}", mark.revision, mark.epoch),
+                        marks: self.path.clone(),
+                    });
+                }
             }
         }
         *marks = loaded
@@ -116,12 +127,32 @@ impl Marks {
         self.persist_or_log(&marks);
     }
 
-    /// Unmarks `env` (after sled dropped it).
-    pub(crate) fn remove(&self, env: &str) {
+    /// Unmarks `env`, durably (the file and its directory fsynced), before
+    /// sled deletes it: a deleted environment is then never mistaken for
+    /// one sled lost. A failure leaves the mark, and the deletion must not
+    /// go ahead.
+    pub(crate) fn remove(&self, env: &str) -> Result<(), StoreError> {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks.remove(env).is_some() {
-            self.persist_or_log(&marks);
+            self.persist_durably(&marks)
+                .map_err(|e| StoreError::MarksUnreadable { path: self.path.clone(), source: Box::new(e) })?;
         }
+        Ok(())
+    }
+
+    fn persist_durably(&self, marks: &BTreeMap<String, Mark>) -> std::io::Result<()> {
+        let file = MarkFile { environments: marks.clone() };
+        let bytes = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
+        let tmp = self.path.with_extension("json.tmp");
+        {
+            use std::io::Write as _;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::File::open(dir)?.sync_all()
     }
 
     /// After a commit the write is durable whatever happens here: a
@@ -205,22 +236,38 @@ mod tests {
         assert!(matches!(err, StoreError::RolledBack { .. }), "{err}");
     }
 
-    /// What an old marks file can hold (a deleted environment, an older
-    /// epoch) is logged, not refused, and the marks follow the store.
+    /// What an old marks file can hold (an older epoch) is logged, not
+    /// refused, and the marks follow the store; an environment deleted on
+    /// purpose is unmarked first.
     #[test]
-    fn a_missing_environment_or_another_epoch_is_accepted_and_remarked() {
+    fn another_epoch_or_a_deleted_environment_is_accepted_and_remarked() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
         let marks = Marks::open(&db).unwrap();
         marks.check(&[&meta("a", "e1", 1), &meta("b", "e2", 3)]).unwrap();
+        marks.remove("b").unwrap();
         Marks::open(&db).unwrap().check(&[&meta("a", "e1", 1)]).unwrap();
         Marks::open(&db).unwrap().check(&[&meta("a", "e0", 9)]).unwrap();
         // Now marked at e0/9: behind that is refused.
         let err = Marks::open(&db).unwrap().check(&[&meta("a", "e0", 2)]).unwrap_err();
         assert!(err.to_string().contains("revision 9 of epoch e0"), "{err}");
         let marks = Marks::open(&db).unwrap();
-        marks.remove("a");
+        marks.remove("a").unwrap();
         Marks::open(&db).unwrap().check(&[&meta("a", "e0", 1)]).unwrap();
+    }
+
+    /// A marked environment the store does not hold at all (sled's recovery
+    /// cut back to before it was created) is refused, naming it.
+    #[test]
+    fn a_marked_environment_the_store_lost_entirely_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let marks = Marks::open(&db).unwrap();
+        marks.check(&[&meta("a", "e1", 1), &meta("b", "e2", 3)]).unwrap();
+        let err = Marks::open(&db).unwrap().check(&[&meta("a", "e1", 1)]).unwrap_err();
+        assert!(matches!(err, StoreError::RolledBack { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("\"b\"") && text.contains("revision 3 of epoch e2"), "{text}");
     }
 
     /// An unparsable file (a power loss mid-replace) is rebuilt, not a

@@ -9,7 +9,8 @@
 //! the state it replaces), then the items, the history row and its items,
 //! the audit records and the request id are written and a notification is
 //! queued; a conflict rolls everything back. A connection lost during the
-//! commit leaves its outcome unknown: the request id, written in the same
+//! commit leaves its outcome unknown: once that transaction has ended (its
+//! row lock is waited for), the request id, written in the same
 //! transaction, is looked up to tell. Schema migrations (`postgres/*.sql`)
 //! are embedded and applied at start under an advisory lock.
 
@@ -45,8 +46,8 @@ const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql"), include_str!(
 /// listening session is separate.
 const POOL_SIZE: usize = 8;
 
-/// How long to keep looking up a commit whose outcome a lost connection
-/// hid, before giving up (the environment is then poisoned: unknown).
+/// How long to wait for a commit whose outcome a lost connection hid to
+/// end and be looked up, before answering that its outcome is unknown.
 const LOOKUP_FOR: Duration = Duration::from_secs(10);
 
 /// How often that lookup is retried while the database cannot answer.
@@ -291,7 +292,7 @@ impl PostgresBackend {
     /// What one commit attempt means for its caller.
     async fn outcome(
         &self,
-        request_id: &str,
+        c: &Commit,
         attempt: Result<Committed, Attempt>,
     ) -> Result<Committed, StoreError> {
         match attempt {
@@ -300,42 +301,83 @@ impl PostgresBackend {
             // Lost before COMMIT: nothing happened; the caller may retry
             // (DatabaseUnavailable is UNAVAILABLE, retryable).
             Err(Attempt::Retry(e)) => Err(StoreError::DatabaseUnavailable(Box::new(e))),
-            Err(Attempt::Ambiguous(e)) => match self.resolve(request_id, e).await? {
+            Err(Attempt::Ambiguous(e)) => match self.resolve(&c.meta.name, &c.request_id, e).await? {
                 Some(done) => Ok(done),
                 None => Err(StoreError::DatabaseUnavailable("the commit did not happen".into())),
             },
         }
     }
 
-    /// After a connection lost at COMMIT: looks the write's request id up.
-    /// `Some`: it committed; `None`: it did not (retry it);
-    /// `OutcomeUnknown`: the database could not be asked in time.
-    async fn resolve(&self, request_id: &str, e: StoreError) -> Result<Option<Committed>, StoreError> {
+    /// After a connection lost at COMMIT: waits for the transaction to end,
+    /// then looks the write's request id up. `Some`: it committed; `None`:
+    /// it ended without committing (retry it); `OutcomeUnknown`: it had not
+    /// ended within [`LOOKUP_FOR`] (still waiting for a synchronous standby,
+    /// say), or the database could not be asked.
+    async fn resolve(
+        &self,
+        env: &str,
+        request_id: &str,
+        e: StoreError,
+    ) -> Result<Option<Committed>, StoreError> {
         tracing::warn!(error = %e, "the database connection failed during the commit; looking its request id up");
         let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
         loop {
-            match self.committed(request_id).await {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.committed(env, request_id, left).await {
                 Some(true) => {
                     tracing::info!(request = %request_id, "the commit had happened: its request id is in the database");
                     return Ok(Some(Committed::default()));
                 }
-                Some(false) => return Ok(None),
-                None if tokio::time::Instant::now() < deadline => {
+                Some(false) => {
+                    tracing::info!(request = %request_id, "the commit had not happened: its transaction ended without its request id");
+                    return Ok(None);
+                }
+                None if tokio::time::Instant::now() + LOOKUP_EVERY < deadline => {
                     tokio::time::sleep(LOOKUP_EVERY).await;
                 }
-                None => return Err(StoreError::OutcomeUnknown(Box::new(e))),
+                None => {
+                    tracing::error!(request = %request_id, "the commit's outcome could not be confirmed in time (its transaction had not ended, or the database did not answer)");
+                    return Err(StoreError::OutcomeUnknown(Box::new(e)));
+                }
             }
         }
     }
 
-    /// Whether the write with `request_id` committed (`None`: the database
-    /// could not be asked).
-    async fn committed(&self, request_id: &str) -> Option<bool> {
-        let c = self.client().await.ok()?;
-        c.query_opt("SELECT revision FROM flagstream_requests WHERE id = $1", &[&request_id])
-            .await
-            .ok()
-            .map(|r| r.is_some())
+    /// Whether the write with `request_id` to `env` committed, once its
+    /// transaction has ended (`None`: not known within `wait`).
+    ///
+    /// A plain read is not enough: a transaction that sent its COMMIT may
+    /// still be running (flushing, or waiting for a synchronous standby),
+    /// and until it ends its rows are invisible to everyone else. It holds
+    /// the environment's row lock (`FOR UPDATE`, taken by every write) to
+    /// its end, so the lookup first takes that row `FOR SHARE`, which waits
+    /// for it, and reads the request id after, in a snapshot taken once it
+    /// has ended. The connection is used for nothing else: it is closed
+    /// afterwards, so a lookup given up while it waits leaves nothing
+    /// behind in the pool.
+    async fn committed(&self, env: &str, request_id: &str, wait: Duration) -> Option<bool> {
+        let c = deadpool_postgres::Object::take(self.client().await.ok()?);
+        let lookup = async {
+            // The server gives up the wait itself, so the session ends clean.
+            let ms = wait.as_millis().clamp(1, i32::MAX as u128);
+            c.batch_execute(&format!("BEGIN; SET LOCAL lock_timeout = {ms}")).await?;
+            c.query_opt("SELECT 1 FROM flagstream_envs WHERE name = $1 FOR SHARE", &[&env]).await?;
+            let found =
+                c.query_opt("SELECT revision FROM flagstream_requests WHERE id = $1", &[&request_id]).await?;
+            // Rolled back, not committed: the row lock gave this
+            // transaction an id, and its COMMIT would wait for a
+            // synchronous standby too.
+            c.batch_execute("ROLLBACK").await?;
+            Ok::<_, tokio_postgres::Error>(found.is_some())
+        };
+        match tokio::time::timeout(wait + Duration::from_secs(1), lookup).await {
+            Ok(Ok(found)) => Some(found),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "looking a commit's request id up failed");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// An environment's metadata from its row (the head's columns win over
@@ -528,7 +570,7 @@ impl WriteLock for PgWriteLock {
     async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError> {
         let PgWriteLock { backend, locked } = *self;
         let attempt = locked.finish(&commit).await;
-        backend.outcome(&commit.request_id, attempt).await
+        backend.outcome(&commit, attempt).await
     }
 }
 
@@ -720,7 +762,7 @@ impl Backend for PostgresBackend {
     /// checked against the head under the lock.
     async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
         let attempt = self.try_commit(&commit).await;
-        self.outcome(&commit.request_id, attempt).await
+        self.outcome(&commit, attempt).await
     }
 
     async fn audit(

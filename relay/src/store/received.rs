@@ -223,7 +223,8 @@ impl Store {
     /// A received revision may be stored: the environment is neither
     /// deleted nor poisoned.
     fn check_receiving(&self, env: &Env) -> Result<(), ApplyError> {
-        env.check_writable().map_err(stored)
+        let name = env.meta.load().name.clone();
+        self.check_committing(env, &name).map_err(stored)
     }
 
     /// Persists and publishes one received revision. `log`: the change

@@ -346,6 +346,8 @@ impl Backend for SledBackend {
         archive: Option<(String, AuditRecord)>,
     ) -> Result<(), StoreError> {
         self.run(move |b| {
+            // Unmarked durably first: a deletion is never taken for a loss.
+            b.marks.remove(&name)?;
             match &archive {
                 Some((id, record)) => b.archive_now(&name, id, record.clone())?,
                 None => {
@@ -356,7 +358,6 @@ impl Backend for SledBackend {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;
             }
             b.db.flush()?;
-            b.marks.remove(&name);
             Ok(())
         })
         .await

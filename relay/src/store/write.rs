@@ -98,6 +98,7 @@ impl Store {
                 return Err(StoreError::Abandoned);
             }
             env.check_writable()?;
+            self.check_committing(&env, env_name)?;
             // A shared database: lock the environment's row there first
             // (writers at every relay queue on it), and bring memory to the
             // database's head, so the plan is made on exactly the state the
@@ -190,11 +191,30 @@ impl Store {
                     // Whether the revision reached storage is unknown: building
                     // the next write on memory could fork memory from disk.
                     self.poison(&env, env_name, &e);
+                    // Reported and handled here: not a commit that died.
+                    env.committing.store(false, Ordering::Release);
                     return Err(e);
                 }
             }
         }
         Err(behind.unwrap_or(StoreError::Abandoned))
+    }
+
+    /// Under `env`'s write lock: a commit still marked as in progress
+    /// reached storage and its task ended before publishing it (a panic),
+    /// so disk may hold a revision memory does not. The environment is
+    /// poisoned (refuses writes until a restart reloads it from disk; a
+    /// shared database's is brought to the database's head by the change
+    /// feed instead).
+    pub(super) fn check_committing(&self, env: &Env, name: &str) -> Result<(), StoreError> {
+        if env.committing.swap(false, Ordering::AcqRel) {
+            self.poison(
+                env,
+                name,
+                &"a commit's task ended after the revision reached storage and before it was published (a panic): storage may hold a revision memory does not",
+            );
+        }
+        env.check_writable()
     }
 
     /// Waits (at most [`CATCH_UP_WAIT`]) until the change feed brought `env`
@@ -216,6 +236,8 @@ impl Store {
     /// Swaps a committed revision into memory and wakes its subscribers;
     /// the replaced state (possibly large) is dropped on the blocking pool.
     pub(crate) fn publish(&self, env: &Env, meta: EnvMeta, state: EnvState) {
+        #[cfg(test)]
+        tests::maybe_panic(&meta.name);
         let revision = state.revision;
         env.meta.store(Arc::new(meta));
         let old = env.state.swap(Arc::new(state));
@@ -339,5 +361,69 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flagstream::{FlagSet, Limits};
+
+    use super::super::sled::SledBackend;
+    use super::super::{Backend, Retention, Source, Store, StoreError, Who};
+    use super::Op;
+    use crate::metrics::Metrics;
+
+    /// The environment whose next publish panics (unit tests only).
+    static PANIC_PUBLISHING: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+    pub(super) fn maybe_panic(env: &str) {
+        let mut armed = PANIC_PUBLISHING.lock().unwrap_or_else(|p| p.into_inner());
+        if armed.as_deref() == Some(env) {
+            *armed = None;
+            drop(armed);
+            panic!("injected: a panic while publishing a committed revision");
+        }
+    }
+
+    fn flag(key: &str) -> Op {
+        let set: FlagSet = serde_yaml_ng::from_str(&format!(
+            "flags:\n  - key: {key}\n    type: bool\n    variations: [false, true]\n    on: true\n    off_variation: 0\n    fallthrough: {{variation: 1}}\n"
+        ))
+        .unwrap();
+        Op::PutFlag { flag: set.flags.into_iter().next().unwrap(), expected: None }
+    }
+
+    async fn open(dir: &std::path::Path) -> Store {
+        let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&dir.join("db")).unwrap());
+        let retention = Retention { revisions: 100, bytes: 1 << 20, audit_revisions: 100 };
+        Store::open(backend, Limits::default(), retention, Metrics::new(), Source::Primary).await.unwrap()
+    }
+
+    /// A panic between the durable commit and the publish leaves storage a
+    /// revision ahead of memory: the environment refuses every later write
+    /// (it would reuse that revision) until a restart loads storage.
+    #[tokio::test]
+    async fn a_panic_after_a_durable_commit_poisons_the_environment() {
+        const ENV: &str = "panic-in-publish";
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        store.create_env(ENV, "", "test").await.unwrap();
+        let who = Who::relay("test");
+        let r1 = store.write(ENV, vec![flag("a")], None, &who, "").await.unwrap().revision;
+        *PANIC_PUBLISHING.lock().unwrap() = Some(ENV.to_owned());
+        let e = store.write(ENV, vec![flag("b")], None, &who, "").await.unwrap_err();
+        assert!(matches!(e, StoreError::Task(_)), "{e}");
+        assert_eq!(store.env(ENV).unwrap().state.load().revision, r1, "memory was not published");
+        let e = store.write(ENV, vec![flag("c")], None, &who, "").await.unwrap_err();
+        assert!(matches!(e, StoreError::Poisoned(_)), "the next write must be refused: {e:?}");
+        assert!(e.to_string().contains(ENV), "{e}");
+        drop(store);
+        // Storage has the write memory lost: a restart serves it.
+        let store = open(dir.path()).await;
+        assert_eq!(store.env(ENV).unwrap().state.load().revision, r1 + 1);
+        let r = store.write(ENV, vec![flag("c")], None, &who, "").await.unwrap().revision;
+        assert_eq!(r, r1 + 2);
     }
 }
