@@ -409,8 +409,8 @@ mod tests {
         const ENV: &str = "panic-in-publish";
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;
-        store.create_env(ENV, "", "test").await.unwrap();
         let who = Who::relay("test");
+        store.create_env(ENV, "", &who).await.unwrap();
         let r1 = store.write(ENV, vec![flag("a")], None, &who, "").await.unwrap().revision;
         *PANIC_PUBLISHING.lock().unwrap() = Some(ENV.to_owned());
         let e = store.write(ENV, vec![flag("b")], None, &who, "").await.unwrap_err();

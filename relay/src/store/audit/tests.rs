@@ -10,7 +10,7 @@ use flagstream::Flag;
 
 use super::*;
 use crate::metrics::Metrics;
-use crate::store::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, WriteLock};
+use crate::store::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
 use crate::store::meta::EnvMeta;
 use crate::store::sled::SledBackend;
 use crate::store::{Op, Retention, Source, Store};
@@ -118,6 +118,9 @@ impl Backend for Paused {
     }
     async fn update_meta(&self, current: EnvMeta, change: MetaChange) -> Result<EnvMeta, StoreError> {
         self.inner.update_meta(current, change).await
+    }
+    async fn revoke_token(&self, name: String) -> Result<Revoked, StoreError> {
+        self.inner.revoke_token(name).await
     }
     async fn commit(&self, commit: Commit) -> Result<Committed, StoreError> {
         self.inner.commit(commit).await
