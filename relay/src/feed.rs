@@ -248,10 +248,14 @@ impl Feed {
         let mut config = self.db.config().clone();
         // Operators (and tests) can tell the listening session apart.
         config.application_name("flagstream-relay feed");
-        let (client, connection) = match self.db.tls().connect(&config).await {
-            Ok(c) => c,
-            Err(e) => return Ended::Session(e),
-        };
+        // Bounded as a whole: tokio-postgres's connect timeout covers the
+        // TCP connect, not a TLS handshake or startup that stalls.
+        let (client, connection) =
+            match tokio::time::timeout(QUERY_TIMEOUT, self.db.tls().connect(&config)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Ended::Session(e),
+                Err(_) => return Ended::Timeout(QUERY_TIMEOUT),
+            };
         let (tx, mut notes) = mpsc::channel::<String>(NOTIFY_QUEUE);
         let overflow = Arc::new(AtomicBool::new(false));
         let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<Option<tokio_postgres::Error>>();

@@ -235,16 +235,3 @@ async fn an_environment_the_store_lost_entirely_is_refused() {
     assert!(relay.wait(STEP).await.success());
     Relay::start(dir.path(), &[]).await;
 }
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}

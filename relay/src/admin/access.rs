@@ -153,13 +153,23 @@ impl AdminService {
         }
         // On a task of its own: a caller that goes away cannot leave the
         // token on disk but not in memory.
-        let (tokens, by, max) = (self.tokens.clone(), p.name().to_owned(), self.quotas.max_tokens());
-        let created =
-            tokio::spawn(
-                async move { tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await },
-            )
-            .await
-            .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
+        // Its audit record on the same task: written even if the caller goes.
+        let (this, by, max) = (self.clone(), p.name().to_owned(), self.quotas.max_tokens());
+        let created = tokio::spawn(async move {
+            let created = this.tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await;
+            if let Ok((t, _)) = &created {
+                let details = format!(
+                    "role: {}\nenvironments: [{}]\nreplicate: {}\n",
+                    t.role.name(),
+                    t.environments.join(", "),
+                    t.replicate
+                );
+                this.chain_token_event(Access::TokenCreate, &t.name, details, &by_who).await;
+            }
+            created
+        })
+        .await
+        .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
         let (t, secret) = match created {
             Err(AccessError::Quota { used, limit }) => {
                 let msg = format!(
@@ -170,13 +180,6 @@ impl AdminService {
             other => other?,
         };
         tracing::info!(token = %t.name, role = t.role.name(), environments = ?t.environments, by = %p.name(), "admin token created");
-        let details = format!(
-            "role: {}\nenvironments: [{}]\nreplicate: {}\n",
-            t.role.name(),
-            t.environments.join(", "),
-            t.replicate
-        );
-        self.chain_token_event(Access::TokenCreate, &t.name, details, &by_who).await;
         Ok(Response::new(pb::CreateTokenResponse { token: Some(token_to_proto(&t)), secret }))
     }
 
@@ -196,14 +199,26 @@ impl AdminService {
         let p = authorize(&req, Role::Admin, None, "manage admin tokens")?;
         let by_who = who(&req, &p);
         let r = req.into_inner();
-        let (tokens, name) = (self.tokens.clone(), r.name.clone());
-        tokio::spawn(async move { tokens.revoke(&name).await })
-            .await
-            .map_err(|e| Status::internal(format!("revoking the token failed: {e}")))??;
-        // A replica following with it stops at once.
-        let ended = self.hub.end_token(&r.name);
-        tracing::info!(token = %r.name, by = %p.name(), replica_streams_ended = ended, "admin token revoked");
-        self.chain_token_event(Access::TokenRevoke, &r.name, String::new(), &by_who).await;
+        // The revocation, the end of the streams following with the token
+        // and its audit record on one task: a caller that goes away cannot
+        // leave a revoked token's streams open or its record unwritten.
+        let (this, name, by) = (self.clone(), r.name.clone(), p.name().to_owned());
+        tokio::spawn(async move {
+            let revoked = this.tokens.revoke(&name).await;
+            // Gone from the store, whoever revoked it (another relay of a
+            // shared database may have been first): its replica streams
+            // here stop at once.
+            if matches!(revoked, Ok(()) | Err(AccessError::NotFound(_))) {
+                let ended = this.hub.end_token(&name);
+                tracing::info!(token = %name, by = %by, replica_streams_ended = ended, revoked_here = revoked.is_ok(), "admin token revoked");
+            }
+            if revoked.is_ok() {
+                this.chain_token_event(Access::TokenRevoke, &name, String::new(), &by_who).await;
+            }
+            revoked
+        })
+        .await
+        .map_err(|e| Status::internal(format!("revoking the token failed: {e}")))??;
         Ok(Response::new(pb::RevokeTokenResponse {}))
     }
 }
