@@ -389,19 +389,25 @@ impl Feed {
         }
     }
 
-    /// Every [`PRUNE_EVERY`], until `stop`: one pruning pass (if no other
-    /// relay is pruning), given up after [`QUERY_TIMEOUT`].
+    /// As soon as the session is first up, then every [`PRUNE_EVERY`]
+    /// while it is up, until `stop`: one pruning pass (if no other relay
+    /// is pruning), given up after [`QUERY_TIMEOUT`].
     async fn prune_history(self: Arc<Self>, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(PRUNE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut up = self.up.subscribe();
+        let mut first = true;
         loop {
+            if !first {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(PRUNE_EVERY) => {}
+                }
+            }
+            first = false;
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
+                r = up.wait_for(|up| *up) => if r.is_err() { return },
             }
-            if self.session_live.load(Ordering::Relaxed) {
-                self.prune().await;
-            }
+            self.prune().await;
         }
     }
 

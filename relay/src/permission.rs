@@ -34,26 +34,8 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Makes `dir`, which the relay owns whole (the sled store), 0700 and
 /// everything in it owner-only (directories 0700, files 0600); creates it
-/// if missing.
+/// if missing. The SDK's cache needs the same: one implementation, the
+/// SDK's.
 pub(crate) fn make_private(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        if !dir.exists() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                make_private(&entry.path())?;
-            } else if kind.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
-            }
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    std::fs::create_dir_all(dir)
+    flagstream::make_private(dir)
 }

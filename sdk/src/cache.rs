@@ -154,8 +154,10 @@ impl Cache {
 }
 
 /// Makes `dir` (created if missing) mode 0700 and everything in it
-/// owner-only: directories 0700, files 0600.
-fn make_private(dir: &Path) -> std::io::Result<()> {
+/// owner-only: directories 0700, files 0600. Shared with the relay, whose
+/// sled store needs the same (`flagstream-relay`'s `permission.rs`).
+#[doc(hidden)]
+pub fn make_private(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

@@ -37,6 +37,8 @@ pub use flagstream_core::{
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
 
 pub use cache::CacheError;
+#[doc(hidden)]
+pub use cache::make_private;
 pub use client::{BuildError, Builder, Change, Client, EvaluationDetail, read_flag_file};
 pub use replica::ApplyError;
 pub use secret::Secret;

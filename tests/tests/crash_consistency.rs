@@ -8,10 +8,10 @@
 //! whole head served; never half-applied, never a panic.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
+use flagstream_tests::copy_dir;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 use flagstream_tests::subscriber::{Subscriber, Update};
 use tokio::sync::watch;
@@ -83,20 +83,6 @@ async fn kill_9_loses_no_acknowledged_write() {
         );
     }
     assert_eq!(acked.len(), KEYS, "every key was written at least once");
-}
-
-/// Copies directory `from` to `to`, recursively.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// Garbles 512 bytes of sled's log, at one offset after another (each on

@@ -6,20 +6,8 @@ use std::time::Duration;
 
 use flagstream::{Client, Context};
 use flagstream_tests::STEP;
+use flagstream_tests::copy_dir;
 use flagstream_tests::relay::{Relay, bool_flag, put};
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
 
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..400 {

@@ -4,21 +4,15 @@
 //! writes reached its revision number again) resyncs with a snapshot. A
 //! data directory restored with its commit marks deleted is a new epoch.
 
-use std::path::Path;
 
 use flagstream::Client;
 use flagstream_tests::STEP;
 use flagstream_tests::cluster::eventually;
+use flagstream_tests::copy_dir;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 use flagstream_tests::subscriber::{Subscriber, Update, checksum};
 
 const ARGS: &[&str] = &["--heartbeat", "200ms"];
-
-fn copy_dir(from: &Path, to: &Path) {
-    let ok =
-        std::process::Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp runs").success();
-    assert!(ok, "cp -a {} {}", from.display(), to.display());
-}
 
 /// `relay`'s gRPC address, to start it again on the same one.
 fn addr(relay: &Relay) -> String {

@@ -4,18 +4,11 @@
 //! deltas, or, if that takes longer than `--ahead-hold`, is asked to
 //! reconnect elsewhere (PROTOCOL.md §2.2).
 
-use std::path::Path;
-
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
+use flagstream_tests::copy_dir;
 use flagstream_tests::relay::{Admin, Relay, bool_flag, put};
 use flagstream_tests::subscriber::{Subscriber, Update};
-
-fn copy_dir(from: &Path, to: &Path) {
-    let ok =
-        std::process::Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp runs").success();
-    assert!(ok, "cp -a {} {}", from.display(), to.display());
-}
 
 /// The same writes give the same items, versions and revisions.
 async fn write(admin: &mut Admin, i: usize) -> u64 {
