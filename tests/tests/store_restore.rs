@@ -4,7 +4,6 @@
 //! writes reached its revision number again) resyncs with a snapshot. A
 //! data directory restored with its commit marks deleted is a new epoch.
 
-
 use flagstream::Client;
 use flagstream_tests::STEP;
 use flagstream_tests::cluster::eventually;
