@@ -15,8 +15,10 @@ const LIVE: &str = "flagstream_upstream_live{env=\"demo\"}";
 const STALENESS: &str = "flagstream_staleness_seconds{env=\"demo\"}";
 
 /// Waits until `r`'s `/metrics` sample satisfies `ok`.
+/// Waits until `sample` is exported and `ok`: a reload of the environment
+/// drops and recreates its series, so a moment without it is waited out.
 async fn wait_metric(r: &Relay, sample: &str, ok: impl Fn(f64) -> bool) {
-    eventually_async(sample, || async { ok(r.metric(sample).await) }).await;
+    eventually_async(sample, || async { r.try_metric(sample).await.is_some_and(&ok) }).await;
 }
 
 async fn demo_live(r: &Relay) -> bool {
