@@ -348,22 +348,10 @@ impl Feed {
     /// and the next tick tries again; the change feed is unaffected.
     async fn exchange_reports(self: Arc<Self>, stop: CancellationToken) {
         let mut published: HashMap<String, (Vec<u8>, tokio::time::Instant)> = HashMap::new();
-        let mut up = self.up.subscribe();
-        let mut first = true;
-        loop {
-            if !first {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(REPORT_EVERY) => {}
-                }
-            }
-            first = false;
-            // Only while the session is up (no failure per second logged
-            // through a database outage), and at once when it comes up.
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                r = up.wait_for(|up| *up) => if r.is_err() { return },
-            }
+        let (mut up, mut first) = (self.up.subscribe(), true);
+        // Only while the session is up (no failure per second logged
+        // through a database outage), and at once when it comes up.
+        while next_turn(&mut up, &mut first, REPORT_EVERY, &stop).await {
             let c = match self.db.client().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -393,20 +381,8 @@ impl Feed {
     /// while it is up, until `stop`: one pruning pass (if no other relay
     /// is pruning), given up after [`QUERY_TIMEOUT`].
     async fn prune_history(self: Arc<Self>, stop: CancellationToken) {
-        let mut up = self.up.subscribe();
-        let mut first = true;
-        loop {
-            if !first {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(PRUNE_EVERY) => {}
-                }
-            }
-            first = false;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                r = up.wait_for(|up| *up) => if r.is_err() { return },
-            }
+        let (mut up, mut first) = (self.up.subscribe(), true);
+        while next_turn(&mut up, &mut first, PRUNE_EVERY, &stop).await {
             self.prune().await;
         }
     }
@@ -786,5 +762,26 @@ async fn timed<T>(work: impl Future<Output = Result<T, StoreError>>) -> Result<T
     match tokio::time::timeout(QUERY_TIMEOUT * 3, work).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(Ended::Timeout(QUERY_TIMEOUT * 3)),
+    }
+}
+
+/// Waits for a periodic step's next turn: `every` after the previous one
+/// (at once the first time), and then until the session is up. `false`
+/// once `stop` fires or the feed is gone.
+async fn next_turn(
+    up: &mut tokio::sync::watch::Receiver<bool>,
+    first: &mut bool,
+    every: Duration,
+    stop: &CancellationToken,
+) -> bool {
+    if !std::mem::take(first) {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        r = up.wait_for(|up| *up) => r.is_ok(),
     }
 }

@@ -253,6 +253,7 @@ impl Postgres {
             if self.sql("postgres", "SELECT pg_conf_load_time()") != loaded {
                 return;
             }
+            // PostgreSQL signals a reload to no one: its load time is polled.
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
         panic!("the server did not reload pg_hba.conf");
@@ -417,6 +418,8 @@ impl Postgres {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "the standby never became synchronous: {state:?}");
+            // The standby's state is only readable by query: polled, bounded
+            // by the deadline above (a failure guard, not a timing assert).
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         standby

@@ -200,7 +200,9 @@ async fn a_token_over_its_evaluation_rate_is_refused_with_a_hint() {
         relay.metric("flagstream_quota_refusals_total{env=\"a\",quota=\"token_evaluates_per_sec\"}").await,
         1.0
     );
-    // After the hint, the token is served again.
+    // After the hint, the token is served again: the relay's token bucket
+    // refills on its (real, monotonic) clock, so the test waits the hint it
+    // was given, as a client would.
     tokio::time::sleep(Duration::from_millis(hint)).await;
     evaluate(&mut admin, "a", kind("user", 1)).await.unwrap();
 }

@@ -174,6 +174,8 @@ async fn a_revocation_the_database_refuses_is_reported_and_undone_nowhere() {
         match root.revoke_token(revoke_ci()).await {
             Ok(_) => break,
             Err(e) if e.code() == Code::Unavailable && tokio::time::Instant::now() < deadline => {
+                // The relay's pool reconnects on its own schedule and
+                // announces nothing: retried as a client would, bounded.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             Err(e) => panic!("revoking with the database back: {e:?}"),

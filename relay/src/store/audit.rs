@@ -401,6 +401,7 @@ impl Walk {
         if broken.is_some() {
             return Verification { checked, broken };
         }
+        // No hashed record walked: the chain ends where it starts, at "".
         let end = prev.unwrap_or_default();
         if end != head && !(head_seen && now.is_none_or(|n| n == end)) {
             let at = last.unwrap_or((0, 0));

@@ -36,6 +36,7 @@ impl Store {
     async fn chain_end(&self, env: &str) -> Result<(u64, String, Option<Arc<Env>>), StoreError> {
         if env == audit::RELAY_CHAIN {
             let end = self.inner.backend.archive_head(env.to_owned()).await?;
+            // No token event recorded yet: an empty chain (revision 0, head "").
             let (revision, head) = end.unwrap_or_default();
             return Ok((revision, head, None));
         }
