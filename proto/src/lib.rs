@@ -17,3 +17,11 @@ pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/flagstream.v1.mirror.rs"));
     }
 }
+
+/// gRPC metadata keys of the protocol (docs/PROTOCOL.md §6).
+pub mod metadata {
+    /// Sent with a RESOURCE_EXHAUSTED refusal: how many milliseconds to wait
+    /// before trying again (a decimal integer). Nothing was done; the same
+    /// request may be retried after the wait.
+    pub const RETRY_AFTER_MS: &str = "flagstream-retry-after-ms";
+}

@@ -7,7 +7,7 @@ use tonic::metadata::MetadataValue;
 use crate::store::StoreError;
 
 /// Trailer/header carrying a retry hint in milliseconds.
-pub(crate) const RETRY_AFTER_MS: &str = "flagstream-retry-after-ms";
+pub(crate) use flagstream_proto::metadata::RETRY_AFTER_MS;
 
 /// `RESOURCE_EXHAUSTED` with a retry hint.
 pub(crate) fn retry_later(message: &str, delay_ms: u64) -> Status {

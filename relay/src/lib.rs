@@ -13,7 +13,6 @@ mod admin;
 mod auth;
 mod catalog;
 pub mod config;
-pub mod ctl;
 mod demo;
 mod encoded;
 mod error;

@@ -2,7 +2,9 @@
 //! fact: `flagstream-core`'s dependency tree (as cargo resolves it for the
 //! core alone, so no feature another workspace member enables can leak in)
 //! holds no async runtime, network, TLS or storage crate, and the core
-//! builds on its own that way.
+//! builds on its own that way. Likewise `flagctl`, a client of the Admin
+//! API, links none of the relay's storage (sled, PostgreSQL) nor the
+//! relay itself.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,13 +25,7 @@ fn cargo() -> Command {
 
 #[test]
 fn the_core_links_no_async_network_or_storage_crate() {
-    let out = cargo()
-        .args(["tree", "--locked", "--offline", "-p", "flagstream-core", "-e", "normal"])
-        .args(["--prefix", "none", "--format", "{p}"])
-        .output()
-        .expect("cargo tree runs");
-    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    let tree = String::from_utf8(out.stdout).expect("utf-8");
+    let tree = tree_of("flagstream-core");
     let names: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
     // The tree is the core's: it names the core and its message crate.
     assert!(names.contains(&"flagstream-core") && names.contains(&"flagstream-proto"), "{tree}");
@@ -37,6 +33,37 @@ fn the_core_links_no_async_network_or_storage_crate() {
     let bad: Vec<&str> =
         names.iter().copied().filter(|n| FORBIDDEN.iter().any(|f| n.starts_with(f))).collect();
     assert!(bad.is_empty(), "flagstream-core depends on {bad:?}:\n{tree}");
+}
+
+/// The dependency names of `package` as cargo resolves it alone.
+fn tree_of(package: &str) -> String {
+    let out = cargo()
+        .args(["tree", "--locked", "--offline", "-p", package, "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn flagctl_links_no_storage_crate_nor_the_relay() {
+    let tree = tree_of("flagctl");
+    let names: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    // The tree is flagctl's: the CLI, its client crates and tonic.
+    for want in ["flagctl", "flagstream", "flagstream-core", "flagstream-proto", "tonic"] {
+        assert!(names.contains(&want), "{want} missing from flagctl's tree:\n{tree}");
+    }
+    let bad: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| {
+            ["sled", "tokio-postgres", "postgres", "deadpool", "sqlx", "flagstream-relay"]
+                .iter()
+                .any(|f| n.starts_with(f))
+        })
+        .collect();
+    assert!(bad.is_empty(), "flagctl depends on {bad:?}:\n{tree}");
 }
 
 #[test]

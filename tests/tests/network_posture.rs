@@ -100,7 +100,7 @@ async fn no_secret_appears_in_logs_or_debug_output() {
     let mut secrets = vec![boot.clone(), relay.demo_key()];
     let mut noise = String::new();
     // flagctl's configuration structs, parsed with secrets in them.
-    let cli = flagstream_relay::ctl::Cli::try_parse_from(["flagctl", "--token", &boot, "status"]).unwrap();
+    let cli = flagctl::Cli::try_parse_from(["flagctl", "--token", &boot, "status"]).unwrap();
     noise += &format!("{cli:?}");
     // The token from a file, as --help recommends.
     let token_file = dir.path().join("token");

@@ -1,7 +1,7 @@
 //! `flagctl`, built inside the tests package so integration tests can run
-//! the real binary (see `relay/src/bin/flagctl.rs`).
+//! the real binary (see `relay/ctl/src/main.rs`).
 
 #[tokio::main]
 async fn main() {
-    std::process::exit(flagstream_relay::ctl::main_entry().await);
+    std::process::exit(flagctl::main_entry().await);
 }

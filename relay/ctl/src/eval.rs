@@ -8,8 +8,9 @@ use flagstream_proto::v1 as pb;
 use flagstream::wire;
 use serde_json::Value as Json;
 
-use super::flag::invalid;
-use super::{CmdResult, Conn, Failure, Output, exit, print_data};
+use crate::conn::Conn;
+use crate::failure::{CmdResult, Failure, exit, invalid};
+use crate::output::{Output, print_data};
 
 /// `eval` options.
 #[derive(Debug, Args)]

@@ -13,8 +13,11 @@ use clap::Args;
 use flagstream::{Flag, FlagSet, Segment, wire};
 use flagstream_proto::v1 as pb;
 
-use super::flag::{read_file, show_diff, strip_flag, strip_segment, yaml_for_diff};
-use super::{CmdResult, Conn, Failure, Output, exit, print_data, with_retry};
+use crate::conn::{Conn, with_retry};
+use crate::edit::committed;
+use crate::failure::{CmdResult, Failure, exit};
+use crate::file::{read_file, show_diff, strip_flag, strip_segment, yaml_for_diff};
+use crate::output::{Output, print_data};
 
 /// `apply` options.
 #[derive(Debug, Args)]
@@ -309,5 +312,5 @@ pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
     .into_inner();
     let new_revision = r.result.map_or(0, |r| r.revision);
     let what = format!("applied to {}", conn.env);
-    super::flag::committed(conn, &what, new_revision, a.wait, a.wait_timeout).await
+    committed(conn, &what, new_revision, a.wait, a.wait_timeout).await
 }

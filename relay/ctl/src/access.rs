@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use flagstream_proto::v1 as pb;
 
-use super::{CmdResult, Conn, Failure, Output, exit, print_data};
+use crate::conn::Conn;
+use crate::failure::{CmdResult, Failure, exit};
+use crate::output::{Output, print_data};
 
 /// `key` subcommands (all with `-e ENV`).
 #[derive(Debug, Subcommand)]

@@ -9,8 +9,9 @@ use clap::Args;
 use flagstream::Flag;
 use flagstream::model::{Schedule, Serve, Step};
 
-use super::flag::{WriteArgs, get_flag, invalid, variation_index, write_flag, write_flag_finalized};
-use super::{CmdResult, Conn, Failure};
+use crate::conn::Conn;
+use crate::edit::{WriteArgs, get_flag, variation_index, write_flag, write_flag_finalized};
+use crate::failure::{CmdResult, Failure, invalid};
 
 /// `flag ramp` options.
 #[derive(Debug, Args)]

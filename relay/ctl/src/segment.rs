@@ -8,8 +8,11 @@ use clap::Subcommand;
 use flagstream::{Segment, wire};
 use flagstream_proto::v1 as pb;
 
-use super::flag::{WriteArgs, committed, invalid, read_file, show_diff, strip_segment, yaml_for_diff};
-use super::{CmdResult, Conn, Failure, Output, exit, print_data, with_retry};
+use crate::conn::{Conn, with_retry};
+use crate::edit::{WriteArgs, committed};
+use crate::failure::{CmdResult, Failure, exit, invalid};
+use crate::file::{read_file, show_diff, strip_segment, yaml_for_diff};
+use crate::output::{Output, print_data};
 
 /// `segment` subcommands.
 #[derive(Debug, Subcommand)]

@@ -5,29 +5,18 @@
 //! conflict naming who changed it, never a silent overwrite.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Subcommand, ValueEnum};
 use flagstream::model::{Rollout, Serve, WeightedVariation};
-use flagstream::{Flag, FlagType, Segment, wire};
+use flagstream::{Flag, FlagType, wire};
 use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
 
-use super::{CmdResult, Conn, Failure, Output, exit, print_data, wait_propagation, with_retry};
-
-/// Options shared by every write.
-#[derive(Debug, Clone, Args)]
-pub struct WriteArgs {
-    /// Wait until every subscriber applied the new revision.
-    #[arg(long)]
-    pub wait: bool,
-    /// How long `--wait` waits before exiting non-zero.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub wait_timeout: Duration,
-    /// Comment recorded in the audit log.
-    #[arg(long, default_value = "")]
-    pub comment: String,
-}
+use crate::conn::{Conn, with_retry};
+use crate::edit::{WriteArgs, committed, get_flag, parse_value, variation_index, write_flag};
+use crate::failure::{CmdResult, Failure, exit, invalid};
+use crate::file::{read_file, show_diff, strip_flag, yaml_for_diff};
+use crate::output::{Output, print_data};
 
 /// Flag types on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -123,7 +112,7 @@ pub enum FlagCmd {
     /// Ramp a variation up over time (a schedule each SDK follows by its
     /// own clock), pause a ramp, or roll it back:
     /// `flag ramp KEY --steps 1%,5%@1h,25%@1d,100%@3d`.
-    Ramp(super::ramp::RampArgs),
+    Ramp(crate::ramp::RampArgs),
     /// Add or remove individually targeted context keys.
     Target {
         /// Flag key.
@@ -251,158 +240,6 @@ fn parse_clause(s: &str) -> Result<flagstream::model::Clause, Failure> {
     })
 }
 
-pub(crate) fn invalid(msg: impl Into<String>) -> Failure {
-    Failure::new(exit::INVALID, msg)
-}
-
-/// Reads a file of the export format (YAML or JSON by extension).
-pub(crate) fn read_file<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-    if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
-    } else {
-        serde_yaml_ng::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
-    }
-}
-
-/// A YAML rendering for diffs, without the store-managed fields.
-pub(crate) fn yaml_for_diff<T: serde::Serialize>(v: Option<&T>) -> String {
-    v.map(|v| serde_yaml_ng::to_string(v).unwrap_or_else(|e| format!("<unprintable: {e}>")))
-        .unwrap_or_default()
-}
-
-/// Prints a unified diff (stderr, so stdout stays data).
-pub(crate) fn show_diff(title: &str, before: &str, after: &str) {
-    eprintln!("{title}");
-    let diff = similar::TextDiff::from_lines(before, after);
-    for change in diff.iter_all_changes() {
-        let sign = match change.tag() {
-            similar::ChangeTag::Delete => "-",
-            similar::ChangeTag::Insert => "+",
-            similar::ChangeTag::Equal => " ",
-        };
-        eprint!("{sign} {change}");
-    }
-}
-
-/// Strips what the store sets, for comparing and showing.
-pub(crate) fn strip_flag(mut f: Flag) -> Flag {
-    f.version = 0;
-    f.revision = 0;
-    f
-}
-
-/// Strips what the store sets.
-pub(crate) fn strip_segment(mut s: Segment) -> Segment {
-    s.version = 0;
-    s.revision = 0;
-    s
-}
-
-fn parse_value(t: FlagType, s: &str) -> Result<Json, Failure> {
-    let bad = || invalid(format!("{s:?} is not a {} value", t.name()));
-    Ok(match t {
-        FlagType::Bool => Json::Bool(s.parse().map_err(|_| bad())?),
-        FlagType::String => Json::String(s.to_owned()),
-        FlagType::Int => Json::from(s.parse::<i64>().map_err(|_| bad())?),
-        FlagType::Float => Json::from(s.parse::<f64>().map_err(|_| bad())?),
-        FlagType::Json => serde_json::from_str(s).map_err(|_| bad())?,
-    })
-}
-
-/// The index of a variation named by value or `#INDEX`.
-pub(crate) fn variation_index(f: &Flag, s: &str) -> Result<u32, Failure> {
-    if let Some(i) = s.strip_prefix('#') {
-        let i: u32 = i.parse().map_err(|_| invalid(format!("{s:?}: not a variation index")))?;
-        return if (i as usize) < f.variations.len() {
-            Ok(i)
-        } else {
-            Err(invalid(format!("{s}: flag {:?} has {} variations", f.key, f.variations.len())))
-        };
-    }
-    let want = parse_value(f.flag_type, s)?;
-    f.variations.iter().position(|v| *v == want).map(|i| i as u32).ok_or_else(|| {
-        invalid(format!(
-            "flag {:?} has no variation {s}; variations: {}",
-            f.key,
-            Json::Array(f.variations.clone())
-        ))
-    })
-}
-
-pub(crate) async fn get_flag(conn: &mut Conn, key: &str) -> Result<Flag, Failure> {
-    let r = conn
-        .admin
-        .get_flag(pb::GetFlagRequest { environment: conn.env.clone(), key: key.into() })
-        .await?
-        .into_inner();
-    let f = r.flag.ok_or_else(|| Failure::new(exit::ERROR, "relay sent no flag"))?;
-    wire::flag_from_proto(&f).map_err(|e| Failure::new(exit::ERROR, e.to_string()))
-}
-
-/// Reports a committed write and, with `--wait`, follows its propagation.
-pub(crate) async fn committed(
-    conn: &mut Conn,
-    what: &str,
-    revision: u64,
-    wait: bool,
-    timeout: Duration,
-) -> CmdResult {
-    println!("{what}: revision {revision}");
-    if wait {
-        wait_propagation(conn, revision, timeout).await?;
-    }
-    Ok(())
-}
-
-/// Shows the change, confirms, writes with the expected version, waits.
-pub(crate) async fn write_flag(
-    conn: &mut Conn,
-    before: Option<&Flag>,
-    after: Flag,
-    w: &WriteArgs,
-) -> CmdResult {
-    write_flag_finalized(conn, before, after, w, |_| {}).await
-}
-
-/// [`write_flag`], with `finalize` applied to the flag after the
-/// confirmation, just before it is sent (what depends on the time of the
-/// write, e.g. which ramp steps have started).
-pub(crate) async fn write_flag_finalized(
-    conn: &mut Conn,
-    before: Option<&Flag>,
-    mut after: Flag,
-    w: &WriteArgs,
-    finalize: impl FnOnce(&mut Flag),
-) -> CmdResult {
-    let b = yaml_for_diff(before.cloned().map(strip_flag).as_ref());
-    let a = yaml_for_diff(Some(&strip_flag(after.clone())));
-    if a == b {
-        println!("flag {:?}: no change", after.key);
-        return Ok(());
-    }
-    show_diff(&format!("flag {:?} in {}:", after.key, conn.env), &b, &a);
-    conn.confirm(&format!("write flag {:?}", after.key))?;
-    finalize(&mut after);
-    let expected = Some(before.map_or(0, |f| f.version));
-    let r = {
-        let req = pb::PutFlagRequest {
-            environment: conn.env.clone(),
-            flag: Some(wire::flag_to_proto(&after)),
-            expected_version: expected,
-            comment: w.comment.clone(),
-        };
-        with_retry(|| {
-            let (mut admin, req) = (conn.admin.clone(), req.clone());
-            async move { admin.put_flag(req).await }
-        })
-        .await?
-    }
-    .into_inner();
-    let revision = r.result.map_or(0, |r| r.revision);
-    committed(conn, &format!("flag {:?} written", after.key), revision, w.wait, w.wait_timeout).await
-}
-
 /// Runs a `flag` subcommand.
 pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
     match cmd {
@@ -455,10 +292,10 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             let f = get_flag(conn, &key).await?;
             print_data(if conn.output == Output::Table { Output::Yaml } else { conn.output }, &f)?;
             if conn.output == Output::Table {
-                super::ramp::print_summary(&f);
+                crate::ramp::print_summary(&f);
             }
         }
-        FlagCmd::Ramp(args) => super::ramp::ramp(conn, args).await?,
+        FlagCmd::Ramp(args) => crate::ramp::ramp(conn, args).await?,
         FlagCmd::Create {
             key,
             flag_type,

@@ -1,0 +1,73 @@
+//! `flagctl env`: create, list and delete environments.
+
+use flagstream_proto::v1 as pb;
+
+use crate::cli::EnvCmd;
+use crate::conn::Conn;
+use crate::failure::CmdResult;
+use crate::output::{Output, print_data};
+
+pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
+    match cmd {
+        EnvCmd::Create { name, description } => {
+            let r = conn
+                .admin
+                .create_environment(pb::CreateEnvironmentRequest { name: name.clone(), description })
+                .await?
+                .into_inner();
+            println!("created environment {name}");
+            println!("SDK key (shown once): {}", r.sdk_key);
+        }
+        EnvCmd::List => {
+            let envs = conn
+                .admin
+                .list_environments(pb::ListEnvironmentsRequest::default())
+                .await?
+                .into_inner()
+                .environments;
+            match conn.output {
+                Output::Table => {
+                    let mut t = comfy_table::Table::new();
+                    t.load_preset(comfy_table::presets::NOTHING);
+                    t.set_header(["NAME", "REVISION", "FLAGS", "SEGMENTS", "EPOCH"]);
+                    for e in &envs {
+                        t.add_row([
+                            e.name.clone(),
+                            e.revision.to_string(),
+                            e.flag_count.to_string(),
+                            e.segment_count.to_string(),
+                            e.epoch.clone(),
+                        ]);
+                    }
+                    println!("{t}");
+                }
+                o => {
+                    let v: Vec<_> = envs
+                        .iter()
+                        .map(|e| serde_json::json!({"name": e.name, "revision": e.revision, "flags": e.flag_count, "segments": e.segment_count, "epoch": e.epoch}))
+                        .collect();
+                    print_data(o, &v)?;
+                }
+            }
+        }
+        EnvCmd::Delete { name } => {
+            conn.confirm(&format!("delete environment {name:?} and all its flags"))?;
+            let r = conn
+                .admin
+                .delete_environment(pb::DeleteEnvironmentRequest {
+                    name: name.clone(),
+                    expected_revision: None,
+                })
+                .await?
+                .into_inner();
+            println!("deleted environment {name}");
+            if !r.audit_archive.is_empty() {
+                println!(
+                    "its audit log is kept as {0} (flagctl -e {0} audit verify | audit log)",
+                    r.audit_archive
+                );
+            }
+        }
+    }
+    Ok(())
+}
