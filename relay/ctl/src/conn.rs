@@ -6,15 +6,64 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Args;
 use flagstream_proto::v1::admin_client::AdminClient;
 use serde::Deserialize;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cli::ConnArgs;
 use crate::failure::{CmdResult, Failure, exit};
 use crate::output::Output;
+
+/// Connection settings: flag, then environment variable, then the named
+/// profile of `~/.config/flagstream/config.toml`, then defaults.
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Relay URL [default: http://127.0.0.1:7070].
+    #[arg(long, global = true, env = "FLAGSTREAM_RELAY")]
+    pub relay: Option<String>,
+    /// Admin token. Prefer FLAGSTREAM_TOKEN, `token_file` in a profile, or
+    /// the default file: a `--token` value is visible to other users in the
+    /// process list and lands in shell history [default: the contents of
+    /// ./flagstream-data/admin-token].
+    #[arg(long, global = true, env = "FLAGSTREAM_TOKEN", hide_env_values = true)]
+    pub token: Option<flagstream::Secret>,
+    /// File holding the admin token (the safest way to pass it: no shell
+    /// history, no process list) [default: the profile's `token_file`, else
+    /// ./flagstream-data/admin-token].
+    #[arg(long, global = true, env = "FLAGSTREAM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Environment. There is no default: commands that act on an
+    /// environment need it here, in FLAGSTREAM_ENV or in the profile.
+    /// (`token create` takes it repeatedly: the token's environments.)
+    #[arg(long = "env", short = 'e', global = true, env = "FLAGSTREAM_ENV", action = clap::ArgAction::Append)]
+    pub environment: Vec<String>,
+    /// Profile in the config file.
+    #[arg(long, global = true, env = "FLAGSTREAM_PROFILE")]
+    pub profile: Option<String>,
+    /// Config file [default: ~/.config/flagstream/config.toml].
+    #[arg(long, global = true, env = "FLAGSTREAM_CLI_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// PEM CA bundle to trust for an https:// relay (default: public roots).
+    #[arg(long, global = true, env = "FLAGSTREAM_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with --client-key).
+    #[arg(long, global = true, env = "FLAGSTREAM_CLIENT_CERT")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM key of --client-cert.
+    #[arg(long, global = true, env = "FLAGSTREAM_CLIENT_KEY")]
+    pub client_key: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value = "table")]
+    pub output: Output,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y', global = true)]
+    pub yes: bool,
+    /// Connect timeout.
+    #[arg(long, global = true, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Duration,
+}
 
 /// An authenticated admin client plus the settings in force.
 pub struct Conn {

@@ -1,11 +1,31 @@
 //! `flagctl env`: create, list and delete environments.
 
+use clap::Subcommand;
 use flagstream_proto::v1 as pb;
 
-use crate::cli::EnvCmd;
 use crate::conn::Conn;
 use crate::failure::CmdResult;
 use crate::output::{Output, print_data};
+
+/// `env` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum EnvCmd {
+    /// Create an environment; prints its SDK key once.
+    Create {
+        /// Name.
+        name: String,
+        /// Description.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List environments.
+    List,
+    /// Delete an environment and everything in it.
+    Delete {
+        /// Name.
+        name: String,
+    },
+}
 
 pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
     match cmd {

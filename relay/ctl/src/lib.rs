@@ -28,10 +28,12 @@ mod watch;
 
 use clap::Parser;
 
-pub use cli::{Cli, Command, ConnArgs, EnvCmd, WatchArgs};
-pub use conn::{Auth, Conn};
+pub use cli::{Cli, Command};
+pub use conn::{Auth, Conn, ConnArgs};
+pub use env::EnvCmd;
 pub use failure::{CmdResult, Failure, exit};
 pub use output::Output;
+pub use watch::WatchArgs;
 
 /// Runs flagctl with the process arguments; returns the exit code.
 pub async fn main_entry() -> i32 {

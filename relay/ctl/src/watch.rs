@@ -1,11 +1,35 @@
 //! `flagctl watch`: follows an environment's changes live through the SDK
 //! client (subscribing like an SDK, with an SDK key).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{ConnArgs, WatchArgs};
-use crate::conn::{profile, read_pem};
+use clap::Args;
+
+use crate::conn::{ConnArgs, profile, read_pem};
 use crate::failure::{CmdResult, Failure, exit};
+
+/// `watch` options.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// SDK key of the environment (watch subscribes like an SDK). Prefer
+    /// --sdk-key-file or FLAGSTREAM_SDK_KEY: a value given here is visible
+    /// to other users in the process list.
+    #[arg(
+        long,
+        env = "FLAGSTREAM_SDK_KEY",
+        hide_env_values = true,
+        required_unless_present = "sdk_key_file"
+    )]
+    pub sdk_key: Option<flagstream::Secret>,
+    /// File holding the SDK key (e.g. flagstream-data/demo-sdk-key); used
+    /// instead of --sdk-key or FLAGSTREAM_SDK_KEY when given.
+    #[arg(long, env = "FLAGSTREAM_SDK_KEY_FILE")]
+    pub sdk_key_file: Option<PathBuf>,
+    /// Stop after this many changes (default: run until interrupted).
+    #[arg(long)]
+    pub count: Option<u64>,
+}
 
 pub(crate) async fn watch(args: &ConnArgs, w: WatchArgs) -> CmdResult {
     let p = profile(args)?;
