@@ -11,71 +11,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tonic::Status;
 
-use crate::auth::{self, constant_time_eq, hash_secret, new_secret};
+use crate::secret::{self, constant_time_eq, hash_secret, new_secret};
 use crate::store::backend::Revoked;
+pub(crate) use crate::store::token::{Role, TokenRecord};
 use crate::store::{Backend, StoreError, now_ms};
 
 /// The token the first start creates.
 pub(crate) const BOOTSTRAP: &str = "bootstrap";
-
-/// What a token may do; each role includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Role {
-    /// Read flags, segments, audit, propagation, status; evaluate.
-    Read = 1,
-    /// Read, and write flags and segments.
-    Write = 2,
-    /// Everything on its environments (with all environments: also
-    /// environments and tokens).
-    Admin = 3,
-}
-
-impl Role {
-    /// Lower-case name.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Role::Read => "read",
-            Role::Write => "write",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-/// One admin token as stored.
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub(crate) struct TokenRecord {
-    /// Unique name; the audit principal.
-    pub name: String,
-    /// Role.
-    pub role: Role,
-    /// Environments it may act on; empty: all.
-    pub environments: Vec<String>,
-    /// May follow every environment as a replica.
-    pub replicate: bool,
-    /// SHA-256 (hex) of the secret.
-    pub hash: String,
-    /// Creation time, Unix ms.
-    pub created_unix_ms: u64,
-    /// The token that created it.
-    pub created_by: String,
-}
-
-impl std::fmt::Debug for TokenRecord {
-    /// Never prints the hash (it identifies the secret).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenRecord")
-            .field("name", &self.name)
-            .field("role", &self.role)
-            .field("environments", &self.environments)
-            .field("replicate", &self.replicate)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Who a request was authenticated as: put in the request's extensions by
 /// the admin interceptor.
@@ -230,8 +175,8 @@ impl Tokens {
         let mut created = None;
         if tokens.read_only.is_none() && tokens.by_name.load().is_empty() {
             let secret = new_secret("fs_admin_");
-            let path = dir.join(auth::ADMIN_TOKEN_FILE);
-            auth::write_private(&path, &secret)?;
+            let path = dir.join(secret::ADMIN_TOKEN_FILE);
+            secret::write_private(&path, &secret)?;
             created = Some(path.clone());
             let t = TokenRecord {
                 name: BOOTSTRAP.into(),
@@ -427,21 +372,6 @@ impl Tokens {
             }
             Revoked::LastAdmin => Err(AccessError::LastAdmin(name.to_owned())),
         }
-    }
-}
-
-/// Whether `t` is an admin token for all environments (one must remain).
-fn full_admin(t: &TokenRecord) -> bool {
-    t.role == Role::Admin && t.environments.is_empty()
-}
-
-/// What revoking `name` out of `all` (every stored token) does: the
-/// decision each backend makes on what it holds, under its lock.
-pub(crate) fn revocation(all: &[TokenRecord], name: &str) -> Revoked {
-    match all.iter().find(|t| t.name == name) {
-        None => Revoked::NotFound,
-        Some(t) if full_admin(t) && all.iter().filter(|t| full_admin(t)).count() == 1 => Revoked::LastAdmin,
-        Some(_) => Revoked::Done,
     }
 }
 

@@ -499,7 +499,7 @@ pub struct Config {
     /// Delta cache bound per environment revision, bytes.
     pub delta_cache_bytes: usize,
     /// Per-environment quotas and admission rates.
-    pub quotas: crate::quota::QuotaConfig,
+    pub quotas: crate::limit::QuotaConfig,
     /// The options this was resolved from (to reload on SIGHUP).
     pub source: Option<Options>,
     /// Hold for a cursor ahead of the head.
@@ -533,7 +533,7 @@ pub struct Config {
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
     /// Connection caps of each gRPC listener.
-    pub connections: ConnCaps,
+    pub connections: crate::limit::ConnCaps,
     /// A connection with no request for this long is closed.
     pub connection_idle_timeout: Duration,
     /// JSON logs?
@@ -739,8 +739,8 @@ impl Options {
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
             delta_cache_bytes: self.delta_cache_bytes.unwrap_or(8 << 20),
             quotas: {
-                let q = crate::quota::QuotaConfig::default();
-                crate::quota::QuotaConfig {
+                let q = crate::limit::QuotaConfig::default();
+                crate::limit::QuotaConfig {
                     flags: self.quota_flags.unwrap_or(q.flags),
                     segments: self.quota_segments.unwrap_or(q.segments),
                     snapshot_bytes: self.quota_snapshot_bytes.unwrap_or(q.snapshot_bytes),
@@ -767,7 +767,7 @@ impl Options {
             max_subscribers: self.max_subscribers.unwrap_or(50_000),
             max_subscribers_per_env: self
                 .max_subscribers_per_env
-                .unwrap_or(crate::quota::QuotaConfig::default().subscribers),
+                .unwrap_or(crate::limit::QuotaConfig::default().subscribers),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
             send_deadline: d(self.send_deadline, 30),
             drain_grace: d(self.drain_grace, 30),
@@ -778,7 +778,7 @@ impl Options {
             backlog: self.backlog.unwrap_or(4096),
             max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
             connection_idle_timeout: d(self.connection_idle_timeout, 30),
-            connections: ConnCaps {
+            connections: crate::limit::ConnCaps {
                 total: self.max_connections.unwrap_or(60_000),
                 per_address: self.max_connections_per_address.unwrap_or(4_096),
             },
@@ -886,16 +886,6 @@ impl Cli {
             None => Action::Serve(self.serve, None),
         }
     }
-}
-
-/// The connection caps of one listener (options `max-connections` and
-/// `max-connections-per-address`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnCaps {
-    /// Most open connections.
-    pub total: usize,
-    /// Most open connections from one client IP address.
-    pub per_address: usize,
 }
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ enum Ended {
 impl Feed {
     /// A feed for `store` (opened over `db`), `tokens` and `hub`.
     pub(crate) fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
-        let relay_id = crate::auth::new_epoch()[..16].to_owned();
+        let relay_id = crate::secret::new_epoch()[..16].to_owned();
         Feed {
             store,
             tokens,
@@ -652,7 +652,7 @@ impl Feed {
     /// to notice makes it), then this relay reloads it.
     async fn new_epoch(&self, env: &Arc<Env>, head: &query::Head, why: &str) -> Result<(), StoreError> {
         let name = env.meta.load().name.clone();
-        let new = crate::auth::new_epoch();
+        let new = crate::secret::new_epoch();
         let mut c = self.db.client().await?;
         let made = query::rotate_epoch(&mut c, &name, &head.epoch, &new, &self.incarnation()).await?;
         drop(c);

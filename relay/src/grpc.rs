@@ -4,8 +4,8 @@
 //!
 //! tonic's generated server would copy every outgoing message into the
 //! stream's encode buffer and pass it through several body layers, and
-//! decode requests through its generic streaming decoder. Here [`Inbound`]
-//! reads the request messages (the Hello, then acks) straight off the
+//! decode requests through its generic streaming decoder. Here
+//! [`Inbound`] (`inbound.rs`) reads the request messages (the Hello, then acks) straight off the
 //! HTTP/2 body, and the response is a body that hands each pre-framed, shared
 //! [`Encoded`](crate::encoded::Encoded) message to HTTP/2 as it is: one
 //! reference-count increment per subscriber per message. The stream's end,
@@ -17,16 +17,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf, Bytes, BytesMut};
-use flagstream_proto::v1 as pb;
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http_body::Frame;
-use http_body_util::BodyExt;
-use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::server::NamedService;
 
+use crate::inbound::Inbound;
 use crate::subscribe::{Outgoing, SyncService};
 
 /// The method's path.
@@ -71,7 +69,7 @@ impl tower_service::Service<http::Request<Body>> for SyncRoute {
                 return Ok(Status::unimplemented(format!("no method {}", req.uri().path())).into_http());
             }
             let (parts, body) = req.into_parts();
-            let inbound = Inbound { body, buf: BytesMut::new(), max, ended: false };
+            let inbound = Inbound::new(body, max);
             Ok(match service.subscribe(&parts.extensions, inbound).await {
                 Ok(stream) => {
                     let mut res = http::Response::new(Body::new(SubscribeBody { stream, done: false }));
@@ -81,81 +79,6 @@ impl tower_service::Service<http::Request<Body>> for SyncRoute {
                 Err(status) => status.into_http(),
             })
         })
-    }
-}
-
-/// Length of the gRPC message prefix: compression flag and u32 length.
-const PREFIX: usize = 5;
-
-/// The request side of a Subscribe call: `SubscribeRequest` messages read
-/// off the HTTP/2 body.
-pub(crate) struct Inbound {
-    body: Body,
-    buf: BytesMut,
-    max: usize,
-    ended: bool,
-}
-
-impl Inbound {
-    /// Sets the size limit for the following request messages.
-    pub(crate) fn set_limit(&mut self, max: usize) {
-        self.max = max;
-    }
-
-    /// The size limit for the next request message, bytes.
-    pub(crate) fn limit(&self) -> usize {
-        self.max
-    }
-
-    /// The next request message; `None` when the client half-closed. A
-    /// message over the size limit is `OUT_OF_RANGE` (not to be retried unchanged; nothing of it
-    /// is buffered beyond its prefix), a compressed or undecodable one
-    /// `INVALID_ARGUMENT`.
-    pub(crate) async fn message(&mut self) -> Result<Option<pb::SubscribeRequest>, Status> {
-        loop {
-            if let Some(msg) = self.buffered()? {
-                return Ok(Some(msg));
-            }
-            if self.ended {
-                return match self.buf.is_empty() {
-                    true => Ok(None),
-                    false => Err(Status::invalid_argument("request stream ended inside a message")),
-                };
-            }
-            match self.body.frame().await {
-                // Request trailers carry nothing for us.
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.buf.extend_from_slice(&data);
-                    }
-                }
-                Some(Err(status)) => return Err(status),
-                None => self.ended = true,
-            }
-        }
-    }
-
-    /// A complete message from the buffer, if one is there.
-    fn buffered(&mut self) -> Result<Option<pb::SubscribeRequest>, Status> {
-        let Some(prefix) = self.buf.get(..PREFIX) else { return Ok(None) };
-        if prefix[0] != 0 {
-            return Err(Status::invalid_argument("compressed request messages are not supported"));
-        }
-        let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if len > self.max {
-            return Err(Status::out_of_range(format!(
-                "request message of {len} bytes exceeds the limit of {} bytes",
-                self.max
-            )));
-        }
-        if self.buf.len() < PREFIX + len {
-            return Ok(None);
-        }
-        self.buf.advance(PREFIX);
-        let msg = self.buf.split_to(len);
-        pb::SubscribeRequest::decode(&msg[..])
-            .map(Some)
-            .map_err(|e| Status::invalid_argument(format!("undecodable request message: {e}")))
     }
 }
 

@@ -376,7 +376,7 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
         };
         let refused = match permits.clone().try_acquire_owned() {
             Err(_) => ("metrics_connections", MAX_METRICS_CONNECTIONS, "too many open"),
-            Ok(permit) => match AddressSlot::take(&per_address, crate::transport::client_of(peer.ip())) {
+            Ok(permit) => match AddressSlot::take(&per_address, crate::limit::client_of(peer.ip())) {
                 Some(from) => {
                     tokio::spawn(serve_one(stream, peer, metrics.clone(), (permit, from)));
                     continue;

@@ -1,7 +1,7 @@
 //! Owner-only files: the data directory and the sled store's directory are
 //! made mode 0700 and the files the store wrote 0600, so other users of
 //! the host read neither flags, audit records, token hashes nor the admin
-//! token. Secrets themselves are written 0600 by `auth::write_private`.
+//! token. Secrets themselves are written 0600 by `secret::write_private`.
 //!
 //! sled creates its files itself, with the process's umask (often 0644),
 //! and more of them later (snapshots, blobs). Not umask: that is

@@ -16,11 +16,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::auth;
-use crate::server::ROLE_SETTING;
+use crate::secret;
 use crate::store::backend::Commit;
 use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention};
+
+/// The store setting naming the role its data directory was made for.
+pub(crate) const ROLE_SETTING: &str = "role";
 
 /// Promotes the replica store in `data_dir`; prints what changed.
 pub(crate) async fn promote(data_dir: &Path) -> anyhow::Result<()> {
@@ -66,7 +68,7 @@ pub(crate) async fn new_epochs(backend: &dyn Backend, replica: bool) -> anyhow::
     let mut renewed = Vec::with_capacity(envs.len());
     for env in envs {
         let mut meta = env.meta;
-        let old = std::mem::replace(&mut meta.epoch, auth::new_epoch());
+        let old = std::mem::replace(&mut meta.epoch, secret::new_epoch());
         if old.is_empty() {
             // It never received data: nothing to serve. Keep it empty; the
             // new primary serves it at revision 0 of the new epoch.

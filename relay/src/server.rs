@@ -15,15 +15,17 @@ use tonic::transport::Server;
 
 use crate::access::Tokens;
 use crate::admin::AdminService;
-use crate::auth::{self, AdminAuth};
+use crate::auth::AdminAuth;
 use crate::config::Config;
 use crate::config::StoreUrl;
 use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
 use crate::metrics::{self, Metrics};
+use crate::promote::ROLE_SETTING;
 use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
 use crate::replication::ReplicationService;
+use crate::secret;
 use crate::store::postgres::PostgresBackend;
 use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention, Source as StoreSource, Store};
@@ -206,9 +208,6 @@ async fn restored_epochs(backend: &dyn Backend, metrics: &Metrics) -> anyhow::Re
     Ok(())
 }
 
-/// The store setting naming the role its data directory was made for.
-pub(crate) const ROLE_SETTING: &str = "role";
-
 /// Warns, loudly, for every gRPC listener that is reachable from other
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
 /// clear.
@@ -309,7 +308,7 @@ pub(crate) async fn serve(
     if cfg.demo && cfg.upstream.is_none() && new_token.is_some() && store.envs().is_empty() {
         let key = crate::demo::seed(&store).await?;
         let path = cfg.data_dir.join("demo-sdk-key");
-        auth::write_private(&path, &key)?;
+        secret::write_private(&path, &key)?;
         tracing::info!(path = %path.display(), "seeded the demo environment; its SDK key is in this file");
     }
 

@@ -23,6 +23,7 @@ pub(crate) mod postgres;
 pub(crate) mod received;
 pub(crate) mod sled;
 pub(crate) mod state;
+pub(crate) mod token;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -38,8 +39,8 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 use tokio::sync::{Mutex, watch};
 
+use crate::limit::SizeQuota;
 use crate::metrics::Metrics;
-use crate::quota::SizeQuota;
 pub(crate) use audit::{Access, Who};
 pub(crate) use backend::Backend;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
@@ -510,7 +511,7 @@ impl Store {
                 limits,
                 retention,
                 metrics,
-                size_quota: ArcSwap::from_pointee(crate::quota::QuotaConfig::default().sizes()),
+                size_quota: ArcSwap::from_pointee(crate::limit::QuotaConfig::default().sizes()),
                 source,
                 primary: ArcSwap::from_pointee(None),
                 catalog: watch::channel(0).0,

@@ -21,14 +21,14 @@ use tonic::Status;
 
 use crate::access::Tokens;
 use crate::encoded::{self, Encoded};
-use crate::grpc::Inbound;
 use crate::hub::{Hub, Rejection, Subscriber};
+use crate::inbound::Inbound;
 use crate::metrics::SentKind;
 use crate::quota::Quotas;
 use crate::store::state::{Bounds, Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
-use crate::{auth, error};
+use crate::{error, secret};
 
 /// Largest Hello, bytes: read before the caller is authenticated, so an
 /// unauthenticated stream buffers at most this (PROTOCOL.md §2.1).
@@ -125,7 +125,7 @@ impl SyncService {
         // Refusals are logged (rate-limited) and counted by the refusal
         // layer, and counted by reason here: a key-guessing flood cannot
         // fill the disk.
-        let Some((env, key_id)) = self.store.env_by_key_hash(&auth::hash_secret(&hello.sdk_key)) else {
+        let Some((env, key_id)) = self.store.env_by_key_hash(&secret::hash_secret(&hello.sdk_key)) else {
             return Err(("unknown_sdk_key", Status::unauthenticated("unknown SDK key")));
         };
         let env_name = env.meta.load().name.clone();

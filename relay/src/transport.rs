@@ -35,8 +35,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::config::ConnCaps;
 use crate::error;
+use crate::limit::{ConnCaps, client_of};
 use crate::metrics::Metrics;
 
 /// Socket settings for accepted connections.
@@ -117,18 +117,6 @@ impl std::fmt::Debug for Admission {
 struct Open {
     total: usize,
     by_address: HashMap<IpAddr, usize>,
-}
-
-/// The client an address counts for: an IPv4 address, or the /64 network
-/// of an IPv6 one (one host commonly holds a whole /64).
-pub(crate) fn client_of(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
-        },
-        v4 => v4,
-    }
 }
 
 /// Milliseconds on a process-wide monotonic clock.

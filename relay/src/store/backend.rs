@@ -17,7 +17,8 @@ use super::audit::{AuditPos, AuditRecord};
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
 use super::{Retention, StoreError};
-use crate::access::TokenRecord;
+pub(crate) use crate::store::token::Revoked;
+use crate::store::token::TokenRecord;
 
 /// One item a revision writes: its new bytes, or `None` for a delete.
 #[derive(Debug, Clone)]
@@ -108,17 +109,6 @@ pub(crate) trait WriteLock: Send {
     /// Commits `commit` (planned on [`WriteLock::head`]) and releases the
     /// lock.
     async fn commit(self: Box<Self>, commit: Commit) -> Result<Committed, StoreError>;
-}
-
-/// What [`Backend::revoke_token`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Revoked {
-    /// Removed.
-    Done,
-    /// No token of that name is stored.
-    NotFound,
-    /// Kept: it is the last admin token for all environments.
-    LastAdmin,
 }
 
 /// The durable side of the store. Every method completes or fails whole;
@@ -221,7 +211,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn remove_token(&self, name: String) -> Result<(), StoreError>;
 
     /// Removes token `name` unless it is the last admin token for all
-    /// environments ([`crate::access::revocation`] on what is stored),
+    /// environments ([`crate::store::token::revocation`] on what is stored),
     /// check and removal as one step: on a shared database no two relays
     /// can each remove one of the last two.
     async fn revoke_token(&self, name: String) -> Result<Revoked, StoreError>;

@@ -13,7 +13,7 @@ use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
 use super::state::EnvState;
 use super::{Env, Store, StoreError, detached, now_ms};
-use crate::auth;
+use crate::secret;
 
 /// Checks an environment name: 1–64 bytes of `A-Z a-z 0-9 - _`.
 pub(crate) fn check_env_name(name: &str) -> Result<(), StoreError> {
@@ -43,12 +43,12 @@ impl Store {
         let created_by = who.principal.as_str();
         self.check_writable()?;
         check_env_name(name)?;
-        let sdk_key = auth::new_secret("fs_sdk_");
+        let sdk_key = secret::new_secret("fs_sdk_");
         let now = now_ms();
         let meta = EnvMeta {
             name: name.to_owned(),
             description: description.to_owned(),
-            epoch: auth::new_epoch(),
+            epoch: secret::new_epoch(),
             revision: 0,
             checksum: 0,
             committed_unix_ms: now,
@@ -57,7 +57,7 @@ impl Store {
             sdk_keys: vec![SdkKeyRecord {
                 id: "k1".into(),
                 name: "default".into(),
-                hash: auth::hash_secret(&sdk_key),
+                hash: secret::hash_secret(&sdk_key),
                 created_unix_ms: now,
                 expires_unix_ms: 0,
                 created_by: created_by.to_owned(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
 use super::{Store, StoreError, detached, now_ms};
-use crate::auth;
+use crate::secret;
 
 /// Longest rotation grace period: 30 days.
 const MAX_GRACE_MS: u64 = 30 * 24 * 3600 * 1000;
@@ -34,12 +34,12 @@ fn check_name(name: &str) -> Result<(), StoreError> {
 
 /// A new key record and its secret.
 fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, String) {
-    let secret = auth::new_secret("fs_sdk_");
+    let secret = secret::new_secret("fs_sdk_");
     meta.keys_made += 1;
     let key = SdkKeyRecord {
         id: format!("k{}", meta.keys_made),
         name: name.to_owned(),
-        hash: auth::hash_secret(&secret),
+        hash: secret::hash_secret(&secret),
         created_unix_ms: now_ms(),
         expires_unix_ms: 0,
         created_by: created_by.to_owned(),

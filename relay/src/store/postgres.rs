@@ -30,7 +30,7 @@ use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, 
 use super::meta::EnvMeta;
 use super::state::{Kind, LogEntry};
 use super::{Retention, StoreError, corrupt, trim_log};
-use crate::access::TokenRecord;
+use crate::store::token::TokenRecord;
 
 /// The notification channel every relay LISTENs on. Payloads:
 /// `rev:ENV:REVISION`, `meta:ENV`, `env:ENV`, `tokens`.

@@ -565,7 +565,7 @@ impl Backend for SledBackend {
         // One relay holds a sled store (sled locks it) and `Tokens`
         // serialises its changes: the check and the removal cannot
         // interleave with another change.
-        let decision = crate::access::revocation(&self.tokens().await?, &name);
+        let decision = crate::store::token::revocation(&self.tokens().await?, &name);
         if decision == Revoked::Done {
             self.remove_token(name).await?;
         }

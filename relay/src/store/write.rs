@@ -320,7 +320,7 @@ impl Store {
             reset_log: false,
             audit,
             audit_floor: self.inner.retention.audit_floor(revision),
-            request_id: crate::auth::new_epoch(),
+            request_id: crate::secret::new_epoch(),
         };
         let result = WriteResult { revision, items: plan.versions };
         Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result })

@@ -154,13 +154,13 @@ impl Backend for Paused {
     async fn last_actor(&self, env: String, kind: Kind, key: String) -> Option<String> {
         self.inner.last_actor(env, kind, key).await
     }
-    async fn tokens(&self) -> Result<Vec<crate::access::TokenRecord>, StoreError> {
+    async fn tokens(&self) -> Result<Vec<crate::store::token::TokenRecord>, StoreError> {
         self.inner.tokens().await
     }
-    async fn put_token(&self, token: crate::access::TokenRecord) -> Result<(), StoreError> {
+    async fn put_token(&self, token: crate::store::token::TokenRecord) -> Result<(), StoreError> {
         self.inner.put_token(token).await
     }
-    async fn insert_token(&self, token: crate::access::TokenRecord) -> Result<bool, StoreError> {
+    async fn insert_token(&self, token: crate::store::token::TokenRecord) -> Result<bool, StoreError> {
         self.inner.insert_token(token).await
     }
     async fn remove_token(&self, name: String) -> Result<(), StoreError> {

@@ -4,8 +4,8 @@
 //! once cannot both succeed.
 
 use super::{CHANNEL, PostgresBackend, db};
-use crate::access::TokenRecord;
 use crate::store::backend::Revoked;
+use crate::store::token::TokenRecord;
 use crate::store::{StoreError, corrupt};
 
 /// Removes token `name` unless it is the last admin token for all
@@ -32,7 +32,7 @@ pub(super) async fn revoke(b: &PostgresBackend, name: &str) -> Result<Revoked, S
             serde_json::from_value::<TokenRecord>(r.get(1)).map_err(|e| corrupt(format!("token {n:?}"), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let decision = crate::access::revocation(&all, name);
+    let decision = crate::store::token::revocation(&all, name);
     if decision == Revoked::Done {
         tx.execute("DELETE FROM flagstream_tokens WHERE name = $1", &[&name]).await.map_err(db)?;
         tx.execute("SELECT pg_notify($1, 'tokens')", &[&CHANNEL]).await.map_err(db)?;
