@@ -13,7 +13,8 @@ use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
 use tonic::{Request, Response, Status};
 
-use super::{AdminService, authorize, parts};
+use super::convert::parts;
+use super::{AdminService, authorize};
 use crate::access::Role;
 use crate::error::invalid;
 use crate::store::StoreError;
