@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
-use tonic::Status;
 
 use crate::secret::{self, constant_time_eq, hash_secret, new_secret};
 use crate::store::backend::Revoked;
@@ -44,8 +43,9 @@ impl Principal {
     }
 
     /// `Ok` if the token has `role` on `env` (`None`: on all
-    /// environments); else PERMISSION_DENIED naming what is missing.
-    pub(crate) fn require(&self, role: Role, env: Option<&str>, what: &str) -> Result<(), Status> {
+    /// environments); else [`AccessError::NotPermitted`] naming what is
+    /// missing.
+    pub(crate) fn require(&self, role: Role, env: Option<&str>, what: &str) -> Result<(), AccessError> {
         let t = &self.0;
         let scope_ok = match env {
             Some(e) => self.sees(e),
@@ -63,7 +63,7 @@ impl Principal {
         } else {
             format!("environments [{}]", t.environments.join(", "))
         };
-        Err(Status::permission_denied(format!(
+        Err(AccessError::NotPermitted(format!(
             "token {:?} may not {what}: that needs {needs}; the token has role {} on {has}",
             t.name,
             t.role.name()
@@ -74,6 +74,10 @@ impl Principal {
 /// Token errors.
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
+    /// The token lacks the role or the environment (the message names
+    /// what is needed and what the token has).
+    #[error("{0}")]
+    NotPermitted(String),
     /// Bad input.
     #[error("{0}")]
     Invalid(String),
@@ -103,29 +107,6 @@ pub enum AccessError {
     /// Writing the bootstrap token file failed.
     #[error("writing the bootstrap token file")]
     Io(#[from] std::io::Error),
-}
-
-impl From<AccessError> for Status {
-    fn from(e: AccessError) -> Status {
-        match &e {
-            AccessError::Invalid(m) => Status::invalid_argument(m.clone()),
-            AccessError::Exists(_) => Status::already_exists(e.to_string()),
-            AccessError::NotFound(_) => Status::not_found(e.to_string()),
-            AccessError::LastAdmin(_) => Status::failed_precondition(e.to_string()),
-            // Counted by the caller (the Admin call); no retry hint: a
-            // count, not a rate.
-            AccessError::Quota { .. } => Status::resource_exhausted(e.to_string()),
-            AccessError::Storage(cause) => {
-                tracing::error!(error = %cause, "token storage failure");
-                Status::unavailable("storage failure")
-            }
-            AccessError::ReadOnly(m) => Status::unimplemented(m.clone()),
-            AccessError::Io(cause) => {
-                tracing::error!(error = %cause, "token file");
-                Status::internal(e.to_string())
-            }
-        }
-    }
 }
 
 /// The registry of admin tokens.
@@ -395,11 +376,11 @@ mod tests {
     fn roles_and_environments_gate_every_call() {
         let reader = principal(Role::Read, &["staging"]);
         assert!(reader.require(Role::Read, Some("staging"), "read flags").is_ok());
-        let e = reader.require(Role::Write, Some("staging"), "write flags").unwrap_err();
+        let e = tonic::Status::from(reader.require(Role::Write, Some("staging"), "write flags").unwrap_err());
         assert_eq!(e.code(), tonic::Code::PermissionDenied);
         assert!(e.message().contains("needs role write on environment \"staging\""), "{}", e.message());
-        let e = reader.require(Role::Read, Some("prod"), "read flags").unwrap_err();
-        assert!(e.message().contains("the token has role read on environments [staging]"), "{}", e.message());
+        let e = reader.require(Role::Read, Some("prod"), "read flags").unwrap_err().to_string();
+        assert!(e.contains("the token has role read on environments [staging]"), "{e}");
         let env_admin = principal(Role::Admin, &["prod"]);
         assert!(env_admin.require(Role::Admin, Some("prod"), "manage SDK keys").is_ok());
         assert!(env_admin.require(Role::Admin, None, "create environments").is_err());

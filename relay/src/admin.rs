@@ -25,7 +25,7 @@ use flagstream_proto::v1::admin_server::Admin;
 use tonic::{Request, Response, Status};
 
 use crate::access::{Principal, Role, Tokens};
-use crate::error::invalid;
+use crate::error::{Refusal, invalid};
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::store::state::Kind;
@@ -81,10 +81,9 @@ impl AdminService {
 
 /// The token the request was authenticated with (set by `AdminAuth`).
 fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
-    req.extensions()
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| Status::unauthenticated("admin token required: send `authorization: Bearer <token>`"))
+    req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+        Refusal::Unauthenticated("admin token required: send `authorization: Bearer <token>`").into()
+    })
 }
 
 /// Checks that the caller has `role` on `env` (`None`: all environments)
@@ -268,7 +267,11 @@ impl Admin for AdminService {
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
         let flag = state.snapshot.flag(&r.key).ok_or_else(|| {
-            Status::not_found(format!("flag {:?} not found in environment {:?}", r.key, r.environment))
+            Status::from(Refusal::ItemNotFound {
+                kind: "flag",
+                key: r.key.clone(),
+                env: r.environment.clone(),
+            })
         })?;
         Ok(Response::new(pb::GetFlagResponse {
             flag: Some(wire::flag_to_proto(flag)),
@@ -351,7 +354,11 @@ impl Admin for AdminService {
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
         let seg = state.snapshot.segment(&r.key).ok_or_else(|| {
-            Status::not_found(format!("segment {:?} not found in environment {:?}", r.key, r.environment))
+            Status::from(Refusal::ItemNotFound {
+                kind: "segment",
+                key: r.key.clone(),
+                env: r.environment.clone(),
+            })
         })?;
         Ok(Response::new(pb::GetSegmentResponse {
             segment: Some(wire::segment_to_proto(seg)),
@@ -442,7 +449,7 @@ impl Admin for AdminService {
             ops.into_iter().enumerate().map(|(i, op)| op_from_proto(i, op)).collect::<Result<Vec<_>, _>>()
         })
         .await
-        .map_err(|e| Status::internal(format!("converting the batch failed: {e}")))?
+        .map_err(|cause| Refusal::TaskFailed { what: "converting the batch", cause })?
         .map_err(|e| self.refused(e))?;
         let result = self.write(&environment, ops, expected_revision, &actor, &comment).await?;
         Ok(Response::new(pb::BatchResponse { result: Some(result_to_proto(&result)) }))

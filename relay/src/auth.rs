@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tonic::{Request, Status};
 
 use crate::access::Tokens;
+use crate::error::Refusal;
 
 /// The admin API's gatekeeper: requires `authorization: Bearer <token>`
 /// of a known token and hands the methods its
@@ -25,12 +26,14 @@ impl tonic::service::Interceptor for AdminAuth {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| {
-                Status::unauthenticated("admin token required: send `authorization: Bearer <token>`")
+                Status::from(Refusal::Unauthenticated(
+                    "admin token required: send `authorization: Bearer <token>`",
+                ))
             })?;
         let principal = self
             .tokens
             .authenticate(token.trim())
-            .ok_or_else(|| Status::unauthenticated("admin token is not valid"))?;
+            .ok_or_else(|| Status::from(Refusal::Unauthenticated("admin token is not valid")))?;
         req.extensions_mut().insert(principal);
         Ok(req)
     }

@@ -24,6 +24,7 @@ use tonic::Status;
 use tonic::body::Body;
 use tonic::server::NamedService;
 
+use crate::error::Refusal;
 use crate::inbound::Inbound;
 use crate::subscribe::{Outgoing, SyncService};
 
@@ -66,7 +67,7 @@ impl tower_service::Service<http::Request<Body>> for SyncRoute {
         let max = self.max_hello_bytes;
         Box::pin(async move {
             if req.uri().path() != SUBSCRIBE {
-                return Ok(Status::unimplemented(format!("no method {}", req.uri().path())).into_http());
+                return Ok(Status::from(Refusal::NoMethod(req.uri().path().to_owned())).into_http());
             }
             let (parts, body) = req.into_parts();
             let inbound = Inbound::new(body, max);

@@ -386,7 +386,7 @@ impl Hub {
         let subs: Vec<Arc<Subscriber>> =
             Self::lock(&self.subs).values().filter(|s| pick(s)).cloned().collect();
         for s in &subs {
-            s.fail(tonic::Status::unauthenticated(why.to_owned()));
+            s.fail(crate::error::Refusal::Revoked(why.to_owned()).into());
         }
         if !subs.is_empty() {
             tracing::info!(streams = subs.len(), why, "ended streams whose credential stopped working");

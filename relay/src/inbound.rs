@@ -9,6 +9,8 @@ use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
 
+use crate::error::Refusal;
+
 /// Length of the gRPC message prefix: compression flag and u32 length.
 const PREFIX: usize = 5;
 
@@ -49,7 +51,7 @@ impl Inbound {
             if self.ended {
                 return match self.buf.is_empty() {
                     true => Ok(None),
-                    false => Err(Status::invalid_argument("request stream ended inside a message")),
+                    false => Err(Refusal::Protocol("request stream ended inside a message".into()).into()),
                 };
             }
             match self.body.frame().await {
@@ -69,14 +71,11 @@ impl Inbound {
     fn buffered(&mut self) -> Result<Option<pb::SubscribeRequest>, Status> {
         let Some(prefix) = self.buf.get(..PREFIX) else { return Ok(None) };
         if prefix[0] != 0 {
-            return Err(Status::invalid_argument("compressed request messages are not supported"));
+            return Err(Refusal::Protocol("compressed request messages are not supported".into()).into());
         }
         let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
         if len > self.max {
-            return Err(Status::out_of_range(format!(
-                "request message of {len} bytes exceeds the limit of {} bytes",
-                self.max
-            )));
+            return Err(Refusal::MessageTooLarge { len, max: self.max }.into());
         }
         if self.buf.len() < PREFIX + len {
             return Ok(None);
@@ -85,6 +84,6 @@ impl Inbound {
         let msg = self.buf.split_to(len);
         pb::SubscribeRequest::decode(&msg[..])
             .map(Some)
-            .map_err(|e| Status::invalid_argument(format!("undecodable request message: {e}")))
+            .map_err(|e| Refusal::Protocol(format!("undecodable request message: {e}")).into())
     }
 }

@@ -143,7 +143,7 @@ impl Quotas {
             // The hint: the bucket's next token or, for subscriptions, the
             // caller's turn in the queue of refused ones; at least 1 ms.
             Some(wait) => error::retry_later(&message, (wait.as_millis() as u64).max(1)),
-            None => Status::resource_exhausted(message),
+            None => error::Refusal::OverLimit(message).into(),
         }
     }
 

@@ -300,7 +300,7 @@ struct Bearer(Secret);
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let v = tonic::metadata::MetadataValue::try_from(format!("Bearer {}", self.0.expose()))
-            .map_err(|_| tonic::Status::invalid_argument("the upstream token is not valid metadata"))?;
+            .map_err(|_| crate::error::invalid("upstream token", "not valid metadata"))?;
         req.metadata_mut().insert("authorization", v);
         Ok(req)
     }

@@ -11,6 +11,7 @@ use flagstream_proto::v1::replication_server::Replication;
 use tonic::{Request, Response, Status};
 
 use crate::access::{Principal, Tokens};
+use crate::error::Refusal;
 use crate::store::Store;
 
 /// The Replication service.
@@ -33,15 +34,15 @@ impl Replication for ReplicationService {
         &self,
         req: Request<pb::GetCatalogRequest>,
     ) -> Result<Response<pb::Catalog>, Status> {
-        let p =
-            req.extensions().get::<Principal>().cloned().ok_or_else(|| {
-                Status::unauthenticated("token required: send `authorization: Bearer <token>`")
-            })?;
+        let p = req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+            Status::from(Refusal::Unauthenticated("token required: send `authorization: Bearer <token>`"))
+        })?;
         if !p.0.replicate {
-            return Err(Status::permission_denied(format!(
+            return Err(Refusal::NotPermitted(format!(
                 "token {:?} may not read the catalog: that needs the replicate scope",
                 p.name()
-            )));
+            ))
+            .into());
         }
         let r = req.into_inner();
         let wait = Duration::from_millis(u64::from(r.wait_ms));

@@ -21,14 +21,15 @@ use tonic::Status;
 
 use crate::access::Tokens;
 use crate::encoded::{self, Encoded};
+use crate::error::{self, Refusal};
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::inbound::Inbound;
 use crate::metrics::SentKind;
 use crate::quota::Quotas;
+use crate::secret;
 use crate::store::state::{Bounds, Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
 use crate::transport::ConnInfo;
-use crate::{error, secret};
 
 /// Largest Hello, bytes: read before the caller is authenticated, so an
 /// unauthenticated stream buffers at most this (PROTOCOL.md §2.1).
@@ -101,21 +102,22 @@ impl SyncService {
     fn authenticate(&self, hello: &pb::Hello) -> Result<(Arc<Env>, String, bool), (&'static str, Status)> {
         if hello.subscriber_kind == pb::SubscriberKind::Relay as i32 {
             let Some(p) = self.tokens.authenticate(&hello.sdk_key) else {
-                return Err(("unknown_token", Status::unauthenticated("unknown token")));
+                return Err(("unknown_token", Refusal::Unauthenticated("unknown token").into()));
             };
             if !p.0.replicate {
                 return Err((
                     "not_replicate",
-                    Status::permission_denied(format!(
+                    Refusal::NotPermitted(format!(
                         "token {:?} may not follow environments as a replica relay: that needs the replicate scope",
                         p.name()
-                    )),
+                    ))
+                    .into(),
                 ));
             }
             if hello.environment.is_empty() {
                 return Err((
                     "bad_hello",
-                    Status::invalid_argument("hello.environment: a replica relay must name the environment"),
+                    error::invalid("hello.environment", "a replica relay must name the environment"),
                 ));
             }
             let env =
@@ -126,16 +128,16 @@ impl SyncService {
         // layer, and counted by reason here: a key-guessing flood cannot
         // fill the disk.
         let Some((env, key_id)) = self.store.env_by_key_hash(&secret::hash_secret(&hello.sdk_key)) else {
-            return Err(("unknown_sdk_key", Status::unauthenticated("unknown SDK key")));
+            return Err(("unknown_sdk_key", Refusal::Unauthenticated("unknown SDK key").into()));
         };
         let env_name = env.meta.load().name.clone();
         if !hello.environment.is_empty() && hello.environment != env_name {
             return Err((
                 "environment_mismatch",
-                Status::invalid_argument(format!(
-                    "hello.environment: {:?} is not the SDK key's environment",
-                    hello.environment
-                )),
+                error::invalid(
+                    "hello.environment",
+                    format!("{:?} is not the SDK key's environment", hello.environment),
+                ),
             ));
         }
         Ok((env, key_id, false))
@@ -170,24 +172,23 @@ impl SyncService {
                 refused("bad_request");
                 if status.code() == tonic::Code::OutOfRange {
                     self.store.metrics().limit_hit("hello_bytes");
-                    return Err(Status::out_of_range(format!(
-                        "hello: {} (the Hello size limit, {} bytes)",
-                        status.message(),
-                        inbound.limit()
-                    )));
+                    return Err(error::out_of_range(
+                        "hello",
+                        format!("{} (the Hello size limit, {} bytes)", status.message(), inbound.limit()),
+                    ));
                 }
                 return Err(status);
             }
             Err(_) => {
                 refused("no_hello");
-                return Err(Status::deadline_exceeded("no Hello within the hello timeout"));
+                return Err(Refusal::TooSlow("no Hello within the hello timeout").into());
             }
         };
         let hello = match first.and_then(|m| m.kind) {
             Some(pb::subscribe_request::Kind::Hello(h)) => h,
             _ => {
                 refused("bad_hello");
-                return Err(Status::invalid_argument("the first message of Subscribe must be a Hello"));
+                return Err(Refusal::Protocol("the first message of Subscribe must be a Hello".into()).into());
             }
         };
         let (env, key_id, relay) = match self.authenticate(&hello) {
@@ -201,9 +202,10 @@ impl SyncService {
         if !env.has_data() {
             // A replica that has not received this environment yet.
             refused("no_data");
-            return Err(Status::unavailable(format!(
+            return Err(Refusal::NotHere(format!(
                 "this relay holds no data for environment {env_name:?} yet; try another relay"
-            )));
+            ))
+            .into());
         }
         if !relay && let Err(status) = self.quotas.check_subscribe(&env_name) {
             refused("subscribe_rate");
@@ -238,7 +240,7 @@ impl SyncService {
         if !still_valid {
             self.hub.leave(&sub, "credential_revoked");
             refused("credential_revoked");
-            return Err(Status::unauthenticated("the credential was revoked while the stream opened"));
+            return Err(Refusal::Revoked("the credential was revoked while the stream opened".into()).into());
         }
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
@@ -299,9 +301,10 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
             }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(_)) })) => {
                 tracing::info!(env = %sub.env, subscriber = sub.id, "second Hello: ending the stream");
-                sub.fail(Status::invalid_argument(
-                    "a second Hello on one stream (open a new stream instead)",
-                ));
+                sub.fail(
+                    Refusal::Protocol("a second Hello on one stream (open a new stream instead)".into())
+                        .into(),
+                );
                 return;
             }
             // Unknown kinds: ignored (forward compatibility, PROTOCOL.md §8).
@@ -570,7 +573,7 @@ impl Outbound {
     fn deleted(&mut self) -> Status {
         self.done = true;
         self.guard.reason = "environment_deleted";
-        Status::not_found(format!("environment {:?} was deleted", self.guard.sub.env))
+        Refusal::EnvDeleted(self.guard.sub.env.to_string()).into()
     }
 }
 

@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 use super::{AdminService, authorize, who};
 use crate::access::{AccessError, Role};
 use crate::catalog::token_to_proto;
+use crate::error::Refusal;
 use crate::store::SdkKeyRecord;
 use crate::store::{Access, Who};
 
@@ -169,7 +170,7 @@ impl AdminService {
             created
         })
         .await
-        .map_err(|e| Status::internal(format!("creating the token failed: {e}")))?;
+        .map_err(|cause| Refusal::TaskFailed { what: "creating the token", cause })?;
         let (t, secret) = match created {
             Err(AccessError::Quota { used, limit }) => {
                 let msg = format!(
@@ -218,7 +219,7 @@ impl AdminService {
             revoked
         })
         .await
-        .map_err(|e| Status::internal(format!("revoking the token failed: {e}")))??;
+        .map_err(|cause| Refusal::TaskFailed { what: "revoking the token", cause })??;
         Ok(Response::new(pb::RevokeTokenResponse {}))
     }
 }

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use super::convert::parts;
 use super::{AdminService, authorize};
 use crate::access::Role;
-use crate::error::invalid;
+use crate::error::{Refusal, invalid};
 use crate::store::StoreError;
 
 impl AdminService {
@@ -41,7 +41,7 @@ impl AdminService {
             Ok::<_, Status>(out)
         })
         .await
-        .map_err(|e| Status::internal(format!("the evaluation's task failed: {e}")))??;
+        .map_err(|cause| Refusal::TaskFailed { what: "the evaluation", cause })??;
         Ok(Response::new(response))
     }
 }

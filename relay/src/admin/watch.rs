@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 
 use super::{AdminService, authorize};
 use crate::access::{Principal, Role};
+use crate::error::Refusal;
 use crate::metrics::Metrics;
 
 /// The stream `WatchPropagation` answers with.
@@ -62,19 +63,21 @@ impl Watches {
         if open.0 >= self.total {
             drop(open);
             self.metrics.limit_hit("max_watches");
-            return Err(Status::resource_exhausted(format!(
+            return Err(Refusal::OverLimit(format!(
                 "{} propagation watches are open on this relay, the limit is {} (max-watches)",
                 self.total, self.total
-            )));
+            ))
+            .into());
         }
         let n = open.1.get(token).copied().unwrap_or(0);
         if n >= self.per_token {
             drop(open);
             self.metrics.limit_hit("max_watches_per_token");
-            return Err(Status::resource_exhausted(format!(
+            return Err(Refusal::OverLimit(format!(
                 "token {token:?}: {n} propagation watches open, the limit is {} (max-watches-per-token)",
                 self.per_token
-            )));
+            ))
+            .into());
         }
         open.0 += 1;
         open.1.insert(token.to_owned(), n + 1);
@@ -207,7 +210,7 @@ impl State {
         }
         let name = self.principal.name();
         tracing::info!(token = %name, "propagation watch ended: its token was revoked");
-        Err(Status::unauthenticated(format!("token {name:?} was revoked; the propagation watch ended")))
+        Err(Refusal::Revoked(format!("token {name:?} was revoked; the propagation watch ended")).into())
     }
 }
 
