@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ErrorKind;
+use flagstream_core::ErrorKind;
 
 /// The counters.
 #[derive(Debug, Default)]
