@@ -1,7 +1,8 @@
 //! Compiling model flags and segments into their evaluation form: serves
 //! into thresholds, targets grouped by kind, every rule's clauses into one
-//! array, variations typed. Data that bypassed validation compiles to a
-//! flag or segment marked malformed, never a guess and never a panic.
+//! array, variations typed; and a flag from its wire bytes, for a snapshot
+//! that compiles flags on first use. Data that bypassed validation compiles
+//! to a flag or segment marked malformed, never a guess and never a panic.
 
 use std::sync::Arc;
 
