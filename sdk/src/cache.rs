@@ -3,51 +3,29 @@
 //! as a single atomic insert followed by a flush, so a crash leaves the old
 //! or the new snapshot, never a torn one. Loaded at `build()` before any
 //! network; whatever fails to decode or verify is reported and ignored,
-//! never trusted.
+//! never trusted. Compiled with the `cache` feature (on by default) only;
+//! it knows nothing of the client: the client's tasks (`client/tasks.rs`)
+//! call it.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use prost::Message;
 
+use crate::clock::now_ms;
+use crate::error::CacheError;
+use crate::held::{CachedHeld, Held};
+use crate::private_dir::make_private;
 use crate::raw::CacheBlob;
-use crate::replica::{ApplyError, CachedReplica, Replica};
-use crate::{Limits, Snapshot};
+use flagstream_core::{Limits, Snapshot};
 
 /// sled key of the snapshot value.
 pub(crate) const KEY: &[u8] = b"snapshot";
 
-/// Cache problems; none of them stops the client.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    /// Another client (in this or another process) holds the directory.
-    #[error("cache directory {path} is in use by another client (give each client its own cache_dir)")]
-    Locked {
-        /// The directory.
-        path: String,
-        /// sled's error.
-        #[source]
-        source: sled::Error,
-    },
-    /// The directory could not be made private to this user (mode 0700,
-    /// files 0600): the cache is not used rather than left readable.
-    #[error("cache directory {path} cannot be made private to this user (mode 0700)")]
-    Private {
-        /// The directory.
-        path: String,
-        /// The failure.
-        #[source]
-        source: std::io::Error,
-    },
-    /// sled failed.
-    #[error("cache storage error")]
-    Storage(#[from] sled::Error),
-    /// The stored value does not decode.
-    #[error("cache is corrupt or truncated")]
-    Corrupt(#[from] prost::DecodeError),
-    /// The stored snapshot does not verify or compile.
-    #[error("cached snapshot is unusable")]
-    Unusable(#[from] ApplyError),
+/// The fingerprint that ties a cache to its SDK key (not a secret: a
+/// 64-bit hash, so a cache file does not reveal the key).
+pub(crate) fn key_fingerprint(sdk_key: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(sdk_key.as_bytes())
 }
 
 /// An open cache. Clones share one database handle, which [`Cache::close`]
@@ -63,21 +41,21 @@ pub(crate) struct Cache {
 struct State {
     /// `None` once closed: sled (and its directory lock) is released.
     db: Option<sled::Db>,
-    /// The replica last stored (compared by pointer).
-    last: Option<Arc<Replica>>,
+    /// The held state last stored (compared by pointer).
+    last: Option<Arc<Held>>,
 }
 
 impl State {
-    /// Stores `replica` unless closed or already stored; whether it wrote.
-    fn store(&mut self, replica: &Arc<Replica>, key_fingerprint: u64) -> Result<bool, CacheError> {
+    /// Stores `held` unless closed or already stored; whether it wrote.
+    fn store(&mut self, held: &Arc<Held>, key_fingerprint: u64) -> Result<bool, CacheError> {
         let Some(db) = &self.db else { return Ok(false) };
-        if self.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, replica)) {
+        if self.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, held)) {
             return Ok(false);
         }
-        let blob = replica.to_blob(crate::client::now_ms(), key_fingerprint);
+        let blob = held.to_blob(now_ms(), key_fingerprint);
         db.insert(KEY, blob.encode_to_vec())?;
         db.flush()?;
-        self.last = Some(replica.clone());
+        self.last = Some(held.clone());
         Ok(true)
     }
 }
@@ -115,7 +93,7 @@ impl Cache {
         &self,
         key_fingerprint: u64,
         limits: &Limits,
-    ) -> Result<Option<(CachedReplica, Arc<Snapshot>)>, CacheError> {
+    ) -> Result<Option<(CachedHeld, Arc<Snapshot>)>, CacheError> {
         let value = match &self.state().db {
             Some(db) => db.get(KEY)?,
             None => None,
@@ -124,58 +102,27 @@ impl Cache {
         // One copy into `Bytes`, so every item decodes as a slice of it
         // rather than an allocation of its own.
         let blob = CacheBlob::decode(bytes::Bytes::copy_from_slice(&value))?;
-        Ok(Some(Replica::from_blob(blob, key_fingerprint, limits)?))
+        Ok(Some(Held::from_blob(blob, key_fingerprint, limits)?))
     }
 
-    /// Replaces the cached snapshot with `replica` atomically and durably,
+    /// Replaces the cached snapshot with `held` atomically and durably,
     /// unless it is the one stored last or the cache was closed. Returns
     /// whether it wrote.
-    pub(crate) fn store(&self, replica: &Arc<Replica>, key_fingerprint: u64) -> Result<bool, CacheError> {
-        self.state().store(replica, key_fingerprint)
+    pub(crate) fn store(&self, held: &Arc<Held>, key_fingerprint: u64) -> Result<bool, CacheError> {
+        self.state().store(held, key_fingerprint)
     }
 
     /// The final write when the client is dropped: under one lock, stores
-    /// `replica` if it is not what was stored last, then closes the database
+    /// `held` if it is not what was stored last, then closes the database
     /// for every clone (a debounced write queued behind this finds it closed,
     /// and the directory lock is released now, even if that write fails).
-    pub(crate) fn close(
-        &self,
-        replica: Option<&Arc<Replica>>,
-        key_fingerprint: u64,
-    ) -> Result<bool, CacheError> {
+    pub(crate) fn close(&self, held: Option<&Arc<Held>>, key_fingerprint: u64) -> Result<bool, CacheError> {
         let mut state = self.state();
-        let wrote = match replica {
+        let wrote = match held {
             Some(r) => state.store(r, key_fingerprint),
             None => Ok(false),
         };
         state.db = None;
         wrote
     }
-}
-
-/// Makes `dir` (created if missing) mode 0700 and everything in it
-/// owner-only: directories 0700, files 0600. Shared with the relay, whose
-/// sled store needs the same (`flagstream-relay`'s `permission.rs`).
-#[doc(hidden)]
-pub fn make_private(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        if !dir.exists() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                make_private(&entry.path())?;
-            } else if kind.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
-            }
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    std::fs::create_dir_all(dir)
 }

@@ -9,9 +9,9 @@
 use bytes::Bytes;
 use prost::Message;
 
+use crate::held::Held;
 use crate::raw::{CacheBlob, RawKind, RawResponse};
-use crate::replica::Replica;
-use crate::{Context, Limits, Snapshot};
+use flagstream_core::{Context, Limits, Snapshot, wire};
 
 /// A Subscribe response as the follow loop decodes it (items kept
 /// encoded); a snapshot chunk's or a delta's items are then validated and
@@ -34,11 +34,11 @@ pub fn cache_blob(bytes: &[u8]) -> bool {
     let Ok(blob) = CacheBlob::decode(Bytes::copy_from_slice(bytes)) else { return false };
     let fingerprint = blob.key_fingerprint;
     let (flags, segments) = (blob.flags.clone(), blob.segments.clone());
-    let accepted = Replica::from_blob(blob, fingerprint, &Limits::default()).is_ok();
+    let accepted = Held::from_blob(blob, fingerprint, &Limits::default()).is_ok();
     let segments = segments
         .iter()
         .filter_map(|b| flagstream_proto::v1::Segment::decode(b.clone()).ok())
-        .filter_map(|p| crate::wire::segment_from_proto(&p).ok())
+        .filter_map(|p| wire::segment_from_proto(&p).ok())
         .collect();
     if let Ok(snap) = Snapshot::from_encoded(flags, segments, &Limits::default()) {
         evaluate_all(&snap);
@@ -47,7 +47,7 @@ pub fn cache_blob(bytes: &[u8]) -> bool {
 }
 
 fn apply(flags: Vec<Bytes>, segments: Vec<Bytes>) -> bool {
-    match Replica::from_items(String::new(), 1, flags, segments, &Limits::default()) {
+    match Held::from_items(String::new(), 1, flags, segments, &Limits::default()) {
         Ok((_, snap)) => {
             evaluate_all(&snap);
             true
@@ -67,7 +67,6 @@ fn evaluate_all(snap: &Snapshot) {
 /// A valid cache value holding these encoded items (a seed for the
 /// `cache_blob` target), or `None` if they do not validate.
 pub fn cache_blob_seed(flags: Vec<Bytes>, segments: Vec<Bytes>) -> Option<Vec<u8>> {
-    let (replica, _) =
-        Replica::from_items("seed-epoch".into(), 1, flags, segments, &Limits::default()).ok()?;
-    Some(replica.to_blob(0, 7).encode_to_vec())
+    let (held, _) = Held::from_items("seed-epoch".into(), 1, flags, segments, &Limits::default()).ok()?;
+    Some(held.to_blob(0, 7).encode_to_vec())
 }

@@ -3,7 +3,9 @@
 //! The [`Client`] keeps a stream open to a flagstream relay in the
 //! background and swaps each new immutable [`Snapshot`] into lock-free
 //! memory; a flag check reads that memory and never touches the network.
-//! A sled cache keeps the last-known-good flags across restarts.
+//! With the `cache` feature (on by default), a sled cache keeps the
+//! last-known-good flags across restarts; without it the crate links no
+//! sled and [`Builder`] has no `cache_dir` option.
 //!
 //! The evaluation itself — the flag [`model`], [`Context`]s, validation,
 //! compiled snapshots, bucketing, handles and the wire mapping — lives in
@@ -13,16 +15,21 @@
 //! task, the cache and the client API around it.
 
 mod backoff;
+#[cfg(feature = "cache")]
 mod cache;
 mod client;
+mod clock;
+mod error;
 pub mod follow;
 #[doc(hidden)]
 pub mod fuzz;
+mod held;
 #[cfg(feature = "openfeature")]
 pub mod openfeature;
+mod private_dir;
 mod raw;
-mod replica;
 mod secret;
+mod shared;
 mod stats;
 mod status;
 mod sync;
@@ -36,11 +43,13 @@ pub use flagstream_core::{
 };
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
 
-pub use cache::CacheError;
+pub use client::{Builder, Client, EvaluationDetail, read_flag_file};
+#[cfg(feature = "cache")]
+pub use error::CacheError;
+pub use error::{ApplyError, BuildError};
 #[doc(hidden)]
-pub use cache::make_private;
-pub use client::{BuildError, Builder, Change, Client, EvaluationDetail, read_flag_file};
-pub use replica::ApplyError;
+pub use private_dir::make_private;
 pub use secret::Secret;
+pub use shared::Change;
 pub use stats::Stats;
 pub use status::{Attempt, Source, Status};

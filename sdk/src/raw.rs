@@ -98,6 +98,9 @@ pub struct RawDelta {
     pub committed_unix_ms: u64,
 }
 
+/// Version of [`CacheBlob`]'s layout this SDK writes and reads.
+pub(crate) const CACHE_FORMAT: u32 = 1;
+
 /// The cache file's content: one atomic value.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct CacheBlob {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ErrorKind;
+use flagstream_core::ErrorKind;
 
 /// The counters.
 #[derive(Debug, Default)]
@@ -65,9 +65,11 @@ pub struct Stats {
     pub snapshots_applied: u64,
     /// Deltas applied.
     pub deltas_applied: u64,
-    /// Cache writes.
+    /// Cache writes (always 0 without a cache, e.g. without the `cache`
+    /// feature).
     pub cache_writes: u64,
-    /// Cache read/write problems (corrupt, locked, I/O).
+    /// Cache read/write problems (corrupt, locked, I/O; always 0 without a
+    /// cache).
     pub cache_errors: u64,
     /// Milliseconds spent stale (counted when a stale period ends).
     pub stale_ms: u64,

@@ -135,7 +135,7 @@ async fn serve(faulty: Faulty) -> std::net::SocketAddr {
 /// Data that never applies does not become a snapshot storm: the first
 /// resync is planned at once, the following ones take the backoff (whose
 /// ceiling doubles: 400 ms, 800 ms, ...). The plans are asserted, not the
-/// clock; `follow.rs` unit-tests the growth.
+/// clock; `follow/plan.rs` unit-tests the growth.
 #[tokio::test]
 async fn repeated_failures_back_off() {
     let faulty = Faulty { always_bad: true, ..Faulty::default() };

@@ -2,7 +2,7 @@
 //! `RESOURCE_EXHAUSTED` and `flagstream-retry-after-ms` (2.5–5 s here), it
 //! plans its next attempt no sooner than the hint, says why it is not
 //! ready, and gets in once a place frees up. (That the plan is never below
-//! the hint is unit-tested in `follow.rs`; no wall-clock bound here.)
+//! the hint is unit-tested in `follow/plan.rs`; no wall-clock bound here.)
 
 use std::time::Duration;
 

@@ -10,13 +10,15 @@ use std::borrow::Cow;
 use serde_json::Value as Json;
 
 use crate::bucket;
-use crate::clause::all_match;
+use crate::clause::{StrSet, all_match};
+use crate::compiled::{CompiledFlag, CompiledServe, Constant};
 use crate::context::Context;
+use crate::error::ErrorKind;
 use crate::model::FlagType;
 use crate::reference::KindSel;
 use crate::schedule::Clock;
 use crate::short::Name;
-use crate::snapshot::{CompiledFlag, CompiledServe, Constant, FlagCell, Head, Slot, Snapshot};
+use crate::snapshot::{FlagCell, Head, Slot, Snapshot};
 use crate::value::{FromValue, Value};
 
 /// Why an evaluation returned what it did.
@@ -64,32 +66,6 @@ impl Reason<'_> {
             Reason::Fallthrough { .. } => "FALLTHROUGH",
             Reason::PrerequisiteFailed { .. } => "PREREQUISITE_FAILED",
             Reason::Error(_) => "ERROR",
-        }
-    }
-}
-
-/// What went wrong when the caller's default was returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// No flag with that key.
-    FlagNotFound,
-    /// The flag's type does not fit the requested type.
-    WrongType,
-    /// The flag's data is inconsistent (bypassed validation: too-deep or
-    /// cyclic prerequisites or segments, a malformed attribute reference).
-    MalformedFlag,
-    /// The SDK holds no data yet.
-    NotReady,
-}
-
-impl ErrorKind {
-    /// The upper-case name as used on the wire and in docs.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::FlagNotFound => "FLAG_NOT_FOUND",
-            ErrorKind::WrongType => "WRONG_TYPE",
-            ErrorKind::MalformedFlag => "MALFORMED_FLAG",
-            ErrorKind::NotReady => "NOT_READY",
         }
     }
 }
@@ -560,11 +536,7 @@ impl Snapshot {
 /// Whether the context's key of the default kind is in `default`, or a
 /// named kind's key in its list.
 #[inline(always)]
-fn listed(
-    ctx: &Context<'_>,
-    default: &crate::clause::StrSet,
-    by_kind: &[(KindSel, crate::clause::StrSet)],
-) -> bool {
+fn listed(ctx: &Context<'_>, default: &StrSet, by_kind: &[(KindSel, StrSet)]) -> bool {
     if let Some(k) = ctx.select(&KindSel::Default)
         && default.contains(k.key())
     {

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cell::SnapshotCell;
 use crate::context::Context;
-use crate::eval::{Detail, ErrorKind, Reason};
+use crate::error::ErrorKind;
+use crate::eval::{Detail, Reason};
 use crate::snapshot::Snapshot;
 use crate::value::{FromValue, Value};
 

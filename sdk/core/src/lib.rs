@@ -16,11 +16,15 @@ pub mod bucket;
 mod cell;
 pub mod checksum;
 mod clause;
+mod compile;
+mod compiled;
 mod context;
+mod error;
 mod eval;
 mod handle;
 mod limit;
 pub mod model;
+mod operand;
 pub mod reference;
 mod schedule;
 mod short;
@@ -31,7 +35,8 @@ pub mod wire;
 
 pub use cell::SnapshotCell;
 pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar, Seq};
-pub use eval::{Detail, ErrorKind, Evaluation, Reason};
+pub use error::{ErrorKind, ValidationError, ValidationErrors};
+pub use eval::{Detail, Evaluation, Reason};
 pub use handle::FlagHandle;
 pub use limit::{
     Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH,
@@ -40,7 +45,6 @@ pub use limit::{
 pub use model::{Flag, FlagSet, FlagType, Segment};
 pub use short::Name;
 pub use snapshot::Snapshot;
-pub use validate::{ValidationError, ValidationErrors};
 pub use value::{FromValue, Value};
 
 /// The generated `flagstream.v1` protobuf messages.

@@ -8,8 +8,7 @@
 //! array elements are not addressable. docs/EVALUATION.md "Attribute
 //! references" is the contract, including every error below.
 
-use std::fmt;
-
+pub use crate::error::ReferenceError;
 use crate::short::ShortStr;
 
 /// The kind name of the default kind of a multi-kind context.
@@ -42,33 +41,6 @@ impl KindSel {
     /// From a `context_kind` field (empty: the default kind).
     pub(crate) fn parse(kind: &str) -> KindSel {
         if kind.is_empty() { KindSel::Default } else { KindSel::Named(kind.into()) }
-    }
-}
-
-/// Why an attribute reference does not parse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReferenceError {
-    /// `/` alone.
-    Empty,
-    /// `/a//b` or `/a/`: the component at this 0-based position is empty.
-    EmptyComponent(usize),
-    /// A `~` not followed by `0` or `1`, in the component at this position.
-    BadEscape(usize),
-}
-
-impl fmt::Display for ReferenceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReferenceError::Empty => write!(f, "the reference \"/\" names nothing"),
-            ReferenceError::EmptyComponent(i) => {
-                write!(f, "component {} of the reference is empty (`//` or a trailing `/`)", i + 1)
-            }
-            ReferenceError::BadEscape(i) => write!(
-                f,
-                "component {} of the reference has a `~` not followed by 0 or 1 (write `~0` for `~`, `~1` for `/`)",
-                i + 1
-            ),
-        }
     }
 }
 

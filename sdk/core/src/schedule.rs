@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::bucket;
 use crate::context::Context;
+use crate::error::Uncompilable;
 use crate::model::{Schedule, WEIGHT_TOTAL};
 use crate::reference::{Attr, KindSel, parse_attr};
 
@@ -26,11 +27,6 @@ pub(crate) struct CompiledSchedule {
     /// `(start, weight)` by increasing start.
     steps: Box<[(i64, u32)]>,
 }
-
-/// Why a schedule could not be compiled (only reachable with unvalidated
-/// data; validation reports it with a path).
-#[derive(Debug)]
-pub(crate) struct Uncompilable;
 
 impl CompiledSchedule {
     /// Compiles `s` for a flag bucketing with `salt`.

@@ -9,82 +9,25 @@
 //! other items by key and are resolved at evaluation time, which keeps one
 //! flag's compiled form independent of all others.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrayvec::ArrayVec;
 use bytes::Bytes;
-use flagstream_proto::v1 as pb;
 use once_cell::race::OnceBox;
-use prost::Message;
 
-use crate::bucket;
-use crate::clause::{CompiledClause, StrSet};
+use crate::compile::{compile_flag, compile_raw, compile_segment, compile_segments};
+use crate::compiled::{CompiledFlag, CompiledSegment, Constant, FastMap};
+use crate::error::ValidationErrors;
 use crate::limit::Limits;
-use crate::model::{Flag, FlagSet, FlagType, KindKeys, Segment, Serve, Target};
-use crate::reference::{Attr, KindSel, parse_attr};
-use crate::schedule::CompiledSchedule;
-use crate::validate::{self, ValidationErrors};
-use crate::value::Value;
-
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+use crate::model::{Flag, FlagSet, FlagType, Segment};
+use crate::validate;
+use crate::wire;
 
 /// Source of [`Snapshot::generation`]: every snapshot built in this process
 /// gets a distinct number, so a [`crate::FlagHandle`] can tell whether its
 /// cached index still belongs to the snapshot it is handed.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
-
-/// What a rule or the fallthrough serves, ready to evaluate.
-#[derive(Debug)]
-pub(crate) enum CompiledServe {
-    Variation(u32),
-    /// Boxed, like the schedule: a serve is 16 bytes, so rules stay small
-    /// and a flag's fixed parts fit in fewer cache lines.
-    Rollout(Box<CompiledRollout>),
-    Schedule(Box<CompiledSchedule>),
-}
-
-/// A percentage rollout ready to bucket.
-#[derive(Debug)]
-pub(crate) struct CompiledRollout {
-    pub(crate) kind: KindSel,
-    pub(crate) bucket_by: Attr,
-    pub(crate) seed: u64,
-    /// `(exclusive end of the bucket range, variation)` in listed order.
-    pub(crate) thresholds: Box<[(u32, u32)]>,
-}
-
-/// The individual targets of one context kind: key → (position of the
-/// target in the flag, its variation). The first target in listed order
-/// that lists a kind's key wins, across kinds.
-#[derive(Debug)]
-pub(crate) struct TargetGroup {
-    pub(crate) kind: KindSel,
-    pub(crate) keys: FastMap<Box<str>, (u32, u32)>,
-}
-
-/// A rule: its clauses are `CompiledFlag::clauses[clauses.0..clauses.1]`
-/// (every rule's clauses in one array: one allocation to walk, not one per
-/// rule). The id is shared so an owned evaluation result can carry it
-/// without allocating.
-#[derive(Debug)]
-pub(crate) struct CompiledRule {
-    pub(crate) clauses: (u32, u32),
-    pub(crate) serve: CompiledServe,
-    pub(crate) id: Arc<str>,
-}
-
-/// The answer of a flag that does not depend on the context: off, or on with
-/// no prerequisites, targets or rules and a fixed fallthrough. Most flags in a
-/// mature environment are like this (kill switches, finished rollouts).
-#[derive(Debug, Clone)]
-pub(crate) struct Constant {
-    pub(crate) variation: u32,
-    /// `true`: reason OFF; `false`: reason FALLTHROUGH.
-    pub(crate) off: bool,
-    pub(crate) value: Value,
-}
 
 /// What the key index holds per flag: its position, and for a flag compiled
 /// when the index was built, enough to answer a constant flag from the index
@@ -152,104 +95,6 @@ impl FlagCell {
     }
 }
 
-/// Compiles a flag from its wire bytes. Bytes that do not decode or convert
-/// (they were checksum-verified, so only a format change gets here) give a
-/// flag that evaluates to `MALFORMED_FLAG`, never a guess.
-fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> CompiledFlag {
-    let model = pb::Flag::decode(raw.clone())
-        .ok()
-        .and_then(|p| crate::wire::flag_from_proto(&p).ok().filter(|f| f.key == key));
-    match model {
-        Some(flag) => compile_flag(flag, limits),
-        None => {
-            let mut f = compile_flag(Flag::placeholder(key), limits);
-            f.malformed = true;
-            f.constant = None;
-            f
-        }
-    }
-}
-
-/// A flag's variations: the usual two inline in the compiled flag (no
-/// pointer to follow to read the served value), more on the heap.
-#[derive(Debug)]
-pub(crate) enum Variations {
-    Inline(ArrayVec<Value, 2>),
-    Heap(Box<[Value]>),
-}
-
-impl Variations {
-    fn new(values: Vec<Value>) -> Variations {
-        if values.len() <= 2 {
-            Variations::Inline(values.into_iter().collect())
-        } else {
-            Variations::Heap(values.into_boxed_slice())
-        }
-    }
-
-    #[inline(always)]
-    pub(crate) fn get(&self, i: usize) -> Option<&Value> {
-        match self {
-            Variations::Inline(v) => v.get(i),
-            Variations::Heap(v) => v.get(i),
-        }
-    }
-}
-
-/// A flag in evaluation form.
-#[derive(Debug)]
-// `repr(C)`: the fields evaluation reads come first, together, so a flag
-// read on a cold cache costs as few cache lines as it can; what only
-// handles, listeners and exports read comes last.
-#[repr(C)]
-pub(crate) struct CompiledFlag {
-    /// Set when compiling unvalidated data failed: evaluation answers
-    /// `MALFORMED_FLAG` instead of guessing.
-    pub(crate) malformed: bool,
-    pub(crate) on: bool,
-    pub(crate) flag_type: FlagType,
-    pub(crate) off_variation: u32,
-    pub(crate) version: u64,
-    pub(crate) rules: Box<[CompiledRule]>,
-    /// The clauses of all rules, rule after rule.
-    pub(crate) clauses: Box<[CompiledClause]>,
-    pub(crate) prerequisites: Box<[(Arc<str>, u32)]>,
-    /// Per context kind, key → the first target listing it; `None` when
-    /// the flag has no targets, so the common case skips hashing the key.
-    pub(crate) targets: Option<Box<[TargetGroup]>>,
-    pub(crate) fallthrough: CompiledServe,
-    pub(crate) variations: Variations,
-    /// See [`Constant`]; `None` when evaluation needs the context.
-    pub(crate) constant: Option<Constant>,
-    /// The model form, for listeners, exports and caches.
-    pub(crate) source: Arc<Flag>,
-}
-
-/// A segment in evaluation form.
-#[derive(Debug)]
-pub(crate) struct CompiledSegment {
-    /// Keys of the default kind in / out.
-    pub(crate) included: StrSet,
-    pub(crate) excluded: StrSet,
-    /// Keys of named kinds in / out.
-    pub(crate) included_kinds: Box<[(KindSel, StrSet)]>,
-    pub(crate) excluded_kinds: Box<[(KindSel, StrSet)]>,
-    pub(crate) rules: Box<[CompiledSegmentRule]>,
-    /// Set when compiling unvalidated data failed: any evaluation that
-    /// consults the segment answers `MALFORMED_FLAG`.
-    pub(crate) malformed: bool,
-    pub(crate) source: Arc<Segment>,
-}
-
-/// A segment rule in evaluation form.
-#[derive(Debug)]
-pub(crate) struct CompiledSegmentRule {
-    pub(crate) clauses: Box<[CompiledClause]>,
-    /// The share of matching contexts in the segment: `(weight, kind,
-    /// attribute, seed)`.
-    pub(crate) weight: Option<(u32, KindSel, Attr, u64)>,
-}
-
 /// An immutable, compiled set of flags and segments at one revision.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -302,7 +147,7 @@ impl Snapshot {
     ) -> Result<Snapshot, prost::DecodeError> {
         let flags = flags
             .into_iter()
-            .map(|raw| Ok((Arc::from(crate::wire::flag_key(&raw)?), raw)))
+            .map(|raw| Ok((Arc::from(wire::flag_key(&raw)?), raw)))
             .collect::<Result<_, prost::DecodeError>>()?;
         Ok(Snapshot::lazy(flags, segments, limits))
     }
@@ -480,14 +325,13 @@ impl Snapshot {
     }
 }
 
-mod compile;
-use compile::{compile_flag, compile_segment, compile_segments};
-
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+
     use super::*;
-    use crate::Context;
-    use crate::eval::{ErrorKind, Reason};
+    use crate::error::ErrorKind;
+    use crate::{Context, Reason};
 
     fn encoded(set: &FlagSet) -> Vec<Bytes> {
         set.flags.iter().map(|f| Bytes::from(crate::wire::flag_to_proto(f).encode_to_vec())).collect()

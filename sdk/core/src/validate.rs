@@ -5,89 +5,25 @@
 //! `flags["checkout"].rules[2].clauses[0].values: 10001 values, limit 10000`.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
 use prost::Message;
 use serde_json::Value as Json;
 
-use crate::clause::{RegexBudget, compile_regex, json_instant, parse_semver, regex_patterns};
+pub use crate::error::{ValidationError, ValidationErrors};
 use crate::limit::Limits;
 use crate::model::{Clause, Flag, FlagSet, Operator, Rollout, Schedule, Segment, Serve, WEIGHT_TOTAL};
+use crate::operand::{RegexBudget, compile_regex, json_instant, parse_semver, regex_patterns};
 use crate::reference::{kind_problem, parse_attr};
 use crate::value::Value;
 use crate::wire;
 
-/// One problem, with the path of the field it concerns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidationError {
-    /// Where: `flags["checkout"].rules[2].clauses[0].op`.
-    pub path: String,
-    /// What is wrong, naming the limit when one applies.
-    pub message: String,
-}
+mod regex_budget;
+mod report;
+#[cfg(test)]
+mod tests;
 
-impl fmt::Display for ValidationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// Every problem found in one validation run (never empty).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", display_all(.0))]
-pub struct ValidationErrors(pub Vec<ValidationError>);
-
-fn display_all(errors: &[ValidationError]) -> String {
-    let mut out = String::new();
-    for (i, e) in errors.iter().enumerate() {
-        if i > 0 {
-            out.push_str("; ");
-        }
-        out.push_str(&e.to_string());
-    }
-    out
-}
-
-impl ValidationErrors {
-    /// The first problem (there always is one).
-    pub fn first(&self) -> Option<&ValidationError> {
-        self.0.first()
-    }
-
-    /// The [`Limits`] fields named by these errors (messages that end in
-    /// `(max_…)`), each once, sorted: what a relay counts as limit hits.
-    pub fn limits(&self) -> std::collections::BTreeSet<&str> {
-        self.0
-            .iter()
-            .filter_map(|e| e.message.strip_suffix(')')?.rsplit_once('(').map(|(_, name)| name))
-            .filter(|name| {
-                name.starts_with("max_") && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-            })
-            .collect()
-    }
-}
-
-/// Collects errors under a path prefix.
-struct Report {
-    errors: Vec<ValidationError>,
-    /// The regex budget of the item being validated and what is left of
-    /// the environment's.
-    regex: RegexBudget,
-    /// "flag" or "segment": whose budget `regex` is.
-    item: &'static str,
-}
-
-impl Report {
-    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(ValidationError { path: path.into(), message: message.into() });
-    }
-
-    fn max(&mut self, path: &str, what: &str, n: usize, limit: usize) {
-        if n > limit {
-            self.err(path, format!("{n} {what}, limit {limit}"));
-        }
-    }
-}
+use regex_budget::{regex_item, regex_problem};
+use report::Report;
 
 /// Validates a whole environment: every flag and segment, plus the rules
 /// that cross items (unique keys, prerequisites, segment references, sizes).
@@ -611,13 +547,3 @@ fn short(v: &Json) -> String {
         s
     }
 }
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-mod regex_budget;
-#[cfg(test)]
-mod tests;
-
-use regex_budget::{regex_item, regex_problem};

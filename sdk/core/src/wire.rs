@@ -8,15 +8,17 @@ use flagstream_proto::v1 as pb;
 use serde_json::Value as Json;
 
 use crate::context::Scalar;
+use crate::error::ValidationErrors;
 use crate::model::{
     Clause, Flag, FlagType, KindKeys, Operator, Prerequisite, Rollout, Rule, Schedule, Segment, SegmentRule,
     Serve, Step, Target, WeightedVariation,
 };
-use crate::validate::{ValidationError, ValidationErrors};
 
-fn err(path: String, message: impl Into<String>) -> ValidationErrors {
-    ValidationErrors(vec![ValidationError { path, message: message.into() }])
-}
+mod context;
+mod scalar;
+
+pub use context::{context_from_proto, context_to_proto};
+use scalar::{scalar_from_proto, scalar_to_proto};
 
 /// The protobuf form of a flag.
 pub fn flag_to_proto(f: &Flag) -> pb::Flag {
@@ -69,14 +71,19 @@ pub fn flag_from_proto(p: &pb::Flag) -> Result<Flag, ValidationErrors> {
         Ok(pb::FlagType::Float) => FlagType::Float,
         Ok(pb::FlagType::Json) => FlagType::Json,
         _ => {
-            return Err(err(format!("{path}.type"), format!("unknown flag type {}", p.r#type)));
+            return Err(ValidationErrors::at(
+                format!("{path}.type"),
+                format!("unknown flag type {}", p.r#type),
+            ));
         }
     };
     let variations = p
         .variations
         .iter()
         .enumerate()
-        .map(|(i, v)| variation_from_proto(v).map_err(|m| err(format!("{path}.variations[{i}]"), m)))
+        .map(|(i, v)| {
+            variation_from_proto(v).map_err(|m| ValidationErrors::at(format!("{path}.variations[{i}]"), m))
+        })
         .collect::<Result<_, _>>()?;
     let rules = p
         .rules
@@ -187,23 +194,6 @@ fn keys_from_proto(k: &pb::KindKeys) -> KindKeys {
     KindKeys { context_kind: k.context_kind.clone(), values: k.values.clone() }
 }
 
-pub(crate) fn scalar_to_proto(s: &Scalar<'_>) -> pb::Scalar {
-    let value = match s {
-        Scalar::Str(v) => pb::scalar::Value::StringValue(v.to_string()),
-        Scalar::Num(n) => pb::scalar::Value::NumberValue(*n),
-        Scalar::Bool(b) => pb::scalar::Value::BoolValue(*b),
-    };
-    pb::Scalar { value: Some(value) }
-}
-
-pub(crate) fn scalar_from_proto(s: &pb::Scalar) -> Option<Scalar<'static>> {
-    Some(match s.value.as_ref()? {
-        pb::scalar::Value::StringValue(v) => Scalar::Str(v.clone().into()),
-        pb::scalar::Value::NumberValue(n) => Scalar::Num(*n),
-        pb::scalar::Value::BoolValue(b) => Scalar::Bool(*b),
-    })
-}
-
 fn flag_type_to_proto(t: FlagType) -> pb::FlagType {
     match t {
         FlagType::Bool => pb::FlagType::Bool,
@@ -262,10 +252,9 @@ fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, Vali
         .enumerate()
         .map(|(i, c)| {
             let cpath = format!("{path}.clauses[{i}]");
-            let op = usize::try_from(c.op - 1)
-                .ok()
-                .and_then(|i| Operator::ALL.get(i).copied())
-                .ok_or_else(|| err(format!("{cpath}.op"), format!("unknown operator {}", c.op)))?;
+            let op = usize::try_from(c.op - 1).ok().and_then(|i| Operator::ALL.get(i).copied()).ok_or_else(
+                || ValidationErrors::at(format!("{cpath}.op"), format!("unknown operator {}", c.op)),
+            )?;
             let values = c
                 .values
                 .iter()
@@ -279,7 +268,7 @@ fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, Vali
                             }
                             Scalar::Bool(b) => Json::Bool(b),
                         })
-                        .ok_or_else(|| err(format!("{cpath}.values[{j}]"), "value is empty"))
+                        .ok_or_else(|| ValidationErrors::at(format!("{cpath}.values[{j}]"), "value is empty"))
                 })
                 .collect::<Result<_, _>>()?;
             Ok(Clause {
@@ -350,11 +339,9 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
                 .map(|st| Step { start_unix_ms: st.start_unix_ms, weight: st.weight })
                 .collect(),
         })),
-        None => Err(err(path.to_owned(), "set variation, rollout or schedule")),
+        None => Err(ValidationErrors::at(path.to_owned(), "set variation, rollout or schedule")),
     }
 }
-
-mod context;
 
 /// A `Flag` read for its key alone: prost skips every other field without
 /// decoding it. See [`flag_key`].
@@ -388,8 +375,6 @@ pub fn flag_key(raw: &bytes::Bytes) -> Result<std::borrow::Cow<'_, str>, prost::
     }
     <FlagKey as prost::Message>::decode(raw.clone()).map(|f| std::borrow::Cow::Owned(f.key))
 }
-
-pub use context::{context_from_proto, context_to_proto};
 
 #[cfg(test)]
 mod tests {

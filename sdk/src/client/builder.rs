@@ -1,50 +1,39 @@
 //! Building a [`Client`]: every setting with its production default, the
-//! offline sources (a flag file, in-code test data), the cache at start and
-//! the background tasks.
+//! offline sources (a flag file, in-code test data), the cache at start
+//! (with the `cache` feature) and the background tasks.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use rand::seq::SliceRandom;
 use tokio::sync::{broadcast, watch};
 
-use super::{CHANGE_BUFFER, Client, FinalWrite, Shared, Tasks};
-use crate::cache::Cache;
+use super::handle::Client;
+use super::tasks::Tasks;
+#[cfg(feature = "cache")]
+use super::tasks::{FinalWrite, cache_writer};
+#[cfg(feature = "cache")]
+use crate::cache::{Cache, key_fingerprint};
+use crate::error::BuildError;
 use crate::follow::FollowConfig;
+#[cfg(feature = "cache")]
+use crate::held::CachedHeld;
+use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::status::{Source, Status};
-use crate::sync;
-use crate::{FlagSet, Limits, Snapshot, SnapshotCell};
+use crate::sync::ClientSink;
+use flagstream_core::{FlagSet, Limits, Snapshot, SnapshotCell};
 
-/// Why a client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// Neither endpoints nor an offline source were given.
-    #[error("no endpoints: call .endpoints([...]) or use an offline source")]
-    NoEndpoints,
-    /// Streaming needs an SDK key.
-    #[error("no SDK key: call .sdk_key(...)")]
-    NoSdkKey,
-    /// An endpoint is not a URL.
-    #[error("endpoint {0:?} is not an http:// or https:// URL")]
-    BadEndpoint(String),
-    /// The flag file could not be read.
-    #[error("flag file {path}")]
-    File {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A setting is out of range.
-    #[error("invalid setting: {0}")]
-    Config(String),
-    /// `build()` was called outside a Tokio runtime.
-    #[error("build() must run inside a Tokio runtime (the sync task is spawned on it)")]
-    NoRuntime,
+/// Applied revisions kept for slow change listeners before they lag.
+const CHANGE_BUFFER: usize = 64;
+
+impl Client {
+    /// A builder with production defaults.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
 }
 
 /// Builder for [`Client`]; every setting has a production default.
@@ -52,7 +41,9 @@ pub enum BuildError {
 pub struct Builder {
     cfg: FollowConfig,
     limits: Limits,
+    #[cfg(feature = "cache")]
     cache_dir: Option<PathBuf>,
+    #[cfg(feature = "cache")]
     cache_interval: Duration,
     file: Option<PathBuf>,
     test_data: Option<FlagSet>,
@@ -64,7 +55,9 @@ impl Default for Builder {
         Builder {
             cfg: FollowConfig::default(),
             limits: Limits::default(),
+            #[cfg(feature = "cache")]
             cache_dir: None,
+            #[cfg(feature = "cache")]
             cache_interval: Duration::from_millis(500),
             file: None,
             test_data: None,
@@ -99,11 +92,14 @@ impl Builder {
 
     /// The environment's SDK key.
     pub fn sdk_key(mut self, key: impl Into<String>) -> Self {
-        self.cfg.credential = crate::Secret::new(key.into());
+        self.cfg.credential = crate::secret::Secret::new(key.into());
         self
     }
 
-    /// Directory of the last-known-good cache (created if missing).
+    /// Directory of the last-known-good cache (created if missing). Only
+    /// with the `cache` feature (on by default): without it the client has
+    /// no cache, and this option does not exist.
+    #[cfg(feature = "cache")]
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(dir.into());
         self
@@ -113,6 +109,7 @@ impl Builder {
     /// cache, so a burst of changes is one write (default 500 ms). The
     /// newest applied revision is written when the last clone of the
     /// client is dropped in any case.
+    #[cfg(feature = "cache")]
     pub fn cache_write_interval(mut self, interval: Duration) -> Self {
         self.cache_interval = interval;
         self
@@ -207,7 +204,9 @@ impl Builder {
                 self.cfg.endpoints.shuffle(&mut rand::rng());
             }
         }
+        #[cfg(feature = "cache")]
         let cache = if offline { None } else { self.cache_dir.as_ref().and_then(|dir| open_cache(dir)) };
+        #[cfg(feature = "cache")]
         let (cache_tx, cache_rx) = match &cache {
             Some(_) => {
                 let (tx, rx) = watch::channel(None);
@@ -219,11 +218,12 @@ impl Builder {
             cell: SnapshotCell::new(Snapshot::empty()),
             ready: AtomicBool::new(false),
             stale: AtomicBool::new(false),
-            relay_staleness_ms: std::sync::atomic::AtomicU64::new(0),
-            confirmed_unix_ms: std::sync::atomic::AtomicU64::new(0),
+            relay_staleness_ms: AtomicU64::new(0),
+            confirmed_unix_ms: AtomicU64::new(0),
             status,
             counters: Counters::default(),
             changes,
+            #[cfg(feature = "cache")]
             cache_tx,
         });
 
@@ -251,57 +251,20 @@ impl Builder {
             return Ok(Client { shared, _tasks: Arc::new(Tasks::none()) });
         }
 
-        let mut replica = None;
-        if let Some(c) = &cache {
-            match c.load(sync::key_fingerprint(self.cfg.credential.expose()), &self.limits) {
-                Ok(Some((r, snap))) => {
-                    tracing::info!(
-                        revision = r.revision,
-                        flags = snap.len(),
-                        "serving the cached flags until the relay confirms them"
-                    );
-                    // Flags from the cache compile on first use; compile the
-                    // rest off the evaluation path so later evaluations
-                    // never do (a few tens of ms for 10,000 flags).
-                    let warm = snap.clone();
-                    runtime.spawn_blocking(move || {
-                        let compiled = warm.warm_up();
-                        tracing::debug!(compiled, "cached flags compiled");
-                    });
-                    // Cached data is stale until the stream confirms it.
-                    shared.publish(
-                        snap,
-                        Source::Cache,
-                        Vec::new(),
-                        Some("serving cached flags; not yet confirmed by a relay"),
-                    );
-                    replica = Some(r);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    crate::stats::bump(&shared.counters.cache_errors);
-                    tracing::warn!(error = %e, "ignoring the flag cache");
-                }
-            }
-        }
+        #[cfg(feature = "cache")]
+        let fp = key_fingerprint(self.cfg.credential.expose());
+        #[cfg(feature = "cache")]
+        let held = cache.as_ref().and_then(|c| serve_cached(c, fp, &self.limits, &shared, &runtime));
+        #[cfg(not(feature = "cache"))]
+        let held = None;
         let mut tasks = Tasks::none();
-        let sink = Arc::new(sync::ClientSink::new(
-            shared.clone(),
-            self.limits.clone(),
-            self.cfg.stale_after,
-            replica,
-        ));
+        let sink = Arc::new(ClientSink::new(shared.clone(), self.limits.clone(), self.cfg.stale_after, held));
         tasks.handles.push(runtime.spawn(crate::follow::run(sink, self.cfg.clone())));
+        #[cfg(feature = "cache")]
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
-            let fp = sync::key_fingerprint(self.cfg.credential.expose());
             let cache = Arc::new(cache);
-            let writer = sync::cache_writer(
-                shared.clone(),
-                Arc::downgrade(&cache),
-                rx.clone(),
-                self.cache_interval,
-                fp,
-            );
+            let writer =
+                cache_writer(shared.clone(), Arc::downgrade(&cache), rx.clone(), self.cache_interval, fp);
             tasks.handles.push(runtime.spawn(writer));
             tasks.cache = Some(FinalWrite { shared: shared.clone(), cache, latest: rx, key_fingerprint: fp });
         }
@@ -309,11 +272,55 @@ impl Builder {
     }
 }
 
+#[cfg(feature = "cache")]
 fn open_cache(dir: &std::path::Path) -> Option<Cache> {
     match Cache::open(dir) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, dir = %dir.display(), "running without a flag cache");
+            None
+        }
+    }
+}
+
+/// Serves the cached flags, if the cache holds usable ones for this key,
+/// until the stream confirms them; returns the held state they came with.
+#[cfg(feature = "cache")]
+fn serve_cached(
+    cache: &Cache,
+    key_fingerprint: u64,
+    limits: &Limits,
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+) -> Option<CachedHeld> {
+    match cache.load(key_fingerprint, limits) {
+        Ok(Some((held, snap))) => {
+            tracing::info!(
+                revision = held.revision,
+                flags = snap.len(),
+                "serving the cached flags until the relay confirms them"
+            );
+            // Flags from the cache compile on first use; compile the
+            // rest off the evaluation path so later evaluations
+            // never do (a few tens of ms for 10,000 flags).
+            let warm = snap.clone();
+            runtime.spawn_blocking(move || {
+                let compiled = warm.warm_up();
+                tracing::debug!(compiled, "cached flags compiled");
+            });
+            // Cached data is stale until the stream confirms it.
+            shared.publish(
+                snap,
+                Source::Cache,
+                Vec::new(),
+                Some("serving cached flags; not yet confirmed by a relay"),
+            );
+            Some(held)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            crate::stats::bump(&shared.counters.cache_errors);
+            tracing::warn!(error = %e, "ignoring the flag cache");
             None
         }
     }

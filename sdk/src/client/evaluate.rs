@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value as Json;
 
-use super::Client;
-use crate::{Context, Detail, ErrorKind, FlagHandle, FromValue, Name, Reason, Snapshot};
+use super::handle::Client;
+use flagstream_core::{Context, Detail, ErrorKind, FlagHandle, FromValue, Name, Reason, Snapshot};
 
 /// An evaluation result that owns its data (see [`Client::detail`]).
 /// Building one allocates nothing beyond what its value owns (a `String`

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::Seq;
+use super::seq::Seq;
 use serde_json::Value as Json;
 
 /// One scalar attribute value (or list element).

@@ -2,9 +2,10 @@
 //! bytes per flag or segment and per environment (EVALUATION.md, "Regular
 //! expressions"), and the messages naming the limit a pattern ran into.
 
-use super::{Report, one_line};
-use crate::clause::{RegexBound, RegexBudget, RegexError};
+use super::report::Report;
+use crate::error::{RegexBound, RegexError};
 use crate::limit::Limits;
+use crate::operand::RegexBudget;
 
 /// Starts the regex budget of a flag or segment with `patterns` patterns:
 /// over `max_regex_patterns` it is refused here, once, and none of its
@@ -41,13 +42,17 @@ pub(super) fn regex_problem(item: &str, e: RegexError, limits: &Limits) -> Optio
     })
 }
 
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value as Json;
 
-    use crate::clause::{RegexBudget, compile_regex};
     use crate::limit::Limits;
     use crate::model::{Clause, Flag, FlagSet, Operator, Rule, Segment, Serve};
+    use crate::operand::{RegexBudget, compile_regex};
     use crate::validate::flag_set;
     use crate::{Context, Snapshot};
 

@@ -4,13 +4,13 @@
 
 use flagstream_proto::v1 as pb;
 
-use super::{err, scalar_from_proto, scalar_to_proto};
 use std::collections::HashSet;
 
+use super::scalar::{scalar_from_proto, scalar_to_proto};
 use crate::context::{AttrValue, Context, DEFAULT_KIND};
+use crate::error::ValidationErrors;
 use crate::limit::{context_attributes_problem, context_kinds_problem};
 use crate::reference::kind_problem;
-use crate::validate::ValidationErrors;
 
 /// The protobuf form of a context.
 pub fn context_to_proto(c: &Context<'_>) -> pb::Context {
@@ -57,25 +57,28 @@ fn single_to_proto(c: &Context<'_>) -> pb::Context {
 pub fn context_from_proto(p: &pb::Context) -> Result<Context<'static>, ValidationErrors> {
     if p.contexts.is_empty() {
         if p.kind == "multi" {
-            return Err(err("context.contexts".into(), "a multi-kind context needs at least one kind"));
+            return Err(ValidationErrors::at(
+                "context.contexts",
+                "a multi-kind context needs at least one kind",
+            ));
         }
         return single_from_proto("context", p);
     }
     if !p.key.is_empty() || !p.attributes.is_empty() || !(p.kind.is_empty() || p.kind == "multi") {
-        return Err(err(
-            "context".into(),
+        return Err(ValidationErrors::at(
+            "context",
             "a multi-kind context has only `contexts` (and kind \"multi\"); each kind's key and attributes go inside",
         ));
     }
     if let Some(problem) = context_kinds_problem(p.contexts.len()) {
-        return Err(err("context.contexts".into(), problem));
+        return Err(ValidationErrors::at("context.contexts", problem));
     }
     let mut seen: HashSet<&str> = HashSet::with_capacity(p.contexts.len());
     let mut kinds = Vec::with_capacity(p.contexts.len());
     for (i, c) in p.contexts.iter().enumerate() {
         let path = format!("context.contexts[{i}]");
         if !c.contexts.is_empty() {
-            return Err(err(
+            return Err(ValidationErrors::at(
                 format!("{path}.contexts"),
                 "a kind of a multi-kind context cannot hold contexts",
             ));
@@ -84,7 +87,7 @@ pub fn context_from_proto(p: &pb::Context) -> Result<Context<'static>, Validatio
         // An empty kind is `user`, as `single_from_proto` made it.
         let name = if c.kind.is_empty() { DEFAULT_KIND } else { c.kind.as_str() };
         if !seen.insert(name) {
-            return Err(err(format!("{path}.kind"), format!("kind {name:?} appears twice")));
+            return Err(ValidationErrors::at(format!("{path}.kind"), format!("kind {name:?} appears twice")));
         }
         kinds.push(kind);
     }
@@ -93,12 +96,12 @@ pub fn context_from_proto(p: &pb::Context) -> Result<Context<'static>, Validatio
 
 fn single_from_proto(path: &str, p: &pb::Context) -> Result<Context<'static>, ValidationErrors> {
     if let Some(problem) = context_attributes_problem(p.attributes.len()) {
-        return Err(err(format!("{path}.attributes"), problem));
+        return Err(ValidationErrors::at(format!("{path}.attributes"), problem));
     }
     let mut ctx = Context::new(p.key.clone());
     if !p.kind.is_empty() {
         if let Some(problem) = kind_problem(&p.kind) {
-            return Err(err(format!("{path}.kind"), problem));
+            return Err(ValidationErrors::at(format!("{path}.kind"), problem));
         }
         ctx = ctx.kind(p.kind.clone());
     }
@@ -110,7 +113,10 @@ fn single_from_proto(path: &str, p: &pb::Context) -> Result<Context<'static>, Va
             }
             Some(pb::attribute_value::Value::JsonValue(text)) => {
                 let json: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-                    err(format!("{path}.attributes[{name:?}].json_value"), format!("invalid JSON: {e}"))
+                    ValidationErrors::at(
+                        format!("{path}.attributes[{name:?}].json_value"),
+                        format!("invalid JSON: {e}"),
+                    )
                 })?;
                 AttrValue::from_json(&json)
             }

@@ -1,8 +1,11 @@
-//! The SDK's copy of an environment as received: every item's raw bytes and
-//! checksum contribution, the cursor, and the running checksum. Applying a
-//! complete snapshot or a delta yields a new replica and a new compiled
-//! [`Snapshot`], or an error that makes the sync task resynchronise; the
-//! checksum is verified after every apply. Pure data, no I/O.
+//! What the client holds of its environment, as received ([`Held`]): every
+//! item's raw bytes and checksum contribution, the cursor, and the running
+//! checksum. Applying a complete snapshot or a delta yields the next held
+//! state and a new compiled [`Snapshot`], or an [`ApplyError`] that makes
+//! the sync task resynchronise; the checksum is verified after every apply.
+//! Also its cache form ([`CacheBlob`]). Pure data, no I/O.
+//!
+//! (Named for what it is, not "replica": a replica is a relay role.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,100 +14,12 @@ use bytes::Bytes;
 use flagstream_proto::v1 as pb;
 use prost::Message;
 
-use crate::checksum::{FLAG, SEGMENT, item_hash};
-use crate::model::FlagSet;
-use crate::raw::{CacheBlob, RawChunk, RawDelta};
-use crate::wire::flag_key;
-use crate::{Limits, Snapshot, ValidationErrors, wire};
-
-/// Version of [`CacheBlob`]'s layout this SDK writes and reads.
-pub(crate) const CACHE_FORMAT: u32 = 1;
-
-/// Why received data could not be applied. Each one makes the client
-/// discard what it got and ask for a full snapshot.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// An item did not decode.
-    #[error("undecodable {what}")]
-    Decode {
-        /// Which item.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: prost::DecodeError,
-    },
-    /// The data broke validation.
-    #[error("received data is invalid")]
-    Invalid(#[from] ValidationErrors),
-    /// The checksum after applying did not match the relay's.
-    #[error(
-        "checksum mismatch at revision {revision}: computed {computed:#018x}, relay sent {expected:#018x}"
-    )]
-    Checksum {
-        /// Revision.
-        revision: u64,
-        /// Ours.
-        computed: u64,
-        /// Theirs.
-        expected: u64,
-    },
-    /// A heartbeat named our epoch and revision as the relay's head with
-    /// another checksum: the relay holds other content under our revision
-    /// (a restored or replaced store whose new writes reached our revision
-    /// number again). Our data is not current; a snapshot is requested.
-    #[error(
-        "the relay's head is our revision {revision} with other content: its checksum {theirs:#018x}, ours {ours:#018x} (a restored or replaced store)"
-    )]
-    Diverged {
-        /// The revision both claim.
-        revision: u64,
-        /// Our checksum.
-        ours: u64,
-        /// The relay's, from its heartbeat.
-        theirs: u64,
-    },
-    /// A delta that does not start at our cursor.
-    #[error("delta {from}..{to} does not follow our revision {ours} (epoch {epoch_ok})")]
-    Gap {
-        /// Delta start.
-        from: u64,
-        /// Delta end.
-        to: u64,
-        /// Our revision.
-        ours: u64,
-        /// Whether the epoch matched.
-        epoch_ok: bool,
-    },
-    /// Snapshot chunks out of order.
-    #[error("snapshot chunk {got} arrived, expected {want}")]
-    ChunkOrder {
-        /// Received index.
-        got: u32,
-        /// Expected index.
-        want: u32,
-    },
-    /// A snapshot larger than the snapshot size limit.
-    #[error("snapshot of {bytes} bytes exceeds the limit of {limit}")]
-    TooLarge {
-        /// Bytes received.
-        bytes: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// A message that contradicts itself (e.g. upserts and deletes one key).
-    #[error("protocol violation: {0}")]
-    Protocol(String),
-    /// A cache written for another SDK key.
-    #[error("cache belongs to another SDK key")]
-    OtherKey,
-    /// A cache of another format version.
-    #[error("cache format {0} is not {CACHE_FORMAT}")]
-    Format(u32),
-    /// The receiver could not store what it received (a replica relay's
-    /// database failed).
-    #[error("storing the received data failed")]
-    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
+use crate::error::ApplyError;
+use crate::raw::{CACHE_FORMAT, CacheBlob, RawChunk, RawDelta};
+use flagstream_core::checksum::{FLAG, SEGMENT, item_hash};
+use flagstream_core::model::FlagSet;
+use flagstream_core::wire::flag_key;
+use flagstream_core::{Limits, Snapshot, wire};
 
 /// Items by key. Keys are shared with the lazy snapshot built from the cache.
 type ItemMap = HashMap<Arc<str>, Item, foldhash::fast::RandomState>;
@@ -115,11 +30,11 @@ struct Item {
     hash: u64,
 }
 
-/// What the SDK holds for one environment.
+/// What the client holds of one environment, as received.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Replica {
+pub(crate) struct Held {
     pub(crate) epoch: String,
-    /// The epoch a forgotten cursor had ([`Replica::forget_cursor`]): a
+    /// The epoch a forgotten cursor had ([`Held::forget_cursor`]): a
     /// snapshot of it older than `revision` is still refused.
     floor_epoch: String,
     pub(crate) revision: u64,
@@ -128,11 +43,11 @@ pub(crate) struct Replica {
     segments: ItemMap,
 }
 
-/// A replica read from the cache, checksum-verified, with its items not yet
-/// in maps: the sync task builds the [`Replica`] ([`CachedReplica::into_replica`])
+/// A held state read from the cache, checksum-verified, with its items not yet
+/// in maps: the sync task builds the [`Held`] ([`CachedHeld::into_held`])
 /// after `build()` has returned, keeping that work off the cold start.
 #[derive(Debug)]
-pub(crate) struct CachedReplica {
+pub(crate) struct CachedHeld {
     pub(crate) epoch: String,
     pub(crate) revision: u64,
     /// The items' checksum (verified against the cache's).
@@ -141,10 +56,10 @@ pub(crate) struct CachedReplica {
     segments: Vec<(Arc<str>, Item)>,
 }
 
-impl CachedReplica {
-    /// The replica, its items indexed by key.
-    pub(crate) fn into_replica(self) -> Replica {
-        let mut r = Replica { epoch: self.epoch, revision: self.revision, ..Replica::default() };
+impl CachedHeld {
+    /// The held state, its items indexed by key.
+    pub(crate) fn into_held(self) -> Held {
+        let mut r = Held { epoch: self.epoch, revision: self.revision, ..Held::default() };
         r.flags = self.flags.into_iter().collect();
         r.segments = self.segments.into_iter().collect();
         r.checksum = r.sum();
@@ -152,10 +67,10 @@ impl CachedReplica {
     }
 }
 
-/// The result of applying: the new replica, its compiled snapshot, and the
+/// The result of applying: the next held state, its compiled snapshot, and the
 /// flag keys that changed.
 pub(crate) struct Applied {
-    pub(crate) replica: Replica,
+    pub(crate) held: Held,
     pub(crate) snapshot: Snapshot,
     pub(crate) changed_flags: Vec<String>,
 }
@@ -168,7 +83,7 @@ fn decode_segment(bytes: &Bytes) -> Result<pb::Segment, ApplyError> {
     pb::Segment::decode(bytes.clone()).map_err(|source| ApplyError::Decode { what: "segment", source })
 }
 
-impl Replica {
+impl Held {
     fn sum(&self) -> u64 {
         self.flags.values().chain(self.segments.values()).fold(0u64, |s, i| s.wrapping_add(i.hash))
     }
@@ -181,15 +96,15 @@ impl Replica {
         }
     }
 
-    /// Builds a replica from a complete snapshot's raw items, validated.
+    /// Builds the held state from a complete snapshot's raw items, validated.
     pub(crate) fn from_items(
         epoch: String,
         revision: u64,
         flags: impl IntoIterator<Item = Bytes>,
         segments: impl IntoIterator<Item = Bytes>,
         limits: &Limits,
-    ) -> Result<(Replica, Snapshot), ApplyError> {
-        let mut r = Replica { epoch, revision, ..Replica::default() };
+    ) -> Result<(Held, Snapshot), ApplyError> {
+        let mut r = Held { epoch, revision, ..Held::default() };
         let mut set = FlagSet::default();
         for bytes in flags {
             let p = decode_flag(&bytes)?;
@@ -208,11 +123,11 @@ impl Replica {
         Ok((r, snapshot))
     }
 
-    /// Applies a complete, in-order snapshot. `previous` (the replica it
+    /// Applies a complete, in-order snapshot. `previous` (the state it
     /// replaces) makes the change list include flags the snapshot removed.
     pub(crate) fn from_chunks(
         chunks: Vec<RawChunk>,
-        previous: Option<&Replica>,
+        previous: Option<&Held>,
         limits: &Limits,
     ) -> Result<Applied, ApplyError> {
         for (i, c) in chunks.iter().enumerate() {
@@ -237,14 +152,14 @@ impl Replica {
         }
         let flags: Vec<Bytes> = chunks.iter().flat_map(|c| c.flags.iter().cloned()).collect();
         let segments: Vec<Bytes> = chunks.iter().flat_map(|c| c.segments.iter().cloned()).collect();
-        let (replica, snapshot) = Replica::from_items(epoch, revision, flags, segments, limits)?;
-        replica.verify(expected)?;
-        let mut changed_flags: Vec<String> = replica.flags.keys().map(|k| k.to_string()).collect();
+        let (held, snapshot) = Held::from_items(epoch, revision, flags, segments, limits)?;
+        held.verify(expected)?;
+        let mut changed_flags: Vec<String> = held.flags.keys().map(|k| k.to_string()).collect();
         if let Some(prev) = previous {
             changed_flags
-                .extend(prev.flags.keys().filter(|k| !replica.flags.contains_key(*k)).map(|k| k.to_string()));
+                .extend(prev.flags.keys().filter(|k| !held.flags.contains_key(*k)).map(|k| k.to_string()));
         }
-        Ok(Applied { replica, snapshot, changed_flags })
+        Ok(Applied { held, snapshot, changed_flags })
     }
 
     /// Forgets the cursor (the next Hello asks for a full snapshot) while
@@ -256,7 +171,7 @@ impl Replica {
         }
     }
 
-    /// Applies a delta on top of this replica and its `snapshot`.
+    /// Applies a delta on top of this state and its `snapshot`.
     pub(crate) fn apply_delta(
         &self,
         snapshot: &Snapshot,
@@ -334,7 +249,7 @@ impl Replica {
         let snapshot = snapshot
             .apply(&change, &d.deleted_flag_keys, &d.deleted_segment_keys, limits)?
             .with_cursor(&next.epoch, next.revision);
-        Ok(Applied { replica: next, snapshot, changed_flags })
+        Ok(Applied { held: next, snapshot, changed_flags })
     }
 
     /// The cache form, stamped with the SDK key's fingerprint.
@@ -359,14 +274,14 @@ impl Replica {
         blob: CacheBlob,
         key_fingerprint: u64,
         limits: &Limits,
-    ) -> Result<(CachedReplica, Arc<Snapshot>), ApplyError> {
+    ) -> Result<(CachedHeld, Arc<Snapshot>), ApplyError> {
         if blob.format != CACHE_FORMAT {
             return Err(ApplyError::Format(blob.format));
         }
         if blob.key_fingerprint != key_fingerprint {
             return Err(ApplyError::OtherKey);
         }
-        let mut r = CachedReplica {
+        let mut r = CachedHeld {
             epoch: blob.epoch,
             revision: blob.revision,
             checksum: blob.checksum,
@@ -429,20 +344,19 @@ mod tests {
     #[test]
     fn an_older_snapshot_of_our_epoch_is_a_protocol_error() {
         let limits = Limits::default();
-        let at5 =
-            Replica::from_chunks(empty_snapshot("e1", 5), None, &limits).expect("first snapshot").replica;
-        let Err(err) = Replica::from_chunks(empty_snapshot("e1", 3), Some(&at5), &limits) else {
+        let at5 = Held::from_chunks(empty_snapshot("e1", 5), None, &limits).expect("first snapshot").held;
+        let Err(err) = Held::from_chunks(empty_snapshot("e1", 3), Some(&at5), &limits) else {
             panic!("an older snapshot of our epoch was applied")
         };
         assert!(matches!(&err, ApplyError::Protocol(m) if m.contains("older than our revision 5")), "{err}");
-        Replica::from_chunks(empty_snapshot("e2", 3), Some(&at5), &limits).expect("another epoch");
-        Replica::from_chunks(empty_snapshot("e1", 5), Some(&at5), &limits).expect("the same revision");
+        Held::from_chunks(empty_snapshot("e2", 3), Some(&at5), &limits).expect("another epoch");
+        Held::from_chunks(empty_snapshot("e1", 5), Some(&at5), &limits).expect("the same revision");
         // Forgetting the cursor (a resync) keeps the floor.
         let mut forgotten = at5.clone();
         forgotten.forget_cursor();
         assert!(forgotten.epoch.is_empty(), "the next Hello carries no cursor");
-        assert!(Replica::from_chunks(empty_snapshot("e1", 3), Some(&forgotten), &limits).is_err());
-        Replica::from_chunks(empty_snapshot("e1", 6), Some(&forgotten), &limits).expect("newer, same epoch");
-        Replica::from_chunks(empty_snapshot("e2", 1), Some(&forgotten), &limits).expect("another epoch");
+        assert!(Held::from_chunks(empty_snapshot("e1", 3), Some(&forgotten), &limits).is_err());
+        Held::from_chunks(empty_snapshot("e1", 6), Some(&forgotten), &limits).expect("newer, same epoch");
+        Held::from_chunks(empty_snapshot("e2", 1), Some(&forgotten), &limits).expect("another epoch");
     }
 }

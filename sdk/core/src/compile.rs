@@ -1,11 +1,27 @@
 //! Compiling model flags and segments into their evaluation form: serves
 //! into thresholds, targets grouped by kind, every rule's clauses into one
-//! array, variations typed. Data that bypassed validation compiles to a
-//! flag or segment marked malformed, never a guess and never a panic.
+//! array, variations typed; and a flag from its wire bytes, for a snapshot
+//! that compiles flags on first use. Data that bypassed validation compiles
+//! to a flag or segment marked malformed, never a guess and never a panic.
 
-use super::*;
-use crate::clause::{RegexBudget, regex_patterns};
-use crate::model::Clause;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flagstream_proto::v1 as pb;
+use prost::Message;
+
+use crate::bucket;
+use crate::clause::{CompiledClause, StrSet};
+use crate::compiled::{
+    CompiledFlag, CompiledRollout, CompiledRule, CompiledSegment, CompiledSegmentRule, CompiledServe,
+    Constant, FastMap, TargetGroup, Variations,
+};
+use crate::limit::Limits;
+use crate::model::{Clause, Flag, KindKeys, Segment, Serve, Target};
+use crate::operand::{RegexBudget, regex_patterns};
+use crate::reference::{KindSel, parse_attr};
+use crate::schedule::CompiledSchedule;
+use crate::value::Value;
 
 fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
     match (serve.variation, &serve.rollout, &serve.schedule) {
@@ -68,7 +84,7 @@ fn item_budget<'c>(clauses: impl IntoIterator<Item = &'c Clause>, limits: &Limit
     budget
 }
 
-pub(super) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
+pub(crate) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     let mut malformed = false;
     let variations = Variations::new(
         flag.variations
@@ -149,14 +165,14 @@ pub(super) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
     }
 }
 
-pub(super) fn compile_segments(
+pub(crate) fn compile_segments(
     segments: Vec<Segment>,
     limits: &Limits,
 ) -> FastMap<Box<str>, Arc<CompiledSegment>> {
     segments.into_iter().map(|s| (Box::from(s.key.as_str()), Arc::new(compile_segment(s, limits)))).collect()
 }
 
-pub(super) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
+pub(crate) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegment {
     let keys = |v: &[String]| StrSet::new(v.iter().map(|k| Box::from(k.as_str())).collect());
     let by_kind = |lists: &[KindKeys]| -> Box<[(KindSel, StrSet)]> {
         lists.iter().map(|l| (KindSel::parse(&l.context_kind), keys(&l.values))).collect()
@@ -197,5 +213,23 @@ pub(super) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegm
         rules,
         malformed,
         source: Arc::new(segment),
+    }
+}
+
+/// Compiles a flag from its wire bytes. Bytes that do not decode or convert
+/// (they were checksum-verified, so only a format change gets here) give a
+/// flag that evaluates to `MALFORMED_FLAG`, never a guess.
+pub(crate) fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> CompiledFlag {
+    let model = pb::Flag::decode(raw.clone())
+        .ok()
+        .and_then(|p| crate::wire::flag_from_proto(&p).ok().filter(|f| f.key == key));
+    match model {
+        Some(flag) => compile_flag(flag, limits),
+        None => {
+            let mut f = compile_flag(Flag::placeholder(key), limits);
+            f.malformed = true;
+            f.constant = None;
+            f
+        }
     }
 }

@@ -1,0 +1,258 @@
+//! One stream, from connecting to its end: the Hello, the watchdog, chunk
+//! checks as chunks arrive (order, one snapshot, size limit), applying off
+//! the runtime, acks and reports towards the relay, and a heartbeat that
+//! names the sink's cursor with another checksum (a restored upstream).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flagstream_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::config::FollowConfig;
+use super::end::{End, ended, reconnect_delay, silent_break};
+use super::sink::{Event, Sink};
+use super::transport::connect;
+use crate::error::ApplyError;
+use crate::raw::{RawChunk, RawKind, RawResponse};
+
+/// Requests queued towards the relay before the newest replaces the rest
+/// (acks are cumulative and reports replace each other, so nothing is lost
+/// by keeping only the newest).
+const REQUEST_QUEUE: usize = 4;
+
+/// What one stream achieved before it ended.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Messages received.
+    pub(super) messages: u64,
+    /// Snapshots and deltas applied.
+    pub(super) applied: u64,
+}
+
+/// State kept across streams.
+pub(super) struct Follower<S> {
+    pub(super) sink: Arc<S>,
+    pub(super) cfg: FollowConfig,
+    /// Checksum mismatches seen by this follower (sent in every Hello).
+    pub(super) mismatches: u64,
+}
+
+/// Runs apply work on the blocking pool; a panic in it becomes a resync.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApplyError> + Send + 'static,
+) -> Result<T, ApplyError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(out) => out,
+        Err(e) => Err(ApplyError::Protocol(format!("applying the received data failed: {e}"))),
+    }
+}
+
+/// Queues `msg` towards the relay; when the queue is full it waits in
+/// `pending` (replacing an older one: acks are cumulative, reports
+/// replace each other). `Err` when the request stream is gone.
+fn offer(
+    tx: &mpsc::Sender<pb::SubscribeRequest>,
+    pending: &mut Option<pb::SubscribeRequest>,
+    msg: pb::SubscribeRequest,
+) -> Result<(), End> {
+    match tx.try_send(msg) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(msg)) => {
+            *pending = Some(msg);
+            Ok(())
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(End::Broken("request stream closed".into())),
+    }
+}
+
+impl<S: Sink> Follower<S> {
+    /// A heartbeat names our cursor as the relay's head but carries another
+    /// checksum (PROTOCOL.md §2.6): the relay holds other content under our
+    /// revision. A relay that sends no checksum (an older version) is not
+    /// checked.
+    fn diverged(&self, h: &pb::Heartbeat) -> Option<ApplyError> {
+        let theirs = h.checksum?;
+        let cursor = self.sink.cursor()?;
+        if cursor.epoch.is_empty() || cursor.epoch != h.epoch || cursor.revision != h.head_revision {
+            return None;
+        }
+        let ours = self.sink.checksum()?;
+        (ours != theirs).then_some(ApplyError::Diverged { revision: cursor.revision, ours, theirs })
+    }
+
+    /// One connection and stream, until it ends.
+    pub(super) async fn stream_once(&mut self, endpoint: &str, progress: &mut Progress) -> End {
+        let cfg = &self.cfg;
+        let channel = match connect(cfg, endpoint).await {
+            Ok(c) => c,
+            Err(e) => return End::Connect(e),
+        };
+        let (tx, rx) = mpsc::channel(REQUEST_QUEUE);
+        let hello = pb::Hello {
+            sdk_key: cfg.credential.expose().to_owned(),
+            environment: cfg.environment.clone(),
+            cursor: self.sink.cursor(),
+            sdk_name: cfg.sdk_name.clone(),
+            sdk_version: env!("CARGO_PKG_VERSION").to_owned(),
+            instance_id: cfg.instance_id.clone(),
+            subscriber_kind: cfg.subscriber_kind as i32,
+            checksum_mismatches: self.mismatches,
+            features: Vec::new(),
+        };
+        if tx
+            .try_send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) })
+            .is_err()
+        {
+            return End::Broken("request queue closed".into());
+        }
+        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(cfg.max_message_bytes);
+        let subscribe = async {
+            grpc.ready().await.map_err(|e| End::Connect(format!("not ready: {e}")))?;
+            let codec = tonic_prost::ProstCodec::<pb::SubscribeRequest, RawResponse>::default();
+            let path = http::uri::PathAndQuery::from_static("/flagstream.v1.Sync/Subscribe");
+            grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, codec)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|s| ended("subscribe refused", &s))
+        };
+        let mut stream = match tokio::time::timeout(cfg.first_message_timeout, subscribe).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(end)) => return end,
+            Err(_) => return End::Stalled(cfg.first_message_timeout, None),
+        };
+        let mut watchdog = cfg.first_message_timeout;
+        let mut chunks: Vec<RawChunk> = Vec::new();
+        let mut chunk_bytes = 0usize;
+        let mut pending: Option<pb::SubscribeRequest> = None;
+        let relay = cfg.subscriber_kind == pb::SubscriberKind::Relay;
+        let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
+        reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut deadline = Instant::now() + watchdog;
+        let mut last_message = Instant::now();
+        loop {
+            // A request that found the queue full is retried here, so the
+            // newest ack or report always reaches the relay eventually.
+            if let Some(msg) = pending.take()
+                && let Err(end) = offer(&tx, &mut pending, msg)
+            {
+                return end;
+            }
+            let msg = tokio::select! {
+                m = stream.message() => m,
+                _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog, None),
+                _ = reports.tick(), if relay => {
+                    if let Some(r) = self.sink.report() {
+                        let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(r)) };
+                        if let Err(end) = offer(&tx, &mut pending, msg) {
+                            return end;
+                        }
+                    }
+                    continue;
+                }
+            };
+            let msg = match msg {
+                // The connection broke under a stream silent for longer than
+                // the keepalive interval: the HTTP/2 keepalive PING went
+                // unanswered (hyper then drops the connection, which the
+                // stream sees as a broken pipe, not a status the relay
+                // sent). A relay that dies after such a silence looks the
+                // same and is counted the same way (PROTOCOL.md §2.8).
+                Err(status) if silent_break(&status, last_message.elapsed(), cfg) => {
+                    let cause = format!("stream failed: {} {}", status.code(), status.message());
+                    return End::Stalled(last_message.elapsed(), Some(cause));
+                }
+                Err(status) => return ended("stream failed", &status),
+                Ok(None) => return End::Broken("stream closed by the relay".into()),
+                Ok(Some(m)) => m,
+            };
+            progress.messages += 1;
+            last_message = Instant::now();
+            if progress.messages == 1 {
+                tracing::info!(endpoint = %endpoint, environment = %self.cfg.environment, "relay stream open");
+                watchdog = self.cfg.heartbeat_default.saturating_mul(self.cfg.watchdog_misses);
+                self.sink.event(Event::Connected { endpoint });
+            }
+            let applied = match msg.kind {
+                Some(RawKind::SnapshotChunk(c)) => {
+                    if c.chunk_index == 0 {
+                        chunks.clear();
+                        chunk_bytes = 0;
+                    }
+                    // Check each chunk as it arrives: in order, of one
+                    // snapshot, and within the snapshot size limit.
+                    let consistent = chunks
+                        .first()
+                        .is_none_or(|first| first.epoch == c.epoch && first.revision == c.revision);
+                    if c.chunk_index as usize != chunks.len()
+                        || c.chunk_index >= c.total_chunks.max(1)
+                        || !consistent
+                    {
+                        return End::Resync(ApplyError::ChunkOrder {
+                            got: c.chunk_index,
+                            want: chunks.len() as u32,
+                        });
+                    }
+                    chunk_bytes += c.flags.iter().chain(&c.segments).map(|b| b.len()).sum::<usize>();
+                    if chunk_bytes > self.cfg.max_snapshot_bytes {
+                        return End::Resync(ApplyError::TooLarge {
+                            bytes: chunk_bytes,
+                            limit: self.cfg.max_snapshot_bytes,
+                        });
+                    }
+                    let last = c.last_chunk;
+                    chunks.push(c);
+                    if last {
+                        let (sink, all) = (self.sink.clone(), std::mem::take(&mut chunks));
+                        match off_runtime(move || sink.apply_snapshot(all)).await {
+                            Ok(cursor) => Some((cursor, true)),
+                            Err(e) => return End::Resync(e),
+                        }
+                    } else {
+                        None
+                    }
+                }
+                Some(RawKind::Delta(d)) => {
+                    chunks.clear();
+                    let sink = self.sink.clone();
+                    match off_runtime(move || sink.apply_delta(d)).await {
+                        Ok(cursor) => Some((cursor, false)),
+                        Err(e) => return End::Resync(e),
+                    }
+                }
+                Some(RawKind::Heartbeat(h)) => {
+                    if let Some(e) = self.diverged(&h) {
+                        // Not current, whatever the revision says: never
+                        // reported to the sink as a confirmation.
+                        return End::Resync(e);
+                    }
+                    if h.interval_ms > 0 {
+                        let interval = Duration::from_millis(u64::from(h.interval_ms))
+                            .clamp(Duration::from_millis(100), Duration::from_secs(600));
+                        watchdog = interval.saturating_mul(self.cfg.watchdog_misses);
+                    }
+                    self.sink.event(Event::Heartbeat(&h));
+                    None
+                }
+                Some(RawKind::Reconnect(r)) => {
+                    return End::Reconnect(reconnect_delay(&r), r.message);
+                }
+                // A kind this client does not know: ignore (PROTOCOL.md §8);
+                // it still resets the watchdog.
+                None => None,
+            };
+            deadline = Instant::now() + watchdog;
+            if let Some((cursor, snapshot)) = applied {
+                progress.applied += 1;
+                self.sink.event(Event::Applied { snapshot });
+                let ack = pb::Ack { epoch: cursor.epoch, revision: cursor.revision, apply_duration_us: 0 };
+                let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) };
+                if let Err(end) = offer(&tx, &mut pending, msg) {
+                    return end;
+                }
+            }
+        }
+    }
+}
