@@ -14,7 +14,11 @@ fn repo() -> PathBuf {
 }
 
 fn show(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]
@@ -26,7 +30,11 @@ fn python_package_passes_its_pytest_suite() {
         &["pytest", "openfeature", "yaml", "maturin"],
     );
     let maturin = packages.join("bin").join("maturin");
-    assert!(maturin.exists(), "{} is missing: install maturin==1.16.0 there with pip --target", maturin.display());
+    assert!(
+        maturin.exists(),
+        "{} is missing: install maturin==1.16.0 there with pip --target",
+        maturin.display()
+    );
 
     // The wheel, built by a cargo of its own in a target directory of its
     // own (`target/bindings`, shared with the Node package): the outer

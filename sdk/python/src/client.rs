@@ -883,7 +883,8 @@ impl NativeClient {
             return Ok(py.None().into_bound(py));
         };
         let rt = runtime()?;
-        let got = py.detach(|| rt.block_on(tokio::time::timeout(timeout, rx.recv())));
+        // The timer is made inside the runtime (it needs its reactor).
+        let got = py.detach(|| rt.block_on(async { tokio::time::timeout(timeout, rx.recv()).await }));
         let out = match got {
             Err(_elapsed) => py.None().into_bound(py),
             Ok(Ok(change)) => {

@@ -36,10 +36,10 @@ static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(
 pub(crate) fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().map_err(|_| PyRuntimeError::new_err("flagstream runtime lock poisoned"))?;
-    if let Some((built_by, rt)) = slot.as_ref() {
-        if *built_by == pid {
-            return Ok(rt.clone());
-        }
+    if let Some((built_by, rt)) = slot.as_ref()
+        && *built_by == pid
+    {
+        return Ok(rt.clone());
     }
     if let Some((_, parents)) = slot.take() {
         std::mem::forget(parents);

@@ -45,7 +45,7 @@ def test_first_data_and_a_change(relays, caplog) -> None:
         c.on_change(record)
         changed = flag_event(c, "py-flag")
         assert c.bool("py-flag", USER42, False) is False
-        a.flagctl("flag", "create", "py-flag", "--on")
+        a.flagctl("flag", "create", "py-flag", "--on", "--yes")
         assert changed.wait(STEP), "the change did not arrive"
         assert got.wait(STEP)
         assert c.bool("py-flag", USER42, False) is True
@@ -69,7 +69,7 @@ def test_failover_by_delta(relays) -> None:
         assert c.stats().snapshots_applied == 1
         changed = flag_event(c, "after-failover")
         a.kill()
-        b.flagctl("flag", "create", "after-failover", "--on")
+        b.flagctl("flag", "create", "after-failover", "--on", "--yes")
         assert changed.wait(STEP), c.status()
         assert c.bool("after-failover", USER42, False) is True
         s = c.stats()
@@ -89,7 +89,7 @@ def test_blackhole_stall_recovered_with_default_settings(relays, proxy) -> None:
         assert c.stats().snapshots_applied == 1
         changed = flag_event(c, "after-stall")
         p.blackhole()
-        b.flagctl("flag", "create", "after-stall", "--on")
+        b.flagctl("flag", "create", "after-stall", "--on", "--yes")
         assert changed.wait(STEP), c.status()
         assert c.bool("after-stall", USER42, False) is True
         assert c.string("theme", USER42, "light") == "dark", "never the default for a known flag"
@@ -105,7 +105,7 @@ def test_cache_across_a_restart_with_every_relay_down(relays, tmp_path) -> None:
     with flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, cache_dir=str(cache)) as c:
         assert c.wait_ready(STEP)
         changed = flag_event(c, "cached-flag")
-        a.flagctl("flag", "create", "cached-flag", "--on")
+        a.flagctl("flag", "create", "cached-flag", "--on", "--yes")
         assert changed.wait(STEP)
     # close() wrote the newest revision; now no relay at all.
     a.kill()
@@ -152,7 +152,7 @@ def test_fork_restarts_the_sync_in_the_child(relays) -> None:
         reader = os.fdopen(to_parent_r)
         parent_changed = flag_event(c, "after-fork")
         assert reader.readline() == "ready\n"
-        a.flagctl("flag", "create", "after-fork", "--on")
+        a.flagctl("flag", "create", "after-fork", "--on", "--yes")
         os.write(to_child_w, b"x")
         report = json.loads(reader.readline())
         _, status = os.waitpid(pid, 0)
