@@ -367,7 +367,7 @@ impl NativeClient {
     /// did not see (a fork from C) counts here. Off the hot path.
     fn live_checked(&self) -> PyResult<arc_swap::Guard<Arc<Live>>> {
         if self.live.load().pid != std::process::id() {
-            FORKS.fetch_add(1, Ordering::SeqCst);
+            crate::count_fork();
         }
         self.live()
     }

@@ -26,6 +26,18 @@ mod convert;
 /// count is in a child of the process that started it.
 pub(crate) static FORKS: AtomicU64 = AtomicU64::new(0);
 
+/// The process in which [`FORKS`] was last bumped: a fork is counted once
+/// per process, by the hook or by the first PID check that sees it.
+static FORK_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Counts a fork into this process, unless it was counted already.
+pub(crate) fn count_fork() {
+    let pid = std::process::id();
+    if FORK_PID.swap(pid, Ordering::SeqCst) != pid {
+        FORKS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// The process's runtime, with the PID that built it.
 static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
 
@@ -59,7 +71,7 @@ pub(crate) fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
 /// The package's `os.register_at_fork(after_in_child=...)` hook.
 #[pyfunction]
 fn _after_fork_in_child() {
-    FORKS.fetch_add(1, Ordering::SeqCst);
+    count_fork();
 }
 
 /// Forks seen so far (tests).
