@@ -121,8 +121,11 @@ def test_cache_across_a_restart_with_every_relay_down(relays, tmp_path) -> None:
 def test_fork_restarts_the_sync_in_the_child(relays) -> None:
     a = relays("a")
     c = flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, backoff_base=0.1)
+    # A second client: each restarts once in the child, whichever notices
+    # the fork first.
+    c2 = flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, backoff_base=0.1)
     try:
-        assert c.wait_ready(STEP)
+        assert c.wait_ready(STEP) and c2.wait_ready(STEP)
         forks = flagstream._native._forks()
         to_parent_r, to_parent_w = os.pipe()
         to_child_r, to_child_w = os.pipe()
@@ -135,12 +138,16 @@ def test_fork_restarts_the_sync_in_the_child(relays) -> None:
                 report = {"forks_seen": flagstream._native._forks() > forks,
                           "theme_at_once": c.string("theme", USER42, "light")}
                 changed = flag_event(c, "after-fork")
+                changed2 = flag_event(c2, "after-fork")
                 os.write(to_parent_w, b"ready\n")
                 os.read(to_child_r, 1)  # the parent wrote the flag
                 report["changed"] = changed.wait(STEP)
                 report["after_fork"] = c.bool("after-fork", USER42, False)
                 report["status"] = c.status().state
                 report["connects"] = c.stats().connects
+                report["changed2"] = changed2.wait(STEP)
+                report["connects2"] = c2.stats().connects
+                report["status2"] = c2.status().state
                 os.write(to_parent_w, (json.dumps(report) + "\n").encode())
                 code = 0
             except BaseException as e:  # reported, then the child exits
@@ -157,13 +164,15 @@ def test_fork_restarts_the_sync_in_the_child(relays) -> None:
         report = json.loads(reader.readline())
         _, status = os.waitpid(pid, 0)
         assert report == {"forks_seen": True, "theme_at_once": "dark", "changed": True, "after_fork": True,
-                          "status": "ready", "connects": 1}, report
+                          "status": "ready", "connects": 1, "changed2": True, "connects2": 1,
+                          "status2": "ready"}, report
         assert os.WEXITSTATUS(status) == 0
         # The parent's client kept working too.
         assert parent_changed.wait(STEP)
         assert c.bool("after-fork", USER42, False) is True
     finally:
         c.close()
+        c2.close()
 
 
 def test_offline_file(tmp_path) -> None:
