@@ -132,22 +132,32 @@ pub(crate) struct PyDetail {
 #[pymethods]
 impl PyDetail {
     fn __repr__(&self, py: Python<'_>) -> String {
+        // Python's own spelling: None, True/False, 'quoted' strings.
+        fn num(v: Option<u32>) -> String {
+            v.map_or_else(|| "None".to_owned(), |n| n.to_string())
+        }
+        fn text(v: Option<&str>) -> String {
+            v.map_or_else(|| "None".to_owned(), |s| format!("{s:?}").replace('"', "'"))
+        }
+        fn flag(b: bool) -> &'static str {
+            if b { "True" } else { "False" }
+        }
         let value = self.value.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
         format!(
-            "EvaluationDetail(value={value}, variation={:?}, reason={:?}, rule_index={:?}, rule_id={:?}, \
-             prerequisite_key={:?}, error_kind={:?}, schedule_step={:?}, in_rollout={}, flag_version={}, \
+            "EvaluationDetail(value={value}, variation={}, reason='{}', rule_index={}, rule_id={}, \
+             prerequisite_key={}, error_kind={}, schedule_step={}, in_rollout={}, flag_version={}, \
              revision={}, stale={})",
-            self.variation,
+            num(self.variation),
             self.reason,
-            self.rule_index,
-            self.rule_id,
-            self.prerequisite_key,
-            self.error_kind,
-            self.schedule_step,
-            self.in_rollout,
+            num(self.rule_index),
+            text(self.rule_id.as_deref()),
+            text(self.prerequisite_key.as_deref()),
+            text(self.error_kind),
+            num(self.schedule_step),
+            flag(self.in_rollout),
             self.flag_version,
             self.revision,
-            self.stale
+            flag(self.stale)
         )
     }
 }
