@@ -1,6 +1,8 @@
-//! The pinned Python packages two tests run (`evaluation_reference.rs`:
+//! The pinned Python packages the tests run (`evaluation_reference.rs`:
 //! PyYAML and xxhash for the reference evaluator; `deploy_artifacts.rs`:
-//! kubernetes-validate for the manifests), and where they come from.
+//! kubernetes-validate for the manifests; `python_sdk.rs`: maturin to build
+//! the Python package, pytest and openfeature-sdk to test it, PyYAML for
+//! the conformance suite), and where they come from.
 //!
 //! With `FLAGSTREAM_PYTHON_PACKAGES` set (`.ci/run` sets it, after
 //! installing every pin of [`PINS`] there) the tests use that directory
@@ -15,7 +17,15 @@ use std::process::Command;
 
 /// Every pinned package: what `.ci/run` installs into
 /// `FLAGSTREAM_PYTHON_PACKAGES` (keep the two lists equal).
-pub const PINS: &[&str] = &["PyYAML==6.0.2", "xxhash==3.5.0", "kubernetes-validate==1.37.0"];
+pub const PINS: &[&str] = &[
+    "PyYAML==6.0.2",
+    "xxhash==3.5.0",
+    "kubernetes-validate==1.37.0",
+    // The Python package's build and tests (`python_sdk.rs`).
+    "maturin==1.16.0",
+    "pytest==9.2.0",
+    "openfeature-sdk==0.10.0",
+];
 
 /// A directory (for `PYTHONPATH`) from which `modules` import, holding the
 /// packages `pins` (a subset of [`PINS`]). `cache` is where to install them

@@ -1,0 +1,196 @@
+"""The Python client against real relay processes: first data, a change
+arriving, failover by delta, the blackhole stall, the cache with every
+relay down, fork."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+import flagstream
+from conftest import STEP
+
+USER42 = {"key": "user-42", "country": "US", "plan": "enterprise"}
+
+
+def flag_event(client: flagstream.Client, key: str) -> threading.Event:
+    """Set when an applied revision changes `key`."""
+    ev = threading.Event()
+    client.on_flag_change(key, lambda k, rev: ev.set())
+    return ev
+
+
+def test_first_data_and_a_change(relays, caplog) -> None:
+    a = relays("a")
+    with flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key) as c:
+        assert c.wait_ready(STEP), c.status()
+        st = c.status()
+        assert (st.state, st.source) == ("ready", "stream"), st
+        assert c.string("theme", USER42, "light") == "dark"
+        assert c.bool("new-checkout", USER42, False) is True
+        d = c.bool_detail("new-checkout", USER42, False)
+        assert (d.reason, d.rule_id, d.rule_index, d.variation) == ("RULE_MATCH", "us-enterprise", 0, 0), d
+        assert d.revision == st.revision and not d.stale
+        # A listener that raises is logged; the others still run.
+        revisions = []
+        got = threading.Event()
+        c.on_change(lambda ch: 1 / 0)
+
+        def record(ch: flagstream.Change) -> None:
+            revisions.append(ch)
+            got.set()
+
+        c.on_change(record)
+        changed = flag_event(c, "py-flag")
+        assert c.bool("py-flag", USER42, False) is False
+        a.flagctl("flag", "create", "py-flag", "--on", "--yes")
+        assert changed.wait(STEP), "the change did not arrive"
+        assert got.wait(STEP)
+        assert c.bool("py-flag", USER42, False) is True
+        assert any("py-flag" in (ch.flags or ()) for ch in revisions), revisions
+        s = c.stats()
+        assert s.snapshots_applied == 1 and s.deltas_applied >= 1, s
+        assert s.default_not_found >= 1, "the evaluation before the flag existed was counted"
+    assert any("a change listener raised" in r.getMessage() for r in caplog.records)
+    assert c.closed and c.status().state == "closed"
+    assert c.bool("py-flag", USER42, False) is True, "a closed client serves its last data"
+
+
+def test_failover_by_delta(relays) -> None:
+    a = relays("a")
+    a.stop()
+    b = relays("b", copy_from=a)  # the same store: the same epoch
+    a = relays("a")
+    with flagstream.Client(endpoints=[a.url, b.url], sdk_key=a.sdk_key, keep_endpoint_order=True,
+                           backoff_base=0.1) as c:
+        assert c.wait_ready(STEP)
+        assert c.stats().snapshots_applied == 1
+        changed = flag_event(c, "after-failover")
+        a.kill()
+        b.flagctl("flag", "create", "after-failover", "--on", "--yes")
+        assert changed.wait(STEP), c.status()
+        assert c.bool("after-failover", USER42, False) is True
+        s = c.stats()
+        assert s.snapshots_applied == 1, f"resumed with a delta, not a snapshot: {s}"
+        assert s.endpoint_switches >= 1 and s.deltas_applied >= 1, s
+
+
+def test_blackhole_stall_recovered_with_default_settings(relays, proxy) -> None:
+    a = relays("a")
+    a.stop()
+    b = relays("b", copy_from=a)
+    a = relays("a")
+    p = proxy(a.grpc)
+    # Default settings except the order (the stalled path first).
+    with flagstream.Client(endpoints=[p.url, b.url], sdk_key=a.sdk_key, keep_endpoint_order=True) as c:
+        assert c.wait_ready(STEP)
+        assert c.stats().snapshots_applied == 1
+        changed = flag_event(c, "after-stall")
+        p.blackhole()
+        b.flagctl("flag", "create", "after-stall", "--on", "--yes")
+        assert changed.wait(STEP), c.status()
+        assert c.bool("after-stall", USER42, False) is True
+        assert c.string("theme", USER42, "light") == "dark", "never the default for a known flag"
+        s = c.stats()
+        assert s.stalls == 1, f"detected as one stall: {s}"
+        assert s.endpoint_switches == 1, s
+        assert s.snapshots_applied == 1, f"resumed with a delta: {s}"
+
+
+def test_cache_across_a_restart_with_every_relay_down(relays, tmp_path) -> None:
+    a = relays("a")
+    cache = tmp_path / "cache"
+    with flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, cache_dir=str(cache)) as c:
+        assert c.wait_ready(STEP)
+        changed = flag_event(c, "cached-flag")
+        a.flagctl("flag", "create", "cached-flag", "--on", "--yes")
+        assert changed.wait(STEP)
+    # close() wrote the newest revision; now no relay at all.
+    a.kill()
+    with flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, cache_dir=str(cache)) as c:
+        assert c.wait_ready(STEP)
+        st = c.status()
+        assert (st.state, st.source) == ("stale", "cache"), st
+        assert c.bool("cached-flag", USER42, False) is True
+        assert c.string("theme", USER42, "light") == "dark"
+        assert c.stats().cache_errors == 0
+
+
+def test_fork_restarts_the_sync_in_the_child(relays) -> None:
+    a = relays("a")
+    c = flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, backoff_base=0.1)
+    # A second client: each restarts once in the child, whichever notices
+    # the fork first.
+    c2 = flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, backoff_base=0.1)
+    try:
+        assert c.wait_ready(STEP) and c2.wait_ready(STEP)
+        forks = flagstream._native._forks()
+        to_parent_r, to_parent_w = os.pipe()
+        to_child_r, to_child_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report over the pipe, never return into pytest
+            code = 1
+            try:
+                os.close(to_parent_r)
+                os.close(to_child_w)
+                report = {"forks_seen": flagstream._native._forks() > forks,
+                          "theme_at_once": c.string("theme", USER42, "light")}
+                changed = flag_event(c, "after-fork")
+                changed2 = flag_event(c2, "after-fork")
+                os.write(to_parent_w, b"ready\n")
+                os.read(to_child_r, 1)  # the parent wrote the flag
+                report["changed"] = changed.wait(STEP)
+                report["after_fork"] = c.bool("after-fork", USER42, False)
+                report["status"] = c.status().state
+                report["connects"] = c.stats().connects
+                report["changed2"] = changed2.wait(STEP)
+                report["connects2"] = c2.stats().connects
+                report["status2"] = c2.status().state
+                os.write(to_parent_w, (json.dumps(report) + "\n").encode())
+                code = 0
+            except BaseException as e:  # reported, then the child exits
+                os.write(to_parent_w, (json.dumps({"error": repr(e)}) + "\n").encode())
+            finally:
+                os._exit(code)
+        os.close(to_parent_w)
+        os.close(to_child_r)
+        reader = os.fdopen(to_parent_r)
+        parent_changed = flag_event(c, "after-fork")
+        assert reader.readline() == "ready\n"
+        a.flagctl("flag", "create", "after-fork", "--on", "--yes")
+        os.write(to_child_w, b"x")
+        report = json.loads(reader.readline())
+        _, status = os.waitpid(pid, 0)
+        assert report == {"forks_seen": True, "theme_at_once": "dark", "changed": True, "after_fork": True,
+                          "status": "ready", "connects": 1, "changed2": True, "connects2": 1,
+                          "status2": "ready"}, report
+        assert os.WEXITSTATUS(status) == 0
+        # The parent's client kept working too.
+        assert parent_changed.wait(STEP)
+        assert c.bool("after-fork", USER42, False) is True
+    finally:
+        c.close()
+        c2.close()
+
+
+def test_offline_file(tmp_path) -> None:
+    f = tmp_path / "flags.yaml"
+    f.write_text("flags:\n  - {key: f, type: bool, variations: [true, false], on: true, off_variation: 1,"
+                 " fallthrough: {variation: 0}}\n")
+    c = flagstream.Client.offline_file(f)
+    assert c.wait_ready(0) and c.bool("f", {"key": "u"}, False) is True
+    assert c.status().source == "file"
+
+
+def test_bad_arguments_raise() -> None:
+    import pytest
+    with pytest.raises(ValueError, match="SDK key"):
+        flagstream.Client(endpoints=["http://127.0.0.1:1"])
+    with pytest.raises(TypeError, match="unknown option"):
+        flagstream.Client(endpoints=["http://127.0.0.1:1"], sdk_key="k", bogus=1)
+    c = flagstream.Client.test_data([])
+    with pytest.raises(TypeError):
+        c.bool("f", "not a context", False)  # type: ignore[arg-type]
+    logging.getLogger("flagstream").debug("ok")
