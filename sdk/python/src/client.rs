@@ -9,203 +9,25 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use flagstream::{
-    Builder, Change, Context, Detail, ErrorKind, EvaluationDetail, FlagSet, FromValue, Limits, Reason,
-    Snapshot, Source, Status,
-};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use flagstream::{Builder, Change, Context, Detail, ErrorKind, FromValue, Limits, Reason, Snapshot, Status};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use tokio::sync::broadcast;
 
 use crate::context::with_context;
 use crate::convert::{from_json, to_json, utf8};
+use crate::detail::PyDetail;
+use crate::options::{apply_options, at_ms, build, endpoints, flag_set};
+use crate::report;
+use crate::serving::{Live, Serving, count, fixed_parts};
 use crate::{FORKS, runtime};
 
 /// Ids of the change feeds (one per Rust client started).
 static FEEDS: AtomicU64 = AtomicU64::new(1);
-
-/// Fallbacks to the caller's default counted by a client that has no Rust
-/// client behind it (unvalidated test data, or closed).
-#[derive(Debug, Default)]
-struct Fallbacks {
-    not_found: AtomicU64,
-    not_ready: AtomicU64,
-    wrong_type: AtomicU64,
-    malformed: AtomicU64,
-}
-
-impl Fallbacks {
-    fn count(&self, kind: ErrorKind) {
-        let c = match kind {
-            ErrorKind::FlagNotFound => &self.not_found,
-            ErrorKind::NotReady => &self.not_ready,
-            ErrorKind::WrongType => &self.wrong_type,
-            ErrorKind::MalformedFlag => &self.malformed,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// What evaluations read.
-#[derive(Debug, Clone)]
-enum Serving {
-    /// A Rust client (streaming, a flag file or validated test data).
-    Client(flagstream::Client),
-    /// A fixed snapshot: unvalidated test data, or the last data of a
-    /// closed client (`None`: it never had any).
-    Fixed { snap: Option<Arc<Snapshot>>, fallbacks: Arc<Fallbacks> },
-}
-
-/// The client state evaluations load, replaced whole (after a fork, when
-/// the new sync has data, at close).
-#[derive(Debug)]
-struct Live {
-    serving: Serving,
-    /// In a forked child: the new sync, until it has data.
-    pending: Option<flagstream::Client>,
-    /// [`FORKS`] when this state was made.
-    forks: u64,
-    /// The process that made it.
-    pid: u32,
-    /// The change feed: the id of the Rust client whose changes listeners
-    /// see (the pending one, or the serving one).
-    feed: u64,
-    closed: bool,
-}
-
-impl Live {
-    /// The Rust client that syncs (status, stats, changes).
-    fn syncing(&self) -> Option<&flagstream::Client> {
-        match (&self.pending, &self.serving) {
-            (Some(p), _) => Some(p),
-            (None, Serving::Client(c)) => Some(c),
-            (None, Serving::Fixed { .. }) => None,
-        }
-    }
-}
-
-/// One evaluation's full result.
-#[pyclass(frozen, module = "flagstream._native", name = "EvaluationDetail")]
-pub(crate) struct PyDetail {
-    /// The value (the caller's default on error).
-    #[pyo3(get)]
-    value: Py<PyAny>,
-    /// The served variation's index; None when the default was returned.
-    #[pyo3(get)]
-    variation: Option<u32>,
-    /// OFF, TARGET_MATCH, RULE_MATCH, FALLTHROUGH, PREREQUISITE_FAILED or ERROR.
-    #[pyo3(get)]
-    reason: &'static str,
-    /// For RULE_MATCH: the rule's index.
-    #[pyo3(get)]
-    rule_index: Option<u32>,
-    /// For RULE_MATCH: the rule's id, when it has one.
-    #[pyo3(get)]
-    rule_id: Option<String>,
-    /// For PREREQUISITE_FAILED: the prerequisite that failed.
-    #[pyo3(get)]
-    prerequisite_key: Option<String>,
-    /// For ERROR: FLAG_NOT_FOUND, WRONG_TYPE, MALFORMED_FLAG or NOT_READY.
-    #[pyo3(get)]
-    error_kind: Option<&'static str>,
-    /// For a schedule: its current step, 1-based (0 before the first).
-    #[pyo3(get)]
-    schedule_step: Option<u32>,
-    /// Whether a percentage rollout or a schedule chose the variation.
-    #[pyo3(get)]
-    in_rollout: bool,
-    /// The flag's version (0 when not found).
-    #[pyo3(get)]
-    flag_version: u64,
-    /// The snapshot's revision.
-    #[pyo3(get)]
-    revision: u64,
-    /// Whether the data was stale.
-    #[pyo3(get)]
-    stale: bool,
-}
-
-#[pymethods]
-impl PyDetail {
-    fn __repr__(&self, py: Python<'_>) -> String {
-        // Python's own spelling: None, True/False, 'quoted' strings.
-        fn num(v: Option<u32>) -> String {
-            v.map_or_else(|| "None".to_owned(), |n| n.to_string())
-        }
-        fn text(v: Option<&str>) -> String {
-            v.map_or_else(|| "None".to_owned(), |s| format!("{s:?}").replace('"', "'"))
-        }
-        fn flag(b: bool) -> &'static str {
-            if b { "True" } else { "False" }
-        }
-        let value = self.value.bind(py).repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
-        format!(
-            "EvaluationDetail(value={value}, variation={}, reason='{}', rule_index={}, rule_id={}, \
-             prerequisite_key={}, error_kind={}, schedule_step={}, in_rollout={}, flag_version={}, \
-             revision={}, stale={})",
-            num(self.variation),
-            self.reason,
-            num(self.rule_index),
-            text(self.rule_id.as_deref()),
-            text(self.prerequisite_key.as_deref()),
-            text(self.error_kind),
-            num(self.schedule_step),
-            flag(self.in_rollout),
-            self.flag_version,
-            self.revision,
-            flag(self.stale)
-        )
-    }
-}
-
-impl PyDetail {
-    fn from_owned<T>(d: EvaluationDetail<T>, value: Py<PyAny>) -> PyDetail {
-        PyDetail {
-            value,
-            variation: d.variation,
-            reason: d.reason,
-            rule_index: d.rule_index,
-            rule_id: d.rule_id.map(|n| n.to_string()).filter(|s| !s.is_empty()),
-            prerequisite_key: d.prerequisite_key.map(|n| n.to_string()),
-            error_kind: d.error.map(ErrorKind::name),
-            schedule_step: d.schedule_step,
-            in_rollout: d.in_rollout,
-            flag_version: d.flag_version,
-            revision: d.revision,
-            stale: d.stale,
-        }
-    }
-
-    fn from_detail<T>(d: &Detail<'_, T>, value: Py<PyAny>) -> PyDetail {
-        let (rule_index, rule_id, prerequisite_key, error_kind, in_rollout, schedule_step) = match d.reason {
-            Reason::RuleMatch { index, id, step } => {
-                (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, step.is_some(), step)
-            }
-            Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, false, None),
-            Reason::Error(e) => (None, None, None, Some(e.name()), false, None),
-            Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
-            Reason::Off | Reason::TargetMatch => (None, None, None, None, false, None),
-        };
-        PyDetail {
-            value,
-            variation: d.variation,
-            reason: d.reason.kind_name(),
-            rule_index,
-            rule_id,
-            prerequisite_key,
-            error_kind,
-            schedule_step,
-            in_rollout,
-            flag_version: d.flag_version,
-            revision: d.revision,
-            stale: d.stale,
-        }
-    }
-}
 
 /// How to start the sync again in a forked child.
 #[derive(Debug)]
@@ -226,94 +48,6 @@ pub(crate) struct NativeClient {
     changes: Mutex<Option<(u64, broadcast::Receiver<Change>)>>,
 }
 
-fn secs(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    let s: f64 = v.extract().map_err(|_| PyTypeError::new_err(format!("{name}: seconds as a number")))?;
-    Duration::try_from_secs_f64(s).map_err(|e| PyValueError::new_err(format!("{name}: {s} s: {e}")))
-}
-
-fn pem(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(utf8(s)?.as_bytes().to_vec());
-    }
-    v.extract::<Vec<u8>>().map_err(|_| PyTypeError::new_err(format!("{name}: PEM as str or bytes")))
-}
-
-/// Applies `Client(**options)` to the builder.
-fn apply_options(mut b: Builder, options: Option<&Bound<'_, PyDict>>) -> PyResult<Builder> {
-    let Some(options) = options else { return Ok(b) };
-    for (name, v) in options.iter() {
-        let name: String = name.extract()?;
-        b = match name.as_str() {
-            "connect_timeout" => b.connect_timeout(secs(&name, &v)?),
-            "keepalive_interval" => b.keepalive_interval(secs(&name, &v)?),
-            "keepalive_timeout" => b.keepalive_timeout(secs(&name, &v)?),
-            "tcp_user_timeout" => b.tcp_user_timeout(secs(&name, &v)?),
-            "first_message_timeout" => b.first_message_timeout(secs(&name, &v)?),
-            "heartbeat_default" => b.heartbeat_default(secs(&name, &v)?),
-            "backoff_base" => b.backoff_base(secs(&name, &v)?),
-            "backoff_cap" => b.backoff_cap(secs(&name, &v)?),
-            "healthy_after" => b.healthy_after(secs(&name, &v)?),
-            "stall_jitter" => b.stall_jitter(secs(&name, &v)?),
-            "stale_after" => b.stale_after(secs(&name, &v)?),
-            "cache_write_interval" => b.cache_write_interval(secs(&name, &v)?),
-            "watchdog_misses" => b.watchdog_misses(v.extract()?),
-            "keep_endpoint_order" => {
-                if v.extract::<bool>()? {
-                    b.keep_endpoint_order()
-                } else {
-                    b
-                }
-            }
-            "tls_ca_pem" => b.tls_ca_pem(pem(&name, &v)?),
-            "tls_identity_pem" => {
-                let (cert, key): (Bound<'_, PyAny>, Bound<'_, PyAny>) = v.extract()?;
-                b.tls_identity_pem(pem("tls_identity_pem[0]", &cert)?, pem("tls_identity_pem[1]", &key)?)
-            }
-            other => return Err(PyTypeError::new_err(format!("Client() got an unknown option {other:?}"))),
-        };
-    }
-    Ok(b)
-}
-
-fn build(b: Builder) -> PyResult<flagstream::Client> {
-    let rt = runtime()?;
-    let _in_runtime = rt.enter();
-    b.build().map_err(|e| {
-        let mut msg = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            msg.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        PyValueError::new_err(msg)
-    })
-}
-
-fn flag_set(v: &Bound<'_, PyAny>) -> PyResult<FlagSet> {
-    let json = to_json(v)?;
-    serde_json::from_value(json).map_err(|e| PyValueError::new_err(format!("test data: {e}")))
-}
-
-fn endpoints(v: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(utf8(s)?.split(',').map(|e| e.trim().to_owned()).filter(|e| !e.is_empty()).collect());
-    }
-    v.extract::<Vec<String>>().map_err(|_| PyTypeError::new_err("endpoints: a list of URLs (or one str)"))
-}
-
-fn unix_s(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn source_name(s: Source) -> &'static str {
-    match s {
-        Source::Stream => "stream",
-        Source::Cache => "cache",
-        Source::File => "file",
-        Source::Test => "test",
-    }
-}
-
 /// The not-ready result of a client without data.
 fn not_ready<T>(value: T) -> Detail<'static, T> {
     Detail {
@@ -324,22 +58,6 @@ fn not_ready<T>(value: T) -> Detail<'static, T> {
         revision: 0,
         stale: false,
     }
-}
-
-/// `at` as Unix milliseconds: an int, or a `datetime` (its `timestamp()`).
-fn at_ms(at: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
-    let Some(at) = at else { return Ok(None) };
-    if at.is_none() {
-        return Ok(None);
-    }
-    if let Ok(ms) = at.extract::<i64>() {
-        return Ok(Some(ms));
-    }
-    if at.hasattr("timestamp")? {
-        let s: f64 = at.call_method0("timestamp")?.extract()?;
-        return Ok(Some((s * 1000.0).round() as i64));
-    }
-    Err(PyTypeError::new_err("at: Unix milliseconds (int) or a datetime"))
 }
 
 impl NativeClient {
@@ -706,99 +424,13 @@ impl NativeClient {
     /// failed, closed), source, revision, since (Unix s), reason, attempts.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let live = self.live_checked()?;
-        let out = PyDict::new(py);
-        let serving_revision = match &live.serving {
-            Serving::Client(c) => c.snapshot().revision(),
-            Serving::Fixed { snap, .. } => snap.as_ref().map_or(0, |s| s.revision()),
-        };
-        if live.closed {
-            out.set_item("state", "closed")?;
-            out.set_item("revision", serving_revision)?;
-            return Ok(out);
-        }
-        let status = match live.syncing() {
-            Some(c) => c.status(),
-            None => {
-                Status::Ready { source: Source::Test, revision: serving_revision, since: SystemTime::now() }
-            }
-        };
-        let status = match (&live.pending, status) {
-            // After a fork, until the new sync has data: the snapshot the
-            // parent had is served, marked stale.
-            (Some(_), Status::Initializing { attempts }) => {
-                out.set_item("attempts", attempts_list(py, &attempts)?)?;
-                Status::Stale {
-                    source: Source::Cache,
-                    revision: serving_revision,
-                    since: SystemTime::now(),
-                    reason: "restarting the sync after a fork; serving the parent's flags".into(),
-                }
-            }
-            (_, s) => s,
-        };
-        match status {
-            Status::Initializing { attempts } => {
-                out.set_item("state", "initializing")?;
-                out.set_item("attempts", attempts_list(py, &attempts)?)?;
-            }
-            Status::Ready { source, revision, since } => {
-                out.set_item("state", "ready")?;
-                out.set_item("source", source_name(source))?;
-                out.set_item("revision", revision)?;
-                out.set_item("since", unix_s(since))?;
-            }
-            Status::Stale { source, revision, since, reason } => {
-                out.set_item("state", "stale")?;
-                out.set_item("source", source_name(source))?;
-                out.set_item("revision", revision)?;
-                out.set_item("since", unix_s(since))?;
-                out.set_item("reason", reason)?;
-            }
-            Status::Failed { reason } => {
-                out.set_item("state", "failed")?;
-                out.set_item("reason", reason)?;
-            }
-        }
-        Ok(out)
+        report::status(py, &live)
     }
 
     /// The client's counters as a dict (see `flagstream.Stats`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let live = self.live_checked()?;
-        let s = match (live.syncing(), &live.serving) {
-            (Some(c), _) => c.stats(),
-            (None, Serving::Fixed { fallbacks, .. }) => flagstream::Stats {
-                default_not_found: fallbacks.not_found.load(Ordering::Relaxed),
-                default_not_ready: fallbacks.not_ready.load(Ordering::Relaxed),
-                default_wrong_type: fallbacks.wrong_type.load(Ordering::Relaxed),
-                default_malformed: fallbacks.malformed.load(Ordering::Relaxed),
-                ..Default::default()
-            },
-            (None, Serving::Client(c)) => c.stats(),
-        };
-        let out = PyDict::new(py);
-        for (k, v) in [
-            ("default_not_found", s.default_not_found),
-            ("default_not_ready", s.default_not_ready),
-            ("default_wrong_type", s.default_wrong_type),
-            ("default_malformed", s.default_malformed),
-            ("connects", s.connects),
-            ("reconnects", s.reconnects),
-            ("endpoint_switches", s.endpoint_switches),
-            ("stalls", s.stalls),
-            ("resyncs", s.resyncs),
-            ("checksum_mismatches", s.checksum_mismatches),
-            ("diverged_heads", s.diverged_heads),
-            ("retry_hints", s.retry_hints),
-            ("snapshots_applied", s.snapshots_applied),
-            ("deltas_applied", s.deltas_applied),
-            ("cache_writes", s.cache_writes),
-            ("cache_errors", s.cache_errors),
-            ("stale_ms", s.stale_ms),
-        ] {
-            out.set_item(k, v)?;
-        }
-        Ok(out)
+        report::stats(py, &live)
     }
 
     /// How old the served data may be, in seconds; None until a relay
@@ -957,37 +589,4 @@ impl NativeClient {
         })??;
         Py::new(py, out)
     }
-}
-
-/// The snapshot (None before data), staleness and fallback counters of
-/// what serves, for an evaluation straight from the snapshot.
-fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Option<Arc<Fallbacks>>) {
-    match serving {
-        Serving::Client(c) => {
-            let status = c.status();
-            (status.has_data().then(|| c.snapshot()), status.is_stale(), None)
-        }
-        Serving::Fixed { snap, fallbacks } => (snap.clone(), false, Some(fallbacks.clone())),
-    }
-}
-
-/// Counts a fallback of a fixed client (not of an evaluation `at` another
-/// time: see `bool_detail`).
-fn count(fallbacks: &Option<Arc<Fallbacks>>, at: Option<i64>, reason: &Reason<'_>) {
-    if let (Some(f), None, Reason::Error(k)) = (fallbacks, at, reason) {
-        f.count(*k);
-    }
-}
-
-/// Failed attempts as a list of dicts (endpoint, error, retry_in seconds).
-fn attempts_list<'py>(py: Python<'py>, attempts: &[flagstream::Attempt]) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
-    for a in attempts {
-        let d = PyDict::new(py);
-        d.set_item("endpoint", &a.endpoint)?;
-        d.set_item("error", &a.error)?;
-        d.set_item("retry_in", a.retry_in.as_secs_f64())?;
-        list.append(d)?;
-    }
-    Ok(list)
 }

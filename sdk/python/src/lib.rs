@@ -21,6 +21,10 @@ use pyo3::prelude::*;
 mod client;
 mod context;
 mod convert;
+mod detail;
+mod options;
+mod report;
+mod serving;
 
 /// Forks seen by this process's lineage: a client started under another
 /// count is in a child of the process that started it.
@@ -83,7 +87,7 @@ fn _forks() -> u64 {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::NativeClient>()?;
-    m.add_class::<client::PyDetail>()?;
+    m.add_class::<detail::PyDetail>()?;
     m.add_class::<context::PyContext>()?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(_forks, m)?)?;
