@@ -520,7 +520,9 @@ impl NativeClient {
         };
         drop(live);
         let Some(mut rx) = taken else {
-            // Fixed data never changes.
+            // Fixed data never changes: no event can come, so the listener
+            // thread's poll waits out its timeout (how it notices close())
+            // without the GIL.
             py.detach(|| std::thread::sleep(timeout));
             return Ok(py.None().into_bound(py));
         };
