@@ -1,0 +1,162 @@
+'use strict';
+// flagstream for Node.js: the Rust client behind a native addon
+// (src/lib.rs), wrapped here in the JS idiom. See index.d.ts for the API.
+
+const { EventEmitter } = require('node:events');
+const path = require('node:path');
+
+let native;
+try {
+  native = require(process.env.FLAGSTREAM_NODE_ADDON || path.join(__dirname, 'flagstream.node'));
+} catch (e) {
+  e.message = `flagstream: the native addon is not built (run \`npm install\` in ${__dirname}, which needs the Rust toolchain): ${e.message}`;
+  throw e;
+}
+const { NativeClient, Context, Snapshot, kindProblem } = native;
+
+const OPTIONS = new Set([
+  'endpoints', 'sdkKey', 'cacheDir', 'cacheWriteIntervalMs', 'keepEndpointOrder', 'tlsCaPem',
+  'tlsCertPem', 'tlsKeyPem', 'offlineFile', 'testData', 'connectTimeoutMs', 'keepaliveIntervalMs',
+  'keepaliveTimeoutMs', 'tcpUserTimeoutMs', 'firstMessageTimeoutMs', 'heartbeatDefaultMs',
+  'watchdogMisses', 'backoffBaseMs', 'backoffCapMs', 'healthyAfterMs', 'stallJitterMs', 'staleAfterMs',
+]);
+
+function nowOf(options) {
+  if (options === undefined || options === null || options.now === undefined) return undefined;
+  const now = options.now;
+  if (now instanceof Date) return now.getTime();
+  if (typeof now === 'number') return now;
+  if (typeof now === 'string') {
+    const t = Date.parse(now);
+    if (Number.isNaN(t)) throw new TypeError(`now: ${JSON.stringify(now)} is not a date`);
+    return t;
+  }
+  throw new TypeError('now must be a Date, Unix milliseconds or an ISO 8601 string');
+}
+
+/**
+ * A flagstream client: streams flags from relays on the addon's own
+ * threads and evaluates them synchronously in memory. Emits `change`
+ * ({revision, flags}) per applied revision and `change:<flagKey>`
+ * ({revision, key}) per changed flag.
+ */
+class Client extends EventEmitter {
+  #n;
+
+  constructor(options = {}) {
+    super();
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    for (const k of Object.keys(options)) {
+      if (!OPTIONS.has(k)) throw new TypeError(`unknown option ${JSON.stringify(k)}`);
+    }
+    const o = { ...options };
+    if (typeof o.endpoints === 'string') o.endpoints = [o.endpoints];
+    this.#n = new NativeClient(o);
+    this.#n.listen((event) => this.#onChange(event));
+  }
+
+  /** A client serving these flags (`{flags, segments}`, the file form): for unit tests. */
+  static testData(set, options = {}) {
+    return new Client({ ...options, testData: set });
+  }
+
+  /** A client serving a YAML/JSON flag file (`flagctl export`). */
+  static offlineFile(file, options = {}) {
+    return new Client({ ...options, offlineFile: file });
+  }
+
+  #onChange(event) {
+    if (event.lagged > 0) {
+      // More than 64 revisions behind: any flag may have changed.
+      event = { revision: this.#n.revision(), flags: this.#n.flagKeys(), lagged: event.lagged };
+    } else {
+      delete event.lagged;
+    }
+    this.#emitSafely('change', event);
+    for (const key of event.flags) {
+      const name = `change:${key}`;
+      if (this.listenerCount(name) > 0) this.#emitSafely(name, { revision: event.revision, key });
+    }
+  }
+
+  #emitSafely(name, event) {
+    try {
+      this.emit(name, event);
+    } catch (err) {
+      // A listener's exception is not the client's: reported, not propagated.
+      if (this.listenerCount('error') > 0) this.emit('error', err);
+      else console.error(`flagstream: a "${name}" listener threw:`, err);
+    }
+  }
+
+  /** Resolves to true as soon as flags are served, false after `timeoutMs`. */
+  waitReady(timeoutMs = 5000) {
+    return this.#n.waitReady(timeoutMs);
+  }
+
+  bool(key, ctx, defaultValue) {
+    return this.#n.bool(key, ctx, defaultValue);
+  }
+  string(key, ctx, defaultValue) {
+    return this.#n.string(key, ctx, defaultValue);
+  }
+  int(key, ctx, defaultValue) {
+    return this.#n.int(key, ctx, defaultValue);
+  }
+  bigint(key, ctx, defaultValue) {
+    return this.#n.bigint(key, ctx, defaultValue);
+  }
+  number(key, ctx, defaultValue) {
+    return this.#n.number(key, ctx, defaultValue);
+  }
+  json(key, ctx, defaultValue = null) {
+    return this.#n.json(key, ctx, defaultValue);
+  }
+
+  boolDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('bool', key, ctx, defaultValue, nowOf(options));
+  }
+  stringDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('string', key, ctx, defaultValue, nowOf(options));
+  }
+  intDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('int', key, ctx, defaultValue, nowOf(options));
+  }
+  bigintDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('bigint', key, ctx, defaultValue, nowOf(options));
+  }
+  numberDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('number', key, ctx, defaultValue, nowOf(options));
+  }
+  jsonDetail(key, ctx, defaultValue = null, options) {
+    return this.#n.detail('json', key, ctx, defaultValue, nowOf(options));
+  }
+
+  status() {
+    return this.#n.status();
+  }
+  stats() {
+    return this.#n.stats();
+  }
+  /** How old the served data may be (ms); null until a relay confirmed any. */
+  dataAgeMs() {
+    return this.#n.dataAgeMs();
+  }
+  /** The flags served now, in the file form ({flags, segments}). */
+  flagSet() {
+    return this.#n.flagSet();
+  }
+
+  /** Stops the sync, writes the cache, releases everything; idempotent. */
+  close() {
+    this.#n.close();
+    this.emit('close');
+  }
+}
+
+/** Evaluates a compiled flag set without a client (see index.d.ts). */
+function snapshotDetail(snapshot, type, key, ctx, defaultValue, options) {
+  return snapshot.detail(type, key, ctx, defaultValue, nowOf(options));
+}
+
+module.exports = { Client, Context, Snapshot, snapshotDetail, kindProblem };
