@@ -21,6 +21,14 @@ const OPTIONS = new Set([
   'watchdogMisses', 'backoffBaseMs', 'backoffCapMs', 'healthyAfterMs', 'stallJitterMs', 'staleAfterMs',
 ]);
 
+// A flag set as flag-file text: a string as it is (YAML or JSON; keeps
+// 64-bit integers exact), an object ({flags, segments}) as JSON.
+function flagSetText(set) {
+  if (typeof set === 'string') return set;
+  if (set === null || typeof set !== 'object') throw new TypeError('a flag set is an object {flags, segments} or flag-file text');
+  return JSON.stringify(set);
+}
+
 function nowOf(options) {
   if (options === undefined || options === null || options.now === undefined) return undefined;
   const now = options.now;
@@ -50,6 +58,7 @@ class Client extends EventEmitter {
       if (!OPTIONS.has(k)) throw new TypeError(`unknown option ${JSON.stringify(k)}`);
     }
     const o = { ...options };
+    if (o.testData !== undefined) o.testData = flagSetText(o.testData);
     if (typeof o.endpoints === 'string') o.endpoints = [o.endpoints];
     this.#n = new NativeClient(o);
     this.#n.listen((event) => this.#onChange(event));
@@ -154,9 +163,21 @@ class Client extends EventEmitter {
   }
 }
 
-/** Evaluates a compiled flag set without a client (see index.d.ts). */
-function snapshotDetail(snapshot, type, key, ctx, defaultValue, options) {
-  return snapshot.detail(type, key, ctx, defaultValue, nowOf(options));
+/**
+ * A compiled flag set evaluated without a client: `compile(set, {validate})`
+ * then `detail(type, key, ctx, default, {now})`.
+ */
+class FlagSnapshot {
+  #s;
+  constructor(native) {
+    this.#s = native;
+  }
+  static compile(set, options = {}) {
+    return new FlagSnapshot(Snapshot.compile(flagSetText(set), options.validate !== false));
+  }
+  detail(type, key, ctx, defaultValue, options) {
+    return this.#s.detail(type, key, ctx, defaultValue, nowOf(options));
+  }
 }
 
-module.exports = { Client, Context, Snapshot, snapshotDetail, kindProblem };
+module.exports = { Client, Context, Snapshot: FlagSnapshot, kindProblem };

@@ -51,8 +51,17 @@ fn type_error(msg: impl Into<String>) -> Error {
     Error::new(napi::Status::InvalidArg, msg.into())
 }
 
-fn error(msg: impl std::fmt::Display) -> Error {
-    Error::from_reason(msg.to_string())
+/// An error with its chain of causes (`BuildError::File` names the file;
+/// its source says what is wrong with it).
+fn error(e: impl std::error::Error) -> Error {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    Error::from_reason(msg)
 }
 
 /// A JS context: a prebuilt `Context` or an object read at this call.
@@ -96,7 +105,8 @@ pub struct NativeOptions {
     pub tls_cert_pem: Option<String>,
     pub tls_key_pem: Option<String>,
     pub offline_file: Option<String>,
-    pub test_data: Option<Json>,
+    /// The text of a YAML/JSON flag file (index.js serialises an object).
+    pub test_data: Option<String>,
     pub connect_timeout_ms: Option<f64>,
     pub keepalive_interval_ms: Option<f64>,
     pub keepalive_timeout_ms: Option<f64>,
@@ -109,6 +119,12 @@ pub struct NativeOptions {
     pub healthy_after_ms: Option<f64>,
     pub stall_jitter_ms: Option<f64>,
     pub stale_after_ms: Option<f64>,
+}
+
+/// A flag set from the text of a flag file (YAML or JSON; text keeps
+/// 64-bit integers exact, which JS numbers do not).
+fn flag_set(what: &str, text: &str) -> Result<FlagSet> {
+    serde_yaml_ng::from_str(text).map_err(|e| type_error(format!("{what}: {e}")))
 }
 
 fn ms(name: &str, v: f64) -> Result<Duration> {
@@ -144,8 +160,7 @@ fn builder(o: NativeOptions) -> Result<flagstream::Builder> {
         b = b.offline_file(f);
     }
     if let Some(set) = o.test_data {
-        let set: FlagSet = serde_json::from_value(set).map_err(|e| type_error(format!("testData: {e}")))?;
-        b = b.test_data(set);
+        b = b.test_data(flag_set("testData", &set)?);
     }
     macro_rules! durations {
         ($($field:ident => $setter:ident),* $(,)?) => {$(
@@ -432,7 +447,7 @@ impl NativeClient {
     pub fn listen(&mut self, callback: ChangeFn) -> Result<()> {
         let Some(client) = &self.client else { return Ok(()) };
         if self.forwarder.is_some() {
-            return Err(error("already listening"));
+            return Err(Error::from_reason("already listening"));
         }
         let mut changes = client.changes();
         let task = napi::bindgen_prelude::spawn(async move {
@@ -630,11 +645,11 @@ pub struct JsSnapshot {
 
 #[napi]
 impl JsSnapshot {
-    /// Compiles `{flags, segments}` (the file form), validating it unless
+    /// Compiles `{flags, segments}` (the file form, or its YAML/JSON text), validating it unless
     /// `validate` is false; a flag set that does not validate throws.
     #[napi(factory)]
-    pub fn compile(set: Json, validate: Option<bool>) -> Result<Self> {
-        let set: FlagSet = serde_json::from_value(set).map_err(|e| type_error(format!("flag set: {e}")))?;
+    pub fn compile(set: String, validate: Option<bool>) -> Result<Self> {
+        let set = flag_set("flag set", &set)?;
         let limits = flagstream::Limits::default();
         let snap = if validate.unwrap_or(true) {
             flagstream::Snapshot::compile(&set, &limits).map_err(error)?
