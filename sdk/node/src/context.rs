@@ -138,7 +138,7 @@ impl JsContext {
     /// Reads the object form once (see the README's Node section).
     #[napi(constructor)]
     pub fn new(env: Env, ctx: Object<'_>) -> Result<Self> {
-        Ok(JsContext { inner: from_object(&env, &ctx)? })
+        Ok(JsContext { inner: crate::js(&env, from_object(&env, &ctx))? })
     }
 
     /// The targeting key (of a multi-kind context: of its first kind).

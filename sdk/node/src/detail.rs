@@ -2,7 +2,7 @@
 //! ruleId, prerequisiteKey, errorKind, scheduleStep, inRollout,
 //! flagVersion, revision, stale}`; a field that does not apply is absent.
 
-use flagstream::{Detail, EvaluationDetail, ErrorKind, Reason};
+use flagstream::{Detail, ErrorKind, EvaluationDetail, Reason};
 use napi::Result;
 use napi::bindgen_prelude::{Env, Object, ToNapiValue};
 

@@ -51,6 +51,21 @@ fn type_error(msg: impl Into<String>) -> Error {
     Error::new(napi::Status::InvalidArg, msg.into())
 }
 
+/// `r`, with an argument error (a bad context, default or option: the
+/// caller's bug) thrown as a JS `TypeError` rather than a plain `Error`.
+pub(crate) fn js<T>(env: &Env, r: Result<T>) -> Result<T> {
+    r.map_err(|e| {
+        if e.status != napi::Status::InvalidArg {
+            return e;
+        }
+        let reason = e.reason.clone();
+        // SAFETY: `env` is the env of the running call, on its JS thread.
+        unsafe { napi::JsTypeError::from(e).throw_into(env.raw()) };
+        // Already thrown: napi-rs does not throw a pending exception again.
+        Error::new(napi::Status::PendingException, reason)
+    })
+}
+
 /// An error with its chain of causes (`BuildError::File` names the file;
 /// its source says what is wrong with it).
 fn error(e: impl std::error::Error) -> Error {
@@ -344,18 +359,21 @@ enum Typed {
 
 fn typed_default(env: &Env, kind: &str, default: Unknown<'_>) -> Result<Typed> {
     use napi::bindgen_prelude::{FromNapiValue, JsValue};
+    let wrong = |e: Error| type_error(format!("the default of a {kind} evaluation: {}", e.reason));
     // SAFETY (each arm): `default` is a live value of this call's env; a
     // value of another type is refused by `from_napi_value` with an error.
     unsafe {
         Ok(match kind {
-            "bool" => Typed::Bool(bool::from_napi_value(env.raw(), default.raw())?),
-            "string" => Typed::Str(String::from_napi_value(env.raw(), default.raw())?),
-            "int" => Typed::Int(int_default(f64::from_napi_value(env.raw(), default.raw())?)?),
-            "bigint" => Typed::BigInt(bigint_default(&BigInt::from_napi_value(env.raw(), default.raw())?)?),
-            "number" => Typed::Float(f64::from_napi_value(env.raw(), default.raw())?),
+            "bool" => Typed::Bool(bool::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
+            "string" => Typed::Str(String::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
+            "int" => Typed::Int(int_default(f64::from_napi_value(env.raw(), default.raw()).map_err(wrong)?)?),
+            "bigint" => Typed::BigInt(bigint_default(
+                &BigInt::from_napi_value(env.raw(), default.raw()).map_err(wrong)?,
+            )?),
+            "number" => Typed::Float(f64::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
             "json" => Typed::Json(match default.get_type()? {
                 napi::ValueType::Undefined => Json::Null,
-                _ => env.from_js_value(default)?,
+                _ => env.from_js_value(default).map_err(wrong)?,
             }),
             other => return Err(type_error(format!("unknown type {other:?}"))),
         })
@@ -436,8 +454,8 @@ impl NativeClient {
     /// Builds the client on the addon's runtime; returns at once (a cache
     /// is read first, synchronously).
     #[napi(constructor)]
-    pub fn new(options: NativeOptions) -> Result<Self> {
-        let b = builder(options)?;
+    pub fn new(env: Env, options: NativeOptions) -> Result<Self> {
+        let b = js(&env, builder(options))?;
         let client = napi::bindgen_prelude::within_runtime_if_available(|| b.build()).map_err(error)?;
         Ok(NativeClient { client: Some(client), final_stats: flagstream::Stats::default(), forwarder: None })
     }
@@ -454,8 +472,12 @@ impl NativeClient {
             use tokio::sync::broadcast::error::RecvError;
             loop {
                 let event = match changes.recv().await {
-                    Ok(c) => ChangeEvent { revision: c.revision as f64, flags: c.flags.to_vec(), lagged: 0.0 },
-                    Err(RecvError::Lagged(n)) => ChangeEvent { revision: 0.0, flags: Vec::new(), lagged: n as f64 },
+                    Ok(c) => {
+                        ChangeEvent { revision: c.revision as f64, flags: c.flags.to_vec(), lagged: 0.0 }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        ChangeEvent { revision: 0.0, flags: Vec::new(), lagged: n as f64 }
+                    }
                     // The client is gone (closed).
                     Err(RecvError::Closed) => return,
                 };
@@ -502,40 +524,40 @@ impl NativeClient {
     #[napi]
     pub fn bool(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: bool) -> Result<bool> {
         let Some(c) = &self.client else { return Ok(default) };
-        with_ctx(&env, &ctx, |x| c.bool(&key, x, default))
+        js(&env, with_ctx(&env, &ctx, |x| c.bool(&key, x, default)))
     }
 
     #[napi]
     pub fn string(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: String) -> Result<String> {
         let Some(c) = &self.client else { return Ok(default) };
-        with_ctx(&env, &ctx, |x| c.string_with(&key, x, &default, str::to_owned))
+        js(&env, with_ctx(&env, &ctx, |x| c.string_with(&key, x, &default, str::to_owned)))
     }
 
     #[napi]
     pub fn int(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: f64) -> Result<i64> {
-        let d = int_default(default)?;
+        let d = js(&env, int_default(default))?;
         let Some(c) = &self.client else { return Ok(d) };
-        with_ctx(&env, &ctx, |x| c.int(&key, x, d))
+        js(&env, with_ctx(&env, &ctx, |x| c.int(&key, x, d)))
     }
 
     #[napi]
     pub fn bigint(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: BigInt) -> Result<BigInt> {
-        let d = bigint_default(&default)?;
+        let d = js(&env, bigint_default(&default))?;
         let Some(c) = &self.client else { return Ok(default) };
-        with_ctx(&env, &ctx, |x| BigInt::from(c.int(&key, x, d)))
+        js(&env, with_ctx(&env, &ctx, |x| BigInt::from(c.int(&key, x, d))))
     }
 
     #[napi]
     pub fn number(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: f64) -> Result<f64> {
         let Some(c) = &self.client else { return Ok(default) };
-        with_ctx(&env, &ctx, |x| c.float(&key, x, default))
+        js(&env, with_ctx(&env, &ctx, |x| c.float(&key, x, default)))
     }
 
     #[napi]
     pub fn json(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: Option<Json>) -> Result<Json> {
         let d = default.unwrap_or(Json::Null);
         let Some(c) = &self.client else { return Ok(d) };
-        with_ctx(&env, &ctx, |x| c.json(&key, x, d))
+        js(&env, with_ctx(&env, &ctx, |x| c.json(&key, x, d)))
     }
 
     /// Any typed result with its reason: `kind` is `bool`, `string`,
@@ -544,6 +566,18 @@ impl NativeClient {
     /// reads the snapshot directly and is not counted in `stats()`).
     #[napi]
     pub fn detail<'e>(
+        &self,
+        env: &'e Env,
+        kind: String,
+        key: String,
+        ctx: Ctx<'_, '_>,
+        default: Unknown<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
+        js(env, self.detail_inner(env, kind, key, ctx, default, now))
+    }
+
+    fn detail_inner<'e>(
         &self,
         env: &'e Env,
         kind: String,
@@ -648,8 +682,8 @@ impl JsSnapshot {
     /// Compiles `{flags, segments}` (the file form, or its YAML/JSON text), validating it unless
     /// `validate` is false; a flag set that does not validate throws.
     #[napi(factory)]
-    pub fn compile(set: String, validate: Option<bool>) -> Result<Self> {
-        let set = flag_set("flag set", &set)?;
+    pub fn compile(env: Env, set: String, validate: Option<bool>) -> Result<Self> {
+        let set = js(&env, flag_set("flag set", &set))?;
         let limits = flagstream::Limits::default();
         let snap = if validate.unwrap_or(true) {
             flagstream::Snapshot::compile(&set, &limits).map_err(error)?
@@ -670,9 +704,12 @@ impl JsSnapshot {
         default: Unknown<'_>,
         now: Option<f64>,
     ) -> Result<Object<'e>> {
-        let t = typed_default(env, &kind, default)?;
-        let now = now.map(|n| int_default(n.floor())).transpose()?;
-        with_ctx(env, &ctx, |x| snapshot_detail(env, &self.inner, &key, x, t, now, false))?
+        let r = (|| {
+            let t = typed_default(env, &kind, default)?;
+            let now = now.map(|n| int_default(n.floor())).transpose()?;
+            with_ctx(env, &ctx, |x| snapshot_detail(env, &self.inner, &key, x, t, now, false))?
+        })();
+        js(env, r)
     }
 }
 
