@@ -12,7 +12,51 @@ try {
   e.message = `flagstream: the native addon is not built (run \`npm install\` in ${__dirname}, which needs the Rust toolchain): ${e.message}`;
   throw e;
 }
-const { NativeClient, Context, Snapshot, kindProblem } = native;
+const { NativeClient, Snapshot, kindProblem, contextInfo } = native;
+// The evaluation hot path: plain N-API functions taking ids (src/fast.rs).
+const fast = native.fastApi();
+
+// A Context's id in the addon's table; freed when the Context is collected.
+const ID = Symbol('flagstream.contextId');
+const contexts = new FinalizationRegistry((id) => fast.contextFree(id));
+
+/**
+ * A context read once, for hot paths: evaluating with it converts nothing
+ * (the object form as for any evaluation; see index.d.ts).
+ */
+class Context {
+  constructor(ctx) {
+    if (ctx === null || typeof ctx !== 'object') throw new TypeError('a context is an object');
+    const id = fast.contextNew(JSON.stringify(ctx));
+    Object.defineProperty(this, ID, { value: id });
+    contexts.register(this, id);
+  }
+  /** The targeting key (of a multi-kind context: of its first kind). */
+  get key() {
+    return contextInfo(this[ID]).key;
+  }
+  /** The kind; `multi` for a multi-kind context. */
+  get kind() {
+    return contextInfo(this[ID]).kind;
+  }
+  /** The file form (`{key, kind, attributes}` / `{kind: "multi", contexts}`). */
+  toJSON() {
+    return contextInfo(this[ID]).file;
+  }
+}
+
+/**
+ * What the addon takes for a context: a Context's id, or the JSON text of
+ * an object context (read in Rust in one pass: a few times cheaper than
+ * walking the object through N-API). So an object context is read as
+ * JSON.stringify sees it: `undefined` and functions are left out (missing
+ * attributes), Dates become ISO strings, `toJSON()` is honoured.
+ */
+function ctxArg(ctx) {
+  if (ctx instanceof Context) return ctx[ID];
+  if (ctx === null || typeof ctx !== 'object') throw new TypeError(`a context is an object or a Context, not ${ctx === null ? 'null' : typeof ctx}`);
+  return JSON.stringify(ctx);
+}
 
 const OPTIONS = new Set([
   'endpoints', 'sdkKey', 'cacheDir', 'cacheWriteIntervalMs', 'keepEndpointOrder', 'tlsCaPem',
@@ -50,6 +94,7 @@ function nowOf(options) {
  */
 class Client extends EventEmitter {
   #n;
+  #id;
 
   constructor(options = {}) {
     super();
@@ -61,6 +106,7 @@ class Client extends EventEmitter {
     if (o.testData !== undefined) o.testData = flagSetText(o.testData);
     if (typeof o.endpoints === 'string') o.endpoints = [o.endpoints];
     this.#n = new NativeClient(o);
+    this.#id = this.#n.id;
     this.#n.listen((event) => this.#onChange(event));
   }
 
@@ -104,41 +150,41 @@ class Client extends EventEmitter {
   }
 
   bool(key, ctx, defaultValue) {
-    return this.#n.bool(key, ctx, defaultValue);
+    return fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
   }
   string(key, ctx, defaultValue) {
-    return this.#n.string(key, ctx, defaultValue);
+    return fast.string(this.#id, key, ctxArg(ctx), defaultValue);
   }
   int(key, ctx, defaultValue) {
-    return this.#n.int(key, ctx, defaultValue);
+    return fast.int(this.#id, key, ctxArg(ctx), defaultValue);
   }
   bigint(key, ctx, defaultValue) {
-    return this.#n.bigint(key, ctx, defaultValue);
+    return this.#n.bigint(key, ctxArg(ctx), defaultValue);
   }
   number(key, ctx, defaultValue) {
-    return this.#n.number(key, ctx, defaultValue);
+    return fast.number(this.#id, key, ctxArg(ctx), defaultValue);
   }
   json(key, ctx, defaultValue = null) {
-    return this.#n.json(key, ctx, defaultValue);
+    return this.#n.json(key, ctxArg(ctx), defaultValue);
   }
 
   boolDetail(key, ctx, defaultValue, options) {
-    return this.#n.detail('bool', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('bool', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
   stringDetail(key, ctx, defaultValue, options) {
-    return this.#n.detail('string', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('string', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
   intDetail(key, ctx, defaultValue, options) {
-    return this.#n.detail('int', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('int', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
   bigintDetail(key, ctx, defaultValue, options) {
-    return this.#n.detail('bigint', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('bigint', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
   numberDetail(key, ctx, defaultValue, options) {
-    return this.#n.detail('number', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('number', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
   jsonDetail(key, ctx, defaultValue = null, options) {
-    return this.#n.detail('json', key, ctx, defaultValue, nowOf(options));
+    return this.#n.detail('json', key, ctxArg(ctx), defaultValue, nowOf(options));
   }
 
   status() {
@@ -176,7 +222,7 @@ class FlagSnapshot {
     return new FlagSnapshot(Snapshot.compile(flagSetText(set), options.validate !== false));
   }
   detail(type, key, ctx, defaultValue, options) {
-    return this.#s.detail(type, key, ctx, defaultValue, nowOf(options));
+    return this.#s.detail(type, key, ctxArg(ctx), defaultValue, nowOf(options));
   }
 }
 

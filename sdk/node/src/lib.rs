@@ -21,16 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use flagstream::{Client, Context, FlagSet, Source, Status};
-use napi::bindgen_prelude::{BigInt, Either, Env, Object, PromiseRaw, ToNapiValue, Unknown};
+use napi::bindgen_prelude::{BigInt, Env, Object, PromiseRaw, ToNapiValue, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result};
 use napi_derive::napi;
 use serde_json::Value as Json;
 
-mod context;
 mod detail;
-
-use context::JsContext;
+mod fast;
 
 /// Registers the addon's runtime with napi-rs (`spawn_future`, `spawn`).
 #[napi_derive::module_init]
@@ -53,7 +51,7 @@ fn type_error(msg: impl Into<String>) -> Error {
 
 /// `r`, with an argument error (a bad context, default or option: the
 /// caller's bug) thrown as a JS `TypeError` rather than a plain `Error`.
-pub(crate) fn js<T>(env: &Env, r: Result<T>) -> Result<T> {
+fn js<T>(env: &Env, r: Result<T>) -> Result<T> {
     r.map_err(|e| {
         if e.status != napi::Status::InvalidArg {
             return e;
@@ -79,21 +77,21 @@ fn error(e: impl std::error::Error) -> Error {
     Error::from_reason(msg)
 }
 
-/// A JS context: a prebuilt `Context` or an object read at this call.
-type Ctx<'a, 'e> = Either<&'a JsContext, Object<'e>>;
+/// A JS context: a prebuilt context's id (index.js passes `Context`s so)
+/// or an object in the object form (`fast.rs`).
+type Ctx<'e> = Unknown<'e>;
 
-/// Reads `ctx` (if it is an object) and runs `f` on it.
-fn with_ctx<R>(env: &Env, ctx: &Ctx<'_, '_>, f: impl FnOnce(&Context<'_>) -> R) -> Result<R> {
-    match ctx {
-        Either::A(c) => Ok(f(&c.inner)),
-        Either::B(o) => Ok(f(&context::from_object(env, o)?)),
-    }
+/// Reads `ctx` and runs `f` on it.
+fn with_ctx<R>(env: &Env, ctx: &Ctx<'_>, f: impl FnOnce(&Context<'_>) -> R) -> Result<R> {
+    use napi::bindgen_prelude::JsValue;
+    // SAFETY: `ctx` is a live value of this call's env.
+    unsafe { fast::with_context(env.raw(), ctx.raw(), f) }.map_err(|e| type_error(e.0))
 }
 
 /// An integer default from a JS number: it must be a whole number in the
 /// i64 range (`bigint*` take exact 64-bit defaults).
-fn int_default(d: f64) -> Result<i64> {
-    if d.fract() != 0.0 || !d.is_finite() || d < -9.223_372_036_854_776e18 || d >= 9.223_372_036_854_776e18 {
+pub(crate) fn int_default(d: f64) -> Result<i64> {
+    if d.fract() != 0.0 || !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&d) {
         return Err(type_error(format!("default {d} is not a whole number in the 64-bit range")));
     }
     Ok(d as i64)
@@ -342,6 +340,8 @@ type ChangeFn = ThreadsafeFunction<ChangeEvent, Unknown<'static>, ChangeEvent, n
 #[napi]
 pub struct NativeClient {
     client: Option<Client>,
+    /// Its id in `fast::CLIENTS` (the hot path's handle on a clone).
+    id: u32,
     /// The counters at `close()`, served afterwards.
     final_stats: flagstream::Stats,
     forwarder: Option<tokio::task::AbortHandle>,
@@ -457,7 +457,19 @@ impl NativeClient {
     pub fn new(env: Env, options: NativeOptions) -> Result<Self> {
         let b = js(&env, builder(options))?;
         let client = napi::bindgen_prelude::within_runtime_if_available(|| b.build()).map_err(error)?;
-        Ok(NativeClient { client: Some(client), final_stats: flagstream::Stats::default(), forwarder: None })
+        let id = fast::CLIENTS.with(|t| t.borrow_mut().insert(client.clone()));
+        Ok(NativeClient {
+            client: Some(client),
+            id,
+            final_stats: flagstream::Stats::default(),
+            forwarder: None,
+        })
+    }
+
+    /// The id `fast.rs`'s functions take.
+    #[napi(getter)]
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// Starts sending every applied revision to `callback` (once).
@@ -522,39 +534,14 @@ impl NativeClient {
     }
 
     #[napi]
-    pub fn bool(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: bool) -> Result<bool> {
-        let Some(c) = &self.client else { return Ok(default) };
-        js(&env, with_ctx(&env, &ctx, |x| c.bool(&key, x, default)))
-    }
-
-    #[napi]
-    pub fn string(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: String) -> Result<String> {
-        let Some(c) = &self.client else { return Ok(default) };
-        js(&env, with_ctx(&env, &ctx, |x| c.string_with(&key, x, &default, str::to_owned)))
-    }
-
-    #[napi]
-    pub fn int(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: f64) -> Result<i64> {
-        let d = js(&env, int_default(default))?;
-        let Some(c) = &self.client else { return Ok(d) };
-        js(&env, with_ctx(&env, &ctx, |x| c.int(&key, x, d)))
-    }
-
-    #[napi]
-    pub fn bigint(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: BigInt) -> Result<BigInt> {
+    pub fn bigint(&self, env: Env, key: String, ctx: Ctx<'_>, default: BigInt) -> Result<BigInt> {
         let d = js(&env, bigint_default(&default))?;
         let Some(c) = &self.client else { return Ok(default) };
         js(&env, with_ctx(&env, &ctx, |x| BigInt::from(c.int(&key, x, d))))
     }
 
     #[napi]
-    pub fn number(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: f64) -> Result<f64> {
-        let Some(c) = &self.client else { return Ok(default) };
-        js(&env, with_ctx(&env, &ctx, |x| c.float(&key, x, default)))
-    }
-
-    #[napi]
-    pub fn json(&self, env: Env, key: String, ctx: Ctx<'_, '_>, default: Option<Json>) -> Result<Json> {
+    pub fn json(&self, env: Env, key: String, ctx: Ctx<'_>, default: Option<Json>) -> Result<Json> {
         let d = default.unwrap_or(Json::Null);
         let Some(c) = &self.client else { return Ok(d) };
         js(&env, with_ctx(&env, &ctx, |x| c.json(&key, x, d)))
@@ -570,7 +557,7 @@ impl NativeClient {
         env: &'e Env,
         kind: String,
         key: String,
-        ctx: Ctx<'_, '_>,
+        ctx: Ctx<'_>,
         default: Unknown<'_>,
         now: Option<f64>,
     ) -> Result<Object<'e>> {
@@ -582,34 +569,42 @@ impl NativeClient {
         env: &'e Env,
         kind: String,
         key: String,
-        ctx: Ctx<'_, '_>,
+        ctx: Ctx<'_>,
         default: Unknown<'_>,
         now: Option<f64>,
     ) -> Result<Object<'e>> {
         let t = typed_default(env, &kind, default)?;
         let Some(c) = &self.client else { return not_ready_detail(env, t) };
-        let ctx = match &ctx {
-            Either::A(c) => std::borrow::Cow::Borrowed(&c.inner),
-            Either::B(o) => std::borrow::Cow::Owned(context::from_object(env, o)?),
-        };
+        with_ctx(env, &ctx, |ctx| self.detail_with(env, c, t, &key, ctx, now))?
+    }
+
+    fn detail_with<'e>(
+        &self,
+        env: &'e Env,
+        c: &Client,
+        t: Typed,
+        key: &str,
+        ctx: &Context<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
         if let Some(now) = now {
             let status = c.status();
             if !status.has_data() {
                 return not_ready_detail(env, t);
             }
             let now = int_default(now.floor())?;
-            return snapshot_detail(env, &c.snapshot(), &key, &ctx, t, Some(now), status.is_stale());
+            return snapshot_detail(env, &c.snapshot(), key, ctx, t, Some(now), status.is_stale());
         }
         match t {
-            Typed::Bool(d) => obj(env, detail::owned(c.bool_detail(&key, &ctx, d))),
-            Typed::Str(d) => obj(env, detail::owned(c.string_detail(&key, &ctx, &d))),
-            Typed::Int(d) => obj(env, detail::owned(c.int_detail(&key, &ctx, d))),
+            Typed::Bool(d) => obj(env, detail::owned(c.bool_detail(key, ctx, d))),
+            Typed::Str(d) => obj(env, detail::owned(c.string_detail(key, ctx, &d))),
+            Typed::Int(d) => obj(env, detail::owned(c.int_detail(key, ctx, d))),
             Typed::BigInt(d) => {
-                let (v, f) = detail::owned(c.int_detail(&key, &ctx, d));
+                let (v, f) = detail::owned(c.int_detail(key, ctx, d));
                 detail::to_object(env, BigInt::from(v), f)
             }
-            Typed::Float(d) => obj(env, detail::owned(c.float_detail(&key, &ctx, d))),
-            Typed::Json(d) => obj(env, detail::owned(c.json_detail(&key, &ctx, d))),
+            Typed::Float(d) => obj(env, detail::owned(c.float_detail(key, ctx, d))),
+            Typed::Json(d) => obj(env, detail::owned(c.json_detail(key, ctx, d))),
         }
     }
 
@@ -664,9 +659,40 @@ impl NativeClient {
         }
         if let Some(c) = self.client.take() {
             self.final_stats = c.stats();
+            drop(fast::CLIENTS.with(|t| t.borrow_mut().remove(self.id)));
             drop(c);
         }
     }
+}
+
+impl Drop for NativeClient {
+    /// A client collected without `close()`: its hot-path clone goes too,
+    /// so its tasks stop.
+    fn drop(&mut self) {
+        if self.client.is_some() {
+            self.close();
+        }
+    }
+}
+
+/// The hot-path functions (`fast.rs`): `bool`, `number`, `int`, `string`
+/// taking `(clientId, key, ctx, default)`, `contextNew`, `contextFree`.
+#[napi]
+pub fn fast_api(env: &Env) -> Result<Object<'_>> {
+    fast::api(env)
+}
+
+/// A prebuilt context's file form, key and kind (`Context#toJSON`).
+#[napi]
+pub fn context_info(id: u32) -> Result<Json> {
+    fast::CONTEXTS.with(|t| match t.borrow().get(id) {
+        Some(c) => {
+            let file = serde_json::to_value(c).map_err(error)?;
+            let kind = if c.is_multi() { "multi" } else { c.context_kind() };
+            Ok(serde_json::json!({ "key": c.key(), "kind": kind, "file": file }))
+        }
+        None => Err(type_error("the Context is gone")),
+    })
 }
 
 /// A compiled flag set, evaluated without a client: `flagctl eval` in
@@ -700,7 +726,7 @@ impl JsSnapshot {
         env: &'e Env,
         kind: String,
         key: String,
-        ctx: Ctx<'_, '_>,
+        ctx: Ctx<'_>,
         default: Unknown<'_>,
         now: Option<f64>,
     ) -> Result<Object<'e>> {

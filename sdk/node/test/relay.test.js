@@ -45,7 +45,8 @@ test('first data arrives, then a flag change arrives as events', GUARD, async (t
   assert.equal(event.key, 'launch');
   assert.ok(event.revision > d.revision);
   await whenChanged(client, () => client.bool('launch', { key: 'anyone' }, false));
-  assert.ok(revisions.length >= 1 && revisions.every((r) => r > d.revision), `${revisions}`);
+  // (The first data's own change event may arrive after waitReady too.)
+  assert.ok(revisions.some((r) => r > d.revision), `${revisions}`);
   assert.equal(client.stats().snapshotsApplied, 1, 'changes arrive as deltas');
   assert.ok(client.stats().deltasApplied >= 1);
 });
