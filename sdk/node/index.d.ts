@@ -7,7 +7,8 @@ export type AttributeValue = string | number | boolean | null | undefined | Attr
 /**
  * One context kind: `key` is the targeting key (default `""`), `kind` the
  * kind (default `"user"`), every other property an attribute. `null` and
- * `undefined` attributes are missing ones.
+ * `undefined` attributes are missing ones. An object context is read as
+ * `JSON.stringify` sees it (functions left out, Dates as ISO strings).
  */
 export interface SingleContext {
   key?: string;

@@ -9,6 +9,18 @@
 //! evaluates. `index.js` frees a context's id when the `Context` is
 //! collected (a `FinalizationRegistry`) and a client's at `close()` (or
 //! when its `NativeClient` is collected).
+//!
+//! Contexts, in the object form (README "Node"): one kind is `{key, kind,
+//! ...attributes}` (`key` default `""`, `kind` default `user`, every other
+//! property an attribute: strings, numbers and booleans are scalars, arrays
+//! of scalars lists, other arrays and objects JSON attributes, `null` a
+//! missing attribute); several kinds are `{kind: "multi", user: {...},
+//! org: {...}}`, every other property one kind named by the property (its
+//! own `kind` ignored). index.js passes an object context as its
+//! `JSON.stringify` text ([`from_json_text`]); [`from_object`] reads an
+//! object directly with the same rules (for direct callers of the addon).
+//! An invalid kind name or more kinds or attributes than the context
+//! limits allow is a `TypeError`.
 
 use std::cell::RefCell;
 use std::ffi::c_char;
