@@ -214,6 +214,7 @@ unsafe fn get(env: sys::napi_env, obj: sys::napi_value, key: sys::napi_value) ->
 /// One kind in the object form (`kind` given for a kind of a multi-kind
 /// context: its property name).
 unsafe fn single(env: sys::napi_env, obj: sys::napi_value, kind: Option<&str>) -> R<Context<'static>> {
+    // No key: the empty key, as the file form reads it (EVALUATION.md).
     let key = unsafe { string_prop(env, obj, c"key")? }.unwrap_or_default();
     let mut ctx = Context::new(key);
     let own_kind = match kind {
@@ -318,6 +319,7 @@ fn json_str(v: Option<Json>, what: &str) -> R<Option<String>> {
 
 /// One kind from the JSON of its object form.
 fn single_json(mut m: serde_json::Map<String, Json>, kind: Option<&str>) -> R<Context<'static>> {
+    // No key: the empty key, as the file form reads it (EVALUATION.md).
     let key = json_str(m.remove("key"), "key")?.unwrap_or_default();
     let own = json_str(m.remove("kind"), "kind")?;
     let mut ctx = Context::new(key);
@@ -435,6 +437,7 @@ unsafe fn evaluate<T>(
 
 /// Throws `e` as a TypeError; returns the null the callback returns.
 unsafe fn throw(env: sys::napi_env, e: Thrown) -> sys::napi_value {
+    // NULs were replaced, so this cannot fail; an empty message if it did.
     let msg = std::ffi::CString::new(e.0.replace('\0', " ")).unwrap_or_default();
     // If throwing fails there is already an exception pending: that one
     // reaches the caller.

@@ -646,6 +646,7 @@ impl NativeClient {
     /// The flags served now, in the file form (`{flags, segments}`).
     #[napi]
     pub fn flag_set(&self) -> Result<Json> {
+        // A closed client serves no flags: the empty set.
         let set = self.client.as_ref().map(|c| c.snapshot().to_flag_set()).unwrap_or_default();
         serde_json::to_value(&set).map_err(error)
     }
