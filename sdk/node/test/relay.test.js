@@ -40,8 +40,14 @@ test('first data arrives, then a flag change arrives as events', GUARD, async (t
   const revisions = [];
   client.on('change', (e) => revisions.push(e.revision));
   const launched = new Promise((resolve) => client.on('change:launch', resolve));
+  // A listener's exception goes to the 'error' listeners, not into the addon.
+  const reported = new Promise((resolve) => client.on('error', resolve));
+  client.on('change:launch', () => {
+    throw new Error('listener bug');
+  });
   putTrueFlag(relay, 'launch');
   const event = await launched;
+  assert.equal((await reported).message, 'listener bug');
   assert.equal(event.key, 'launch');
   assert.ok(event.revision > d.revision);
   await whenChanged(client, () => client.bool('launch', { key: 'anyone' }, false));
