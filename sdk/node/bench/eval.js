@@ -1,0 +1,286 @@
+'use strict';
+// Per-evaluation cost from Node: flagstream against the peers a Node
+// service would otherwise pick, every SDK fed the same flags from local
+// data (no network): LaunchDarkly's server SDK (file data source) and
+// Unleash's (bootstrap). Run through bench/run.sh, which installs the
+// peers and builds the release addon; prints a Markdown table.
+//
+//   node --expose-gc bench/eval.js [--quick]
+
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const v8 = require('node:v8');
+const { PerformanceObserver } = require('node:perf_hooks');
+
+const { Client, Context } = require('..');
+
+const QUICK = process.argv.includes('--quick');
+const N = QUICK ? 200_000 : 1_000_000;
+const ROUNDS = QUICK ? 3 : 5;
+const FLAGS = 10_000;
+
+// --- the flags, in each SDK's own model ---------------------------------
+
+const ctxObject = { key: 'user-42', country: 'US', plan: 'enterprise' };
+const randomKeys = Array.from({ length: 1 << 16 }, () => `f${Math.floor(Math.random() * FLAGS)}`);
+
+function flagstreamSet() {
+  const flags = [
+    { key: 'onoff', type: 'bool', variations: [true, false], on: true, off_variation: 1, fallthrough: { variation: 0 } },
+    {
+      key: 'rule2',
+      type: 'bool',
+      variations: [true, false],
+      on: true,
+      off_variation: 1,
+      rules: [
+        {
+          id: 'us-enterprise',
+          clauses: [
+            { attribute: 'country', op: 'in', values: ['US'] },
+            { attribute: 'plan', op: 'in', values: ['enterprise'] },
+          ],
+          serve: { variation: 0 },
+        },
+      ],
+      fallthrough: { variation: 1 },
+    },
+  ];
+  for (let i = 0; i < FLAGS; i++) {
+    flags.push({
+      key: `f${i}`,
+      type: 'bool',
+      variations: [true, false],
+      on: true,
+      off_variation: 1,
+      rules: [{ id: 'r', clauses: [{ attribute: 'country', op: 'in', values: ['US'] }], serve: { variation: 0 } }],
+      fallthrough: { variation: 1 },
+    });
+  }
+  return { flags, segments: [] };
+}
+
+function ldFlag(key, rules) {
+  return {
+    key,
+    version: 1,
+    on: true,
+    variations: [true, false],
+    offVariation: 1,
+    fallthrough: { variation: rules.length ? 1 : 0 },
+    targets: [],
+    contextTargets: [],
+    prerequisites: [],
+    rules,
+    salt: key,
+  };
+}
+
+function ldData() {
+  const flags = {
+    onoff: ldFlag('onoff', []),
+    rule2: ldFlag('rule2', [
+      {
+        id: 'us-enterprise',
+        variation: 0,
+        clauses: [
+          { contextKind: 'user', attribute: 'country', op: 'in', values: ['US'], negate: false },
+          { contextKind: 'user', attribute: 'plan', op: 'in', values: ['enterprise'], negate: false },
+        ],
+      },
+    ]),
+  };
+  for (let i = 0; i < FLAGS; i++) {
+    flags[`f${i}`] = ldFlag(`f${i}`, [
+      { id: 'r', variation: 0, clauses: [{ contextKind: 'user', attribute: 'country', op: 'in', values: ['US'], negate: false }] },
+    ]);
+  }
+  return { flags, segments: {} };
+}
+
+function unleashToggle(name, constraints) {
+  return {
+    name,
+    enabled: true,
+    type: 'release',
+    project: 'default',
+    stale: false,
+    impressionData: false,
+    strategies: [{ name: 'default', parameters: {}, constraints }],
+    variants: [],
+  };
+}
+
+function unleashData() {
+  const data = [
+    unleashToggle('onoff', []),
+    unleashToggle('rule2', [
+      { contextName: 'country', operator: 'IN', values: ['US'], inverted: false, caseInsensitive: false },
+      { contextName: 'plan', operator: 'IN', values: ['enterprise'], inverted: false, caseInsensitive: false },
+    ]),
+  ];
+  for (let i = 0; i < FLAGS; i++) {
+    data.push(unleashToggle(`f${i}`, [{ contextName: 'country', operator: 'IN', values: ['US'], inverted: false, caseInsensitive: false }]));
+  }
+  return data;
+}
+
+function version(pkg) {
+  return JSON.parse(fs.readFileSync(path.join(__dirname, 'node_modules', pkg, 'package.json'), 'utf8')).version;
+}
+
+// --- timing ---------------------------------------------------------------
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** Median ns per call of `fn(i)` over ROUNDS rounds of N calls. */
+function timeSync(fn) {
+  let sink = 0;
+  for (let i = 0; i < N / 10; i++) sink += fn(i) ? 1 : 0;
+  const rounds = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < N; i++) sink += fn(i) ? 1 : 0;
+    rounds.push(Number(process.hrtime.bigint() - t0) / N);
+  }
+  if (sink < 0) console.log(sink);
+  return median(rounds);
+}
+
+async function timeAsync(fn) {
+  const n = Math.floor(N / 10);
+  let sink = 0;
+  for (let i = 0; i < n / 10; i++) sink += (await fn(i)) ? 1 : 0;
+  const rounds = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) sink += (await fn(i)) ? 1 : 0;
+    rounds.push(Number(process.hrtime.bigint() - t0) / n);
+  }
+  if (sink < 0) console.log(sink);
+  return median(rounds);
+}
+
+/**
+ * JS heap bytes allocated per call and scavenges (young-generation GCs)
+ * during 1,000,000 calls: new-space use before and after, with no GC in
+ * between (a GC would be counted and void the byte figure).
+ */
+async function allocations(fn) {
+  const calls = 1_000_000;
+  for (let i = 0; i < 10_000; i++) fn(i); // compiled before measuring
+  global.gc();
+  // The forced GC's entry is delivered asynchronously: let it pass first.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  let gcs = 0;
+  const obs = new PerformanceObserver((list) => (gcs += list.getEntries().length));
+  obs.observe({ entryTypes: ['gc'] });
+  const used = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_used_size;
+  const before = used();
+  let sink = 0;
+  for (let i = 0; i < calls; i++) sink += fn(i) ? 1 : 0;
+  const after = used();
+  if (sink < 0) console.log(sink);
+  // GC entries are delivered asynchronously: let them arrive first.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  obs.disconnect();
+  return { perCall: (after - before) / calls, gcs };
+}
+
+// --- the run ---------------------------------------------------------------
+
+async function main() {
+  if (typeof global.gc !== 'function') throw new Error('run with node --expose-gc');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'flagstream-bench-'));
+  const rows = [];
+
+  // flagstream
+  const fsClient = Client.testData(flagstreamSet());
+  if (!fsClient.bool('rule2', ctxObject, false)) throw new Error('flagstream: rule2 should be true');
+  const prebuilt = new Context(ctxObject);
+  const fsr = {
+    onoff: timeSync(() => fsClient.bool('onoff', ctxObject, false)),
+    rule2: timeSync(() => fsClient.bool('rule2', ctxObject, false)),
+    prebuilt: timeSync(() => fsClient.bool('rule2', prebuilt, false)),
+    random: timeSync((i) => fsClient.bool(randomKeys[i & 0xffff], prebuilt, false)),
+  };
+  rows.push(['flagstream (this package)', fsr]);
+  const allocPrebuilt = await allocations(() => fsClient.bool('rule2', prebuilt, false));
+  const allocObject = await allocations(() => fsClient.bool('rule2', ctxObject, false));
+
+  // LaunchDarkly, file data source
+  const ld = require('@launchdarkly/node-server-sdk');
+  const ldFile = path.join(tmp, 'ld.json');
+  fs.writeFileSync(ldFile, JSON.stringify(ldData()));
+  const fds = new ld.integrations.FileDataSourceFactory({ paths: [ldFile] });
+  const ldClient = ld.init('sdk-bench', {
+    updateProcessor: fds.getFactory(),
+    sendEvents: false,
+    diagnosticOptOut: true,
+    logger: ld.basicLogger({ level: 'error' }),
+  });
+  await ldClient.waitForInitialization({ timeout: 10 });
+  const ldCtx = { kind: 'user', key: 'user-42', country: 'US', plan: 'enterprise' };
+  if ((await ldClient.variation('rule2', ldCtx, false)) !== true) throw new Error('LaunchDarkly: rule2 should be true');
+  const ldr = {
+    onoff: await timeAsync(() => ldClient.variation('onoff', ldCtx, false)),
+    rule2: await timeAsync(() => ldClient.variation('rule2', ldCtx, false)),
+    prebuilt: await timeAsync(() => ldClient.variation('rule2', ldCtx, false)),
+    random: await timeAsync((i) => ldClient.variation(randomKeys[i & 0xffff], ldCtx, false)),
+  };
+  rows.push([`@launchdarkly/node-server-sdk ${version('@launchdarkly/node-server-sdk')} (file data, async \`variation\`)`, ldr]);
+  ldClient.close();
+
+  // Unleash, bootstrap
+  const { Unleash, InMemStorageProvider } = require('unleash-client');
+  const unleash = new Unleash({
+    appName: 'bench',
+    url: 'http://127.0.0.1:9/api/',
+    refreshInterval: 0,
+    disableMetrics: true,
+    bootstrap: { data: unleashData() },
+    storageProvider: new InMemStorageProvider(),
+    skipInstanceCountWarning: true,
+  });
+  unleash.on('error', () => {}); // the url is not a server: bootstrap only
+  unleash.on('warn', () => {});
+  await new Promise((resolve) => (unleash.isSynchronized?.() ? resolve() : unleash.once('ready', resolve)));
+  const unCtx = { userId: 'user-42', properties: { country: 'US', plan: 'enterprise' } };
+  if (!unleash.isEnabled('rule2', unCtx)) throw new Error('Unleash: rule2 should be enabled');
+  const unr = {
+    onoff: timeSync(() => unleash.isEnabled('onoff', unCtx)),
+    rule2: timeSync(() => unleash.isEnabled('rule2', unCtx)),
+    prebuilt: timeSync(() => unleash.isEnabled('rule2', unCtx)),
+    random: timeSync((i) => unleash.isEnabled(randomKeys[i & 0xffff], unCtx)),
+  };
+  rows.push([`unleash-client ${version('unleash-client')} (bootstrap)`, unr]);
+  unleash.destroy();
+
+  const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+  console.log(`node ${process.version}, ${os.cpus().length} CPUs (${os.cpus()[0].model}), ${N.toLocaleString('en')} calls x ${ROUNDS} rounds (median), ns per evaluation\n`);
+  console.log('| SDK | on/off flag | 2-clause rule, object context | 2-clause rule, prebuilt context | random flag of 10,000 |');
+  console.log('|---|---|---|---|---|');
+  for (const [name, r] of rows) console.log(`| ${name} | ${f(r.onoff)} | ${f(r.rule2)} | ${f(r.prebuilt)} | ${f(r.random)} |`);
+  const peers = rows.slice(1);
+  console.log('\nflagstream speed-up over the fastest peer per column:');
+  for (const col of ['onoff', 'rule2', 'prebuilt', 'random']) {
+    const best = Math.min(...peers.map(([, r]) => r[col]));
+    console.log(`  ${col}: ${(best / fsr[col]).toFixed(1)}x`);
+  }
+  console.log(
+    `\nJS heap allocation per flagstream evaluation (1,000,000 calls, new-space bytes, GCs during the loop):` +
+      `\n  prebuilt Context: ${allocPrebuilt.perCall.toFixed(3)} B/call, ${allocPrebuilt.gcs} GCs` +
+      `\n  object context:   ${allocObject.perCall.toFixed(3)} B/call, ${allocObject.gcs} GCs`,
+  );
+  fsClient.close();
+  fs.rmSync(tmp, { recursive: true, force: true });
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

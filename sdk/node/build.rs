@@ -1,0 +1,5 @@
+//! Links the addon against the N-API symbols the Node process provides.
+
+fn main() {
+    napi_build::setup();
+}

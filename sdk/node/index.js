@@ -1,0 +1,229 @@
+'use strict';
+// flagstream for Node.js: the Rust client behind a native addon
+// (src/lib.rs), wrapped here in the JS idiom. See index.d.ts for the API.
+
+const { EventEmitter } = require('node:events');
+const path = require('node:path');
+
+let native;
+try {
+  native = require(process.env.FLAGSTREAM_NODE_ADDON || path.join(__dirname, 'flagstream.node'));
+} catch (e) {
+  e.message = `flagstream: the native addon is not built (run \`npm install\` in ${__dirname}, which needs the Rust toolchain): ${e.message}`;
+  throw e;
+}
+const { NativeClient, Snapshot, kindProblem, contextInfo } = native;
+// The evaluation hot path: plain N-API functions taking ids (src/fast.rs).
+const fast = native.fastApi();
+
+// A Context's id in the addon's table; freed when the Context is collected.
+const ID = Symbol('flagstream.contextId');
+const contexts = new FinalizationRegistry((id) => fast.contextFree(id));
+
+/**
+ * A context read once, for hot paths: evaluating with it converts nothing
+ * (the object form as for any evaluation; see index.d.ts).
+ */
+class Context {
+  constructor(ctx) {
+    if (ctx === null || typeof ctx !== 'object') throw new TypeError('a context is an object');
+    const id = fast.contextNew(JSON.stringify(ctx));
+    Object.defineProperty(this, ID, { value: id });
+    contexts.register(this, id);
+  }
+  /** The targeting key (of a multi-kind context: of its first kind). */
+  get key() {
+    return contextInfo(this[ID]).key;
+  }
+  /** The kind; `multi` for a multi-kind context. */
+  get kind() {
+    return contextInfo(this[ID]).kind;
+  }
+  /** The file form (`{key, kind, attributes}` / `{kind: "multi", contexts}`). */
+  toJSON() {
+    return contextInfo(this[ID]).file;
+  }
+}
+
+/**
+ * What the addon takes for a context: a Context's id, or the JSON text of
+ * an object context (read in Rust in one pass: a few times cheaper than
+ * walking the object through N-API). So an object context is read as
+ * JSON.stringify sees it: `undefined` and functions are left out (missing
+ * attributes), Dates become ISO strings, `toJSON()` is honoured.
+ */
+function ctxArg(ctx) {
+  if (ctx instanceof Context) return ctx[ID];
+  if (ctx === null || typeof ctx !== 'object') throw new TypeError(`a context is an object or a Context, not ${ctx === null ? 'null' : typeof ctx}`);
+  return JSON.stringify(ctx);
+}
+
+const OPTIONS = new Set([
+  'endpoints', 'sdkKey', 'cacheDir', 'cacheWriteIntervalMs', 'keepEndpointOrder', 'tlsCaPem',
+  'tlsCertPem', 'tlsKeyPem', 'offlineFile', 'testData', 'connectTimeoutMs', 'keepaliveIntervalMs',
+  'keepaliveTimeoutMs', 'tcpUserTimeoutMs', 'firstMessageTimeoutMs', 'heartbeatDefaultMs',
+  'watchdogMisses', 'backoffBaseMs', 'backoffCapMs', 'healthyAfterMs', 'stallJitterMs', 'staleAfterMs',
+]);
+
+// A flag set as flag-file text: a string as it is (YAML or JSON; keeps
+// 64-bit integers exact), an object ({flags, segments}) as JSON.
+function flagSetText(set) {
+  if (typeof set === 'string') return set;
+  if (set === null || typeof set !== 'object') throw new TypeError('a flag set is an object {flags, segments} or flag-file text');
+  return JSON.stringify(set);
+}
+
+function nowOf(options) {
+  if (options === undefined || options === null || options.now === undefined) return undefined;
+  const now = options.now;
+  if (now instanceof Date) return now.getTime();
+  if (typeof now === 'number') return now;
+  if (typeof now === 'string') {
+    const t = Date.parse(now);
+    if (Number.isNaN(t)) throw new TypeError(`now: ${JSON.stringify(now)} is not a date`);
+    return t;
+  }
+  throw new TypeError('now must be a Date, Unix milliseconds or an ISO 8601 string');
+}
+
+/**
+ * A flagstream client: streams flags from relays on the addon's own
+ * threads and evaluates them synchronously in memory. Emits `change`
+ * ({revision, flags}) per applied revision and `change:<flagKey>`
+ * ({revision, key}) per changed flag.
+ */
+class Client extends EventEmitter {
+  #n;
+  #id;
+
+  constructor(options = {}) {
+    super();
+    if (options === null || typeof options !== 'object') throw new TypeError('options must be an object');
+    for (const k of Object.keys(options)) {
+      if (!OPTIONS.has(k)) throw new TypeError(`unknown option ${JSON.stringify(k)}`);
+    }
+    const o = { ...options };
+    if (o.testData !== undefined) o.testData = flagSetText(o.testData);
+    if (typeof o.endpoints === 'string') o.endpoints = [o.endpoints];
+    this.#n = new NativeClient(o);
+    this.#id = this.#n.id;
+    this.#n.listen((event) => this.#onChange(event));
+  }
+
+  /** A client serving these flags (`{flags, segments}`, the file form): for unit tests. */
+  static testData(set, options = {}) {
+    return new Client({ ...options, testData: set });
+  }
+
+  /** A client serving a YAML/JSON flag file (`flagctl export`). */
+  static offlineFile(file, options = {}) {
+    return new Client({ ...options, offlineFile: file });
+  }
+
+  #onChange(event) {
+    if (event.lagged > 0) {
+      // More than 64 revisions behind: any flag may have changed.
+      event = { revision: this.#n.revision(), flags: this.#n.flagKeys(), lagged: event.lagged };
+    } else {
+      delete event.lagged;
+    }
+    this.#emitSafely('change', event);
+    for (const key of event.flags) {
+      const name = `change:${key}`;
+      if (this.listenerCount(name) > 0) this.#emitSafely(name, { revision: event.revision, key });
+    }
+  }
+
+  #emitSafely(name, event) {
+    try {
+      this.emit(name, event);
+    } catch (err) {
+      // A listener's exception is not the client's: reported, not propagated.
+      if (this.listenerCount('error') > 0) this.emit('error', err);
+      else console.error(`flagstream: a "${name}" listener threw:`, err);
+    }
+  }
+
+  /** Resolves to true as soon as flags are served, false after `timeoutMs`. */
+  waitReady(timeoutMs = 5000) {
+    return this.#n.waitReady(timeoutMs);
+  }
+
+  bool(key, ctx, defaultValue) {
+    return fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
+  }
+  string(key, ctx, defaultValue) {
+    return fast.string(this.#id, key, ctxArg(ctx), defaultValue);
+  }
+  int(key, ctx, defaultValue) {
+    return fast.int(this.#id, key, ctxArg(ctx), defaultValue);
+  }
+  bigint(key, ctx, defaultValue) {
+    return this.#n.bigint(key, ctxArg(ctx), defaultValue);
+  }
+  number(key, ctx, defaultValue) {
+    return fast.number(this.#id, key, ctxArg(ctx), defaultValue);
+  }
+  json(key, ctx, defaultValue = null) {
+    return this.#n.json(key, ctxArg(ctx), defaultValue);
+  }
+
+  boolDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('bool', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+  stringDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('string', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+  intDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('int', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+  bigintDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('bigint', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+  numberDetail(key, ctx, defaultValue, options) {
+    return this.#n.detail('number', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+  jsonDetail(key, ctx, defaultValue = null, options) {
+    return this.#n.detail('json', key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+
+  status() {
+    return this.#n.status();
+  }
+  stats() {
+    return this.#n.stats();
+  }
+  /** How old the served data may be (ms); null until a relay confirmed any. */
+  dataAgeMs() {
+    return this.#n.dataAgeMs();
+  }
+  /** The flags served now, in the file form ({flags, segments}). */
+  flagSet() {
+    return this.#n.flagSet();
+  }
+
+  /** Stops the sync, writes the cache, releases everything; idempotent. */
+  close() {
+    this.#n.close();
+    this.emit('close');
+  }
+}
+
+/**
+ * A compiled flag set evaluated without a client: `compile(set, {validate})`
+ * then `detail(type, key, ctx, default, {now})`.
+ */
+class FlagSnapshot {
+  #s;
+  constructor(native) {
+    this.#s = native;
+  }
+  static compile(set, options = {}) {
+    return new FlagSnapshot(Snapshot.compile(flagSetText(set), options.validate !== false));
+  }
+  detail(type, key, ctx, defaultValue, options) {
+    return this.#s.detail(type, key, ctxArg(ctx), defaultValue, nowOf(options));
+  }
+}
+
+module.exports = { Client, Context, Snapshot: FlagSnapshot, kindProblem };

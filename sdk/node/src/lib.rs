@@ -1,0 +1,749 @@
+//! flagstream for Node.js: the Rust [`flagstream::Client`] behind N-API.
+//!
+//! The addon owns a Tokio runtime (two worker threads named `flagstream`,
+//! registered with napi-rs at module load) on which every client's sync
+//! task, cache writer and change forwarder run; the JS thread never does
+//! network I/O. Evaluations are synchronous calls: the JS object context is
+//! read into a [`flagstream::Context`] (or a prebuilt [`context::JsContext`]
+//! is borrowed) and the client evaluates it in process memory.
+//!
+//! Change notifications reach the JS thread through a *weak* threadsafe
+//! function (it never holds the event loop open); the forwarder sends one
+//! change at a time and waits for the JS side to take it, so the only
+//! queue is the client's bounded change buffer (64 revisions; a listener
+//! further behind gets a `lagged` event). `close()` aborts the forwarder
+//! (releasing the threadsafe function) and drops the client, which stops
+//! its tasks and writes the cache: nothing of the client keeps the process
+//! alive afterwards. `index.js` wraps this in the JS API (EventEmitter,
+//! options, OpenFeature).
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use flagstream::{Client, Context, FlagSet, Source, Status};
+use napi::bindgen_prelude::{BigInt, Env, Object, PromiseRaw, ToNapiValue, Unknown};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Error, Result};
+use napi_derive::napi;
+use serde_json::Value as Json;
+
+mod detail;
+mod fast;
+
+/// Registers the addon's runtime with napi-rs (`spawn_future`, `spawn`).
+#[napi_derive::module_init]
+fn init() {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("flagstream")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => napi::bindgen_prelude::create_custom_tokio_runtime(rt),
+        // napi-rs then builds its default runtime on first use.
+        Err(e) => eprintln!("flagstream: could not build the addon's runtime ({e}); using napi-rs's default"),
+    }
+}
+
+fn type_error(msg: impl Into<String>) -> Error {
+    Error::new(napi::Status::InvalidArg, msg.into())
+}
+
+/// `r`, with an argument error (a bad context, default or option: the
+/// caller's bug) thrown as a JS `TypeError` rather than a plain `Error`.
+fn js<T>(env: &Env, r: Result<T>) -> Result<T> {
+    r.map_err(|e| {
+        if e.status != napi::Status::InvalidArg {
+            return e;
+        }
+        let reason = e.reason.clone();
+        // SAFETY: `env` is the env of the running call, on its JS thread.
+        unsafe { napi::JsTypeError::from(e).throw_into(env.raw()) };
+        // Already thrown: napi-rs does not throw a pending exception again.
+        Error::new(napi::Status::PendingException, reason)
+    })
+}
+
+/// An error with its chain of causes (`BuildError::File` names the file;
+/// its source says what is wrong with it).
+fn error(e: impl std::error::Error) -> Error {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    Error::from_reason(msg)
+}
+
+/// A JS context: a prebuilt context's id (index.js passes `Context`s so)
+/// or an object in the object form (`fast.rs`).
+type Ctx<'e> = Unknown<'e>;
+
+/// Reads `ctx` and runs `f` on it.
+fn with_ctx<R>(env: &Env, ctx: &Ctx<'_>, f: impl FnOnce(&Context<'_>) -> R) -> Result<R> {
+    use napi::bindgen_prelude::JsValue;
+    // SAFETY: `ctx` is a live value of this call's env.
+    unsafe { fast::with_context(env.raw(), ctx.raw(), f) }.map_err(|e| type_error(e.0))
+}
+
+/// An integer default from a JS number: it must be a whole number in the
+/// i64 range (`bigint*` take exact 64-bit defaults).
+pub(crate) fn int_default(d: f64) -> Result<i64> {
+    if d.fract() != 0.0 || !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&d) {
+        return Err(type_error(format!("default {d} is not a whole number in the 64-bit range")));
+    }
+    Ok(d as i64)
+}
+
+fn bigint_default(d: &BigInt) -> Result<i64> {
+    match d.get_i64() {
+        (v, true) => Ok(v),
+        _ => Err(type_error("default bigint is outside the signed 64-bit range")),
+    }
+}
+
+/// Options of `new Client(...)` (index.d.ts `ClientOptions` documents
+/// each; durations in milliseconds).
+#[napi(object)]
+#[derive(Default)]
+pub struct NativeOptions {
+    pub endpoints: Option<Vec<String>>,
+    pub sdk_key: Option<String>,
+    pub cache_dir: Option<String>,
+    pub cache_write_interval_ms: Option<f64>,
+    pub keep_endpoint_order: Option<bool>,
+    pub tls_ca_pem: Option<String>,
+    pub tls_cert_pem: Option<String>,
+    pub tls_key_pem: Option<String>,
+    pub offline_file: Option<String>,
+    /// The text of a YAML/JSON flag file (index.js serialises an object).
+    pub test_data: Option<String>,
+    pub connect_timeout_ms: Option<f64>,
+    pub keepalive_interval_ms: Option<f64>,
+    pub keepalive_timeout_ms: Option<f64>,
+    pub tcp_user_timeout_ms: Option<f64>,
+    pub first_message_timeout_ms: Option<f64>,
+    pub heartbeat_default_ms: Option<f64>,
+    pub watchdog_misses: Option<u32>,
+    pub backoff_base_ms: Option<f64>,
+    pub backoff_cap_ms: Option<f64>,
+    pub healthy_after_ms: Option<f64>,
+    pub stall_jitter_ms: Option<f64>,
+    pub stale_after_ms: Option<f64>,
+}
+
+/// A flag set from the text of a flag file (YAML or JSON; text keeps
+/// 64-bit integers exact, which JS numbers do not).
+fn flag_set(what: &str, text: &str) -> Result<FlagSet> {
+    serde_yaml_ng::from_str(text).map_err(|e| type_error(format!("{what}: {e}")))
+}
+
+fn ms(name: &str, v: f64) -> Result<Duration> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(type_error(format!("{name} must be a non-negative number of milliseconds, not {v}")));
+    }
+    Ok(Duration::from_secs_f64(v / 1000.0))
+}
+
+fn builder(o: NativeOptions) -> Result<flagstream::Builder> {
+    let mut b = Client::builder();
+    if let Some(e) = o.endpoints {
+        b = b.endpoints(e);
+    }
+    if let Some(k) = o.sdk_key {
+        b = b.sdk_key(k);
+    }
+    if let Some(d) = o.cache_dir {
+        b = b.cache_dir(d);
+    }
+    if o.keep_endpoint_order == Some(true) {
+        b = b.keep_endpoint_order();
+    }
+    if let Some(pem) = o.tls_ca_pem {
+        b = b.tls_ca_pem(pem);
+    }
+    match (o.tls_cert_pem, o.tls_key_pem) {
+        (Some(cert), Some(key)) => b = b.tls_identity_pem(cert, key),
+        (None, None) => {}
+        _ => return Err(type_error("tlsCertPem and tlsKeyPem go together")),
+    }
+    if let Some(f) = o.offline_file {
+        b = b.offline_file(f);
+    }
+    if let Some(set) = o.test_data {
+        b = b.test_data(flag_set("testData", &set)?);
+    }
+    macro_rules! durations {
+        ($($field:ident => $setter:ident),* $(,)?) => {$(
+            if let Some(v) = o.$field {
+                b = b.$setter(ms(stringify!($field), v)?);
+            }
+        )*};
+    }
+    durations!(
+        cache_write_interval_ms => cache_write_interval,
+        connect_timeout_ms => connect_timeout,
+        keepalive_interval_ms => keepalive_interval,
+        keepalive_timeout_ms => keepalive_timeout,
+        tcp_user_timeout_ms => tcp_user_timeout,
+        first_message_timeout_ms => first_message_timeout,
+        heartbeat_default_ms => heartbeat_default,
+        backoff_base_ms => backoff_base,
+        backoff_cap_ms => backoff_cap,
+        healthy_after_ms => healthy_after,
+        stall_jitter_ms => stall_jitter,
+        stale_after_ms => stale_after,
+    );
+    if let Some(n) = o.watchdog_misses {
+        b = b.watchdog_misses(n);
+    }
+    Ok(b)
+}
+
+/// One failed attempt to reach a relay.
+#[napi(object)]
+pub struct JsAttempt {
+    pub endpoint: String,
+    pub error: String,
+    pub retry_in_ms: f64,
+}
+
+/// The client's status: `state` is `initializing`, `ready`, `stale` or
+/// `failed`; the other fields as they apply.
+#[napi(object)]
+pub struct JsStatus {
+    pub state: String,
+    /// `stream`, `cache`, `file` or `test`.
+    pub source: Option<String>,
+    pub revision: Option<f64>,
+    /// Since when (Unix ms).
+    pub since: Option<f64>,
+    pub reason: Option<String>,
+    pub attempts: Option<Vec<JsAttempt>>,
+}
+
+fn source_name(s: Source) -> String {
+    match s {
+        Source::Stream => "stream",
+        Source::Cache => "cache",
+        Source::File => "file",
+        Source::Test => "test",
+    }
+    .to_owned()
+}
+
+fn unix_ms(t: std::time::SystemTime) -> f64 {
+    // A time before 1970 is not one the client records.
+    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_millis() as f64)
+}
+
+fn js_status(s: Status) -> JsStatus {
+    let empty = |state: &str| JsStatus {
+        state: state.to_owned(),
+        source: None,
+        revision: None,
+        since: None,
+        reason: None,
+        attempts: None,
+    };
+    match s {
+        Status::Initializing { attempts } => JsStatus {
+            attempts: Some(
+                attempts
+                    .into_iter()
+                    .map(|a| JsAttempt {
+                        endpoint: a.endpoint,
+                        error: a.error,
+                        retry_in_ms: a.retry_in.as_millis() as f64,
+                    })
+                    .collect(),
+            ),
+            ..empty("initializing")
+        },
+        Status::Ready { source, revision, since } => JsStatus {
+            source: Some(source_name(source)),
+            revision: Some(revision as f64),
+            since: Some(unix_ms(since)),
+            ..empty("ready")
+        },
+        Status::Stale { source, revision, since, reason } => JsStatus {
+            source: Some(source_name(source)),
+            revision: Some(revision as f64),
+            since: Some(unix_ms(since)),
+            reason: Some(reason),
+            ..empty("stale")
+        },
+        Status::Failed { reason } => JsStatus { reason: Some(reason), ..empty("failed") },
+    }
+}
+
+/// The client's counters (`flagstream::Stats`, camelCase).
+#[napi(object)]
+pub struct JsStats {
+    pub default_not_found: f64,
+    pub default_not_ready: f64,
+    pub default_wrong_type: f64,
+    pub default_malformed: f64,
+    pub connects: f64,
+    pub reconnects: f64,
+    pub endpoint_switches: f64,
+    pub stalls: f64,
+    pub resyncs: f64,
+    pub checksum_mismatches: f64,
+    pub diverged_heads: f64,
+    pub retry_hints: f64,
+    pub snapshots_applied: f64,
+    pub deltas_applied: f64,
+    pub cache_writes: f64,
+    pub cache_errors: f64,
+    pub stale_ms: f64,
+}
+
+fn js_stats(s: &flagstream::Stats) -> JsStats {
+    JsStats {
+        default_not_found: s.default_not_found as f64,
+        default_not_ready: s.default_not_ready as f64,
+        default_wrong_type: s.default_wrong_type as f64,
+        default_malformed: s.default_malformed as f64,
+        connects: s.connects as f64,
+        reconnects: s.reconnects as f64,
+        endpoint_switches: s.endpoint_switches as f64,
+        stalls: s.stalls as f64,
+        resyncs: s.resyncs as f64,
+        checksum_mismatches: s.checksum_mismatches as f64,
+        diverged_heads: s.diverged_heads as f64,
+        retry_hints: s.retry_hints as f64,
+        snapshots_applied: s.snapshots_applied as f64,
+        deltas_applied: s.deltas_applied as f64,
+        cache_writes: s.cache_writes as f64,
+        cache_errors: s.cache_errors as f64,
+        stale_ms: s.stale_ms as f64,
+    }
+}
+
+/// One applied revision: its number and the flags it changed. `lagged`:
+/// the listener fell more than 64 revisions behind and missed `lagged`
+/// of them (`revision` and `flags` are then empty; index.js fills them in
+/// from the current snapshot).
+#[napi(object)]
+pub struct ChangeEvent {
+    pub revision: f64,
+    pub flags: Vec<String>,
+    pub lagged: f64,
+}
+
+type ChangeFn = ThreadsafeFunction<ChangeEvent, Unknown<'static>, ChangeEvent, napi::Status, false, true>;
+
+/// The native client (index.js wraps it as `Client`).
+#[napi]
+pub struct NativeClient {
+    client: Option<Client>,
+    /// Its id in `fast::CLIENTS` (the hot path's handle on a clone).
+    id: u32,
+    /// The counters at `close()`, served afterwards.
+    final_stats: flagstream::Stats,
+    forwarder: Option<tokio::task::AbortHandle>,
+}
+
+/// Which typed accessor a generic detail call stands for.
+enum Typed {
+    Bool(bool),
+    Str(String),
+    Int(i64),
+    BigInt(i64),
+    Float(f64),
+    Json(Json),
+}
+
+fn typed_default(env: &Env, kind: &str, default: Unknown<'_>) -> Result<Typed> {
+    use napi::bindgen_prelude::{FromNapiValue, JsValue};
+    let wrong = |e: Error| type_error(format!("the default of a {kind} evaluation: {}", e.reason));
+    // SAFETY (each arm): `default` is a live value of this call's env; a
+    // value of another type is refused by `from_napi_value` with an error.
+    unsafe {
+        Ok(match kind {
+            "bool" => Typed::Bool(bool::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
+            "string" => Typed::Str(String::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
+            "int" => Typed::Int(int_default(f64::from_napi_value(env.raw(), default.raw()).map_err(wrong)?)?),
+            "bigint" => Typed::BigInt(bigint_default(
+                &BigInt::from_napi_value(env.raw(), default.raw()).map_err(wrong)?,
+            )?),
+            "number" => Typed::Float(f64::from_napi_value(env.raw(), default.raw()).map_err(wrong)?),
+            "json" => Typed::Json(match default.get_type()? {
+                napi::ValueType::Undefined => Json::Null,
+                _ => env.from_js_value(default).map_err(wrong)?,
+            }),
+            other => return Err(type_error(format!("unknown type {other:?}"))),
+        })
+    }
+}
+
+/// Evaluates `t` on `snap` at `now` (Unix ms; `None`: the system clock)
+/// and makes the JS result.
+fn snapshot_detail<'e>(
+    env: &'e Env,
+    snap: &flagstream::Snapshot,
+    key: &str,
+    ctx: &Context<'_>,
+    t: Typed,
+    now: Option<i64>,
+    stale: bool,
+) -> Result<Object<'e>> {
+    fn at<'s, T: flagstream::FromValue<'s>>(
+        snap: &'s flagstream::Snapshot,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+        now: Option<i64>,
+        stale: bool,
+    ) -> (T, detail::Fields) {
+        let mut d = match now {
+            Some(t) => snap.detail_at(key, ctx, default, t),
+            None => snap.detail(key, ctx, default),
+        };
+        d.stale = stale;
+        detail::borrowed(d)
+    }
+    match t {
+        Typed::Bool(d) => {
+            let (v, f) = at(snap, key, ctx, d, now, stale);
+            detail::to_object(env, v, f)
+        }
+        Typed::Str(d) => {
+            let (v, f) = at(snap, key, ctx, d.as_str(), now, stale);
+            detail::to_object(env, v, f)
+        }
+        Typed::Int(d) => {
+            let (v, f) = at(snap, key, ctx, d, now, stale);
+            detail::to_object(env, v, f)
+        }
+        Typed::BigInt(d) => {
+            let (v, f) = at(snap, key, ctx, d, now, stale);
+            detail::to_object(env, BigInt::from(v), f)
+        }
+        Typed::Float(d) => {
+            let (v, f) = at(snap, key, ctx, d, now, stale);
+            detail::to_object(env, v, f)
+        }
+        Typed::Json(d) => {
+            let (v, f) = at(snap, key, ctx, std::borrow::Cow::Owned(d), now, stale);
+            detail::to_object(env, v.into_owned(), f)
+        }
+    }
+}
+
+fn not_ready_detail(env: &Env, t: Typed) -> Result<Object<'_>> {
+    match t {
+        Typed::Bool(d) => obj(env, detail::not_ready(d)),
+        Typed::Str(d) => obj(env, detail::not_ready(d)),
+        Typed::Int(d) => obj(env, detail::not_ready(d)),
+        Typed::BigInt(d) => obj(env, detail::not_ready(BigInt::from(d))),
+        Typed::Float(d) => obj(env, detail::not_ready(d)),
+        Typed::Json(d) => obj(env, detail::not_ready(d)),
+    }
+}
+
+fn obj<V: ToNapiValue>(env: &Env, (v, f): (V, detail::Fields)) -> Result<Object<'_>> {
+    detail::to_object(env, v, f)
+}
+
+#[napi]
+impl NativeClient {
+    /// Builds the client on the addon's runtime; returns at once (a cache
+    /// is read first, synchronously).
+    #[napi(constructor)]
+    pub fn new(env: Env, options: NativeOptions) -> Result<Self> {
+        let b = js(&env, builder(options))?;
+        let client = napi::bindgen_prelude::within_runtime_if_available(|| b.build()).map_err(error)?;
+        let id = fast::CLIENTS.with(|t| t.borrow_mut().insert(client.clone()));
+        Ok(NativeClient {
+            client: Some(client),
+            id,
+            final_stats: flagstream::Stats::default(),
+            forwarder: None,
+        })
+    }
+
+    /// The id `fast.rs`'s functions take.
+    #[napi(getter)]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Starts sending every applied revision to `callback` (once).
+    #[napi]
+    pub fn listen(&mut self, callback: ChangeFn) -> Result<()> {
+        let Some(client) = &self.client else { return Ok(()) };
+        if self.forwarder.is_some() {
+            return Err(Error::from_reason("already listening"));
+        }
+        let mut changes = client.changes();
+        let task = napi::bindgen_prelude::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let event = match changes.recv().await {
+                    Ok(c) => {
+                        ChangeEvent { revision: c.revision as f64, flags: c.flags.to_vec(), lagged: 0.0 }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        ChangeEvent { revision: 0.0, flags: Vec::new(), lagged: n as f64 }
+                    }
+                    // The client is gone (closed).
+                    Err(RecvError::Closed) => return,
+                };
+                let (taken, taken_rx) = tokio::sync::oneshot::channel();
+                let status = callback.call_with_return_value(
+                    event,
+                    ThreadsafeFunctionCallMode::NonBlocking,
+                    move |_returned, _env| {
+                        // The forwarder may be gone (closed): nobody to tell.
+                        let _ = taken.send(());
+                        Ok(())
+                    },
+                );
+                if status != napi::Status::Ok {
+                    // The environment is closing.
+                    return;
+                }
+                if taken_rx.await.is_err() {
+                    // The call was dropped (the environment is closing).
+                    return;
+                }
+            }
+        });
+        self.forwarder = Some(task.abort_handle());
+        Ok(())
+    }
+
+    /// Resolves to whether data is served, as soon as it is or after
+    /// `timeoutMs`. Holds only a status receiver, so `close()` ends it.
+    #[napi]
+    pub fn wait_ready<'e>(&self, env: &'e Env, timeout_ms: f64) -> Result<PromiseRaw<'e, bool>> {
+        let timeout = ms("timeoutMs", timeout_ms)?;
+        let rx = self.client.as_ref().map(Client::status_watch);
+        env.spawn_future(async move {
+            let Some(mut rx) = rx else { return Ok(false) };
+            if rx.borrow().has_data() {
+                return Ok(true);
+            }
+            // A timeout or a closed client: not ready.
+            Ok(matches!(tokio::time::timeout(timeout, rx.wait_for(Status::has_data)).await, Ok(Ok(_))))
+        })
+    }
+
+    #[napi]
+    pub fn bigint(&self, env: Env, key: String, ctx: Ctx<'_>, default: BigInt) -> Result<BigInt> {
+        let d = js(&env, bigint_default(&default))?;
+        let Some(c) = &self.client else { return Ok(default) };
+        js(&env, with_ctx(&env, &ctx, |x| BigInt::from(c.int(&key, x, d))))
+    }
+
+    #[napi]
+    pub fn json(&self, env: Env, key: String, ctx: Ctx<'_>, default: Option<Json>) -> Result<Json> {
+        let d = default.unwrap_or(Json::Null);
+        let Some(c) = &self.client else { return Ok(d) };
+        js(&env, with_ctx(&env, &ctx, |x| c.json(&key, x, d)))
+    }
+
+    /// Any typed result with its reason: `kind` is `bool`, `string`,
+    /// `int`, `bigint`, `number` or `json`; `now` (Unix ms) evaluates
+    /// schedules at that instant instead of the system clock (such a call
+    /// reads the snapshot directly and is not counted in `stats()`).
+    #[napi]
+    pub fn detail<'e>(
+        &self,
+        env: &'e Env,
+        kind: String,
+        key: String,
+        ctx: Ctx<'_>,
+        default: Unknown<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
+        js(env, self.detail_inner(env, kind, key, ctx, default, now))
+    }
+
+    fn detail_inner<'e>(
+        &self,
+        env: &'e Env,
+        kind: String,
+        key: String,
+        ctx: Ctx<'_>,
+        default: Unknown<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
+        let t = typed_default(env, &kind, default)?;
+        let Some(c) = &self.client else { return not_ready_detail(env, t) };
+        with_ctx(env, &ctx, |ctx| self.detail_with(env, c, t, &key, ctx, now))?
+    }
+
+    fn detail_with<'e>(
+        &self,
+        env: &'e Env,
+        c: &Client,
+        t: Typed,
+        key: &str,
+        ctx: &Context<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
+        if let Some(now) = now {
+            let status = c.status();
+            if !status.has_data() {
+                return not_ready_detail(env, t);
+            }
+            let now = int_default(now.floor())?;
+            return snapshot_detail(env, &c.snapshot(), key, ctx, t, Some(now), status.is_stale());
+        }
+        match t {
+            Typed::Bool(d) => obj(env, detail::owned(c.bool_detail(key, ctx, d))),
+            Typed::Str(d) => obj(env, detail::owned(c.string_detail(key, ctx, &d))),
+            Typed::Int(d) => obj(env, detail::owned(c.int_detail(key, ctx, d))),
+            Typed::BigInt(d) => {
+                let (v, f) = detail::owned(c.int_detail(key, ctx, d));
+                detail::to_object(env, BigInt::from(v), f)
+            }
+            Typed::Float(d) => obj(env, detail::owned(c.float_detail(key, ctx, d))),
+            Typed::Json(d) => obj(env, detail::owned(c.json_detail(key, ctx, d))),
+        }
+    }
+
+    #[napi]
+    pub fn status(&self) -> JsStatus {
+        match &self.client {
+            Some(c) => js_status(c.status()),
+            None => js_status(Status::Failed { reason: "closed".into() }),
+        }
+    }
+
+    #[napi]
+    pub fn stats(&self) -> JsStats {
+        match &self.client {
+            Some(c) => js_stats(&c.stats()),
+            None => js_stats(&self.final_stats),
+        }
+    }
+
+    /// The served revision and every flag key (for a lagged listener).
+    #[napi]
+    pub fn flag_keys(&self) -> Vec<String> {
+        self.client.as_ref().map_or_else(Vec::new, |c| c.snapshot().flags().map(|f| f.key.clone()).collect())
+    }
+
+    /// The served snapshot's revision (0 before data or after close).
+    #[napi]
+    pub fn revision(&self) -> f64 {
+        self.client.as_ref().map_or(0.0, |c| c.snapshot().revision() as f64)
+    }
+
+    /// How old the served data may be (ms), `null` when no relay ever
+    /// confirmed it (`flagstream::Client::data_age`).
+    #[napi]
+    pub fn data_age_ms(&self) -> Option<f64> {
+        self.client.as_ref().and_then(Client::data_age).map(|d| d.as_millis() as f64)
+    }
+
+    /// The flags served now, in the file form (`{flags, segments}`).
+    #[napi]
+    pub fn flag_set(&self) -> Result<Json> {
+        // A closed client serves no flags: the empty set.
+        let set = self.client.as_ref().map(|c| c.snapshot().to_flag_set()).unwrap_or_default();
+        serde_json::to_value(&set).map_err(error)
+    }
+
+    /// Stops the sync task, writes the cache and releases the change
+    /// forwarder. Idempotent.
+    #[napi]
+    pub fn close(&mut self) {
+        if let Some(f) = self.forwarder.take() {
+            f.abort();
+        }
+        if let Some(c) = self.client.take() {
+            self.final_stats = c.stats();
+            drop(fast::CLIENTS.with(|t| t.borrow_mut().remove(self.id)));
+            drop(c);
+        }
+    }
+}
+
+impl Drop for NativeClient {
+    /// A client collected without `close()`: its hot-path clone goes too,
+    /// so its tasks stop.
+    fn drop(&mut self) {
+        if self.client.is_some() {
+            self.close();
+        }
+    }
+}
+
+/// The hot-path functions (`fast.rs`): `bool`, `number`, `int`, `string`
+/// taking `(clientId, key, ctx, default)`, `contextNew`, `contextFree`.
+#[napi]
+pub fn fast_api(env: &Env) -> Result<Object<'_>> {
+    fast::api(env)
+}
+
+/// A prebuilt context's file form, key and kind (`Context#toJSON`).
+#[napi]
+pub fn context_info(id: u32) -> Result<Json> {
+    fast::CONTEXTS.with(|t| match t.borrow().get(id) {
+        Some(c) => {
+            let file = serde_json::to_value(c).map_err(error)?;
+            let kind = if c.is_multi() { "multi" } else { c.context_kind() };
+            Ok(serde_json::json!({ "key": c.key(), "kind": kind, "file": file }))
+        }
+        None => Err(type_error("the Context is gone")),
+    })
+}
+
+/// A compiled flag set, evaluated without a client: `flagctl eval` in
+/// process, and the conformance suite's files whose flags deliberately fail
+/// validation (`Snapshot.compile(set, {validate: false})`).
+#[napi(js_name = "Snapshot")]
+pub struct JsSnapshot {
+    inner: Arc<flagstream::Snapshot>,
+}
+
+#[napi]
+impl JsSnapshot {
+    /// Compiles `{flags, segments}` (the file form, or its YAML/JSON text), validating it unless
+    /// `validate` is false; a flag set that does not validate throws.
+    #[napi(factory)]
+    pub fn compile(env: Env, set: String, validate: Option<bool>) -> Result<Self> {
+        let set = js(&env, flag_set("flag set", &set))?;
+        let limits = flagstream::Limits::default();
+        let snap = if validate.unwrap_or(true) {
+            flagstream::Snapshot::compile(&set, &limits).map_err(error)?
+        } else {
+            flagstream::Snapshot::compile_unvalidated(&set, &limits)
+        };
+        Ok(JsSnapshot { inner: Arc::new(snap) })
+    }
+
+    /// As `Client.detail`, on this snapshot (`now`: Unix ms).
+    #[napi]
+    pub fn detail<'e>(
+        &self,
+        env: &'e Env,
+        kind: String,
+        key: String,
+        ctx: Ctx<'_>,
+        default: Unknown<'_>,
+        now: Option<f64>,
+    ) -> Result<Object<'e>> {
+        let r = (|| {
+            let t = typed_default(env, &kind, default)?;
+            let now = now.map(|n| int_default(n.floor())).transpose()?;
+            with_ctx(env, &ctx, |x| snapshot_detail(env, &self.inner, &key, x, t, now, false))?
+        })();
+        js(env, r)
+    }
+}
+
+/// Why `kind` cannot name a context kind, or `null` when it can
+/// (docs/EVALUATION.md "Context kinds"; the OpenFeature provider skips
+/// such kinds as the Rust provider does).
+#[napi]
+pub fn kind_problem(kind: String) -> Option<String> {
+    flagstream::reference::kind_problem(&kind)
+}
