@@ -19,6 +19,13 @@ use crate::private_dir::make_private;
 use crate::raw::CacheBlob;
 use flagstream_core::{Limits, Snapshot};
 
+/// How long opening waits for a cache directory locked by a client that
+/// is going away (see [`Cache::open`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How often it tries again meanwhile.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// sled key of the snapshot value.
 pub(crate) const KEY: &[u8] = b"snapshot";
 
@@ -74,17 +81,33 @@ impl Cache {
     pub(crate) fn open(dir: &Path) -> Result<Cache, CacheError> {
         let private = |e| CacheError::Private { path: dir.display().to_string(), source: e };
         make_private(dir).map_err(private)?;
-        match sled::Config::new().path(dir).open() {
-            Ok(db) => {
-                make_private(dir).map_err(private)?;
-                Ok(Cache { state: Arc::new(std::sync::Mutex::new(State { db: Some(db), last: None })) })
+        // A directory locked by a client of this process that was just
+        // dropped is released a moment later, when sled's background
+        // threads let go of it (seen on a loaded machine): retried for up
+        // to LOCK_WAIT. A directory a live client holds stays locked, and
+        // this fails after that wait (the client then runs without a
+        // cache, logged). No event tells when sled's threads are done, so
+        // this polls.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match sled::Config::new().path(dir).open() {
+                Ok(db) => {
+                    make_private(dir).map_err(private)?;
+                    return Ok(Cache {
+                        state: Arc::new(std::sync::Mutex::new(State { db: Some(db), last: None })),
+                    });
+                }
+                Err(sled::Error::Io(e))
+                    if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
+                {
+                    if std::time::Instant::now() >= deadline {
+                        let path = dir.display().to_string();
+                        return Err(CacheError::Locked { path, source: sled::Error::Io(e) });
+                    }
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("lock") =>
-            {
-                Err(CacheError::Locked { path: dir.display().to_string(), source: sled::Error::Io(e) })
-            }
-            Err(e) => Err(e.into()),
         }
     }
 
