@@ -58,6 +58,107 @@ function ctxArg(ctx) {
   return JSON.stringify(ctx);
 }
 
+// The hot path's object contexts (`fastCtx`): the last plain object read
+// is kept as one context of the addon's table, `LAST`, with the own
+// enumerable property names and values it was read from. An object with
+// exactly those names, in that order, and those values (`===`) — the same
+// object again or an equal one — is the same context, so it is passed as
+// `LAST` with nothing converted; any other flat object is read once more
+// (its packed form, `packed()`) and replaces it. A per-thread entry of
+// primitives: no reference to the caller's objects is kept.
+const LAST = fast.contextNew('{}');
+const lastNames = [];
+const lastValues = [];
+let lastCount = -1; // -1: LAST holds no object's context
+let reading = false;
+const hasOwn = Object.hasOwn;
+
+/**
+ * The packed form of a plain flat object (src/fast.rs `from_packed`):
+ * the count of entries, then `\0name\0` and the value tagged `s`, `n`, `t`
+ * or `f` per string, number or boolean property (null and undefined left
+ * out, as JSON.stringify leaves them missing). Records every own
+ * enumerable property in lastNames/lastValues as it goes. `undefined` for
+ * any other value (an object, array, function, symbol, bigint): the JSON
+ * path reads those.
+ */
+function packed(ctx) {
+  let s = '';
+  let n = 0;
+  let i = 0;
+  for (const k in ctx) {
+    if (!hasOwn(ctx, k)) continue; // JSON.stringify reads own properties only
+    const v = ctx[k];
+    lastNames[i] = k;
+    lastValues[i] = v;
+    i++;
+    switch (typeof v) {
+      case 'string':
+        s += '\0' + k + '\0s' + v;
+        break;
+      case 'number':
+        s += '\0' + k + '\0n' + v;
+        break;
+      case 'boolean':
+        s += v ? '\0' + k + '\0t' : '\0' + k + '\0f';
+        break;
+      case 'undefined':
+        continue;
+      case 'object':
+        if (v === null) continue;
+        return undefined;
+      default:
+        return undefined;
+    }
+    n++;
+  }
+  lastNames.length = i;
+  lastValues.length = i;
+  return n + s;
+}
+
+/**
+ * What the hot path (`fast.*`) takes for a context: a Context's id, `LAST`
+ * for a plain flat object (read into it unless it equals the last one), or
+ * the JSON text (ctxArg) for anything else. Exactly the context the JSON
+ * text gives: only objects without `toJSON` whose properties are all
+ * primitives take `LAST`, and the addon refuses (contextSet false) every
+ * packed form the JSON path would read differently. A getter (or a
+ * Proxy's traps) may run more than once for one evaluation.
+ */
+function fastCtx(ctx) {
+  if (ctx instanceof Context) return ctx[ID];
+  // `reading`: a getter evaluating with another object while this one is
+  // read takes the JSON path, leaving LAST and its record to this read.
+  if (!reading && ctx !== null && typeof ctx === 'object' && ctx.toJSON === undefined) {
+    reading = true;
+    try {
+      if (sameAsLast(ctx)) return LAST;
+      lastCount = -1;
+      const p = packed(ctx);
+      if (p !== undefined && fast.contextSet(LAST, p)) {
+        lastCount = lastNames.length;
+        return LAST;
+      }
+    } finally {
+      reading = false;
+    }
+  }
+  return ctxArg(ctx);
+}
+
+/** Whether `ctx` has exactly the own enumerable properties LAST was read from. */
+function sameAsLast(ctx) {
+  if (lastCount < 0) return false;
+  let i = 0;
+  for (const k in ctx) {
+    if (!hasOwn(ctx, k)) continue;
+    if (i >= lastCount || lastNames[i] !== k || lastValues[i] !== ctx[k]) return false;
+    i++;
+  }
+  return i === lastCount;
+}
+
 const OPTIONS = new Set([
   'endpoints', 'sdkKey', 'cacheDir', 'cacheWriteIntervalMs', 'keepEndpointOrder', 'tlsCaPem',
   'tlsCertPem', 'tlsKeyPem', 'offlineFile', 'testData', 'connectTimeoutMs', 'keepaliveIntervalMs',
@@ -150,19 +251,19 @@ class Client extends EventEmitter {
   }
 
   bool(key, ctx, defaultValue) {
-    return fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
+    return fast.bool(this.#id, key, fastCtx(ctx), defaultValue);
   }
   string(key, ctx, defaultValue) {
-    return fast.string(this.#id, key, ctxArg(ctx), defaultValue);
+    return fast.string(this.#id, key, fastCtx(ctx), defaultValue);
   }
   int(key, ctx, defaultValue) {
-    return fast.int(this.#id, key, ctxArg(ctx), defaultValue);
+    return fast.int(this.#id, key, fastCtx(ctx), defaultValue);
   }
   bigint(key, ctx, defaultValue) {
     return this.#n.bigint(key, ctxArg(ctx), defaultValue);
   }
   number(key, ctx, defaultValue) {
-    return fast.number(this.#id, key, ctxArg(ctx), defaultValue);
+    return fast.number(this.#id, key, fastCtx(ctx), defaultValue);
   }
   json(key, ctx, defaultValue = null) {
     return this.#n.json(key, ctxArg(ctx), defaultValue);

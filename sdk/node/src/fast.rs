@@ -61,6 +61,17 @@ impl<T> Table<T> {
     pub(crate) fn get(&self, id: u32) -> Option<&T> {
         self.slots.get(id as usize)?.as_ref()
     }
+
+    /// Replaces the value of the live id `id`; false when `id` is not live.
+    pub(crate) fn replace(&mut self, id: u32, v: T) -> bool {
+        match self.slots.get_mut(id as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = Some(v);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 thread_local! {
@@ -375,6 +386,85 @@ pub(crate) fn from_json_text(text: &str) -> R<Context<'static>> {
     })
 }
 
+/// The entries `(name, tagged value)` of the packed form's body (see
+/// [`from_packed`]), which starts with a NUL before each name.
+fn packed_entries(body: &str) -> impl Iterator<Item = (&str, &str)> {
+    let mut pieces = body.split('\0');
+    // The empty piece before the first entry's NUL.
+    pieces.next();
+    std::iter::from_fn(move || Some((pieces.next()?, pieces.next()?)))
+}
+
+/// A flat single-kind context from index.js's packed form of a plain
+/// object whose own enumerable properties are all strings, numbers,
+/// booleans, `null` or `undefined` (`packed()` in index.js): the count of
+/// entries, then per string, number or boolean property `\0name\0` and
+/// the value tagged `s` (string), `n` (number, as `String(n)`), `t` or `f`;
+/// `null` and `undefined` properties are left out, as `JSON.stringify`
+/// makes them missing. Read with borrowed slices, no JSON and no
+/// allocation, into exactly the context [`from_json_text`] reads from the
+/// object's `JSON.stringify` text.
+///
+/// `None` whenever this form cannot say the same as the JSON path:
+/// a name or string holding a NUL (more NULs than the count makes), a
+/// lone surrogate (read here as U+FFFD, refused by the JSON path), a
+/// non-string key or kind, a `multi` kind, an invalid kind, too many
+/// attributes; index.js then passes the JSON text, whose path gives the
+/// result or the error.
+pub(crate) fn from_packed(text: &str) -> Option<Context<'_>> {
+    if text.contains('\u{FFFD}') {
+        return None;
+    }
+    let digits = text.find('\0').unwrap_or(text.len());
+    let n: usize = text[..digits].parse().ok()?;
+    let body = &text[digits..];
+    if body.bytes().filter(|&b| b == 0).count() != 2 * n {
+        return None;
+    }
+    let (mut key, mut kind) = ("", None);
+    for (name, value) in packed_entries(body) {
+        if name == "key" || name == "kind" {
+            let s = value.strip_prefix('s')?;
+            if name == "key" {
+                key = s;
+            } else {
+                kind = Some(s);
+            }
+        }
+    }
+    let mut ctx = Context::new(key);
+    if let Some(k) = kind {
+        if k == "multi" || flagstream::reference::kind_problem(k).is_some() {
+            return None;
+        }
+        ctx = ctx.kind(k);
+    }
+    let mut attributes = 0;
+    for (name, value) in packed_entries(body) {
+        if name == "key" || name == "kind" {
+            continue;
+        }
+        let (tag, rest) = value.split_at_checked(1)?;
+        let a: AttrValue<'_> = match (tag, rest) {
+            ("s", s) => s.into(),
+            ("t", "") => true.into(),
+            ("f", "") => false.into(),
+            // What JSON.stringify writes as null: a missing attribute.
+            ("n", "NaN" | "Infinity" | "-Infinity") => continue,
+            // The same digits JSON.stringify writes, read as the JSON path
+            // reads them.
+            ("n", num) => serde_json::from_str::<serde_json::Number>(num).ok()?.as_f64()?.into(),
+            _ => return None,
+        };
+        attributes += 1;
+        ctx.set(name, a);
+    }
+    if flagstream::context_attributes_problem(attributes).is_some() {
+        return None;
+    }
+    Some(ctx)
+}
+
 /// Runs `f` with the context `v`: a prebuilt context's id, the JSON text
 /// of an object context (index.js), or the object itself.
 pub(crate) unsafe fn with_context<T>(
@@ -528,6 +618,36 @@ unsafe extern "C" fn context_new(env: sys::napi_env, info: sys::napi_callback_in
     unsafe { finish(env, r) }
 }
 
+/// `contextSet(id, packed)`: replaces the context `id` (index.js's reused
+/// context of plain objects) by the one read from the packed form
+/// ([`from_packed`]); false, and nothing replaced, when that form cannot
+/// say (index.js then passes the object's JSON text).
+unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let r = (|| unsafe {
+        let mut argc = 2usize;
+        let mut argv = [ptr::null_mut(); 2];
+        check(
+            sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+            "arguments",
+        )?;
+        let id = id_of(env, argv[0], "a Context")?;
+        let ctx = with_str(env, argv[1], "a packed context", |s| from_packed(s).map(Context::into_owned))?;
+        let set = match ctx {
+            Some(ctx) => {
+                if !CONTEXTS.with(|t| t.borrow_mut().replace(id, ctx)) {
+                    return Err(Thrown("contextSet: no such context".into()));
+                }
+                true
+            }
+            None => false,
+        };
+        let mut out = ptr::null_mut();
+        check(sys::napi_get_boolean(env, set, &mut out), "result")?;
+        Ok(out)
+    })();
+    unsafe { finish(env, r) }
+}
+
 /// `contextFree(id)`: forgets a context (its `Context` was collected).
 unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
@@ -549,12 +669,13 @@ unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_i
 /// The raw functions, as an object (`native.fastApi()`).
 pub(crate) fn api(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::Object<'_>> {
     type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let fns: [(&std::ffi::CStr, Callback); 6] = [
+    let fns: [(&std::ffi::CStr, Callback); 7] = [
         (c"bool", eval_bool),
         (c"number", eval_number),
         (c"int", eval_int),
         (c"string", eval_string),
         (c"contextNew", context_new),
+        (c"contextSet", context_set),
         (c"contextFree", context_free),
     ];
     let mut obj = napi::bindgen_prelude::Object::new(env)?;
