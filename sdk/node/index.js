@@ -58,18 +58,22 @@ function ctxArg(ctx) {
   return JSON.stringify(ctx);
 }
 
-// The hot path's object contexts (`fastCtx`): the last plain object read
-// is kept as one context of the addon's table, `LAST`, with the own
-// enumerable property names and values it was read from. An object with
+// The hot path's object contexts (`fastCtx`). A plain object whose own
+// enumerable properties are all primitives is passed in a packed form
+// (`packed()`), which the addon reads with no JSON and no allocation; the
+// last one's own enumerable names and values are recorded. An object with
 // exactly those names, in that order, and those values (`===`) — the same
-// object again or an equal one — is the same context, so it is passed as
-// `LAST` with nothing converted; any other flat object is read once more
-// (its packed form, `packed()`) and replaces it. A per-thread entry of
+// object again, or an equal one — is the same context: the second time in
+// a row it is read once into the addon's context `LAST`, and from then on
+// passed as `LAST`, with nothing converted. One record per thread, of
 // primitives: no reference to the caller's objects is kept.
 const LAST = fast.contextNew('{}');
 const lastNames = [];
 const lastValues = [];
-let lastCount = -1; // -1: LAST holds no object's context
+let lastCount = -1; // -1: no record
+let lastText = ''; // the recorded object's packed form
+let lastSet = false; // whether LAST holds it
+let packedCount = 0;
 let reading = false;
 const hasOwn = Object.hasOwn;
 
@@ -78,8 +82,9 @@ const hasOwn = Object.hasOwn;
  * the count of entries, then `\0name\0` and the value tagged `s`, `n`, `t`
  * or `f` per string, number or boolean property (null and undefined left
  * out, as JSON.stringify leaves them missing). Records every own
- * enumerable property in lastNames/lastValues as it goes. `undefined` for
- * any other value (an object, array, function, symbol, bigint): the JSON
+ * enumerable property in lastNames/lastValues (packedCount of them) as it
+ * goes. `undefined` for any other value (an object, array, function,
+ * symbol, bigint), and for a key or kind that is not a string: the JSON
  * path reads those.
  */
 function packed(ctx) {
@@ -97,9 +102,11 @@ function packed(ctx) {
         s += '\0' + k + '\0s' + v;
         break;
       case 'number':
+        if (k === 'key' || k === 'kind') return undefined;
         s += '\0' + k + '\0n' + v;
         break;
       case 'boolean':
+        if (k === 'key' || k === 'kind') return undefined;
         s += v ? '\0' + k + '\0t' : '\0' + k + '\0f';
         break;
       case 'undefined':
@@ -112,33 +119,38 @@ function packed(ctx) {
     }
     n++;
   }
-  lastNames.length = i;
-  lastValues.length = i;
+  packedCount = i;
   return n + s;
 }
 
 /**
  * What the hot path (`fast.*`) takes for a context: a Context's id, `LAST`
- * for a plain flat object (read into it unless it equals the last one), or
- * the JSON text (ctxArg) for anything else. Exactly the context the JSON
- * text gives: only objects without `toJSON` whose properties are all
- * primitives take `LAST`, and the addon refuses (contextSet false) every
- * packed form the JSON path would read differently. A getter (or a
+ * or the packed form for a plain flat object, the JSON text (ctxArg) for
+ * anything else. The addon gives `undefined` for a packed form it cannot
+ * read as the JSON path would (`Client#bool` then passes the JSON text):
+ * every object is read as its JSON text reads. Only objects without
+ * `toJSON` whose properties are all primitives are packed; a getter (or a
  * Proxy's traps) may run more than once for one evaluation.
  */
 function fastCtx(ctx) {
   if (ctx instanceof Context) return ctx[ID];
   // `reading`: a getter evaluating with another object while this one is
-  // read takes the JSON path, leaving LAST and its record to this read.
+  // read takes the JSON path, leaving the record to this read.
   if (!reading && ctx !== null && typeof ctx === 'object' && ctx.toJSON === undefined) {
     reading = true;
     try {
-      if (sameAsLast(ctx)) return LAST;
+      if (sameAsLast(ctx)) {
+        if (lastSet) return LAST;
+        lastSet = fast.contextSet(LAST, lastText);
+        return lastSet ? LAST : lastText;
+      }
       lastCount = -1;
+      lastSet = false;
       const p = packed(ctx);
-      if (p !== undefined && fast.contextSet(LAST, p)) {
-        lastCount = lastNames.length;
-        return LAST;
+      if (p !== undefined) {
+        lastText = p;
+        lastCount = packedCount;
+        return p;
       }
     } finally {
       reading = false;
@@ -147,7 +159,7 @@ function fastCtx(ctx) {
   return ctxArg(ctx);
 }
 
-/** Whether `ctx` has exactly the own enumerable properties LAST was read from. */
+/** Whether `ctx` has exactly the own enumerable properties recorded. */
 function sameAsLast(ctx) {
   if (lastCount < 0) return false;
   let i = 0;
@@ -251,19 +263,23 @@ class Client extends EventEmitter {
   }
 
   bool(key, ctx, defaultValue) {
-    return fast.bool(this.#id, key, fastCtx(ctx), defaultValue);
+    const v = fast.bool(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
   }
   string(key, ctx, defaultValue) {
-    return fast.string(this.#id, key, fastCtx(ctx), defaultValue);
+    const v = fast.string(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.string(this.#id, key, ctxArg(ctx), defaultValue);
   }
   int(key, ctx, defaultValue) {
-    return fast.int(this.#id, key, fastCtx(ctx), defaultValue);
+    const v = fast.int(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.int(this.#id, key, ctxArg(ctx), defaultValue);
   }
   bigint(key, ctx, defaultValue) {
     return this.#n.bigint(key, ctxArg(ctx), defaultValue);
   }
   number(key, ctx, defaultValue) {
-    return fast.number(this.#id, key, fastCtx(ctx), defaultValue);
+    const v = fast.number(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.number(this.#id, key, ctxArg(ctx), defaultValue);
   }
   json(key, ctx, defaultValue = null) {
     return this.#n.json(key, ctxArg(ctx), defaultValue);

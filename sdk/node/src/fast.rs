@@ -389,10 +389,21 @@ pub(crate) fn from_json_text(text: &str) -> R<Context<'static>> {
 /// The entries `(name, tagged value)` of the packed form's body (see
 /// [`from_packed`]), which starts with a NUL before each name.
 fn packed_entries(body: &str) -> impl Iterator<Item = (&str, &str)> {
-    let mut pieces = body.split('\0');
-    // The empty piece before the first entry's NUL.
-    pieces.next();
-    std::iter::from_fn(move || Some((pieces.next()?, pieces.next()?)))
+    let b = body.as_bytes();
+    let nul = |from: usize| b[from..].iter().position(|&c| c == 0).map(|p| from + p);
+    // After the NUL before the first name.
+    let mut at = 1;
+    std::iter::from_fn(move || {
+        if at > b.len() {
+            return None;
+        }
+        let name_end = nul(at)?;
+        let value_end = nul(name_end + 1).unwrap_or(b.len());
+        // NUL is ASCII: every bound is a char boundary.
+        let entry = (&body[at..name_end], &body[name_end + 1..value_end]);
+        at = value_end + 1;
+        Some(entry)
+    })
 }
 
 /// A flat single-kind context from index.js's packed form of a plain
@@ -403,28 +414,43 @@ fn packed_entries(body: &str) -> impl Iterator<Item = (&str, &str)> {
 /// `null` and `undefined` properties are left out, as `JSON.stringify`
 /// makes them missing. Read with borrowed slices, no JSON and no
 /// allocation, into exactly the context [`from_json_text`] reads from the
-/// object's `JSON.stringify` text.
+/// object's `JSON.stringify` text, or the same error.
 ///
-/// `None` whenever this form cannot say the same as the JSON path:
+/// `Ok(None)` whenever this form cannot say what the JSON path would:
 /// a name or string holding a NUL (more NULs than the count makes), a
 /// lone surrogate (read here as U+FFFD, refused by the JSON path), a
-/// non-string key or kind, a `multi` kind, an invalid kind, too many
-/// attributes; index.js then passes the JSON text, whose path gives the
-/// result or the error.
-pub(crate) fn from_packed(text: &str) -> Option<Context<'_>> {
-    if text.contains('\u{FFFD}') {
-        return None;
+/// non-string key or kind, a `multi` kind; index.js then passes the JSON
+/// text.
+pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut n = 0usize;
+    while let Some(&c) = b.get(i) {
+        if c == 0 {
+            break;
+        }
+        let Some(d) = c.checked_sub(b'0').filter(|d| *d <= 9) else { return Ok(None) };
+        let Some(m) = n.checked_mul(10).and_then(|m| m.checked_add(usize::from(d))) else { return Ok(None) };
+        n = m;
+        i += 1;
     }
-    let digits = text.find('\0').unwrap_or(text.len());
-    let n: usize = text[..digits].parse().ok()?;
-    let body = &text[digits..];
-    if body.bytes().filter(|&b| b == 0).count() != 2 * n {
-        return None;
+    let body = &text[i..];
+    // One pass over the bytes: the NULs, and U+FFFD (EF BF BD).
+    let mut nuls = 0usize;
+    for (j, &c) in body.as_bytes().iter().enumerate() {
+        if c == 0 {
+            nuls += 1;
+        } else if c == 0xEF && body.as_bytes().get(j + 1..j + 3) == Some(&[0xBF, 0xBD]) {
+            return Ok(None);
+        }
+    }
+    if i == 0 || nuls != 2 * n {
+        return Ok(None);
     }
     let (mut key, mut kind) = ("", None);
     for (name, value) in packed_entries(body) {
         if name == "key" || name == "kind" {
-            let s = value.strip_prefix('s')?;
+            let Some(s) = value.strip_prefix('s') else { return Ok(None) };
             if name == "key" {
                 key = s;
             } else {
@@ -434,9 +460,10 @@ pub(crate) fn from_packed(text: &str) -> Option<Context<'_>> {
     }
     let mut ctx = Context::new(key);
     if let Some(k) = kind {
-        if k == "multi" || flagstream::reference::kind_problem(k).is_some() {
-            return None;
+        if k == "multi" {
+            return Ok(None);
         }
+        check_kind(k)?;
         ctx = ctx.kind(k);
     }
     let mut attributes = 0;
@@ -444,25 +471,35 @@ pub(crate) fn from_packed(text: &str) -> Option<Context<'_>> {
         if name == "key" || name == "kind" {
             continue;
         }
-        let (tag, rest) = value.split_at_checked(1)?;
-        let a: AttrValue<'_> = match (tag, rest) {
-            ("s", s) => s.into(),
-            ("t", "") => true.into(),
-            ("f", "") => false.into(),
+        let a: AttrValue<'_> = match value.split_at_checked(1) {
+            Some(("s", s)) => s.into(),
+            Some(("t", "")) => true.into(),
+            Some(("f", "")) => false.into(),
             // What JSON.stringify writes as null: a missing attribute.
-            ("n", "NaN" | "Infinity" | "-Infinity") => continue,
-            // The same digits JSON.stringify writes, read as the JSON path
+            Some(("n", "NaN" | "Infinity" | "-Infinity")) => continue,
+            // The digits JSON.stringify writes, read as the JSON path
             // reads them.
-            ("n", num) => serde_json::from_str::<serde_json::Number>(num).ok()?.as_f64()?.into(),
-            _ => return None,
+            Some(("n", num)) => {
+                match serde_json::from_str::<serde_json::Number>(num).ok().and_then(|x| x.as_f64()) {
+                    Some(x) => x.into(),
+                    None => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
         };
         attributes += 1;
         ctx.set(name, a);
     }
-    if flagstream::context_attributes_problem(attributes).is_some() {
-        return None;
+    if let Some(problem) = flagstream::context_attributes_problem(attributes) {
+        return Err(Thrown(format!("context: {problem}")));
     }
-    Some(ctx)
+    Ok(Some(ctx))
+}
+
+/// Whether `text` is index.js's packed form (it starts with its count),
+/// not JSON text (an object's starts with `{`).
+fn is_packed(text: &str) -> bool {
+    text.as_bytes().first().is_some_and(u8::is_ascii_digit)
 }
 
 /// Runs `f` with the context `v`: a prebuilt context's id, the JSON text
@@ -472,22 +509,40 @@ pub(crate) unsafe fn with_context<T>(
     v: sys::napi_value,
     f: impl FnOnce(&Context<'_>) -> T,
 ) -> R<T> {
+    unsafe { with_any_context(env, v, f) }?
+        .ok_or_else(|| Thrown("a context is an object or a Context, not a string".into()))
+}
+
+/// [`with_context`], also taking index.js's packed form ([`from_packed`]):
+/// `None` when that form cannot say.
+unsafe fn with_any_context<T>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    f: impl FnOnce(&Context<'_>) -> T,
+) -> R<Option<T>> {
     let t = unsafe { type_of(env, v)? };
     if t == sys::ValueType::napi_string {
-        let ctx = unsafe { with_str(env, v, "a context", from_json_text)?? };
-        return Ok(f(&ctx));
+        return unsafe {
+            with_str(env, v, "a context", |text| {
+                if is_packed(text) {
+                    Ok(from_packed(text)?.map(|ctx| f(&ctx)))
+                } else {
+                    from_json_text(text).map(|ctx| Some(f(&ctx)))
+                }
+            })?
+        };
     }
     if t == sys::ValueType::napi_number {
         let id = unsafe { id_of(env, v, "a Context")? };
         return CONTEXTS.with(|t| match t.borrow().get(id) {
-            Some(c) => Ok(f(c)),
+            Some(c) => Ok(Some(f(c))),
             // index.js passes only live Contexts' ids: this is a number
             // the caller passed as a context.
             None => Err(Thrown("a context is an object or a Context, not a number".into())),
         });
     }
     let ctx = unsafe { from_object(env, v)? };
-    Ok(f(&ctx))
+    Ok(Some(f(&ctx)))
 }
 
 /// The arguments `(clientId, key, ctx, default)` of a typed evaluation.
@@ -510,19 +565,30 @@ unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<[sys::na
 }
 
 /// Evaluates with the client `argv[0]`, the key `argv[1]`, the context
-/// `argv[2]`; a closed client gives `closed()`.
+/// `argv[2]`; a closed client gives `closed()`; `None` for a packed
+/// context that form cannot say (index.js passes the JSON text then).
 unsafe fn evaluate<T>(
     env: sys::napi_env,
     argv: &[sys::napi_value; 4],
     closed: impl FnOnce() -> T,
     f: impl FnOnce(&Client, &str, &Context<'_>) -> T,
-) -> R<T> {
+) -> R<Option<T>> {
     let id = unsafe { id_of(env, argv[0], "the client")? };
     let client = CLIENTS.with(|t| t.borrow().get(id).cloned());
-    let Some(client) = client else { return Ok(closed()) };
+    let Some(client) = client else { return Ok(Some(closed())) };
     unsafe {
-        with_str(env, argv[1], "the flag key", |key| with_context(env, argv[2], |ctx| f(&client, key, ctx)))?
+        with_str(env, argv[1], "the flag key", |key| {
+            with_any_context(env, argv[2], |ctx| f(&client, key, ctx))
+        })?
     }
+}
+
+/// `undefined`: what the evaluation functions return for a packed context
+/// that form cannot say.
+unsafe fn undefined(env: sys::napi_env) -> R<sys::napi_value> {
+    let mut out = ptr::null_mut();
+    check(unsafe { sys::napi_get_undefined(env, &mut out) }, "result")?;
+    Ok(out)
 }
 
 /// Throws `e` as a TypeError; returns the null the callback returns.
@@ -546,7 +612,9 @@ unsafe extern "C" fn eval_bool(env: sys::napi_env, info: sys::napi_callback_info
     let r = (|| unsafe {
         let argv = args4(env, info)?;
         let default = bool_of(env, argv[3], "the default")?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.bool(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.bool(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_get_boolean(env, v, &mut out), "result")?;
         Ok(out)
@@ -558,7 +626,9 @@ unsafe extern "C" fn eval_number(env: sys::napi_env, info: sys::napi_callback_in
     let r = (|| unsafe {
         let argv = args4(env, info)?;
         let default = f64_of(env, argv[3], "the default")?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.float(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.float(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_create_double(env, v, &mut out), "result")?;
         Ok(out)
@@ -571,7 +641,9 @@ unsafe extern "C" fn eval_int(env: sys::napi_env, info: sys::napi_callback_info)
         let argv = args4(env, info)?;
         let default =
             crate::int_default(f64_of(env, argv[3], "the default")?).map_err(|e| Thrown(e.reason))?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.int(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.int(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_create_int64(env, v, &mut out), "result")?;
         Ok(out)
@@ -591,7 +663,10 @@ unsafe extern "C" fn eval_string(env: sys::napi_env, info: sys::napi_callback_in
             )
             .map(|()| out)
         };
-        evaluate(env, &argv, || create(&default), |c, k, x| c.string_with(k, x, &default, create))?
+        match evaluate(env, &argv, || create(&default), |c, k, x| c.string_with(k, x, &default, create))? {
+            Some(v) => v,
+            None => undefined(env),
+        }
     })();
     unsafe { finish(env, r) }
 }
@@ -621,7 +696,8 @@ unsafe extern "C" fn context_new(env: sys::napi_env, info: sys::napi_callback_in
 /// `contextSet(id, packed)`: replaces the context `id` (index.js's reused
 /// context of plain objects) by the one read from the packed form
 /// ([`from_packed`]); false, and nothing replaced, when that form cannot
-/// say (index.js then passes the object's JSON text).
+/// say or the context is invalid (index.js then passes the packed form
+/// itself to the evaluation).
 unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
         let mut argc = 2usize;
@@ -631,7 +707,13 @@ unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_in
             "arguments",
         )?;
         let id = id_of(env, argv[0], "a Context")?;
-        let ctx = with_str(env, argv[1], "a packed context", |s| from_packed(s).map(Context::into_owned))?;
+        let ctx = with_str(env, argv[1], "a packed context", |s| {
+            // An invalid context (kind, attribute count) is not kept
+            // either: index.js passes the packed form to the evaluation,
+            // which throws its error, or returns the default for a closed
+            // client without reading the context.
+            if is_packed(s) { from_packed(s).ok().flatten().map(Context::into_owned) } else { None }
+        })?;
         let set = match ctx {
             Some(ctx) => {
                 if !CONTEXTS.with(|t| t.borrow_mut().replace(id, ctx)) {

@@ -154,6 +154,15 @@ test('key and kind as the JSON path reads them', () => {
   client.close();
 });
 
+test('a closed client gives the default without reading the context', () => {
+  const client = Client.testData(FLAGS);
+  client.close();
+  for (let i = 0; i < 3; i++) {
+    assert.equal(client.bool('alice', { kind: 'not a kind!' }, true), true);
+    assert.equal(client.string('n-one', { key: 'u', n: 1 }, 'd'), 'd');
+  }
+});
+
 test('what JSON.stringify reads: own properties, toJSON', () => {
   const client = Client.testData(FLAGS);
   const proto = { plan: 'enterprise' };
