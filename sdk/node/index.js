@@ -80,14 +80,15 @@ const hasOwn = Object.hasOwn;
 /**
  * The packed form of a plain flat object (src/fast.rs `from_packed`):
  * the count of entries, then `\0name\0` and the value tagged `s`, `n`, `t`
- * or `f` per string, number or boolean property (null and undefined left
- * out, as JSON.stringify leaves them missing). Records every own
+ * or `f` per string, number or boolean property, key and kind first (null
+ * and undefined left out, as JSON.stringify leaves them missing). Records every own
  * enumerable property in lastNames/lastValues (packedCount of them) as it
  * goes. `undefined` for any other value (an object, array, function,
  * symbol, bigint), and for a key or kind that is not a string: the JSON
  * path reads those.
  */
 function packed(ctx) {
+  let head = ''; // key and kind: the addon reads them first
   let s = '';
   let n = 0;
   let i = 0;
@@ -99,7 +100,8 @@ function packed(ctx) {
     i++;
     switch (typeof v) {
       case 'string':
-        s += '\0' + k + '\0s' + v;
+        if (k === 'key' || k === 'kind') head += '\0' + k + '\0s' + v;
+        else s += '\0' + k + '\0s' + v;
         break;
       case 'number':
         if (k === 'key' || k === 'kind') return undefined;
@@ -120,7 +122,7 @@ function packed(ctx) {
     n++;
   }
   packedCount = i;
-  return n + s;
+  return n + head + s;
 }
 
 /**

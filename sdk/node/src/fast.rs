@@ -386,89 +386,89 @@ pub(crate) fn from_json_text(text: &str) -> R<Context<'static>> {
     })
 }
 
-/// The entries `(name, tagged value)` of the packed form's body (see
-/// [`from_packed`]), which starts with a NUL before each name.
-fn packed_entries(body: &str) -> impl Iterator<Item = (&str, &str)> {
-    let b = body.as_bytes();
-    let nul = |from: usize| b[from..].iter().position(|&c| c == 0).map(|p| from + p);
-    // After the NUL before the first name.
-    let mut at = 1;
-    std::iter::from_fn(move || {
-        if at > b.len() {
+/// The end of the piece of `text` starting at `from`: the next NUL or the
+/// end; `None` at a U+FFFD (EF BF BD: what a lone surrogate reads as).
+fn piece_end(b: &[u8], from: usize) -> Option<usize> {
+    let mut j = from;
+    while let Some(&c) = b.get(j) {
+        if c == 0 {
+            break;
+        }
+        if c == 0xEF && b.get(j + 1..j + 3) == Some(&[0xBF, 0xBD][..]) {
             return None;
         }
-        let name_end = nul(at)?;
-        let value_end = nul(name_end + 1).unwrap_or(b.len());
-        // NUL is ASCII: every bound is a char boundary.
-        let entry = (&body[at..name_end], &body[name_end + 1..value_end]);
-        at = value_end + 1;
-        Some(entry)
-    })
+        j += 1;
+    }
+    Some(j)
+}
+
+/// The context of a packed form's key and kind, before its attributes.
+fn packed_start<'a>(key: &'a str, kind: Option<&'a str>) -> R<Option<Context<'a>>> {
+    let ctx = Context::new(key);
+    match kind {
+        None => Ok(Some(ctx)),
+        Some("multi") => Ok(None),
+        Some(k) => {
+            check_kind(k)?;
+            Ok(Some(ctx.kind(k)))
+        }
+    }
 }
 
 /// A flat single-kind context from index.js's packed form of a plain
 /// object whose own enumerable properties are all strings, numbers,
 /// booleans, `null` or `undefined` (`packed()` in index.js): the count of
 /// entries, then per string, number or boolean property `\0name\0` and
-/// the value tagged `s` (string), `n` (number, as `String(n)`), `t` or `f`;
-/// `null` and `undefined` properties are left out, as `JSON.stringify`
-/// makes them missing. Read with borrowed slices, no JSON and no
-/// allocation, into exactly the context [`from_json_text`] reads from the
-/// object's `JSON.stringify` text, or the same error.
+/// the value tagged `s` (string), `n` (number, as `String(n)`), `t` or `f`,
+/// `key` and `kind` first; `null` and `undefined` properties are left out,
+/// as `JSON.stringify` makes them missing. Read in one pass with borrowed
+/// slices, no JSON and no allocation, into exactly the context
+/// [`from_json_text`] reads from the object's `JSON.stringify` text, or the
+/// same error.
 ///
 /// `Ok(None)` whenever this form cannot say what the JSON path would:
-/// a name or string holding a NUL (more NULs than the count makes), a
-/// lone surrogate (read here as U+FFFD, refused by the JSON path), a
+/// a name or string holding a NUL (more entries than the count), a lone
+/// surrogate (read here as U+FFFD, refused by the JSON path), a
 /// non-string key or kind, a `multi` kind; index.js then passes the JSON
 /// text.
 pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
     let b = text.as_bytes();
-    let mut i = 0;
+    let mut at = 0;
     let mut n = 0usize;
-    while let Some(&c) = b.get(i) {
+    while let Some(&c) = b.get(at) {
         if c == 0 {
             break;
         }
         let Some(d) = c.checked_sub(b'0').filter(|d| *d <= 9) else { return Ok(None) };
         let Some(m) = n.checked_mul(10).and_then(|m| m.checked_add(usize::from(d))) else { return Ok(None) };
         n = m;
-        i += 1;
+        at += 1;
     }
-    let body = &text[i..];
-    // One pass over the bytes: the NULs, and U+FFFD (EF BF BD).
-    let mut nuls = 0usize;
-    for (j, &c) in body.as_bytes().iter().enumerate() {
-        if c == 0 {
-            nuls += 1;
-        } else if c == 0xEF && body.as_bytes().get(j + 1..j + 3) == Some(&[0xBF, 0xBD]) {
-            return Ok(None);
-        }
-    }
-    if i == 0 || nuls != 2 * n {
+    if at == 0 {
         return Ok(None);
     }
     let (mut key, mut kind) = ("", None);
-    for (name, value) in packed_entries(body) {
+    let mut ctx: Option<Context<'_>> = None;
+    let (mut entries, mut attributes) = (0usize, 0usize);
+    // `at` is at the NUL before a name, or at the end.
+    while at < b.len() {
+        let Some(name_end) = piece_end(b, at + 1) else { return Ok(None) };
+        if name_end == b.len() {
+            return Ok(None);
+        }
+        let Some(value_end) = piece_end(b, name_end + 1) else { return Ok(None) };
+        // NUL is ASCII: every bound is a char boundary.
+        let (name, value) = (&text[at + 1..name_end], &text[name_end + 1..value_end]);
+        at = value_end;
+        entries += 1;
         if name == "key" || name == "kind" {
-            let Some(s) = value.strip_prefix('s') else { return Ok(None) };
+            // After an attribute it is not index.js's form.
+            let (None, Some(s)) = (&ctx, value.strip_prefix('s')) else { return Ok(None) };
             if name == "key" {
                 key = s;
             } else {
                 kind = Some(s);
             }
-        }
-    }
-    let mut ctx = Context::new(key);
-    if let Some(k) = kind {
-        if k == "multi" {
-            return Ok(None);
-        }
-        check_kind(k)?;
-        ctx = ctx.kind(k);
-    }
-    let mut attributes = 0;
-    for (name, value) in packed_entries(body) {
-        if name == "key" || name == "kind" {
             continue;
         }
         let a: AttrValue<'_> = match value.split_at_checked(1) {
@@ -487,13 +487,23 @@ pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
             }
             _ => return Ok(None),
         };
+        if ctx.is_none() {
+            ctx = packed_start(key, kind)?;
+        }
+        let Some(c) = ctx.as_mut() else { return Ok(None) };
         attributes += 1;
-        ctx.set(name, a);
+        c.set(name, a);
+    }
+    if entries != n {
+        return Ok(None);
     }
     if let Some(problem) = flagstream::context_attributes_problem(attributes) {
         return Err(Thrown(format!("context: {problem}")));
     }
-    Ok(Some(ctx))
+    match ctx {
+        Some(c) => Ok(Some(c)),
+        None => packed_start(key, kind),
+    }
 }
 
 /// Whether `text` is index.js's packed form (it starts with its count),
