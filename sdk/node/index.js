@@ -78,7 +78,7 @@ let reading = false;
 const hasOwn = Object.hasOwn;
 
 /**
- * The packed form of a plain flat object (src/fast.rs `from_packed`):
+ * The packed form of a plain flat object (src/fast.rs `with_packed`):
  * the count of entries, then `\0name\0` and the value tagged `s`, `n`, `t`
  * or `f` per string, number or boolean property, key and kind first (null
  * and undefined left out, as JSON.stringify leaves them missing). Records every own

@@ -16,7 +16,10 @@
 //! of scalars lists, other arrays and objects JSON attributes, `null` a
 //! missing attribute); several kinds are `{kind: "multi", user: {...},
 //! org: {...}}`, every other property one kind named by the property (its
-//! own `kind` ignored). index.js passes an object context as its
+//! own `kind` ignored). index.js passes a flat object context (all
+//! properties primitives) in a packed form ([`with_packed`]: no JSON, no
+//! allocation), the same flat object as last time as the id of a context
+//! read from it once (`contextSet`), and any other object as its
 //! `JSON.stringify` text ([`from_json_text`]); [`from_object`] reads an
 //! object directly with the same rules (for direct callers of the addon).
 //! An invalid kind name or more kinds or attributes than the context
@@ -402,36 +405,24 @@ fn piece_end(b: &[u8], from: usize) -> Option<usize> {
     Some(j)
 }
 
-/// The context of a packed form's key and kind, before its attributes.
-fn packed_start<'a>(key: &'a str, kind: Option<&'a str>) -> R<Option<Context<'a>>> {
-    let ctx = Context::new(key);
-    match kind {
-        None => Ok(Some(ctx)),
-        Some("multi") => Ok(None),
-        Some(k) => {
-            check_kind(k)?;
-            Ok(Some(ctx.kind(k)))
-        }
-    }
-}
-
-/// A flat single-kind context from index.js's packed form of a plain
-/// object whose own enumerable properties are all strings, numbers,
-/// booleans, `null` or `undefined` (`packed()` in index.js): the count of
-/// entries, then per string, number or boolean property `\0name\0` and
-/// the value tagged `s` (string), `n` (number, as `String(n)`), `t` or `f`,
-/// `key` and `kind` first; `null` and `undefined` properties are left out,
-/// as `JSON.stringify` makes them missing. Read in one pass with borrowed
-/// slices, no JSON and no allocation, into exactly the context
-/// [`from_json_text`] reads from the object's `JSON.stringify` text, or the
-/// same error.
+/// Runs `f` on the flat single-kind context of index.js's packed form of
+/// a plain object whose own enumerable properties are all strings,
+/// numbers, booleans, `null` or `undefined` (`packed()` in index.js): the
+/// count of entries, then per string, number or boolean property
+/// `\0name\0` and the value tagged `s` (string), `n` (number, as
+/// `String(n)`), `t` or `f`, `key` and `kind` first; `null` and `undefined`
+/// properties are left out, as `JSON.stringify` makes them missing. Read
+/// in one pass with borrowed slices, no JSON and no allocation, into
+/// exactly the context [`from_json_text`] reads from the object's
+/// `JSON.stringify` text, or the same error; built in place (a context is
+/// a few hundred bytes: every move is a copy).
 ///
 /// `Ok(None)` whenever this form cannot say what the JSON path would:
 /// a name or string holding a NUL (more entries than the count), a lone
 /// surrogate (read here as U+FFFD, refused by the JSON path), a
 /// non-string key or kind, a `multi` kind; index.js then passes the JSON
 /// text.
-pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
+pub(crate) fn with_packed<T>(text: &str, f: impl FnOnce(&Context<'_>) -> T) -> R<Option<T>> {
     let b = text.as_bytes();
     let mut at = 0;
     let mut n = 0usize;
@@ -447,31 +438,49 @@ pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
     if at == 0 {
         return Ok(None);
     }
-    let (mut key, mut kind) = ("", None);
-    let mut ctx: Option<Context<'_>> = None;
-    let (mut entries, mut attributes) = (0usize, 0usize);
-    // `at` is at the NUL before a name, or at the end.
-    while at < b.len() {
-        let Some(name_end) = piece_end(b, at + 1) else { return Ok(None) };
+    // The entry at `at` (the NUL before its name): name, value and the
+    // next entry's position; `None` for a malformed form.
+    let entry = |at: usize| -> Option<(&str, &str, usize)> {
+        let name_end = piece_end(b, at + 1)?;
         if name_end == b.len() {
+            return None;
+        }
+        let value_end = piece_end(b, name_end + 1)?;
+        // NUL is ASCII: every bound is a char boundary.
+        Some((&text[at + 1..name_end], &text[name_end + 1..value_end], value_end))
+    };
+    let (mut key, mut kind) = ("", None);
+    let mut entries = 0usize;
+    while at < b.len() {
+        let Some((name, value, next)) = entry(at) else { return Ok(None) };
+        if name != "key" && name != "kind" {
+            break;
+        }
+        let Some(s) = value.strip_prefix('s') else { return Ok(None) };
+        if name == "key" {
+            key = s;
+        } else {
+            kind = Some(s);
+        }
+        entries += 1;
+        at = next;
+    }
+    let mut ctx = Context::new(key);
+    if let Some(k) = kind {
+        if k == "multi" {
             return Ok(None);
         }
-        let Some(value_end) = piece_end(b, name_end + 1) else { return Ok(None) };
-        // NUL is ASCII: every bound is a char boundary.
-        let (name, value) = (&text[at + 1..name_end], &text[name_end + 1..value_end]);
-        at = value_end;
+        check_kind(k)?;
+        ctx = ctx.kind(k);
+    }
+    let mut attributes = 0usize;
+    while at < b.len() {
+        let Some((name, value, next)) = entry(at) else { return Ok(None) };
+        at = next;
         entries += 1;
-        if name == "key" || name == "kind" {
-            // After an attribute it is not index.js's form.
-            let (None, Some(s)) = (&ctx, value.strip_prefix('s')) else { return Ok(None) };
-            if name == "key" {
-                key = s;
-            } else {
-                kind = Some(s);
-            }
-            continue;
-        }
         let a: AttrValue<'_> = match value.split_at_checked(1) {
+            // Key and kind come first in index.js's form.
+            _ if name == "key" || name == "kind" => return Ok(None),
             Some(("s", s)) => s.into(),
             Some(("t", "")) => true.into(),
             Some(("f", "")) => false.into(),
@@ -487,12 +496,8 @@ pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
             }
             _ => return Ok(None),
         };
-        if ctx.is_none() {
-            ctx = packed_start(key, kind)?;
-        }
-        let Some(c) = ctx.as_mut() else { return Ok(None) };
         attributes += 1;
-        c.set(name, a);
+        ctx.set(name, a);
     }
     if entries != n {
         return Ok(None);
@@ -500,10 +505,7 @@ pub(crate) fn from_packed(text: &str) -> R<Option<Context<'_>>> {
     if let Some(problem) = flagstream::context_attributes_problem(attributes) {
         return Err(Thrown(format!("context: {problem}")));
     }
-    match ctx {
-        Some(c) => Ok(Some(c)),
-        None => packed_start(key, kind),
-    }
+    Ok(Some(f(&ctx)))
 }
 
 /// Whether `text` is index.js's packed form (it starts with its count),
@@ -523,7 +525,7 @@ pub(crate) unsafe fn with_context<T>(
         .ok_or_else(|| Thrown("a context is an object or a Context, not a string".into()))
 }
 
-/// [`with_context`], also taking index.js's packed form ([`from_packed`]):
+/// [`with_context`], also taking index.js's packed form ([`with_packed`]):
 /// `None` when that form cannot say.
 unsafe fn with_any_context<T>(
     env: sys::napi_env,
@@ -535,7 +537,7 @@ unsafe fn with_any_context<T>(
         return unsafe {
             with_str(env, v, "a context", |text| {
                 if is_packed(text) {
-                    Ok(from_packed(text)?.map(|ctx| f(&ctx)))
+                    with_packed(text, f)
                 } else {
                     from_json_text(text).map(|ctx| Some(f(&ctx)))
                 }
@@ -705,7 +707,7 @@ unsafe extern "C" fn context_new(env: sys::napi_env, info: sys::napi_callback_in
 
 /// `contextSet(id, packed)`: replaces the context `id` (index.js's reused
 /// context of plain objects) by the one read from the packed form
-/// ([`from_packed`]); false, and nothing replaced, when that form cannot
+/// ([`with_packed`]); false, and nothing replaced, when that form cannot
 /// say or the context is invalid (index.js then passes the packed form
 /// itself to the evaluation).
 unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
@@ -722,7 +724,7 @@ unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_in
             // either: index.js passes the packed form to the evaluation,
             // which throws its error, or returns the default for a closed
             // client without reading the context.
-            if is_packed(s) { from_packed(s).ok().flatten().map(Context::into_owned) } else { None }
+            if is_packed(s) { with_packed(s, |c| c.clone().into_owned()).ok().flatten() } else { None }
         })?;
         let set = match ctx {
             Some(ctx) => {
