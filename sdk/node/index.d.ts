@@ -22,7 +22,10 @@ export interface MultiContext {
   [kind: string]: SingleContext | 'multi';
 }
 
-/** A plain-object context, read at each call. */
+/**
+ * A plain-object context, read at each call (a flat one with the same
+ * properties and values as the last one read is not converted again).
+ */
 export type ContextObject = SingleContext | MultiContext;
 
 /**

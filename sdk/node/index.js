@@ -58,6 +58,121 @@ function ctxArg(ctx) {
   return JSON.stringify(ctx);
 }
 
+// The hot path's object contexts (`fastCtx`). A plain object whose own
+// enumerable properties are all primitives is passed in a packed form
+// (`packed()`), which the addon reads with no JSON and no allocation; the
+// last one's own enumerable names and values are recorded. An object with
+// exactly those names, in that order, and those values (`===`) — the same
+// object again, or an equal one — is the same context: the second time in
+// a row it is read once into the addon's context `LAST`, and from then on
+// passed as `LAST`, with nothing converted. One record per thread, of
+// primitives: no reference to the caller's objects is kept.
+const LAST = fast.contextNew('{}');
+const lastNames = [];
+const lastValues = [];
+let lastCount = -1; // -1: no record
+let lastText = ''; // the recorded object's packed form
+let lastSet = false; // whether LAST holds it
+let packedCount = 0;
+let reading = false;
+const hasOwn = Object.hasOwn;
+
+/**
+ * The packed form of a plain flat object (src/fast.rs `with_packed`):
+ * the count of entries, then `\0name\0` and the value tagged `s`, `n`, `t`
+ * or `f` per string, number or boolean property, key and kind first (null
+ * and undefined left out, as JSON.stringify leaves them missing). Records every own
+ * enumerable property in lastNames/lastValues (packedCount of them) as it
+ * goes. `undefined` for any other value (an object, array, function,
+ * symbol, bigint), and for a key or kind that is not a string: the JSON
+ * path reads those.
+ */
+function packed(ctx) {
+  let head = ''; // key and kind: the addon reads them first
+  let s = '';
+  let n = 0;
+  let i = 0;
+  for (const k in ctx) {
+    if (!hasOwn(ctx, k)) continue; // JSON.stringify reads own properties only
+    const v = ctx[k];
+    lastNames[i] = k;
+    lastValues[i] = v;
+    i++;
+    switch (typeof v) {
+      case 'string':
+        if (k === 'key' || k === 'kind') head += '\0' + k + '\0s' + v;
+        else s += '\0' + k + '\0s' + v;
+        break;
+      case 'number':
+        if (k === 'key' || k === 'kind') return undefined;
+        s += '\0' + k + '\0n' + v;
+        break;
+      case 'boolean':
+        if (k === 'key' || k === 'kind') return undefined;
+        s += v ? '\0' + k + '\0t' : '\0' + k + '\0f';
+        break;
+      case 'undefined':
+        continue;
+      case 'object':
+        if (v === null) continue;
+        return undefined;
+      default:
+        return undefined;
+    }
+    n++;
+  }
+  packedCount = i;
+  return n + head + s;
+}
+
+/**
+ * What the hot path (`fast.*`) takes for a context: a Context's id, `LAST`
+ * or the packed form for a plain flat object, the JSON text (ctxArg) for
+ * anything else. The addon gives `undefined` for a packed form it cannot
+ * read as the JSON path would (`Client#bool` then passes the JSON text):
+ * every object is read as its JSON text reads. Only objects without
+ * `toJSON` whose properties are all primitives are packed; a getter (or a
+ * Proxy's traps) may run more than once for one evaluation.
+ */
+function fastCtx(ctx) {
+  if (ctx instanceof Context) return ctx[ID];
+  // `reading`: a getter evaluating with another object while this one is
+  // read takes the JSON path, leaving the record to this read.
+  if (!reading && ctx !== null && typeof ctx === 'object' && ctx.toJSON === undefined) {
+    reading = true;
+    try {
+      if (sameAsLast(ctx)) {
+        if (lastSet) return LAST;
+        lastSet = fast.contextSet(LAST, lastText);
+        return lastSet ? LAST : lastText;
+      }
+      lastCount = -1;
+      lastSet = false;
+      const p = packed(ctx);
+      if (p !== undefined) {
+        lastText = p;
+        lastCount = packedCount;
+        return p;
+      }
+    } finally {
+      reading = false;
+    }
+  }
+  return ctxArg(ctx);
+}
+
+/** Whether `ctx` has exactly the own enumerable properties recorded. */
+function sameAsLast(ctx) {
+  if (lastCount < 0) return false;
+  let i = 0;
+  for (const k in ctx) {
+    if (!hasOwn(ctx, k)) continue;
+    if (i >= lastCount || lastNames[i] !== k || lastValues[i] !== ctx[k]) return false;
+    i++;
+  }
+  return i === lastCount;
+}
+
 const OPTIONS = new Set([
   'endpoints', 'sdkKey', 'cacheDir', 'cacheWriteIntervalMs', 'keepEndpointOrder', 'tlsCaPem',
   'tlsCertPem', 'tlsKeyPem', 'offlineFile', 'testData', 'connectTimeoutMs', 'keepaliveIntervalMs',
@@ -150,19 +265,23 @@ class Client extends EventEmitter {
   }
 
   bool(key, ctx, defaultValue) {
-    return fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
+    const v = fast.bool(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
   }
   string(key, ctx, defaultValue) {
-    return fast.string(this.#id, key, ctxArg(ctx), defaultValue);
+    const v = fast.string(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.string(this.#id, key, ctxArg(ctx), defaultValue);
   }
   int(key, ctx, defaultValue) {
-    return fast.int(this.#id, key, ctxArg(ctx), defaultValue);
+    const v = fast.int(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.int(this.#id, key, ctxArg(ctx), defaultValue);
   }
   bigint(key, ctx, defaultValue) {
     return this.#n.bigint(key, ctxArg(ctx), defaultValue);
   }
   number(key, ctx, defaultValue) {
-    return fast.number(this.#id, key, ctxArg(ctx), defaultValue);
+    const v = fast.number(this.#id, key, fastCtx(ctx), defaultValue);
+    return v !== undefined ? v : fast.number(this.#id, key, ctxArg(ctx), defaultValue);
   }
   json(key, ctx, defaultValue = null) {
     return this.#n.json(key, ctxArg(ctx), defaultValue);

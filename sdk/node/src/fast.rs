@@ -16,7 +16,10 @@
 //! of scalars lists, other arrays and objects JSON attributes, `null` a
 //! missing attribute); several kinds are `{kind: "multi", user: {...},
 //! org: {...}}`, every other property one kind named by the property (its
-//! own `kind` ignored). index.js passes an object context as its
+//! own `kind` ignored). index.js passes a flat object context (all
+//! properties primitives) in a packed form ([`with_packed`]: no JSON, no
+//! allocation), the same flat object as last time as the id of a context
+//! read from it once (`contextSet`), and any other object as its
 //! `JSON.stringify` text ([`from_json_text`]); [`from_object`] reads an
 //! object directly with the same rules (for direct callers of the addon).
 //! An invalid kind name or more kinds or attributes than the context
@@ -60,6 +63,17 @@ impl<T> Table<T> {
 
     pub(crate) fn get(&self, id: u32) -> Option<&T> {
         self.slots.get(id as usize)?.as_ref()
+    }
+
+    /// Replaces the value of the live id `id`; false when `id` is not live.
+    pub(crate) fn replace(&mut self, id: u32, v: T) -> bool {
+        match self.slots.get_mut(id as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = Some(v);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -375,6 +389,131 @@ pub(crate) fn from_json_text(text: &str) -> R<Context<'static>> {
     })
 }
 
+/// The end of the piece of `text` starting at `from`: the next NUL or the
+/// end; `None` at a U+FFFD (EF BF BD: what a lone surrogate reads as).
+fn piece_end(b: &[u8], from: usize) -> Option<usize> {
+    let mut j = from;
+    while let Some(&c) = b.get(j) {
+        if c == 0 {
+            break;
+        }
+        if c == 0xEF && b.get(j + 1..j + 3) == Some(&[0xBF, 0xBD][..]) {
+            return None;
+        }
+        j += 1;
+    }
+    Some(j)
+}
+
+/// Runs `f` on the flat single-kind context of index.js's packed form of
+/// a plain object whose own enumerable properties are all strings,
+/// numbers, booleans, `null` or `undefined` (`packed()` in index.js): the
+/// count of entries, then per string, number or boolean property
+/// `\0name\0` and the value tagged `s` (string), `n` (number, as
+/// `String(n)`), `t` or `f`, `key` and `kind` first; `null` and `undefined`
+/// properties are left out, as `JSON.stringify` makes them missing. Read
+/// in one pass with borrowed slices, no JSON and no allocation, into
+/// exactly the context [`from_json_text`] reads from the object's
+/// `JSON.stringify` text, or the same error; built in place (a context is
+/// a few hundred bytes: every move is a copy).
+///
+/// `Ok(None)` whenever this form cannot say what the JSON path would:
+/// a name or string holding a NUL (more entries than the count), a lone
+/// surrogate (read here as U+FFFD, refused by the JSON path), a
+/// non-string key or kind, a `multi` kind; index.js then passes the JSON
+/// text.
+pub(crate) fn with_packed<T>(text: &str, f: impl FnOnce(&Context<'_>) -> T) -> R<Option<T>> {
+    let b = text.as_bytes();
+    let mut at = 0;
+    let mut n = 0usize;
+    while let Some(&c) = b.get(at) {
+        if c == 0 {
+            break;
+        }
+        let Some(d) = c.checked_sub(b'0').filter(|d| *d <= 9) else { return Ok(None) };
+        let Some(m) = n.checked_mul(10).and_then(|m| m.checked_add(usize::from(d))) else { return Ok(None) };
+        n = m;
+        at += 1;
+    }
+    if at == 0 {
+        return Ok(None);
+    }
+    // The entry at `at` (the NUL before its name): name, value and the
+    // next entry's position; `None` for a malformed form.
+    let entry = |at: usize| -> Option<(&str, &str, usize)> {
+        let name_end = piece_end(b, at + 1)?;
+        if name_end == b.len() {
+            return None;
+        }
+        let value_end = piece_end(b, name_end + 1)?;
+        // NUL is ASCII: every bound is a char boundary.
+        Some((&text[at + 1..name_end], &text[name_end + 1..value_end], value_end))
+    };
+    let (mut key, mut kind) = ("", None);
+    let mut entries = 0usize;
+    while at < b.len() {
+        let Some((name, value, next)) = entry(at) else { return Ok(None) };
+        if name != "key" && name != "kind" {
+            break;
+        }
+        let Some(s) = value.strip_prefix('s') else { return Ok(None) };
+        if name == "key" {
+            key = s;
+        } else {
+            kind = Some(s);
+        }
+        entries += 1;
+        at = next;
+    }
+    let mut ctx = Context::new(key);
+    if let Some(k) = kind {
+        if k == "multi" {
+            return Ok(None);
+        }
+        check_kind(k)?;
+        ctx = ctx.kind(k);
+    }
+    let mut attributes = 0usize;
+    while at < b.len() {
+        let Some((name, value, next)) = entry(at) else { return Ok(None) };
+        at = next;
+        entries += 1;
+        let a: AttrValue<'_> = match value.split_at_checked(1) {
+            // Key and kind come first in index.js's form.
+            _ if name == "key" || name == "kind" => return Ok(None),
+            Some(("s", s)) => s.into(),
+            Some(("t", "")) => true.into(),
+            Some(("f", "")) => false.into(),
+            // What JSON.stringify writes as null: a missing attribute.
+            Some(("n", "NaN" | "Infinity" | "-Infinity")) => continue,
+            // The digits JSON.stringify writes, read as the JSON path
+            // reads them.
+            Some(("n", num)) => {
+                match serde_json::from_str::<serde_json::Number>(num).ok().and_then(|x| x.as_f64()) {
+                    Some(x) => x.into(),
+                    None => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        attributes += 1;
+        ctx.set(name, a);
+    }
+    if entries != n {
+        return Ok(None);
+    }
+    if let Some(problem) = flagstream::context_attributes_problem(attributes) {
+        return Err(Thrown(format!("context: {problem}")));
+    }
+    Ok(Some(f(&ctx)))
+}
+
+/// Whether `text` is index.js's packed form (it starts with its count),
+/// not JSON text (an object's starts with `{`).
+fn is_packed(text: &str) -> bool {
+    text.as_bytes().first().is_some_and(u8::is_ascii_digit)
+}
+
 /// Runs `f` with the context `v`: a prebuilt context's id, the JSON text
 /// of an object context (index.js), or the object itself.
 pub(crate) unsafe fn with_context<T>(
@@ -382,22 +521,40 @@ pub(crate) unsafe fn with_context<T>(
     v: sys::napi_value,
     f: impl FnOnce(&Context<'_>) -> T,
 ) -> R<T> {
+    unsafe { with_any_context(env, v, f) }?
+        .ok_or_else(|| Thrown("a context is an object or a Context, not a string".into()))
+}
+
+/// [`with_context`], also taking index.js's packed form ([`with_packed`]):
+/// `None` when that form cannot say.
+unsafe fn with_any_context<T>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    f: impl FnOnce(&Context<'_>) -> T,
+) -> R<Option<T>> {
     let t = unsafe { type_of(env, v)? };
     if t == sys::ValueType::napi_string {
-        let ctx = unsafe { with_str(env, v, "a context", from_json_text)?? };
-        return Ok(f(&ctx));
+        return unsafe {
+            with_str(env, v, "a context", |text| {
+                if is_packed(text) {
+                    with_packed(text, f)
+                } else {
+                    from_json_text(text).map(|ctx| Some(f(&ctx)))
+                }
+            })?
+        };
     }
     if t == sys::ValueType::napi_number {
         let id = unsafe { id_of(env, v, "a Context")? };
         return CONTEXTS.with(|t| match t.borrow().get(id) {
-            Some(c) => Ok(f(c)),
+            Some(c) => Ok(Some(f(c))),
             // index.js passes only live Contexts' ids: this is a number
             // the caller passed as a context.
             None => Err(Thrown("a context is an object or a Context, not a number".into())),
         });
     }
     let ctx = unsafe { from_object(env, v)? };
-    Ok(f(&ctx))
+    Ok(Some(f(&ctx)))
 }
 
 /// The arguments `(clientId, key, ctx, default)` of a typed evaluation.
@@ -420,19 +577,30 @@ unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<[sys::na
 }
 
 /// Evaluates with the client `argv[0]`, the key `argv[1]`, the context
-/// `argv[2]`; a closed client gives `closed()`.
+/// `argv[2]`; a closed client gives `closed()`; `None` for a packed
+/// context that form cannot say (index.js passes the JSON text then).
 unsafe fn evaluate<T>(
     env: sys::napi_env,
     argv: &[sys::napi_value; 4],
     closed: impl FnOnce() -> T,
     f: impl FnOnce(&Client, &str, &Context<'_>) -> T,
-) -> R<T> {
+) -> R<Option<T>> {
     let id = unsafe { id_of(env, argv[0], "the client")? };
     let client = CLIENTS.with(|t| t.borrow().get(id).cloned());
-    let Some(client) = client else { return Ok(closed()) };
+    let Some(client) = client else { return Ok(Some(closed())) };
     unsafe {
-        with_str(env, argv[1], "the flag key", |key| with_context(env, argv[2], |ctx| f(&client, key, ctx)))?
+        with_str(env, argv[1], "the flag key", |key| {
+            with_any_context(env, argv[2], |ctx| f(&client, key, ctx))
+        })?
     }
+}
+
+/// `undefined`: what the evaluation functions return for a packed context
+/// that form cannot say.
+unsafe fn undefined(env: sys::napi_env) -> R<sys::napi_value> {
+    let mut out = ptr::null_mut();
+    check(unsafe { sys::napi_get_undefined(env, &mut out) }, "result")?;
+    Ok(out)
 }
 
 /// Throws `e` as a TypeError; returns the null the callback returns.
@@ -456,7 +624,9 @@ unsafe extern "C" fn eval_bool(env: sys::napi_env, info: sys::napi_callback_info
     let r = (|| unsafe {
         let argv = args4(env, info)?;
         let default = bool_of(env, argv[3], "the default")?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.bool(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.bool(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_get_boolean(env, v, &mut out), "result")?;
         Ok(out)
@@ -468,7 +638,9 @@ unsafe extern "C" fn eval_number(env: sys::napi_env, info: sys::napi_callback_in
     let r = (|| unsafe {
         let argv = args4(env, info)?;
         let default = f64_of(env, argv[3], "the default")?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.float(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.float(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_create_double(env, v, &mut out), "result")?;
         Ok(out)
@@ -481,7 +653,9 @@ unsafe extern "C" fn eval_int(env: sys::napi_env, info: sys::napi_callback_info)
         let argv = args4(env, info)?;
         let default =
             crate::int_default(f64_of(env, argv[3], "the default")?).map_err(|e| Thrown(e.reason))?;
-        let v = evaluate(env, &argv, || default, |c, k, x| c.int(k, x, default))?;
+        let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.int(k, x, default))? else {
+            return undefined(env);
+        };
         let mut out = ptr::null_mut();
         check(sys::napi_create_int64(env, v, &mut out), "result")?;
         Ok(out)
@@ -501,7 +675,10 @@ unsafe extern "C" fn eval_string(env: sys::napi_env, info: sys::napi_callback_in
             )
             .map(|()| out)
         };
-        evaluate(env, &argv, || create(&default), |c, k, x| c.string_with(k, x, &default, create))?
+        match evaluate(env, &argv, || create(&default), |c, k, x| c.string_with(k, x, &default, create))? {
+            Some(v) => v,
+            None => undefined(env),
+        }
     })();
     unsafe { finish(env, r) }
 }
@@ -528,6 +705,43 @@ unsafe extern "C" fn context_new(env: sys::napi_env, info: sys::napi_callback_in
     unsafe { finish(env, r) }
 }
 
+/// `contextSet(id, packed)`: replaces the context `id` (index.js's reused
+/// context of plain objects) by the one read from the packed form
+/// ([`with_packed`]); false, and nothing replaced, when that form cannot
+/// say or the context is invalid (index.js then passes the packed form
+/// itself to the evaluation).
+unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let r = (|| unsafe {
+        let mut argc = 2usize;
+        let mut argv = [ptr::null_mut(); 2];
+        check(
+            sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+            "arguments",
+        )?;
+        let id = id_of(env, argv[0], "a Context")?;
+        let ctx = with_str(env, argv[1], "a packed context", |s| {
+            // An invalid context (kind, attribute count) is not kept
+            // either: index.js passes the packed form to the evaluation,
+            // which throws its error, or returns the default for a closed
+            // client without reading the context.
+            if is_packed(s) { with_packed(s, |c| c.clone().into_owned()).ok().flatten() } else { None }
+        })?;
+        let set = match ctx {
+            Some(ctx) => {
+                if !CONTEXTS.with(|t| t.borrow_mut().replace(id, ctx)) {
+                    return Err(Thrown("contextSet: no such context".into()));
+                }
+                true
+            }
+            None => false,
+        };
+        let mut out = ptr::null_mut();
+        check(sys::napi_get_boolean(env, set, &mut out), "result")?;
+        Ok(out)
+    })();
+    unsafe { finish(env, r) }
+}
+
 /// `contextFree(id)`: forgets a context (its `Context` was collected).
 unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
@@ -549,12 +763,13 @@ unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_i
 /// The raw functions, as an object (`native.fastApi()`).
 pub(crate) fn api(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::Object<'_>> {
     type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let fns: [(&std::ffi::CStr, Callback); 6] = [
+    let fns: [(&std::ffi::CStr, Callback); 7] = [
         (c"bool", eval_bool),
         (c"number", eval_number),
         (c"int", eval_int),
         (c"string", eval_string),
         (c"contextNew", context_new),
+        (c"contextSet", context_set),
         (c"contextFree", context_free),
     ];
     let mut obj = napi::bindgen_prelude::Object::new(env)?;
