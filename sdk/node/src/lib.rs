@@ -18,9 +18,8 @@
 //! options, OpenFeature).
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
 
-use flagstream::{Client, Context, FlagSet, Source, Status};
+use flagstream::{Client, Context, Status};
 use napi::bindgen_prelude::{BigInt, Env, Object, PromiseRaw, ToNapiValue, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Error, Result};
@@ -29,6 +28,13 @@ use serde_json::Value as Json;
 
 mod detail;
 mod fast;
+mod js_context;
+mod napi_value;
+mod options;
+mod report;
+
+use options::{NativeOptions, builder, flag_set, ms};
+use report::{JsStats, JsStatus, js_stats, js_status};
 
 /// Registers the addon's runtime with napi-rs (`spawn_future`, `spawn`).
 #[napi_derive::module_init]
@@ -85,7 +91,7 @@ type Ctx<'e> = Unknown<'e>;
 fn with_ctx<R>(env: &Env, ctx: &Ctx<'_>, f: impl FnOnce(&Context<'_>) -> R) -> Result<R> {
     use napi::bindgen_prelude::JsValue;
     // SAFETY: `ctx` is a live value of this call's env.
-    unsafe { fast::with_context(env.raw(), ctx.raw(), f) }.map_err(|e| type_error(e.0))
+    unsafe { js_context::with_context(env.raw(), ctx.raw(), f) }.map_err(|e| type_error(e.0))
 }
 
 /// An integer default from a JS number: it must be a whole number in the
@@ -101,225 +107,6 @@ fn bigint_default(d: &BigInt) -> Result<i64> {
     match d.get_i64() {
         (v, true) => Ok(v),
         _ => Err(type_error("default bigint is outside the signed 64-bit range")),
-    }
-}
-
-/// Options of `new Client(...)` (index.d.ts `ClientOptions` documents
-/// each; durations in milliseconds).
-#[napi(object)]
-#[derive(Default)]
-pub struct NativeOptions {
-    pub endpoints: Option<Vec<String>>,
-    pub sdk_key: Option<String>,
-    pub cache_dir: Option<String>,
-    pub cache_write_interval_ms: Option<f64>,
-    pub keep_endpoint_order: Option<bool>,
-    pub tls_ca_pem: Option<String>,
-    pub tls_cert_pem: Option<String>,
-    pub tls_key_pem: Option<String>,
-    pub offline_file: Option<String>,
-    /// The text of a YAML/JSON flag file (index.js serialises an object).
-    pub test_data: Option<String>,
-    pub connect_timeout_ms: Option<f64>,
-    pub keepalive_interval_ms: Option<f64>,
-    pub keepalive_timeout_ms: Option<f64>,
-    pub tcp_user_timeout_ms: Option<f64>,
-    pub first_message_timeout_ms: Option<f64>,
-    pub heartbeat_default_ms: Option<f64>,
-    pub watchdog_misses: Option<u32>,
-    pub backoff_base_ms: Option<f64>,
-    pub backoff_cap_ms: Option<f64>,
-    pub healthy_after_ms: Option<f64>,
-    pub stall_jitter_ms: Option<f64>,
-    pub stale_after_ms: Option<f64>,
-}
-
-/// A flag set from the text of a flag file (YAML or JSON; text keeps
-/// 64-bit integers exact, which JS numbers do not).
-fn flag_set(what: &str, text: &str) -> Result<FlagSet> {
-    serde_yaml_ng::from_str(text).map_err(|e| type_error(format!("{what}: {e}")))
-}
-
-fn ms(name: &str, v: f64) -> Result<Duration> {
-    if !v.is_finite() || v < 0.0 {
-        return Err(type_error(format!("{name} must be a non-negative number of milliseconds, not {v}")));
-    }
-    Ok(Duration::from_secs_f64(v / 1000.0))
-}
-
-fn builder(o: NativeOptions) -> Result<flagstream::Builder> {
-    let mut b = Client::builder();
-    if let Some(e) = o.endpoints {
-        b = b.endpoints(e);
-    }
-    if let Some(k) = o.sdk_key {
-        b = b.sdk_key(k);
-    }
-    if let Some(d) = o.cache_dir {
-        b = b.cache_dir(d);
-    }
-    if o.keep_endpoint_order == Some(true) {
-        b = b.keep_endpoint_order();
-    }
-    if let Some(pem) = o.tls_ca_pem {
-        b = b.tls_ca_pem(pem);
-    }
-    match (o.tls_cert_pem, o.tls_key_pem) {
-        (Some(cert), Some(key)) => b = b.tls_identity_pem(cert, key),
-        (None, None) => {}
-        _ => return Err(type_error("tlsCertPem and tlsKeyPem go together")),
-    }
-    if let Some(f) = o.offline_file {
-        b = b.offline_file(f);
-    }
-    if let Some(set) = o.test_data {
-        b = b.test_data(flag_set("testData", &set)?);
-    }
-    macro_rules! durations {
-        ($($field:ident => $setter:ident),* $(,)?) => {$(
-            if let Some(v) = o.$field {
-                b = b.$setter(ms(stringify!($field), v)?);
-            }
-        )*};
-    }
-    durations!(
-        cache_write_interval_ms => cache_write_interval,
-        connect_timeout_ms => connect_timeout,
-        keepalive_interval_ms => keepalive_interval,
-        keepalive_timeout_ms => keepalive_timeout,
-        tcp_user_timeout_ms => tcp_user_timeout,
-        first_message_timeout_ms => first_message_timeout,
-        heartbeat_default_ms => heartbeat_default,
-        backoff_base_ms => backoff_base,
-        backoff_cap_ms => backoff_cap,
-        healthy_after_ms => healthy_after,
-        stall_jitter_ms => stall_jitter,
-        stale_after_ms => stale_after,
-    );
-    if let Some(n) = o.watchdog_misses {
-        b = b.watchdog_misses(n);
-    }
-    Ok(b)
-}
-
-/// One failed attempt to reach a relay.
-#[napi(object)]
-pub struct JsAttempt {
-    pub endpoint: String,
-    pub error: String,
-    pub retry_in_ms: f64,
-}
-
-/// The client's status: `state` is `initializing`, `ready`, `stale` or
-/// `failed`; the other fields as they apply.
-#[napi(object)]
-pub struct JsStatus {
-    pub state: String,
-    /// `stream`, `cache`, `file` or `test`.
-    pub source: Option<String>,
-    pub revision: Option<f64>,
-    /// Since when (Unix ms).
-    pub since: Option<f64>,
-    pub reason: Option<String>,
-    pub attempts: Option<Vec<JsAttempt>>,
-}
-
-fn source_name(s: Source) -> String {
-    match s {
-        Source::Stream => "stream",
-        Source::Cache => "cache",
-        Source::File => "file",
-        Source::Test => "test",
-    }
-    .to_owned()
-}
-
-fn unix_ms(t: std::time::SystemTime) -> f64 {
-    // A time before 1970 is not one the client records.
-    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_millis() as f64)
-}
-
-fn js_status(s: Status) -> JsStatus {
-    let empty = |state: &str| JsStatus {
-        state: state.to_owned(),
-        source: None,
-        revision: None,
-        since: None,
-        reason: None,
-        attempts: None,
-    };
-    match s {
-        Status::Initializing { attempts } => JsStatus {
-            attempts: Some(
-                attempts
-                    .into_iter()
-                    .map(|a| JsAttempt {
-                        endpoint: a.endpoint,
-                        error: a.error,
-                        retry_in_ms: a.retry_in.as_millis() as f64,
-                    })
-                    .collect(),
-            ),
-            ..empty("initializing")
-        },
-        Status::Ready { source, revision, since } => JsStatus {
-            source: Some(source_name(source)),
-            revision: Some(revision as f64),
-            since: Some(unix_ms(since)),
-            ..empty("ready")
-        },
-        Status::Stale { source, revision, since, reason } => JsStatus {
-            source: Some(source_name(source)),
-            revision: Some(revision as f64),
-            since: Some(unix_ms(since)),
-            reason: Some(reason),
-            ..empty("stale")
-        },
-        Status::Failed { reason } => JsStatus { reason: Some(reason), ..empty("failed") },
-    }
-}
-
-/// The client's counters (`flagstream::Stats`, camelCase).
-#[napi(object)]
-pub struct JsStats {
-    pub default_not_found: f64,
-    pub default_not_ready: f64,
-    pub default_wrong_type: f64,
-    pub default_malformed: f64,
-    pub connects: f64,
-    pub reconnects: f64,
-    pub endpoint_switches: f64,
-    pub stalls: f64,
-    pub resyncs: f64,
-    pub checksum_mismatches: f64,
-    pub diverged_heads: f64,
-    pub retry_hints: f64,
-    pub snapshots_applied: f64,
-    pub deltas_applied: f64,
-    pub cache_writes: f64,
-    pub cache_errors: f64,
-    pub stale_ms: f64,
-}
-
-fn js_stats(s: &flagstream::Stats) -> JsStats {
-    JsStats {
-        default_not_found: s.default_not_found as f64,
-        default_not_ready: s.default_not_ready as f64,
-        default_wrong_type: s.default_wrong_type as f64,
-        default_malformed: s.default_malformed as f64,
-        connects: s.connects as f64,
-        reconnects: s.reconnects as f64,
-        endpoint_switches: s.endpoint_switches as f64,
-        stalls: s.stalls as f64,
-        resyncs: s.resyncs as f64,
-        checksum_mismatches: s.checksum_mismatches as f64,
-        diverged_heads: s.diverged_heads as f64,
-        retry_hints: s.retry_hints as f64,
-        snapshots_applied: s.snapshots_applied as f64,
-        deltas_applied: s.deltas_applied as f64,
-        cache_writes: s.cache_writes as f64,
-        cache_errors: s.cache_errors as f64,
-        stale_ms: s.stale_ms as f64,
     }
 }
 
