@@ -74,6 +74,9 @@ def flagstream_cases() -> Dict[str, float]:
     assert c.bool("onoff", {"key": "user-42"}, True) is False
     assert c.bool("rule", CTX, False) is True and c.bool("rule", pre, False) is True
     assert c.bool("flag-7", CTX, False) is True
+    # The answers every peer is checked against (flagd_cases asserts the same).
+    assert c.bool("rule", {**CTX, "country": "FR"}, True) is False
+    assert all(c.bool(k, pre, False) is True for k in KEYS)
     user = {"key": "user-42"}
     out = {
         "on/off flag": timed(lambda: c.bool("onoff", user, True), 1_000_000),
