@@ -1,9 +1,12 @@
 'use strict';
 // Per-evaluation cost from Node: flagstream against the peers a Node
 // service would otherwise pick, every SDK fed the same flags from local
-// data (no network): LaunchDarkly's server SDK (file data source) and
-// Unleash's (bootstrap). Run through bench/run.sh, which installs the
-// peers and builds the release addon; prints a Markdown table.
+// data (no network): LaunchDarkly's server SDK (file data source),
+// Unleash's (bootstrap) and flagd's in-process provider for the
+// OpenFeature server SDK (offlineFlagSourcePath: a flagd flag-definition
+// file, no flagd server; the rules as json-logic targeting). Run through
+// bench/run.sh, which installs the peers and builds the release addon;
+// prints a Markdown table.
 //
 //   node --expose-gc bench/eval.js [--quick]
 
@@ -129,6 +132,29 @@ function unleashData() {
   return data;
 }
 
+// flagd flag definitions: variants on/off, the clauses as json-logic
+// targeting (`in` a list), "off" when they do not match.
+function flagdFlag(defaultVariant, clauses) {
+  const flag = { state: 'ENABLED', variants: { on: true, off: false }, defaultVariant };
+  if (clauses.length) {
+    const tests = clauses.map(([attr, values]) => ({ in: [{ var: attr }, values] }));
+    flag.targeting = { if: [tests.length > 1 ? { and: tests } : tests[0], 'on', 'off'] };
+  }
+  return flag;
+}
+
+function flagdData() {
+  const flags = {
+    onoff: flagdFlag('on', []),
+    rule2: flagdFlag('off', [
+      ['country', ['US']],
+      ['plan', ['enterprise']],
+    ]),
+  };
+  for (let i = 0; i < FLAGS; i++) flags[`f${i}`] = flagdFlag('off', [['country', ['US']]]);
+  return { flags };
+}
+
 function version(pkg) {
   return JSON.parse(fs.readFileSync(path.join(__dirname, 'node_modules', pkg, 'package.json'), 'utf8')).version;
 }
@@ -154,8 +180,9 @@ function timeSync(fn) {
   return median(rounds);
 }
 
-async function timeAsync(fn) {
-  const n = Math.floor(N / 10);
+/** As timeSync, awaiting each call, over N / `div` calls per round. */
+async function timeAsync(fn, div = 10) {
+  const n = Math.floor(N / div);
   let sink = 0;
   for (let i = 0; i < n / 10; i++) sink += (await fn(i)) ? 1 : 0;
   const rounds = [];
@@ -269,6 +296,49 @@ async function main() {
   rows.push([`unleash-client ${version('unleash-client')} (bootstrap)`, unr]);
   unleash.destroy();
 
+  // flagd, in-process provider with an offline flag source (the file)
+  const { OpenFeature } = require('@openfeature/server-sdk');
+  const { FlagdProvider } = require('@openfeature/flagd-provider');
+  const flagdFile = path.join(tmp, 'flagd.json');
+  fs.writeFileSync(flagdFile, JSON.stringify(flagdData()));
+  await OpenFeature.setProviderAndWait(new FlagdProvider({ resolverType: 'in-process', offlineFlagSourcePath: flagdFile }));
+  const fdClient = OpenFeature.getClient();
+  const fdCtx = { targetingKey: 'user-42', country: 'US', plan: 'enterprise' };
+  // The same answers as flagstream for the bench contexts (and a
+  // non-matching one), before timing.
+  const details = await fdClient.getBooleanDetails('rule2', false, fdCtx);
+  if (details.value !== true || details.errorCode !== undefined || details.variant !== 'on') {
+    throw new Error(`flagd: rule2 should be true: ${JSON.stringify(details)}`);
+  }
+  const fr = { key: 'user-42', country: 'FR', plan: 'enterprise' };
+  const checks = [
+    ['onoff', ctxObject, fdCtx, false],
+    ['rule2', ctxObject, fdCtx, false],
+    ['rule2', fr, { ...fdCtx, country: 'FR' }, true],
+    ...randomKeys.slice(0, 4096).map((k) => [k, ctxObject, fdCtx, false]),
+  ];
+  for (const [key, fsCtx, ofCtx, def] of checks) {
+    const want = fsClient.bool(key, fsCtx, def);
+    const got = await fdClient.getBooleanValue(key, def, ofCtx);
+    if (got !== want) throw new Error(`flagd: ${key} gave ${got}, flagstream ${want}`);
+  }
+  // ~40 us per call: a tenth of LaunchDarkly's call count per round.
+  const fdr = {
+    onoff: await timeAsync(() => fdClient.getBooleanValue('onoff', false, fdCtx), 100),
+    rule2: await timeAsync(() => fdClient.getBooleanValue('rule2', false, fdCtx), 100),
+    fresh: await timeAsync(
+      (i) => fdClient.getBooleanValue('rule2', false, { targetingKey: userKeys[i & 1023], country: 'US', plan: 'enterprise' }),
+      100,
+    ),
+    prebuilt: await timeAsync(() => fdClient.getBooleanValue('rule2', false, fdCtx), 100),
+    random: await timeAsync((i) => fdClient.getBooleanValue(randomKeys[i & 0xffff], false, fdCtx), 100),
+  };
+  rows.push([
+    `@openfeature/flagd-provider ${version('@openfeature/flagd-provider')} in-process, offline file (@openfeature/server-sdk ${version('@openfeature/server-sdk')}, async)`,
+    fdr,
+  ]);
+  await OpenFeature.close();
+
   const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
   console.log(`node ${process.version}, ${os.cpus().length} CPUs (${os.cpus()[0].model}), ${N.toLocaleString('en')} calls x ${ROUNDS} rounds (median), ns per evaluation\n`);
   console.log(
@@ -283,6 +353,10 @@ async function main() {
   for (const col of ['onoff', 'rule2', 'fresh', 'prebuilt', 'random']) {
     const best = Math.min(...peers.map(([, r]) => r[col]));
     console.log(`  ${col}: ${(best / fsr[col]).toFixed(1)}x`);
+  }
+  console.log('\nflagstream speed-up over flagd in-process per column:');
+  for (const col of ['onoff', 'rule2', 'fresh', 'prebuilt', 'random']) {
+    console.log(`  ${col}: ${(fdr[col] / fsr[col]).toFixed(0)}x`);
   }
   console.log(
     `\nJS heap allocation per flagstream evaluation (1,000,000 calls, new-space bytes, GCs during the loop):` +

@@ -5,9 +5,12 @@ Cases: an on/off flag; a 2-clause rule (country in [US, CA] and plan in
 [enterprise]) with a dict context built per call; the same rule with a
 prebuilt context; a random flag of 10,000 (each with that rule).
 
-Peers: launchdarkly-server-sdk (file data source, events off) and
-UnleashClient (bootstrapped from a dict, no fetch, no metrics). Each case
-is timed with timeit, best of 5 repeats, in ns per evaluation.
+Peers: launchdarkly-server-sdk (file data source, events off),
+UnleashClient (bootstrapped from a dict, no fetch, no metrics) and flagd's
+in-process provider (openfeature-provider-flagd with openfeature-sdk,
+offline: a flagd flag-definition JSON file, no flagd server; the rule as
+json-logic targeting). Each case is timed with timeit, best of 5 repeats,
+in ns per evaluation.
 
 Run by run.sh (which builds the release wheel and installs the peers in a
 venv). Prints a Markdown table.
@@ -71,6 +74,9 @@ def flagstream_cases() -> Dict[str, float]:
     assert c.bool("onoff", {"key": "user-42"}, True) is False
     assert c.bool("rule", CTX, False) is True and c.bool("rule", pre, False) is True
     assert c.bool("flag-7", CTX, False) is True
+    # The answers every peer is checked against (flagd_cases asserts the same).
+    assert c.bool("rule", {**CTX, "country": "FR"}, True) is False
+    assert all(c.bool(k, pre, False) is True for k in KEYS)
     user = {"key": "user-42"}
     out = {
         "on/off flag": timed(lambda: c.bool("onoff", user, True), 1_000_000),
@@ -184,19 +190,78 @@ def unleash_cases() -> Dict[str, float]:
     return out
 
 
+# --------------------------------------------------------------------- flagd
+
+
+def flagd_cases() -> Dict[str, float]:
+    from openfeature import api
+    from openfeature.contrib.provider.flagd import FlagdProvider
+    from openfeature.contrib.provider.flagd.config import ResolverType
+    from openfeature.evaluation_context import EvaluationContext
+
+    # The same flags as flagd flag definitions: the 2-clause rule as
+    # json-logic targeting, "off" (false) when it does not match.
+    targeting = {"if": [{"and": [{"in": [{"var": "country"}, ["US", "CA"]]},
+                                 {"in": [{"var": "plan"}, ["enterprise"]]}]}, "on", "off"]}
+
+    def flag(rule: bool) -> dict:
+        f = {"state": "ENABLED", "variants": {"on": True, "off": False}, "defaultVariant": "off"}
+        if rule:
+            f["targeting"] = targeting
+        return f
+
+    flags = {"onoff": flag(False), "rule": flag(True)}
+    for i in range(N_FLAGS):
+        flags[f"flag-{i}"] = flag(True)
+    path = os.path.join(tempfile.mkdtemp(), "flagd.json")
+    with open(path, "w") as f:
+        json.dump({"flags": flags}, f)
+    # In-process resolver with an offline flag source: the provider reads
+    # the file (FILE resolver), no flagd server, no network.
+    provider = FlagdProvider(resolver_type=ResolverType.IN_PROCESS, offline_flag_source_path=path)
+    api.set_provider_and_wait(provider)
+    client = api.get_client()
+    attrs = {"country": "US", "plan": "enterprise"}
+    pre = EvaluationContext("user-42", attrs)
+    user = EvaluationContext("user-42")
+    # The same answers as flagstream for the bench contexts (and a
+    # non-matching one) before timing.
+    d = client.get_boolean_details("rule", False, pre)
+    assert d.value is True and d.error_code is None and d.variant == "on", d
+    assert client.get_boolean_value("onoff", True, user) is False
+    assert client.get_boolean_value("rule", False, EvaluationContext("user-42", attrs)) is True
+    assert client.get_boolean_value("rule", True, EvaluationContext("user-42", {**attrs, "country": "FR"})) is False
+    assert all(client.get_boolean_value(k, False, pre) is True for k in KEYS)
+    out = {
+        "on/off flag": timed(lambda: client.get_boolean_value("onoff", True, user), 10_000),
+        "2-clause rule, dict context": timed(
+            lambda: client.get_boolean_value("rule", False, EvaluationContext("user-42", attrs)), 10_000),
+        "2-clause rule, prebuilt context": timed(lambda: client.get_boolean_value("rule", False, pre), 10_000),
+        "random flag of 10,000": timed_cycle(
+            lambda k: client.get_boolean_value(k, False, EvaluationContext("user-42", attrs)), 10_000),
+    }
+    api.shutdown()
+    return out
+
+
 def main() -> None:
     results = {"flagstream": flagstream_cases(), "launchdarkly-server-sdk": launchdarkly_cases(),
-               "UnleashClient": unleash_cases()}
+               "UnleashClient": unleash_cases(), "openfeature-provider-flagd": flagd_cases()}
     fs = results["flagstream"]
     cases = [k for k in fs if not k.startswith("_")]
-    print(f"Python {sys.version.split()[0]}, ns per evaluation (best of 5)\n")
-    print("| case | " + " | ".join(results) + " | flagstream vs fastest peer |")
-    print("|---|" + "---:|" * (len(results) + 1))
+    from importlib.metadata import version
+
+    pins = ", ".join(f"{p} {version(p)}" for p in ("launchdarkly-server-sdk", "UnleashClient",
+                                                   "openfeature-sdk", "openfeature-provider-flagd"))
+    print(f"Python {sys.version.split()[0]}, ns per evaluation (best of 5); {pins}\n")
+    print("| case | " + " | ".join(results) + " | flagstream vs fastest peer | flagstream vs flagd |")
+    print("|---|" + "---:|" * (len(results) + 2))
     for case in cases:
         peers = [results[p][case] for p in results if p != "flagstream" and results[p][case] == results[p][case]]
         ratio = min(peers) / fs[case] if peers else float("nan")
+        vs_flagd = results["openfeature-provider-flagd"][case] / fs[case]
         cells = " | ".join("n/a" if r[case] != r[case] else f"{r[case]:,.0f}" for r in results.values())
-        print(f"| {case} | {cells} | {ratio:.1f}x |")
+        print(f"| {case} | {cells} | {ratio:.1f}x | {vs_flagd:.0f}x |")
     print(f"\nprebuilt context, 100,000 evaluations: sys.getallocatedblocks() grew by {fs['_blocks']}, "
           f"tracemalloc counted {fs['_tracemalloc']} new live allocations")
 
