@@ -19,7 +19,9 @@
 //! own `kind` ignored). index.js passes a flat object context (all
 //! properties primitives) in a packed form ([`with_packed`]: no JSON, no
 //! allocation), the same flat object as last time as the id of a context
-//! read from it once (`contextSet`), and any other object as its
+//! read from it once (`contextSet`), a flat object with the same names
+//! as the last one but other values as its changed values only (the
+//! values form, [`with_values`]), and any other object as its
 //! `JSON.stringify` text ([`from_json_text`]); [`from_object`] reads an
 //! object directly with the same rules (for direct callers of the addon).
 //! An invalid kind name or more kinds or attributes than the context
@@ -88,7 +90,7 @@ thread_local! {
 }
 
 /// The arguments of a typed evaluation: `(clientId, key, ctx, default)`,
-/// then, for the values form (`ctx` is `true`), the mask and up to
+/// then, for the values form (`ctx` is `true`, ignored), the mask and up to
 /// [`MAX_VALUES`] values.
 type Args = ([sys::napi_value; 5 + MAX_VALUES], usize);
 
@@ -111,8 +113,8 @@ unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<Args> {
 }
 
 /// Evaluates with the client `argv[0]`, the key `argv[1]`, the context
-/// `argv[2]` (`true`: the values form, [`with_values`]: the mask and values
-/// changed after the default, applied first); a closed client gives
+/// `argv[2]` (with more arguments: the values form, [`with_values`], the
+/// mask and values changed after the default, applied first); a closed client gives
 /// `closed()`; `None` for a packed context or values that form cannot say
 /// (index.js passes the JSON text then).
 unsafe fn evaluate<T>(
@@ -121,9 +123,10 @@ unsafe fn evaluate<T>(
     closed: impl FnOnce() -> T,
     f: impl FnOnce(&Client, &str, &Context<'_>) -> T,
 ) -> R<Option<T>> {
-    let values = unsafe { type_of(env, argv[2])? } == sys::ValueType::napi_boolean;
+    // index.js passes more than 4 arguments for the values form only.
+    let values = *argc > 4;
     if values {
-        unsafe { update(env, &argv[4..(*argc).clamp(4, argv.len())])? };
+        unsafe { update(env, &argv[4..(*argc).min(argv.len())])? };
     }
     let id = unsafe { id_of(env, argv[0], "the client")? };
     let client = CLIENTS.with(|t| t.borrow().get(id).cloned());

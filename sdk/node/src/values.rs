@@ -71,7 +71,7 @@ unsafe fn read(env: sys::napi_env, v: sys::napi_value, held: &mut Held) -> R<()>
                 _ => String::new(),
             };
             s.clear();
-            let mut buf = [0u8; 256];
+            let mut buf = [0u8; 128];
             let mut len = 0usize;
             check(
                 unsafe {
