@@ -75,7 +75,13 @@ unsafe fn read(env: sys::napi_env, v: sys::napi_value, held: &mut Held) -> R<()>
             let mut len = 0usize;
             check(
                 unsafe {
-                    sys::napi_get_value_string_utf8(env, v, buf.as_mut_ptr().cast::<c_char>(), buf.len(), &mut len)
+                    sys::napi_get_value_string_utf8(
+                        env,
+                        v,
+                        buf.as_mut_ptr().cast::<c_char>(),
+                        buf.len(),
+                        &mut len,
+                    )
                 },
                 "a context value",
             )?;
@@ -107,7 +113,9 @@ pub(crate) unsafe fn update(env: sys::napi_env, args: &[sys::napi_value]) -> R<(
         let mut next = changed.iter();
         for (i, held) in shape.values.iter_mut().enumerate() {
             if mask & (1 << i) != 0 {
-                let Some(&v) = next.next() else { return Err(Thrown("the values form: too few values".into())) };
+                let Some(&v) = next.next() else {
+                    return Err(Thrown("the values form: too few values".into()));
+                };
                 unsafe { read(env, v, held)? };
             }
         }
@@ -175,7 +183,10 @@ pub(crate) fn with_values<T>(f: impl FnOnce(&Context<'_>) -> T) -> R<Option<T>> 
 }
 
 /// `shapeSet(names, values)`: the names and values of the values form.
-pub(crate) unsafe extern "C" fn shape_set(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+pub(crate) unsafe extern "C" fn shape_set(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
     let r = (|| unsafe {
         let mut argc = 2usize;
         let mut argv = [ptr::null_mut(); 2];
