@@ -65,17 +65,37 @@ function ctxArg(ctx) {
 // exactly those names, in that order, and those values (`===`) — the same
 // object again, or an equal one — is the same context: the second time in
 // a row it is read once into the addon's context `LAST`, and from then on
-// passed as `LAST`, with nothing converted. One record per thread, of
-// primitives: no reference to the caller's objects is kept.
+// passed as `LAST`, with nothing converted. An object with exactly those
+// names but other values (the next context built by the same code) is
+// passed in the values form (`VALUES`, src/values.rs): the addon holds
+// the names and values (`shapeSet`), and the call passes the changed
+// values only (a bit mask of their positions, then one argument each), no
+// string built. One record per thread, of primitives: no reference to the
+// caller's objects is kept.
 const LAST = fast.contextNew('{}');
 const lastNames = [];
 const lastValues = [];
 let lastCount = -1; // -1: no record
-let lastText = ''; // the recorded object's packed form
+let lastText; // the recorded object's packed form; undefined: not built
 let lastSet = false; // whether LAST holds it
 let packedCount = 0;
 let reading = false;
 const hasOwn = Object.hasOwn;
+// The values form: at most MAX_VALUES properties, all of values it takes
+// (`recordTakes`, `takes()`); the changed ones in `vals` (`changedCount`
+// of them, positions `changedMask`). `shapeSent`: the addon holds the
+// record (names and values); false from a call in that form until it
+// returns (a call that throws may not have updated the addon).
+const VALUES = true;
+const MAX_VALUES = 8;
+const vals = new Array(MAX_VALUES).fill(undefined);
+let changedMask = 0;
+let changedCount = 0;
+let recordTakes = false;
+let shapeSent = false;
+const DIFFERENT = 0; // not the recorded names (or a value the values form does not take)
+const SAME = 1; // the recorded names and values
+const NEW_VALUES = 2; // the recorded names, other values: now recorded, the changed in `vals`
 
 /**
  * The packed form of a plain flat object (src/fast.rs `with_packed`):
@@ -88,6 +108,8 @@ const hasOwn = Object.hasOwn;
  * path reads those.
  */
 function packed(ctx) {
+  shapeSent = false; // a new record
+  recordTakes = true;
   let head = ''; // key and kind: the addon reads them first
   let s = '';
   let n = 0;
@@ -105,6 +127,7 @@ function packed(ctx) {
         break;
       case 'number':
         if (k === 'key' || k === 'kind') return undefined;
+        if (!Number.isSafeInteger(v)) recordTakes = false;
         s += '\0' + k + '\0n' + v;
         break;
       case 'boolean':
@@ -121,6 +144,7 @@ function packed(ctx) {
     }
     n++;
   }
+  if (i > MAX_VALUES) recordTakes = false;
   packedCount = i;
   return n + head + s;
 }
@@ -141,13 +165,34 @@ function fastCtx(ctx) {
   if (!reading && ctx !== null && typeof ctx === 'object' && ctx.toJSON === undefined) {
     reading = true;
     try {
-      if (sameAsLast(ctx)) {
+      const m = compareToLast(ctx);
+      if (m === SAME) {
         if (lastSet) return LAST;
+        if (lastText === undefined) {
+          // Recorded from the values form: the packed form, once.
+          const p = packed(ctx);
+          if (p === undefined) {
+            lastCount = -1; // a getter's value changed type
+            return ctxArg(ctx);
+          }
+          lastText = p;
+          lastCount = packedCount;
+        }
         lastSet = fast.contextSet(LAST, lastText);
         return lastSet ? LAST : lastText;
       }
-      lastCount = -1;
       lastSet = false;
+      if (m === NEW_VALUES) {
+        lastText = undefined;
+        if (shapeSent) return VALUES;
+        // The addon takes the whole record: a packed form of it, once.
+        fast.shapeSet(lastNames.slice(0, lastCount), lastValues.slice(0, lastCount));
+        shapeSent = true;
+        changedMask = 0;
+        changedCount = 0;
+        return VALUES;
+      }
+      lastCount = -1;
       const p = packed(ctx);
       if (p !== undefined) {
         lastText = p;
@@ -161,16 +206,70 @@ function fastCtx(ctx) {
   return ctxArg(ctx);
 }
 
-/** Whether `ctx` has exactly the own enumerable properties recorded. */
-function sameAsLast(ctx) {
-  if (lastCount < 0) return false;
+/**
+ * `ctx` against the record: SAME (exactly the own enumerable names and
+ * values recorded), NEW_VALUES (those names, and other values of a record
+ * the values form takes: now recorded, the changed ones in `vals`), or
+ * DIFFERENT.
+ */
+function compareToLast(ctx) {
+  if (lastCount < 0) return DIFFERENT;
   let i = 0;
+  let mask = 0;
+  let n = 0;
   for (const k in ctx) {
     if (!hasOwn(ctx, k)) continue;
-    if (i >= lastCount || lastNames[i] !== k || lastValues[i] !== ctx[k]) return false;
+    if (i >= lastCount || lastNames[i] !== k) return DIFFERENT;
+    const v = ctx[k];
+    if (v !== lastValues[i]) {
+      if (!recordTakes || !takes(k, v)) return DIFFERENT;
+      mask |= 1 << i;
+      vals[n++] = v;
+    }
     i++;
   }
-  return i === lastCount;
+  if (i !== lastCount) return DIFFERENT;
+  if (n === 0) return SAME;
+  for (let j = 0, c = 0; c < n; j++) {
+    if (mask & (1 << j)) lastValues[j] = vals[c++];
+  }
+  changedMask = mask;
+  changedCount = n;
+  return NEW_VALUES;
+}
+
+/**
+ * Whether the values form takes `v` as property `k` (src/values.rs):
+ * strings, null, undefined; booleans and safe integers but as key or kind
+ * (the JSON path's error). Other numbers are read from their JSON digits.
+ */
+function takes(k, v) {
+  switch (typeof v) {
+    case 'string':
+    case 'undefined':
+      return true;
+    case 'number':
+      return Number.isSafeInteger(v) && k !== 'key' && k !== 'kind';
+    case 'boolean':
+      return k !== 'key' && k !== 'kind';
+    case 'object':
+      return v === null;
+    default:
+      return false;
+  }
+}
+
+/**
+ * Calls the evaluation `f` with the values form: the changed values' mask
+ * and values.
+ */
+function viaValues(f, id, key, defaultValue) {
+  shapeSent = false; // until the addon has taken the values
+  const v = changedCount === 1
+    ? f(id, key, VALUES, defaultValue, changedMask, vals[0])
+    : f(id, key, VALUES, defaultValue, changedMask, vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]);
+  shapeSent = true;
+  return v;
 }
 
 const OPTIONS = new Set([
@@ -265,22 +364,34 @@ class Client extends EventEmitter {
   }
 
   bool(key, ctx, defaultValue) {
-    const v = fast.bool(this.#id, key, fastCtx(ctx), defaultValue);
+    const c = fastCtx(ctx);
+    const v = c === VALUES
+      ? viaValues(fast.bool, this.#id, key, defaultValue)
+      : fast.bool(this.#id, key, c, defaultValue);
     return v !== undefined ? v : fast.bool(this.#id, key, ctxArg(ctx), defaultValue);
   }
   string(key, ctx, defaultValue) {
-    const v = fast.string(this.#id, key, fastCtx(ctx), defaultValue);
+    const c = fastCtx(ctx);
+    const v = c === VALUES
+      ? viaValues(fast.string, this.#id, key, defaultValue)
+      : fast.string(this.#id, key, c, defaultValue);
     return v !== undefined ? v : fast.string(this.#id, key, ctxArg(ctx), defaultValue);
   }
   int(key, ctx, defaultValue) {
-    const v = fast.int(this.#id, key, fastCtx(ctx), defaultValue);
+    const c = fastCtx(ctx);
+    const v = c === VALUES
+      ? viaValues(fast.int, this.#id, key, defaultValue)
+      : fast.int(this.#id, key, c, defaultValue);
     return v !== undefined ? v : fast.int(this.#id, key, ctxArg(ctx), defaultValue);
   }
   bigint(key, ctx, defaultValue) {
     return this.#n.bigint(key, ctxArg(ctx), defaultValue);
   }
   number(key, ctx, defaultValue) {
-    const v = fast.number(this.#id, key, fastCtx(ctx), defaultValue);
+    const c = fastCtx(ctx);
+    const v = c === VALUES
+      ? viaValues(fast.number, this.#id, key, defaultValue)
+      : fast.number(this.#id, key, c, defaultValue);
     return v !== undefined ? v : fast.number(this.#id, key, ctxArg(ctx), defaultValue);
   }
   json(key, ctx, defaultValue = null) {

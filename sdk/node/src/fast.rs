@@ -19,7 +19,9 @@
 //! own `kind` ignored). index.js passes a flat object context (all
 //! properties primitives) in a packed form ([`with_packed`]: no JSON, no
 //! allocation), the same flat object as last time as the id of a context
-//! read from it once (`contextSet`), and any other object as its
+//! read from it once (`contextSet`), a flat object with the same names
+//! as the last one but other values as its changed values only (the
+//! values form, [`with_values`]), and any other object as its
 //! `JSON.stringify` text ([`from_json_text`]); [`from_object`] reads an
 //! object directly with the same rules (for direct callers of the addon).
 //! An invalid kind name or more kinds or attributes than the context
@@ -34,6 +36,7 @@ use napi::sys;
 
 use crate::js_context::*;
 use crate::napi_value::*;
+use crate::values::{MAX_VALUES, shape_set, update, with_values};
 
 /// A table of values by id, reusing freed ids.
 pub(crate) struct Table<T> {
@@ -86,10 +89,14 @@ thread_local! {
     pub(crate) static CONTEXTS: RefCell<Table<Context<'static>>> = const { RefCell::new(Table::new()) };
 }
 
-/// The arguments `(clientId, key, ctx, default)` of a typed evaluation.
-unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<[sys::napi_value; 4]> {
-    let mut argc = 4usize;
-    let mut argv = [ptr::null_mut(); 4];
+/// The arguments of a typed evaluation: `(clientId, key, ctx, default)`,
+/// then, for the values form (`ctx` is `true`, ignored), the mask and up to
+/// [`MAX_VALUES`] values.
+type Args = ([sys::napi_value; 5 + MAX_VALUES], usize);
+
+unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<Args> {
+    let mut argc = 5 + MAX_VALUES;
+    let mut argv = [ptr::null_mut(); 5 + MAX_VALUES];
     check(
         unsafe {
             sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut())
@@ -102,24 +109,35 @@ unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<[sys::na
             argc.saturating_sub(1)
         )));
     }
-    Ok(argv)
+    Ok((argv, argc))
 }
 
 /// Evaluates with the client `argv[0]`, the key `argv[1]`, the context
-/// `argv[2]`; a closed client gives `closed()`; `None` for a packed
-/// context that form cannot say (index.js passes the JSON text then).
+/// `argv[2]` (with more arguments: the values form, [`with_values`], the
+/// mask and values changed after the default, applied first); a closed client gives
+/// `closed()`; `None` for a packed context or values that form cannot say
+/// (index.js passes the JSON text then).
 unsafe fn evaluate<T>(
     env: sys::napi_env,
-    argv: &[sys::napi_value; 4],
+    (argv, argc): &Args,
     closed: impl FnOnce() -> T,
     f: impl FnOnce(&Client, &str, &Context<'_>) -> T,
 ) -> R<Option<T>> {
+    // index.js passes more than 4 arguments for the values form only.
+    let values = *argc > 4;
+    if values {
+        unsafe { update(env, &argv[4..(*argc).min(argv.len())])? };
+    }
     let id = unsafe { id_of(env, argv[0], "the client")? };
     let client = CLIENTS.with(|t| t.borrow().get(id).cloned());
     let Some(client) = client else { return Ok(Some(closed())) };
     unsafe {
         with_str(env, argv[1], "the flag key", |key| {
-            with_any_context(env, argv[2], |ctx| f(&client, key, ctx))
+            if values {
+                with_values(|ctx| f(&client, key, ctx))
+            } else {
+                with_any_context(env, argv[2], |ctx| f(&client, key, ctx))
+            }
         })?
     }
 }
@@ -134,7 +152,7 @@ unsafe fn finish(env: sys::napi_env, r: R<sys::napi_value>) -> sys::napi_value {
 unsafe extern "C" fn eval_bool(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
         let argv = args4(env, info)?;
-        let default = bool_of(env, argv[3], "the default")?;
+        let default = bool_of(env, argv.0[3], "the default")?;
         let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.bool(k, x, default))? else {
             return undefined(env);
         };
@@ -148,7 +166,7 @@ unsafe extern "C" fn eval_bool(env: sys::napi_env, info: sys::napi_callback_info
 unsafe extern "C" fn eval_number(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
         let argv = args4(env, info)?;
-        let default = f64_of(env, argv[3], "the default")?;
+        let default = f64_of(env, argv.0[3], "the default")?;
         let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.float(k, x, default))? else {
             return undefined(env);
         };
@@ -163,7 +181,7 @@ unsafe extern "C" fn eval_int(env: sys::napi_env, info: sys::napi_callback_info)
     let r = (|| unsafe {
         let argv = args4(env, info)?;
         let default =
-            crate::int_default(f64_of(env, argv[3], "the default")?).map_err(|e| Thrown(e.reason))?;
+            crate::int_default(f64_of(env, argv.0[3], "the default")?).map_err(|e| Thrown(e.reason))?;
         let Some(v) = evaluate(env, &argv, || default, |c, k, x| c.int(k, x, default))? else {
             return undefined(env);
         };
@@ -177,7 +195,7 @@ unsafe extern "C" fn eval_int(env: sys::napi_env, info: sys::napi_callback_info)
 unsafe extern "C" fn eval_string(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     let r = (|| unsafe {
         let argv = args4(env, info)?;
-        let default = string(env, argv[3], "the default")?;
+        let default = string(env, argv.0[3], "the default")?;
         let create = |s: &str| {
             let mut out = ptr::null_mut();
             check(
@@ -274,7 +292,7 @@ unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_i
 /// The raw functions, as an object (`native.fastApi()`).
 pub(crate) fn api(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::Object<'_>> {
     type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let fns: [(&std::ffi::CStr, Callback); 7] = [
+    let fns: [(&std::ffi::CStr, Callback); 8] = [
         (c"bool", eval_bool),
         (c"number", eval_number),
         (c"int", eval_int),
@@ -282,6 +300,7 @@ pub(crate) fn api(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::Object
         (c"contextNew", context_new),
         (c"contextSet", context_set),
         (c"contextFree", context_free),
+        (c"shapeSet", shape_set),
     ];
     let mut obj = napi::bindgen_prelude::Object::new(env)?;
     for (name, cb) in fns {

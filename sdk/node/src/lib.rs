@@ -32,6 +32,7 @@ mod js_context;
 mod napi_value;
 mod options;
 mod report;
+mod values;
 
 use options::{NativeOptions, builder, flag_set, ms};
 use report::{JsStats, JsStatus, js_stats, js_status};

@@ -2,7 +2,8 @@
 // Plain-object contexts on the hot path (index.js `fastCtx`): the last
 // flat object read is reused while an object has the same own properties
 // and values, and other flat objects are read in a packed form
-// (src/fast.rs `from_packed`). Each case checks the value against the
+// (src/js_context.rs `with_packed`; test/values-form.test.js covers the
+// values form). Each case checks the value against the
 // JSON path (a `Context` built from the same object, and the detail
 // accessor) and against the value the flag must give, so a stale reuse or
 // a misread packed form fails here.
