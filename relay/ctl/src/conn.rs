@@ -224,6 +224,8 @@ impl Conn {
             .max_encoding_message_size(8 << 20);
         Ok(Conn {
             admin,
+            // Empty = no environment given: every command that needs one
+            // refuses it with a usage error (`lib.rs`), never a default.
             env: args.environment.last().cloned().or(p.env).unwrap_or_default(),
             output: args.output,
             yes: args.yes,

@@ -15,7 +15,8 @@ pub(crate) fn read_file<T: serde::de::DeserializeOwned>(path: &std::path::Path) 
     }
 }
 
-/// A YAML rendering for diffs, without the store-managed fields.
+/// A YAML rendering for diffs, without the store-managed fields; an item
+/// that does not exist (a create, a delete) renders as empty text.
 pub(crate) fn yaml_for_diff<T: serde::Serialize>(v: Option<&T>) -> String {
     v.map(|v| serde_yaml_ng::to_string(v).unwrap_or_else(|e| format!("<unprintable: {e}>")))
         .unwrap_or_default()

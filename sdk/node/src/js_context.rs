@@ -27,6 +27,7 @@ pub(crate) unsafe fn single(
     kind: Option<&str>,
 ) -> R<Context<'static>> {
     // No key: the empty key, as the file form reads it (EVALUATION.md).
+    // The object form's documented default: a missing or null key is "".
     let key = unsafe { string_prop(env, obj, c"key")? }.unwrap_or_default();
     let mut ctx = Context::new(key);
     let own_kind = match kind {
@@ -132,6 +133,7 @@ pub(crate) fn json_str(v: Option<Json>, what: &str) -> R<Option<String>> {
 /// One kind from the JSON of its object form.
 pub(crate) fn single_json(mut m: serde_json::Map<String, Json>, kind: Option<&str>) -> R<Context<'static>> {
     // No key: the empty key, as the file form reads it (EVALUATION.md).
+    // The object form's documented default: a missing or null key is "".
     let key = json_str(m.remove("key"), "key")?.unwrap_or_default();
     let own = json_str(m.remove("kind"), "kind")?;
     let mut ctx = Context::new(key);

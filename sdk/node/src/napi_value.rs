@@ -169,6 +169,7 @@ pub(crate) unsafe fn undefined(env: sys::napi_env) -> R<sys::napi_value> {
 /// Throws `e` as a TypeError; returns the null the callback returns.
 pub(crate) unsafe fn throw(env: sys::napi_env, e: Thrown) -> sys::napi_value {
     // NULs were replaced, so this cannot fail; an empty message if it did.
+    // Cannot fail: every NUL was just replaced.
     let msg = std::ffi::CString::new(e.0.replace('\0', " ")).unwrap_or_default();
     // If throwing fails there is already an exception pending: that one
     // reaches the caller.
