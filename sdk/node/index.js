@@ -81,6 +81,9 @@ let lastSet = false; // whether LAST holds it
 let packedCount = 0;
 let reading = false;
 const hasOwn = Object.hasOwn;
+const getPrototypeOf = Object.getPrototypeOf;
+const OBJECT_PROTOTYPE = Object.prototype;
+const EMPTY = {};
 // The values form: at most MAX_VALUES properties, all of values it takes
 // (`recordTakes`, `takes()`); the changed ones in `vals` (`changedCount`
 // of them, positions `changedMask`). `shapeSent`: the addon holds the
@@ -214,11 +217,16 @@ function fastCtx(ctx) {
  */
 function compareToLast(ctx) {
   if (lastCount < 0) return DIFFERENT;
+  // `for...in` also yields inherited enumerable properties; a plain
+  // object's are Object.prototype's, and while it has none (`plain()`)
+  // every name it yields is the object's own, so the `hasOwn` test (a
+  // call per property) is left out.
+  const own = getPrototypeOf(ctx) !== OBJECT_PROTOTYPE || !plain();
   let i = 0;
   let mask = 0;
   let n = 0;
   for (const k in ctx) {
-    if (!hasOwn(ctx, k)) continue;
+    if (own && !hasOwn(ctx, k)) continue;
     if (i >= lastCount || lastNames[i] !== k) return DIFFERENT;
     const v = ctx[k];
     if (v !== lastValues[i]) {
@@ -236,6 +244,12 @@ function compareToLast(ctx) {
   changedMask = mask;
   changedCount = n;
   return NEW_VALUES;
+}
+
+/** Whether Object.prototype has no enumerable property (`for...in` of an empty plain object yields nothing). */
+function plain() {
+  for (const _ in EMPTY) return false;
+  return true;
 }
 
 /**

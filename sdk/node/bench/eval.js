@@ -6,7 +6,9 @@
 // OpenFeature server SDK (offlineFlagSourcePath: a flagd flag-definition
 // file, no flagd server; the rules as json-logic targeting). Run through
 // bench/run.sh, which installs the peers and builds the release addon;
-// prints a Markdown table.
+// prints a Markdown table. The rounds of all cases of all SDKs are
+// interleaved, and each ratio is the median of the per-round ratios, so a
+// load change on a shared machine moves every SDK alike.
 //
 //   node --expose-gc bench/eval.js [--quick]
 
@@ -166,33 +168,42 @@ function median(xs) {
   return s[Math.floor(s.length / 2)];
 }
 
-/** Median ns per call of `fn(i)` over ROUNDS rounds of N calls. */
-function timeSync(fn) {
-  let sink = 0;
-  for (let i = 0; i < N / 10; i++) sink += fn(i) ? 1 : 0;
-  const rounds = [];
-  for (let r = 0; r < ROUNDS; r++) {
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < N; i++) sink += fn(i) ? 1 : 0;
-    rounds.push(Number(process.hrtime.bigint() - t0) / N);
-  }
-  if (sink < 0) console.log(sink);
-  return median(rounds);
+// Every case of every SDK is a task; the rounds are interleaved (round 1
+// of every task, then round 2, ...), so that a load change on a busy
+// machine hits every SDK alike and the per-round ratios stay comparable.
+const tasks = [];
+
+/** A case: `fn(i)` timed over N calls a round (`async`: awaited, N / `div` calls). */
+function add(row, col, fn, { async = false, div = 10 } = {}) {
+  tasks.push({ row, col, fn, async, n: async ? Math.floor(N / div) : N, rounds: [] });
 }
 
-/** As timeSync, awaiting each call, over N / `div` calls per round. */
-async function timeAsync(fn, div = 10) {
-  const n = Math.floor(N / div);
-  let sink = 0;
-  for (let i = 0; i < n / 10; i++) sink += (await fn(i)) ? 1 : 0;
-  const rounds = [];
+let sink = 0;
+
+function roundSync(task, n) {
+  const { fn } = task;
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) sink += fn(i) ? 1 : 0;
+  return Number(process.hrtime.bigint() - t0) / n;
+}
+
+async function roundAsync(task, n) {
+  const { fn } = task;
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) sink += (await fn(i)) ? 1 : 0;
+  return Number(process.hrtime.bigint() - t0) / n;
+}
+
+/** Warms every task up (a tenth of a round), then times ROUNDS interleaved rounds. */
+async function runTasks() {
+  for (const t of tasks) {
+    if (t.async) await roundAsync(t, Math.floor(t.n / 10));
+    else roundSync(t, Math.floor(t.n / 10));
+  }
   for (let r = 0; r < ROUNDS; r++) {
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) sink += (await fn(i)) ? 1 : 0;
-    rounds.push(Number(process.hrtime.bigint() - t0) / n);
+    for (const t of tasks) t.rounds.push(t.async ? await roundAsync(t, t.n) : roundSync(t, t.n));
   }
   if (sink < 0) console.log(sink);
-  return median(rounds);
 }
 
 /**
@@ -232,16 +243,12 @@ async function main() {
   const fsClient = Client.testData(flagstreamSet());
   if (!fsClient.bool('rule2', ctxObject, false)) throw new Error('flagstream: rule2 should be true');
   const prebuilt = new Context(ctxObject);
-  const fsr = {
-    onoff: timeSync(() => fsClient.bool('onoff', ctxObject, false)),
-    rule2: timeSync(() => fsClient.bool('rule2', ctxObject, false)),
-    fresh: timeSync((i) => fsClient.bool('rule2', { key: userKeys[i & 1023], country: 'US', plan: 'enterprise' }, false)),
-    prebuilt: timeSync(() => fsClient.bool('rule2', prebuilt, false)),
-    random: timeSync((i) => fsClient.bool(randomKeys[i & 0xffff], prebuilt, false)),
-  };
-  rows.push(['flagstream (this package)', fsr]);
-  const allocPrebuilt = await allocations(() => fsClient.bool('rule2', prebuilt, false));
-  const allocObject = await allocations(() => fsClient.bool('rule2', ctxObject, false));
+  const FS = 'flagstream (this package)';
+  add(FS, 'onoff', () => fsClient.bool('onoff', ctxObject, false));
+  add(FS, 'rule2', () => fsClient.bool('rule2', ctxObject, false));
+  add(FS, 'fresh', (i) => fsClient.bool('rule2', { key: userKeys[i & 1023], country: 'US', plan: 'enterprise' }, false));
+  add(FS, 'prebuilt', () => fsClient.bool('rule2', prebuilt, false));
+  add(FS, 'random', (i) => fsClient.bool(randomKeys[i & 0xffff], prebuilt, false));
 
 
   // LaunchDarkly, file data source
@@ -258,17 +265,18 @@ async function main() {
   await ldClient.waitForInitialization({ timeout: 10 });
   const ldCtx = { kind: 'user', key: 'user-42', country: 'US', plan: 'enterprise' };
   if ((await ldClient.variation('rule2', ldCtx, false)) !== true) throw new Error('LaunchDarkly: rule2 should be true');
-  const ldr = {
-    onoff: await timeAsync(() => ldClient.variation('onoff', ldCtx, false)),
-    rule2: await timeAsync(() => ldClient.variation('rule2', ldCtx, false)),
-    fresh: await timeAsync((i) =>
-      ldClient.variation('rule2', { kind: 'user', key: userKeys[i & 1023], country: 'US', plan: 'enterprise' }, false),
-    ),
-    prebuilt: await timeAsync(() => ldClient.variation('rule2', ldCtx, false)),
-    random: await timeAsync((i) => ldClient.variation(randomKeys[i & 0xffff], ldCtx, false)),
-  };
-  rows.push([`@launchdarkly/node-server-sdk ${version('@launchdarkly/node-server-sdk')} (file data, async \`variation\`)`, ldr]);
-  ldClient.close();
+  const LD = `@launchdarkly/node-server-sdk ${version('@launchdarkly/node-server-sdk')} (file data, async \`variation\`)`;
+  const async = { async: true };
+  add(LD, 'onoff', () => ldClient.variation('onoff', ldCtx, false), async);
+  add(LD, 'rule2', () => ldClient.variation('rule2', ldCtx, false), async);
+  add(
+    LD,
+    'fresh',
+    (i) => ldClient.variation('rule2', { kind: 'user', key: userKeys[i & 1023], country: 'US', plan: 'enterprise' }, false),
+    async,
+  );
+  add(LD, 'prebuilt', () => ldClient.variation('rule2', ldCtx, false), async);
+  add(LD, 'random', (i) => ldClient.variation(randomKeys[i & 0xffff], ldCtx, false), async);
 
   // Unleash, bootstrap
   const { Unleash, InMemStorageProvider } = require('unleash-client');
@@ -286,15 +294,12 @@ async function main() {
   await new Promise((resolve) => (unleash.isSynchronized?.() ? resolve() : unleash.once('ready', resolve)));
   const unCtx = { userId: 'user-42', properties: { country: 'US', plan: 'enterprise' } };
   if (!unleash.isEnabled('rule2', unCtx)) throw new Error('Unleash: rule2 should be enabled');
-  const unr = {
-    onoff: timeSync(() => unleash.isEnabled('onoff', unCtx)),
-    rule2: timeSync(() => unleash.isEnabled('rule2', unCtx)),
-    fresh: timeSync((i) => unleash.isEnabled('rule2', { userId: userKeys[i & 1023], properties: { country: 'US', plan: 'enterprise' } })),
-    prebuilt: timeSync(() => unleash.isEnabled('rule2', unCtx)),
-    random: timeSync((i) => unleash.isEnabled(randomKeys[i & 0xffff], unCtx)),
-  };
-  rows.push([`unleash-client ${version('unleash-client')} (bootstrap)`, unr]);
-  unleash.destroy();
+  const UN = `unleash-client ${version('unleash-client')} (bootstrap)`;
+  add(UN, 'onoff', () => unleash.isEnabled('onoff', unCtx));
+  add(UN, 'rule2', () => unleash.isEnabled('rule2', unCtx));
+  add(UN, 'fresh', (i) => unleash.isEnabled('rule2', { userId: userKeys[i & 1023], properties: { country: 'US', plan: 'enterprise' } }));
+  add(UN, 'prebuilt', () => unleash.isEnabled('rule2', unCtx));
+  add(UN, 'random', (i) => unleash.isEnabled(randomKeys[i & 0xffff], unCtx));
 
   // flagd, in-process provider with an offline flag source (the file)
   const { OpenFeature } = require('@openfeature/server-sdk');
@@ -323,24 +328,43 @@ async function main() {
     if (got !== want) throw new Error(`flagd: ${key} gave ${got}, flagstream ${want}`);
   }
   // ~40 us per call: a tenth of LaunchDarkly's call count per round.
-  const fdr = {
-    onoff: await timeAsync(() => fdClient.getBooleanValue('onoff', false, fdCtx), 100),
-    rule2: await timeAsync(() => fdClient.getBooleanValue('rule2', false, fdCtx), 100),
-    fresh: await timeAsync(
-      (i) => fdClient.getBooleanValue('rule2', false, { targetingKey: userKeys[i & 1023], country: 'US', plan: 'enterprise' }),
-      100,
-    ),
-    prebuilt: await timeAsync(() => fdClient.getBooleanValue('rule2', false, fdCtx), 100),
-    random: await timeAsync((i) => fdClient.getBooleanValue(randomKeys[i & 0xffff], false, fdCtx), 100),
-  };
-  rows.push([
-    `@openfeature/flagd-provider ${version('@openfeature/flagd-provider')} in-process, offline file (@openfeature/server-sdk ${version('@openfeature/server-sdk')}, async)`,
-    fdr,
-  ]);
+  const FD = `@openfeature/flagd-provider ${version('@openfeature/flagd-provider')} in-process, offline file (@openfeature/server-sdk ${version('@openfeature/server-sdk')}, async)`;
+  const slow = { async: true, div: 100 };
+  add(FD, 'onoff', () => fdClient.getBooleanValue('onoff', false, fdCtx), slow);
+  add(FD, 'rule2', () => fdClient.getBooleanValue('rule2', false, fdCtx), slow);
+  add(
+    FD,
+    'fresh',
+    (i) => fdClient.getBooleanValue('rule2', false, { targetingKey: userKeys[i & 1023], country: 'US', plan: 'enterprise' }),
+    slow,
+  );
+  add(FD, 'prebuilt', () => fdClient.getBooleanValue('rule2', false, fdCtx), slow);
+  add(FD, 'random', (i) => fdClient.getBooleanValue(randomKeys[i & 0xffff], false, fdCtx), slow);
+
+  await runTasks();
+  ldClient.close();
+  unleash.destroy();
   await OpenFeature.close();
+  const allocPrebuilt = await allocations(() => fsClient.bool('rule2', prebuilt, false));
+  const allocObject = await allocations(() => fsClient.bool('rule2', ctxObject, false));
+
+  // Rows: the median round of each case; ratios: the median of the
+  // per-round ratios (the rounds of one index ran back to back).
+  const COLS = ['onoff', 'rule2', 'fresh', 'prebuilt', 'random'];
+  const byRow = new Map();
+  for (const t of tasks) {
+    if (!byRow.has(t.row)) byRow.set(t.row, {});
+    byRow.get(t.row)[t.col] = t;
+  }
+  for (const [name, cases] of byRow) rows.push([name, Object.fromEntries(COLS.map((c) => [c, median(cases[c].rounds)]))]);
+  const fs0 = byRow.get(FS);
+  const ratio = (col, peers) =>
+    median(fs0[col].rounds.map((x, r) => Math.min(...peers.map((p) => byRow.get(p)[col].rounds[r])) / x));
 
   const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
-  console.log(`node ${process.version}, ${os.cpus().length} CPUs (${os.cpus()[0].model}), ${N.toLocaleString('en')} calls x ${ROUNDS} rounds (median), ns per evaluation\n`);
+  console.log(
+    `node ${process.version}, ${os.cpus().length} CPUs (${os.cpus()[0].model}), ${N.toLocaleString('en')} calls x ${ROUNDS} interleaved rounds (median), ns per evaluation\n`,
+  );
   console.log(
     '| SDK | on/off flag | 2-clause rule, object context | 2-clause rule, a new object per call | 2-clause rule, prebuilt context | random flag of 10,000 |',
   );
@@ -348,16 +372,14 @@ async function main() {
   for (const [name, r] of rows) {
     console.log(`| ${name} | ${f(r.onoff)} | ${f(r.rule2)} | ${f(r.fresh)} | ${f(r.prebuilt)} | ${f(r.random)} |`);
   }
-  const peers = rows.slice(1);
-  console.log('\nflagstream speed-up over the fastest peer per column:');
-  for (const col of ['onoff', 'rule2', 'fresh', 'prebuilt', 'random']) {
-    const best = Math.min(...peers.map(([, r]) => r[col]));
-    console.log(`  ${col}: ${(best / fsr[col]).toFixed(1)}x`);
+  const peers = [LD, UN, FD];
+  console.log('\nflagstream speed-up over the fastest peer per column (median of the per-round ratios; min, max):');
+  for (const col of COLS) {
+    const each = fs0[col].rounds.map((x, r) => Math.min(...peers.map((p) => byRow.get(p)[col].rounds[r])) / x);
+    console.log(`  ${col}: ${ratio(col, peers).toFixed(1)}x (${Math.min(...each).toFixed(1)}, ${Math.max(...each).toFixed(1)})`);
   }
   console.log('\nflagstream speed-up over flagd in-process per column:');
-  for (const col of ['onoff', 'rule2', 'fresh', 'prebuilt', 'random']) {
-    console.log(`  ${col}: ${(fdr[col] / fsr[col]).toFixed(0)}x`);
-  }
+  for (const col of COLS) console.log(`  ${col}: ${ratio(col, [FD]).toFixed(0)}x`);
   console.log(
     `\nJS heap allocation per flagstream evaluation (1,000,000 calls, new-space bytes, GCs during the loop):` +
       `\n  prebuilt Context: ${allocPrebuilt.perCall.toFixed(3)} B/call, ${allocPrebuilt.gcs} GCs` +

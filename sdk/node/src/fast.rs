@@ -36,7 +36,7 @@ use napi::sys;
 
 use crate::js_context::*;
 use crate::napi_value::*;
-use crate::values::{MAX_VALUES, shape_set, update, with_values};
+use crate::values::{MAX_VALUES, Shape, shape_set, update, with_values};
 
 /// A table of values by id, reusing freed ids.
 pub(crate) struct Table<T> {
@@ -82,11 +82,26 @@ impl<T> Table<T> {
     }
 }
 
+/// A JS thread's tables, in one thread-local so that an evaluation reaches
+/// all of them with one lookup (in a shared library each lookup is a call).
+pub(crate) struct Tables {
+    /// The open clients.
+    pub(crate) clients: RefCell<Table<Client>>,
+    /// The prebuilt contexts.
+    pub(crate) contexts: RefCell<Table<Context<'static>>>,
+    /// The names and current values of the values form ([`crate::values`]).
+    pub(crate) shape: RefCell<Shape>,
+}
+
 thread_local! {
-    /// The open clients of this JS thread.
-    pub(crate) static CLIENTS: RefCell<Table<Client>> = const { RefCell::new(Table::new()) };
-    /// The prebuilt contexts of this JS thread.
-    pub(crate) static CONTEXTS: RefCell<Table<Context<'static>>> = const { RefCell::new(Table::new()) };
+    /// This JS thread's tables.
+    pub(crate) static TABLES: Tables = const {
+        Tables {
+            clients: RefCell::new(Table::new()),
+            contexts: RefCell::new(Table::new()),
+            shape: RefCell::new(Shape::new()),
+        }
+    };
 }
 
 /// The arguments of a typed evaluation: `(clientId, key, ctx, default)`,
@@ -114,32 +129,42 @@ unsafe fn args4(env: sys::napi_env, info: sys::napi_callback_info) -> R<Args> {
 
 /// Evaluates with the client `argv[0]`, the key `argv[1]`, the context
 /// `argv[2]` (with more arguments: the values form, [`with_values`], the
-/// mask and values changed after the default, applied first); a closed client gives
-/// `closed()`; `None` for a packed context or values that form cannot say
-/// (index.js passes the JSON text then).
+/// mask and values changed after the default, applied first); a closed
+/// client gives `closed()`; `None` for a packed context or values that form
+/// cannot say (index.js passes the JSON text then).
+///
+/// The client is borrowed from its table for the evaluation, not cloned
+/// (an `Arc` clone and drop are two atomic operations a call). It is
+/// looked up again after the context is read: reading an object context
+/// (a direct caller's) may run a getter, which may close the client.
 unsafe fn evaluate<T>(
     env: sys::napi_env,
     (argv, argc): &Args,
     closed: impl FnOnce() -> T,
     f: impl FnOnce(&Client, &str, &Context<'_>) -> T,
 ) -> R<Option<T>> {
-    // index.js passes more than 4 arguments for the values form only.
-    let values = *argc > 4;
-    if values {
-        unsafe { update(env, &argv[4..(*argc).min(argv.len())])? };
-    }
-    let id = unsafe { id_of(env, argv[0], "the client")? };
-    let client = CLIENTS.with(|t| t.borrow().get(id).cloned());
-    let Some(client) = client else { return Ok(Some(closed())) };
-    unsafe {
+    TABLES.with(|tables| unsafe {
+        // index.js passes more than 4 arguments for the values form only.
+        let values = *argc > 4;
+        if values {
+            update(env, &mut tables.shape.borrow_mut(), &argv[4..(*argc).min(argv.len())])?;
+        }
+        let id = id_of(env, argv[0], "the client")?;
+        if tables.clients.borrow().get(id).is_none() {
+            return Ok(Some(closed()));
+        }
         with_str(env, argv[1], "the flag key", |key| {
+            let eval = |ctx: &Context<'_>| match tables.clients.borrow().get(id) {
+                Some(client) => f(client, key, ctx),
+                None => closed(),
+            };
             if values {
-                with_values(|ctx| f(&client, key, ctx))
+                with_values(&tables.shape.borrow(), eval)
             } else {
-                with_any_context(env, argv[2], |ctx| f(&client, key, ctx))
+                with_any_context_in(env, &tables.contexts, argv[2], eval)
             }
         })?
-    }
+    })
 }
 
 unsafe fn finish(env: sys::napi_env, r: R<sys::napi_value>) -> sys::napi_value {
@@ -226,7 +251,7 @@ unsafe extern "C" fn context_new(env: sys::napi_env, info: sys::napi_callback_in
         } else {
             from_object(env, argv[0])?
         };
-        let id = CONTEXTS.with(|t| t.borrow_mut().insert(ctx));
+        let id = TABLES.with(|t| t.contexts.borrow_mut().insert(ctx));
         let mut out = ptr::null_mut();
         check(sys::napi_create_uint32(env, id, &mut out), "result")?;
         Ok(out)
@@ -257,7 +282,7 @@ unsafe extern "C" fn context_set(env: sys::napi_env, info: sys::napi_callback_in
         })?;
         let set = match ctx {
             Some(ctx) => {
-                if !CONTEXTS.with(|t| t.borrow_mut().replace(id, ctx)) {
+                if !TABLES.with(|t| t.contexts.borrow_mut().replace(id, ctx)) {
                     return Err(Thrown("contextSet: no such context".into()));
                 }
                 true
@@ -281,7 +306,7 @@ unsafe extern "C" fn context_free(env: sys::napi_env, info: sys::napi_callback_i
             "arguments",
         )?;
         let id = id_of(env, argv[0], "a Context")?;
-        CONTEXTS.with(|t| t.borrow_mut().remove(id));
+        TABLES.with(|t| t.contexts.borrow_mut().remove(id));
         let mut out = ptr::null_mut();
         check(sys::napi_get_undefined(env, &mut out), "result")?;
         Ok(out)

@@ -9,7 +9,9 @@ use flagstream::{AttrValue, Context};
 use napi::sys;
 use serde_json::Value as Json;
 
-use crate::fast::CONTEXTS;
+use std::cell::RefCell;
+
+use crate::fast::{TABLES, Table};
 use crate::napi_value::*;
 
 pub(crate) fn check_kind(kind: &str) -> R<()> {
@@ -332,6 +334,16 @@ pub(crate) unsafe fn with_any_context<T>(
     v: sys::napi_value,
     f: impl FnOnce(&Context<'_>) -> T,
 ) -> R<Option<T>> {
+    TABLES.with(|t| unsafe { with_any_context_in(env, &t.contexts, v, f) })
+}
+
+/// [`with_any_context`] with this thread's prebuilt contexts at hand.
+pub(crate) unsafe fn with_any_context_in<T>(
+    env: sys::napi_env,
+    contexts: &RefCell<Table<Context<'static>>>,
+    v: sys::napi_value,
+    f: impl FnOnce(&Context<'_>) -> T,
+) -> R<Option<T>> {
     let t = unsafe { type_of(env, v)? };
     if t == sys::ValueType::napi_string {
         return unsafe {
@@ -346,12 +358,12 @@ pub(crate) unsafe fn with_any_context<T>(
     }
     if t == sys::ValueType::napi_number {
         let id = unsafe { id_of(env, v, "a Context")? };
-        return CONTEXTS.with(|t| match t.borrow().get(id) {
+        return match contexts.borrow().get(id) {
             Some(c) => Ok(Some(f(c))),
             // index.js passes only live Contexts' ids: this is a number
             // the caller passed as a context.
             None => Err(Thrown("a context is an object or a Context, not a number".into())),
-        });
+        };
     }
     let ctx = unsafe { from_object(env, v)? };
     Ok(Some(f(&ctx)))

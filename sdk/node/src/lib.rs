@@ -128,7 +128,7 @@ type ChangeFn = ThreadsafeFunction<ChangeEvent, Unknown<'static>, ChangeEvent, n
 #[napi]
 pub struct NativeClient {
     client: Option<Client>,
-    /// Its id in `fast::CLIENTS` (the hot path's handle on a clone).
+    /// Its id in `fast::TABLES.clients` (the hot path's handle on a clone).
     id: u32,
     /// The counters at `close()`, served afterwards.
     final_stats: flagstream::Stats,
@@ -245,7 +245,7 @@ impl NativeClient {
     pub fn new(env: Env, options: NativeOptions) -> Result<Self> {
         let b = js(&env, builder(options))?;
         let client = napi::bindgen_prelude::within_runtime_if_available(|| b.build()).map_err(error)?;
-        let id = fast::CLIENTS.with(|t| t.borrow_mut().insert(client.clone()));
+        let id = fast::TABLES.with(|t| t.clients.borrow_mut().insert(client.clone()));
         Ok(NativeClient {
             client: Some(client),
             id,
@@ -448,7 +448,7 @@ impl NativeClient {
         }
         if let Some(c) = self.client.take() {
             self.final_stats = c.stats();
-            drop(fast::CLIENTS.with(|t| t.borrow_mut().remove(self.id)));
+            drop(fast::TABLES.with(|t| t.clients.borrow_mut().remove(self.id)));
             drop(c);
         }
     }
@@ -474,7 +474,7 @@ pub fn fast_api(env: &Env) -> Result<Object<'_>> {
 /// A prebuilt context's file form, key and kind (`Context#toJSON`).
 #[napi]
 pub fn context_info(id: u32) -> Result<Json> {
-    fast::CONTEXTS.with(|t| match t.borrow().get(id) {
+    fast::TABLES.with(|t| match t.contexts.borrow().get(id) {
         Some(c) => {
             let file = serde_json::to_value(c).map_err(error)?;
             let kind = if c.is_multi() { "multi" } else { c.context_kind() };

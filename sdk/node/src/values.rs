@@ -4,7 +4,7 @@
 //! same code), is passed as the values that changed only: a bit mask of
 //! their positions and the values, one N-API argument each (no string
 //! built in JS, none parsed here). The addon holds the names and the
-//! current values ([`SHAPE`]: set by `shapeSet(names, values)`, updated by
+//! current values ([`Shape`], in [`crate::fast::Tables`]: set by `shapeSet(names, values)`, updated by
 //! every call in this form before anything else, so that it stays what
 //! index.js recorded even when the client is closed or the context is
 //! invalid). Read into exactly the context
@@ -12,7 +12,6 @@
 //! or the same error; a string changed is copied into the buffer that held
 //! the value before (no allocation once it is large enough).
 
-use std::cell::RefCell;
 use std::ffi::c_char;
 use std::ptr;
 
@@ -44,11 +43,26 @@ enum Held {
 pub(crate) struct Shape {
     names: Vec<String>,
     values: Vec<Held>,
+    /// The positions of the names `key` and `kind`, found once.
+    key_at: Option<usize>,
+    kind_at: Option<usize>,
 }
 
-thread_local! {
-    /// The names and current values of the values form.
-    pub(crate) static SHAPE: RefCell<Shape> = const { RefCell::new(Shape { names: Vec::new(), values: Vec::new() }) };
+impl Shape {
+    pub(crate) const fn new() -> Self {
+        Shape { names: Vec::new(), values: Vec::new(), key_at: None, kind_at: None }
+    }
+
+    /// The string at `at` (`Some(None)`: no such name, or null/undefined),
+    /// `None` when the packed form would not read it (not a string, or a
+    /// lone surrogate's U+FFFD).
+    fn text(&self, at: Option<usize>) -> Option<Option<&str>> {
+        match at.map(|i| &self.values[i]) {
+            None | Some(Held::Skip) => Some(None),
+            Some(Held::Str(s, true)) => Some(Some(s)),
+            Some(_) => None,
+        }
+    }
 }
 
 /// Reads `v` into `held` (reusing its string buffer).
@@ -103,83 +117,65 @@ unsafe fn read(env: sys::napi_env, v: sys::napi_value, held: &mut Held) -> R<()>
 
 /// Applies a call's changed values: `args` is the mask of the positions
 /// changed, then their values in order.
-pub(crate) unsafe fn update(env: sys::napi_env, args: &[sys::napi_value]) -> R<()> {
+pub(crate) unsafe fn update(env: sys::napi_env, shape: &mut Shape, args: &[sys::napi_value]) -> R<()> {
     let Some((&mask, changed)) = args.split_first() else {
         return Err(Thrown("the values form: no mask".into()));
     };
     let mask = unsafe { id_of(env, mask, "the values form's mask")? };
-    SHAPE.with(|shape| {
-        let shape = &mut *shape.borrow_mut();
-        let mut next = changed.iter();
-        for (i, held) in shape.values.iter_mut().enumerate() {
-            if mask & (1 << i) != 0 {
-                let Some(&v) = next.next() else {
-                    return Err(Thrown("the values form: too few values".into()));
-                };
-                unsafe { read(env, v, held)? };
-            }
+    let mut next = changed.iter();
+    for (i, held) in shape.values.iter_mut().enumerate() {
+        if mask & (1 << i) != 0 {
+            let Some(&v) = next.next() else {
+                return Err(Thrown("the values form: too few values".into()));
+            };
+            unsafe { read(env, v, held)? };
         }
-        if mask >> shape.values.len() != 0 {
-            return Err(Thrown("the values form: a position past the names".into()));
-        }
-        Ok(())
-    })
+    }
+    if mask >> shape.values.len() != 0 {
+        return Err(Thrown("the values form: a position past the names".into()));
+    }
+    Ok(())
 }
 
 /// Runs `f` on the context of the names and values held: the packed
 /// form's context, or `Ok(None)` whenever that form would say `None` (a
 /// lone surrogate, a `multi` kind, a non-string key or kind) or a value is
 /// not one this form takes: index.js then passes the JSON text.
-pub(crate) fn with_values<T>(f: impl FnOnce(&Context<'_>) -> T) -> R<Option<T>> {
-    SHAPE.with(|shape| {
-        let shape = &*shape.borrow();
-        if shape.names.is_empty() {
+pub(crate) fn with_values<T>(shape: &Shape, f: impl FnOnce(&Context<'_>) -> T) -> R<Option<T>> {
+    if shape.names.is_empty() {
+        return Ok(None);
+    }
+    // A non-string key or kind: the JSON path's error.
+    let (Some(key), Some(kind)) = (shape.text(shape.key_at), shape.text(shape.kind_at)) else {
+        return Ok(None);
+    };
+    let mut ctx = Context::new(key.unwrap_or(""));
+    if let Some(k) = kind {
+        if k == "multi" {
             return Ok(None);
         }
-        let (mut key, mut kind) = ("", None);
-        for (name, held) in shape.names.iter().zip(&shape.values) {
-            let s = match held {
-                Held::Str(s, true) => s.as_str(),
-                Held::Skip => continue,
-                Held::Str(_, false) | Held::Other => return Ok(None),
-                _ if name != "key" && name != "kind" => continue,
-                // A non-string key or kind: the JSON path's error.
-                _ => return Ok(None),
-            };
-            if name == "key" {
-                key = s;
-            } else if name == "kind" {
-                kind = Some(s);
-            }
+        check_kind(k)?;
+        ctx = ctx.kind(k);
+    }
+    let mut attributes = 0usize;
+    for (i, (name, held)) in shape.names.iter().zip(&shape.values).enumerate() {
+        if Some(i) == shape.key_at || Some(i) == shape.kind_at {
+            continue;
         }
-        let mut ctx = Context::new(key);
-        if let Some(k) = kind {
-            if k == "multi" {
-                return Ok(None);
-            }
-            check_kind(k)?;
-            ctx = ctx.kind(k);
-        }
-        let mut attributes = 0usize;
-        for (name, held) in shape.names.iter().zip(&shape.values) {
-            if name == "key" || name == "kind" {
-                continue;
-            }
-            let a: AttrValue<'_> = match held {
-                Held::Skip => continue,
-                Held::Num(x) => (*x).into(),
-                Held::Bool(b) => (*b).into(),
-                Held::Str(s, _) => s.as_str().into(),
-                Held::Other => return Ok(None),
-            };
-            attributes += 1;
-            ctx.set(name.as_str(), a);
-        }
-        if let Some(problem) = flagstream::context_attributes_problem(attributes) {
-            return Err(Thrown(format!("context: {problem}")));
-        }
-        Ok(Some(f(&ctx)))
-    })
+        let a: AttrValue<'_> = match held {
+            Held::Skip => continue,
+            Held::Num(x) => (*x).into(),
+            Held::Bool(b) => (*b).into(),
+            Held::Str(s, true) => s.as_str().into(),
+            Held::Str(_, false) | Held::Other => return Ok(None),
+        };
+        attributes += 1;
+        ctx.set(name.as_str(), a);
+    }
+    if let Some(problem) = flagstream::context_attributes_problem(attributes) {
+        return Err(Thrown(format!("context: {problem}")));
+    }
+    Ok(Some(f(&ctx)))
 }
 
 /// `shapeSet(names, values)`: the names and values of the values form.
@@ -207,7 +203,9 @@ pub(crate) unsafe extern "C" fn shape_set(
             read(env, element(env, argv[1], i)?, &mut held)?;
             values.push(held);
         }
-        SHAPE.with(|s| *s.borrow_mut() = Shape { names, values });
+        let key_at = names.iter().position(|n| n == "key");
+        let kind_at = names.iter().position(|n| n == "kind");
+        crate::fast::TABLES.with(|t| *t.shape.borrow_mut() = Shape { names, values, key_at, kind_at });
         undefined(env)
     })();
     match r {

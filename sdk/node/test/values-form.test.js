@@ -147,3 +147,42 @@ test('after a call that throws, the addon takes the whole record again', () => {
   assert.equal(client.bool('alice-us', { key: 'alice', country: 'US' }, false), true);
   client.close();
 });
+
+test('inherited properties are not read, after a record of the same names', () => {
+  const client = Client.testData(FLAGS);
+  // The record: own `key` and `plan`, twice (values form from the second).
+  assert.equal(check(client, 'has-plan', { key: 'a', plan: 'enterprise' }), true);
+  assert.equal(check(client, 'has-plan', { key: 'b', plan: 'enterprise' }), true);
+  // The same names in the same order, `plan` inherited: JSON.stringify
+  // leaves it out, so the flag does not match.
+  const child = Object.create({ plan: 'enterprise' });
+  child.key = 'c';
+  assert.equal(JSON.stringify(child), '{"key":"c"}');
+  assert.equal(check(client, 'has-plan', child), false);
+  assert.equal(check(client, 'has-plan', { key: 'd', plan: 'enterprise' }), true);
+  assert.equal(check(client, 'has-plan', child), false);
+  client.close();
+});
+
+test('an enumerable property added to Object.prototype is not read', () => {
+  const client = Client.testData(FLAGS);
+  assert.equal(check(client, 'has-plan', { key: 'a' }), false);
+  assert.equal(check(client, 'has-plan', { key: 'b' }), false);
+  // eslint-disable-next-line no-extend-native
+  Object.prototype.plan = 'enterprise';
+  try {
+    assert.equal(check(client, 'has-plan', { key: 'c' }), false);
+    assert.equal(check(client, 'has-plan', { key: 'd' }), false);
+    // A record of own `key` and `plan`, then an object with `key` only:
+    // `for...in` yields the inherited `plan` where the record has it.
+    assert.equal(check(client, 'has-plan', { key: 'e', plan: 'enterprise' }), true);
+    assert.equal(check(client, 'has-plan', { key: 'f', plan: 'enterprise' }), true);
+    assert.equal(check(client, 'has-plan', { key: 'c' }), false);
+    assert.equal(check(client, 'has-plan', { key: 'd' }), false);
+  } finally {
+    delete Object.prototype.plan;
+  }
+  assert.equal(check(client, 'has-plan', { key: 'g' }), false);
+  assert.equal(check(client, 'has-plan', { key: 'h', plan: 'enterprise' }), true);
+  client.close();
+});
