@@ -303,13 +303,16 @@ impl Snapshot {
             .collect();
         // Validate the would-be state as a whole (prerequisites and segment
         // references cross items).
-        let mut next = FlagSet {
-            flags: self.flags().filter(|f| !drop_flag.contains(f.key.as_str())).cloned().collect(),
-            segments: self.segments().filter(|s| !drop_segment.contains(s.key.as_str())).cloned().collect(),
-        };
-        next.flags.extend(change.flags.iter().cloned());
-        next.segments.extend(change.segments.iter().cloned());
-        validate::flag_set(&next, limits)?;
+        // By reference: cloning every item to validate would double a large
+        // environment's memory on every write.
+        let next_flags: Vec<&Flag> =
+            self.flags().filter(|f| !drop_flag.contains(f.key.as_str())).chain(&change.flags).collect();
+        let next_segments: Vec<&Segment> = self
+            .segments()
+            .filter(|s| !drop_segment.contains(s.key.as_str()))
+            .chain(&change.segments)
+            .collect();
+        validate::items(&next_flags, &next_segments, limits)?;
 
         let mut segments = self.segments.clone();
         segments.retain(|k, _| !drop_segment.contains(k.as_ref()));

@@ -28,32 +28,41 @@ use report::Report;
 /// Validates a whole environment: every flag and segment, plus the rules
 /// that cross items (unique keys, prerequisites, segment references, sizes).
 pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> {
+    let flags: Vec<&Flag> = set.flags.iter().collect();
+    let segments: Vec<&Segment> = set.segments.iter().collect();
+    items(&flags, &segments, limits)
+}
+
+/// [`flag_set`] over borrowed items: an environment assembled from another
+/// one's items and a change validates with nothing cloned (a write to a
+/// large environment must not copy every item to check it).
+pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<(), ValidationErrors> {
     let mut r = Report {
         errors: Vec::new(),
         regex: RegexBudget::item(limits, limits.max_regex_env_compiled),
         item: "flag",
     };
-    r.max("flags", "flags", set.flags.len(), limits.max_flags);
-    r.max("segments", "segments", set.segments.len(), limits.max_segments);
+    r.max("flags", "flags", flags.len(), limits.max_flags);
+    r.max("segments", "segments", segments.len(), limits.max_segments);
 
     let mut segment_keys = HashSet::new();
     let mut bytes = 0usize;
-    for s in &set.segments {
+    for &s in segments {
         let path = format!("segments[{:?}]", s.key);
         if !segment_keys.insert(s.key.as_str()) {
             r.err(&path, "duplicate segment key");
         }
         bytes += segment(&mut r, &path, s, limits);
     }
-    for s in &set.segments {
+    for &s in segments {
         for (ri, rule) in s.rules.iter().enumerate() {
             segment_refs(&mut r, &format!("segments[{:?}].rules[{ri}]", s.key), &rule.clauses, &segment_keys);
         }
     }
-    segment_depths(&mut r, &set.segments, limits);
-    let flags: HashMap<&str, &Flag> = set.flags.iter().map(|f| (f.key.as_str(), f)).collect();
+    segment_depths(&mut r, segments, limits);
+    let by_key: HashMap<&str, &Flag> = flags.iter().map(|&f| (f.key.as_str(), f)).collect();
     let mut seen = HashSet::new();
-    for f in &set.flags {
+    for &f in flags {
         let path = format!("flags[{:?}]", f.key);
         if !seen.insert(f.key.as_str()) {
             r.err(&path, "duplicate flag key");
@@ -61,7 +70,7 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
         bytes += flag(&mut r, &path, f, limits);
         for (i, p) in f.prerequisites.iter().enumerate() {
             let ppath = format!("{path}.prerequisites[{i}]");
-            match flags.get(p.key.as_str()) {
+            match by_key.get(p.key.as_str()) {
                 None => r.err(format!("{ppath}.key"), format!("unknown flag {:?}", p.key)),
                 Some(_) if p.key == f.key => {
                     r.err(format!("{ppath}.key"), "a flag cannot be its own prerequisite")
@@ -82,7 +91,7 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
             segment_refs(&mut r, &format!("{path}.rules[{ri}]"), &rule.clauses, &segment_keys);
         }
     }
-    prerequisite_depths(&mut r, &flags, limits);
+    prerequisite_depths(&mut r, &by_key, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
     if r.errors.is_empty() { Ok(()) } else { Err(ValidationErrors(r.errors)) }
 }
@@ -105,8 +114,8 @@ fn segment_refs(r: &mut Report, path: &str, clauses: &[Clause], segment_keys: &H
 
 /// Rejects cycles among nested segments and nesting deeper than the limit
 /// (a segment whose rules use no `segment_match` is 1 deep).
-fn segment_depths(r: &mut Report, segments: &[Segment], limits: &Limits) {
-    let by_key: HashMap<&str, &Segment> = segments.iter().map(|s| (s.key.as_str(), s)).collect();
+fn segment_depths(r: &mut Report, segments: &[&Segment], limits: &Limits) {
+    let by_key: HashMap<&str, &Segment> = segments.iter().map(|&s| (s.key.as_str(), s)).collect();
     let children = |s: &'_ Segment| -> Vec<String> {
         s.rules
             .iter()
