@@ -19,6 +19,7 @@ use crate::reference::KindSel;
 use crate::schedule::Clock;
 use crate::short::Name;
 use crate::snapshot::{FlagCell, Head, Slot, Snapshot};
+use crate::usage::FlagUsage;
 use crate::value::{FromValue, Value};
 
 /// Why an evaluation returned what it did.
@@ -299,6 +300,87 @@ impl Snapshot {
         (d, name)
     }
 
+    /// [`Snapshot::detail`], counted in the flag's usage counters
+    /// ([`FlagUsage`]: the caller's default noted, the served variation or
+    /// the fallback counted) for usage summaries. A flag not in the
+    /// snapshot has no counters: the caller counts that fallback. Still
+    /// lock- and allocation-free (a new distinct default takes a lock once).
+    #[inline]
+    pub fn detail_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        match self.index.get(key) {
+            Some(slot) => self.detail_slot_counted(slot, ctx, default),
+            None => self.error(default, ErrorKind::FlagNotFound, 0),
+        }
+    }
+
+    /// [`Snapshot::detail_named`], counted like [`Snapshot::detail_counted`].
+    #[inline]
+    pub fn detail_named_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> (Detail<'s, T>, Option<Name>) {
+        let Some(slot) = self.index.get(key) else {
+            return (self.error(default, ErrorKind::FlagNotFound, 0), None);
+        };
+        let d = self.detail_slot_counted(slot, ctx, default);
+        let name = match d.reason {
+            Reason::RuleMatch { index, id, .. } if !id.is_empty() => {
+                slot.cell.get().rules.get(index as usize).map(|r| Name::of(&r.id))
+            }
+            Reason::PrerequisiteFailed { key } => {
+                slot.cell.get().prerequisites.iter().find(|p| &*p.0 == key).map(|p| Name::of(&p.0))
+            }
+            _ => None,
+        };
+        (d, name)
+    }
+
+    #[inline(always)]
+    fn detail_slot_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        slot: &'s Slot,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        let usage = &slot.cell.usage;
+        usage.note_default(&default);
+        let d = self.detail_slot(slot, ctx, default, &Clock::system());
+        count(&slot.cell, &d);
+        d
+    }
+
+    /// [`Snapshot::detail_index`], counted like [`Snapshot::detail_counted`].
+    #[inline]
+    pub(crate) fn detail_index_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        i: u32,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        let cell = &self.flags[i as usize];
+        cell.usage.note_default(&default);
+        let d = self.detail_cell(cell, ctx, default, &Clock::system());
+        count(cell, &d);
+        d
+    }
+
+    /// The usage counters of the flag with this key, if it is here.
+    pub fn flag_usage(&self, key: &str) -> Option<&FlagUsage> {
+        self.index.get(key).map(|slot| &slot.cell.usage)
+    }
+
+    /// Every flag's key and usage counters.
+    pub fn usage(&self) -> impl Iterator<Item = (&str, &FlagUsage)> {
+        self.flags.iter().map(|f| (f.key(), &f.usage))
+    }
+
     /// [`Snapshot::detail`] for the flag at a resolved index.
     #[inline]
     pub(crate) fn detail_index<'s, T: FromValue<'s>>(
@@ -563,6 +645,16 @@ fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bo
             let (v, step) = schedule.serve(ctx, clock.now_ms());
             Ok((v, true, Some(step)))
         }
+    }
+}
+
+/// Counts a typed result in its flag's usage counters.
+#[inline(always)]
+fn count<T>(cell: &FlagCell, d: &Detail<'_, T>) {
+    match (d.variation, d.reason) {
+        (Some(v), _) => cell.usage.served(v, || cell.get().variations.len()),
+        (None, Reason::Error(kind)) => cell.usage.fallback(kind),
+        (None, _) => {}
     }
 }
 
