@@ -24,6 +24,15 @@ pub const INLINE_VARIATIONS: usize = 4;
 /// Distinct default values remembered per flag (PROTOCOL.md: at most 4 per
 /// flag in a summary).
 pub const MAX_DEFAULTS: usize = 4;
+/// Flags per usage summary message (PROTOCOL.md: a receiver refuses more;
+/// a sender with more sends several summaries).
+pub const MAX_FLAGS_PER_SUMMARY: usize = 1000;
+/// Longest flag key in a usage summary, bytes (a longer key asked for is
+/// counted as untracked: no flag has one).
+pub const MAX_KEY_BYTES: usize = 256;
+/// Most variation counts per flag in a usage summary (the default
+/// `Limits::max_variations`).
+pub const MAX_VARIATIONS: usize = 100;
 /// Longest default value listed, bytes of compact JSON; a longer one is
 /// counted in `other_defaults`.
 pub const MAX_DEFAULT_BYTES: usize = 256;
