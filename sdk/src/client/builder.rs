@@ -48,7 +48,8 @@ pub struct Builder {
     file: Option<PathBuf>,
     test_data: Option<FlagSet>,
     shuffle: bool,
-    usage_reports: bool,
+    /// `None`: on when following a relay, off for offline sources.
+    usage_reports: Option<bool>,
 }
 
 impl Default for Builder {
@@ -63,7 +64,7 @@ impl Default for Builder {
             file: None,
             test_data: None,
             shuffle: true,
-            usage_reports: true,
+            usage_reports: None,
         }
     }
 }
@@ -174,10 +175,11 @@ impl Builder {
         usage_interval: Duration);
 
     /// Whether to count evaluations and send usage summaries to the relay
-    /// (default on; never for offline files or test data). Off, evaluation
-    /// touches no usage counter.
+    /// (default: on when following a relay, off for offline files and test
+    /// data, where nothing would send them; `true` there counts anyway,
+    /// e.g. to measure the cost). Off, evaluation touches no usage counter.
     pub fn usage_reports(mut self, on: bool) -> Self {
-        self.usage_reports = on;
+        self.usage_reports = Some(on);
         self
     }
     /// Validation limits for received data.
@@ -236,7 +238,7 @@ impl Builder {
             confirmed_unix_ms: AtomicU64::new(0),
             status,
             counters: Counters::default(),
-            usage: crate::usage_summary::Usage::new(self.usage_reports && !offline),
+            usage: crate::usage_summary::Usage::new(self.usage_reports.unwrap_or(!offline)),
             changes,
             #[cfg(feature = "cache")]
             cache_tx,
