@@ -42,8 +42,8 @@ pub use flagstream_core::{
     Value, bucket, checksum, context_attributes_problem, context_kinds_problem, model, proto, reference,
     usage, validate, wire,
 };
-pub use flagstream_core::{FlagUsage, UsageCounts};
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
+pub use flagstream_core::{FlagUsage, UsageCounts};
 
 pub use client::{Builder, Client, EvaluationDetail, read_flag_file};
 #[cfg(feature = "cache")]

@@ -120,7 +120,8 @@ impl FlagUsage {
                 return;
             }
             if cur == 0 {
-                texts[i] = json().map(|j| j.to_string()).filter(|t| t.len() <= MAX_DEFAULT_BYTES).map(Into::into);
+                texts[i] =
+                    json().map(|j| j.to_string()).filter(|t| t.len() <= MAX_DEFAULT_BYTES).map(Into::into);
                 if texts[i].is_none() {
                     self.unlisted.fetch_or(1 << i, Ordering::Relaxed);
                 }

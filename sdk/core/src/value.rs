@@ -78,9 +78,9 @@ fn json_hash(j: &Json) -> u64 {
         Json::Number(n) => mix(n.as_f64().unwrap_or(0.0).to_bits() ^ 0x6e75_6d62),
         Json::String(s) => hash_str(s),
         Json::Array(a) => a.iter().fold(mix(0x6172_7261 ^ a.len() as u64), |h, v| mix(h ^ json_hash(v))),
-        Json::Object(o) => o
-            .iter()
-            .fold(mix(0x6f62_6a65 ^ o.len() as u64), |h, (k, v)| mix(h ^ hash_str(k) ^ json_hash(v).rotate_left(1))),
+        Json::Object(o) => o.iter().fold(mix(0x6f62_6a65 ^ o.len() as u64), |h, (k, v)| {
+            mix(h ^ hash_str(k) ^ json_hash(v).rotate_left(1))
+        }),
     }
 }
 
