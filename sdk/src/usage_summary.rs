@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use flagstream_core::usage::{MAX_DEFAULTS, MAX_FLAGS_PER_SUMMARY, MAX_KEY_BYTES};
 use flagstream_core::{ErrorKind, FromValue, Snapshot, UsageCounts};
 use flagstream_proto::v1 as pb;
+use prost::Message;
 
 use crate::clock::now_ms;
 
@@ -23,6 +24,10 @@ use crate::clock::now_ms;
 /// per key in one interval; evaluations of further keys are counted in
 /// `UsageSummary.untracked_evaluations`.
 pub(crate) const MAX_KEYS: usize = 1024;
+
+/// Largest summary message sent, bytes of its flags' encodings (the
+/// relay's request limit is 1 MiB).
+const MAX_SUMMARY_BYTES: usize = 512 << 10;
 
 /// A flag's counts gathered off the flag cells: from replaced cells and
 /// from fallbacks for keys not in the data.
@@ -32,6 +37,9 @@ struct Acc {
     /// missing, wrong type, malformed, not ready
     fallbacks: [u64; 4],
     defaults: Vec<String>,
+    /// Hashes of the defaults noted by `Usage::absent` (so a repeated
+    /// default costs no JSON text).
+    hashes: Vec<u64>,
     other_defaults: u64,
 }
 
@@ -122,10 +130,25 @@ impl Usage {
             p.untracked = p.untracked.saturating_add(1);
             return;
         }
-        let acc = p.flags.entry(Box::from(key)).or_default();
+        // Allocates only for a key's first fallback in an interval.
+        let acc = match p.flags.get_mut(key) {
+            Some(acc) => acc,
+            None => p.flags.entry(Box::from(key)).or_default(),
+        };
         acc.fallbacks[i] = acc.fallbacks[i].saturating_add(1);
+        let h = default.default_hash() | 1;
+        if acc.hashes.contains(&h) {
+            return;
+        }
+        if acc.defaults.len() >= MAX_DEFAULTS {
+            acc.other_defaults = acc.other_defaults.saturating_add(1);
+            return;
+        }
         match default.default_json().map(|j| j.to_string()) {
-            Some(d) if d.len() <= flagstream_core::usage::MAX_DEFAULT_BYTES => acc.add_default(d, 1),
+            Some(d) if d.len() <= flagstream_core::usage::MAX_DEFAULT_BYTES => {
+                acc.hashes.push(h);
+                acc.add_default(d, 1);
+            }
             _ => acc.other_defaults = acc.other_defaults.saturating_add(1),
         }
     }
@@ -184,15 +207,29 @@ impl Usage {
         if entries.is_empty() && untracked == 0 {
             return Vec::new();
         }
-        let mut out: Vec<pb::UsageSummary> = entries
-            .chunks(MAX_FLAGS_PER_SUMMARY)
-            .map(|c| pb::UsageSummary {
-                start_unix_ms: since,
-                end_unix_ms: now,
-                flags: c.to_vec(),
-                untracked_evaluations: 0,
-            })
-            .collect();
+        // At most MAX_FLAGS_PER_SUMMARY flags and MAX_SUMMARY_BYTES per
+        // message (PROTOCOL.md 4.1: under the relay's 1 MiB request limit).
+        let mut out: Vec<pb::UsageSummary> = Vec::new();
+        let mut bytes = 0usize;
+        for e in entries {
+            let len = e.encoded_len() + 4;
+            let full = out.last().is_none_or(|s| {
+                s.flags.len() >= MAX_FLAGS_PER_SUMMARY || bytes + len > MAX_SUMMARY_BYTES
+            });
+            if full {
+                out.push(pb::UsageSummary {
+                    start_unix_ms: since,
+                    end_unix_ms: now,
+                    flags: Vec::new(),
+                    untracked_evaluations: 0,
+                });
+                bytes = 0;
+            }
+            bytes += len;
+            if let Some(s) = out.last_mut() {
+                s.flags.push(e);
+            }
+        }
         match out.first_mut() {
             Some(first) => first.untracked_evaluations = untracked,
             None => out.push(pb::UsageSummary {
@@ -249,5 +286,23 @@ mod tests {
         assert_eq!(n, MAX_KEYS);
         assert!(s.iter().all(|s| s.flags.len() <= MAX_FLAGS_PER_SUMMARY));
         assert_eq!(s[0].untracked_evaluations, 10);
+    }
+
+    #[test]
+    fn summaries_stay_under_the_byte_bound() {
+        let usage = Usage::new(true);
+        for i in 0..1000 {
+            for d in 0..4 {
+                let default = format!("{d}{}", "x".repeat(240));
+                usage.absent(&format!("key-{i}"), ErrorKind::FlagNotFound, &default.as_str());
+            }
+        }
+        let s = usage.summaries(&Snapshot::empty());
+        assert!(s.len() >= 2, "about 1 MB of entries is split");
+        for m in &s {
+            assert!(m.encoded_len() <= MAX_SUMMARY_BYTES + 64, "{} bytes", m.encoded_len());
+        }
+        assert_eq!(s.iter().map(|m| m.flags.len()).sum::<usize>(), 1000);
+        assert!(s.iter().flat_map(|m| &m.flags).all(|f| f.defaults.len() == 4 && f.fallback_missing == 4));
     }
 }

@@ -242,7 +242,7 @@ struct Stale {
 
 /// `flagctl flag stale [--days N]`.
 pub(crate) async fn stale(conn: &mut Conn, days: f64) -> CmdResult {
-    if !(days >= 0.0) {
+    if days.is_nan() || days < 0.0 {
         return Err(Failure::new(exit::USAGE, format!("--days {days}: must be 0 or more")));
     }
     let r = get_usage(conn, "").await?;

@@ -267,6 +267,12 @@ mod tests {
     }
 
     #[test]
+    fn size_is_three_cache_lines() {
+        // ARCHITECTURE.md "Usage reporting" states it.
+        assert_eq!(std::mem::size_of::<FlagUsage>(), 192);
+    }
+
+    #[test]
     fn defaults_beyond_the_bound_are_counted_not_listed() {
         let u = FlagUsage::default();
         for i in 0..10i64 {
