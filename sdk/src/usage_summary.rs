@@ -305,4 +305,37 @@ mod tests {
         assert_eq!(s.iter().map(|m| m.flags.len()).sum::<usize>(), 1000);
         assert!(s.iter().flat_map(|m| &m.flags).all(|f| f.defaults.len() == 4 && f.fallback_missing == 4));
     }
+
+    /// Issue 23's bound check (not timed): 10,000 flags each evaluated
+    /// with many contexts and 6 defaults give summaries within the bounds;
+    /// prints the sizes (BENCHMARKS.md "Usage counting").
+    #[test]
+    fn ten_thousand_flags_stay_within_the_summary_bounds() {
+        let flags: Vec<String> = (0..10_000)
+            .map(|i| {
+                format!(
+                    r#"{{"key":"flag-with-a-longish-key-{i:05}","type":"string","variations":["a","b","c","d","e","f"],"on":true,"off_variation":0,"fallthrough":{{"rollout":{{"variations":[{{"variation":0,"weight":20000}},{{"variation":1,"weight":20000}},{{"variation":2,"weight":20000}},{{"variation":3,"weight":20000}},{{"variation":4,"weight":10000}},{{"variation":5,"weight":10000}}]}}}}}}"#
+                )
+            })
+            .collect();
+        let set: FlagSet = serde_json::from_str(&format!(r#"{{"flags":[{}]}}"#, flags.join(","))).unwrap();
+        let snap = Snapshot::compile(&set, &Limits::default()).unwrap();
+        let usage = Usage::new(true);
+        for c in 0..50 {
+            let ctx = Context::new(format!("user-{c}"));
+            for f in &set.flags {
+                let default = ["x", "y", "z", "w", "v", "u"][c % 6];
+                snap.detail_counted(&f.key, &ctx, default);
+            }
+        }
+        let s = usage.summaries(&snap);
+        let sizes: Vec<usize> = s.iter().map(|m| m.encoded_len()).collect();
+        println!("10,000 flags × 50 contexts × 6 defaults: {} summaries, bytes {sizes:?}", s.len());
+        assert_eq!(s.iter().map(|m| m.flags.len()).sum::<usize>(), 10_000);
+        for m in &s {
+            assert!(m.flags.len() <= MAX_FLAGS_PER_SUMMARY);
+            assert!(m.encoded_len() <= MAX_SUMMARY_BYTES + 64);
+            assert!(m.flags.iter().all(|f| f.defaults.len() == 4 && f.other_defaults == 16));
+        }
+    }
 }
