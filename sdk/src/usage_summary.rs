@@ -213,9 +213,9 @@ impl Usage {
         let mut bytes = 0usize;
         for e in entries {
             let len = e.encoded_len() + 4;
-            let full = out.last().is_none_or(|s| {
-                s.flags.len() >= MAX_FLAGS_PER_SUMMARY || bytes + len > MAX_SUMMARY_BYTES
-            });
+            let full = out
+                .last()
+                .is_none_or(|s| s.flags.len() >= MAX_FLAGS_PER_SUMMARY || bytes + len > MAX_SUMMARY_BYTES);
             if full {
                 out.push(pb::UsageSummary {
                     start_unix_ms: since,
