@@ -265,11 +265,24 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        self.detail_slot_as::<T, false>(slot, ctx, default, clock)
+    }
+
+    /// [`Snapshot::detail_slot`], counting in the flag's usage when
+    /// `COUNT` (a constant: the uncounted path has no trace of it).
+    #[inline(always)]
+    fn detail_slot_as<'s, T: FromValue<'s>, const COUNT: bool>(
+        &'s self,
+        slot: &'s Slot,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
         match slot {
             Slot { cell, head: Some(Head { flag_type, version, constant }), .. } => {
-                self.detail_of(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
+                self.detail_of::<T, COUNT>(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
             }
-            Slot { cell, head: None, .. } => self.detail_cell(cell, ctx, default, clock),
+            Slot { cell, head: None, .. } => self.detail_cell_as::<T, COUNT>(cell, ctx, default, clock),
         }
     }
 
@@ -349,11 +362,8 @@ impl Snapshot {
         ctx: &Context<'_>,
         default: T,
     ) -> Detail<'s, T> {
-        let usage = &slot.cell.usage;
-        usage.note_default(&default);
-        let d = self.detail_slot(slot, ctx, default, &Clock::system());
-        count(&slot.cell, &d);
-        d
+        slot.cell.usage.note_default(&default);
+        self.detail_slot_as::<T, true>(slot, ctx, default, &Clock::system())
     }
 
     /// [`Snapshot::detail_index`], counted like [`Snapshot::detail_counted`].
@@ -366,9 +376,7 @@ impl Snapshot {
     ) -> Detail<'s, T> {
         let cell = &self.flags[i as usize];
         cell.usage.note_default(&default);
-        let d = self.detail_cell(cell, ctx, default, &Clock::system());
-        count(cell, &d);
-        d
+        self.detail_cell_as::<T, true>(cell, ctx, default, &Clock::system())
     }
 
     /// The usage counters of the flag with this key, if it is here.
@@ -401,14 +409,33 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        self.detail_cell_as::<T, false>(cell, ctx, default, clock)
+    }
+
+    #[inline]
+    fn detail_cell_as<'s, T: FromValue<'s>, const COUNT: bool>(
+        &'s self,
+        cell: &'s FlagCell,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
         let flag = cell.get();
-        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), cell, ctx, default, clock)
+        self.detail_of::<T, COUNT>(
+            flag.flag_type,
+            flag.version,
+            flag.constant.as_ref(),
+            cell,
+            ctx,
+            default,
+            clock,
+        )
     }
 
     /// The typed result, from the constant answer when there is one.
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    fn detail_of<'s, T: FromValue<'s>>(
+    fn detail_of<'s, T: FromValue<'s>, const COUNT: bool>(
         &'s self,
         flag_type: FlagType,
         version: u64,
@@ -418,8 +445,16 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        // Counting where the outcome is in registers (reading it back out
+        // of the returned `Detail` costs a store-forwarding round trip).
+        let fail = |kind: ErrorKind| {
+            if COUNT {
+                cell.usage.fallback(kind);
+            }
+            kind
+        };
         if !T::accepts(flag_type) {
-            return self.error(default, ErrorKind::WrongType, version);
+            return self.error(default, fail(ErrorKind::WrongType), version);
         }
         let (variation, value, reason) = match constant {
             Some(c) => (
@@ -431,24 +466,29 @@ impl Snapshot {
                 let flag = cell.get();
                 let outcome = self.eval_flag(flag, ctx, 0, clock);
                 if let Some(kind) = outcome.error_kind() {
-                    return self.error(default, kind, version);
+                    return self.error(default, fail(kind), version);
                 }
                 match flag.variations.get(outcome.variation() as usize) {
                     Some(value) => (outcome.variation(), value, outcome.reason(flag)),
-                    None => return self.error(default, ErrorKind::MalformedFlag, version),
+                    None => return self.error(default, fail(ErrorKind::MalformedFlag), version),
                 }
             }
         };
         match T::from_value(value) {
-            Some(value) => Detail {
-                value,
-                variation: Some(variation),
-                reason,
-                flag_version: version,
-                revision: self.revision(),
-                stale: false,
-            },
-            None => self.error(default, ErrorKind::MalformedFlag, version),
+            Some(value) => {
+                if COUNT {
+                    cell.usage.served(variation, || cell.get().variations.len());
+                }
+                Detail {
+                    value,
+                    variation: Some(variation),
+                    reason,
+                    flag_version: version,
+                    revision: self.revision(),
+                    stale: false,
+                }
+            }
+            None => self.error(default, fail(ErrorKind::MalformedFlag), version),
         }
     }
 
@@ -645,16 +685,6 @@ fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bo
             let (v, step) = schedule.serve(ctx, clock.now_ms());
             Ok((v, true, Some(step)))
         }
-    }
-}
-
-/// Counts a typed result in its flag's usage counters.
-#[inline(always)]
-fn count<T>(cell: &FlagCell, d: &Detail<'_, T>) {
-    match (d.variation, d.reason) {
-        (Some(v), _) => cell.usage.served(v, || cell.get().variations.len()),
-        (None, Reason::Error(kind)) => cell.usage.fallback(kind),
-        (None, _) => {}
     }
 }
 
