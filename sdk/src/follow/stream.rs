@@ -162,8 +162,12 @@ impl<S: Sink> Follower<S> {
                     if tx.capacity() > 0 {
                         for summary in self.sink.usage() {
                             let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) };
-                            if let Err(end) = tx.send(msg).await.map_err(|_| End::Broken("request stream closed".into())) {
-                                return end;
+                            // A relay that reads no requests until the
+                            // watchdog's deadline is a stalled stream.
+                            match tokio::time::timeout_at(deadline, tx.send(msg)).await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(_)) => return End::Broken("request stream closed".into()),
+                                Err(_) => return End::Stalled(watchdog, Some("usage summary not taken".into())),
                             }
                         }
                     }
