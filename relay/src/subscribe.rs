@@ -306,6 +306,8 @@ async fn read_acks(
     instance: String,
 ) {
     let mut refusals_logged = false;
+    // Usage summaries in the current minute (a per-stream rate bound).
+    let (mut usage_window, mut usage_count) = (tokio::time::Instant::now(), 0u32);
     loop {
         // No select on the cancel token (polling it takes a lock): when the
         // response stream ends, the request stream ends with it.
@@ -321,7 +323,21 @@ async fn read_acks(
                 hub.report(&sub, &report);
             }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) })) => {
-                match crate::usage::check(&summary) {
+                if usage_window.elapsed() >= Duration::from_secs(60) {
+                    (usage_window, usage_count) = (tokio::time::Instant::now(), 0);
+                }
+                usage_count += 1;
+                let checked = match usage_count > crate::usage::MAX_SUMMARIES_PER_MINUTE {
+                    true => Err(crate::usage::OverBound {
+                        field: "usage.rate",
+                        message: format!(
+                            "more than {} summaries in a minute on one stream",
+                            crate::usage::MAX_SUMMARIES_PER_MINUTE
+                        ),
+                    }),
+                    false => crate::usage::check(&summary),
+                };
+                match checked {
                     Ok(()) => hub.usage.ingest(&sub.env, &instance, &env.state.load().snapshot, summary),
                     // Dropped whole, counted, logged (the first per stream
                     // at warn); the stream goes on: usage is diagnostic and

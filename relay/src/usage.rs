@@ -4,7 +4,8 @@
 //! ones), SDK instances and defaults seen; read by `GetUsage` (admin) and,
 //! on a replica, forwarded upstream as the replica's own summaries.
 //!
-//! Bounded: at most [`MAX_KEYS`] flag keys over all environments (further
+//! Bounded: per environment its flags plus at most [`MAX_ABSENT_KEYS`] keys
+//! that are no flag, at most [`MAX_KEYS`] keys over all environments (further
 //! keys dropped and counted), per flag at most [`MAX_INSTANCES`] instances
 //! and [`MAX_DEFAULTS`] defaults told apart, at most
 //! `usage::MAX_VARIATIONS` variation counts per bucket (ARCHITECTURE.md
@@ -23,9 +24,17 @@ use serde_json::Value as Json;
 use crate::metrics::Metrics;
 use crate::store::now_ms;
 
-/// Flag keys held over all environments; summaries naming further keys
-/// have those entries dropped (counted in `GetUsageResponse.dropped_keys`).
-pub(crate) const MAX_KEYS: usize = 20_000;
+/// Flag keys held over all environments (a safety bound; the environments'
+/// flag quotas come first); summaries naming further keys have those
+/// entries dropped (counted in `GetUsageResponse.dropped_keys`).
+pub(crate) const MAX_KEYS: usize = 100_000;
+/// Keys per environment that are no flag of it (SDKs asking for missing
+/// flags): a key holder cannot fill the table with made-up keys beyond
+/// this, nor touch another environment's share.
+pub(crate) const MAX_ABSENT_KEYS: usize = 1_024;
+/// Summaries one stream may send per minute (a sender with 100,000 flags
+/// needs 100); further ones are refused (`field` `usage.rate`).
+pub(crate) const MAX_SUMMARIES_PER_MINUTE: u32 = 128;
 /// SDK instances told apart per flag (`sdks_capped` beyond).
 pub(crate) const MAX_INSTANCES: usize = 64;
 /// Defaults listed per flag (further ones counted as "other").
@@ -139,6 +148,8 @@ struct Outbox {
 #[derive(Debug, Default)]
 struct EnvUsage {
     flags: HashMap<String, FlagStats>,
+    /// Keys in `flags` that were no flag of the environment when added.
+    absent: usize,
     untracked: Ring,
     outbox: Outbox,
 }
@@ -299,12 +310,14 @@ impl Usage {
             }
             let stats = match e.flags.get_mut(&f.key) {
                 Some(st) => st,
-                None if *keys >= MAX_KEYS => {
-                    *dropped += 1;
-                    continue;
-                }
                 None => {
+                    let is_flag = snap.flag(&f.key).is_some();
+                    if *keys >= MAX_KEYS || (!is_flag && e.absent >= MAX_ABSENT_KEYS) {
+                        *dropped += 1;
+                        continue;
+                    }
                     *keys += 1;
+                    e.absent += usize::from(!is_flag);
                     e.flags.entry(f.key.clone()).or_default()
                 }
             };
@@ -538,6 +551,26 @@ mod tests {
         assert_eq!(fwd[0].flags[0].variations, vec![0, 10]);
         assert_eq!(fwd[0].flags[0].instances, 2);
         assert!(u.forward("prod").is_empty(), "forwarded once");
+    }
+
+    #[test]
+    fn made_up_keys_take_only_their_environments_share() {
+        let snap = Snapshot::empty();
+        let u = Usage::new(Metrics::new(), false);
+        for chunk in 0..3 {
+            let flags = (0..1000).map(|i| entry(&format!("junk-{chunk}-{i}"), vec![1], &[])).collect();
+            u.ingest("noisy", "a", &snap, pb::UsageSummary { flags, ..Default::default() });
+        }
+        let v = u.view("noisy", &snap, None);
+        assert_eq!(v.flags.len(), MAX_ABSENT_KEYS);
+        assert_eq!(v.dropped_keys, 3000 - MAX_ABSENT_KEYS as u64);
+        u.ingest(
+            "quiet",
+            "b",
+            &snap,
+            pb::UsageSummary { flags: vec![entry("gone", vec![], &[])], ..Default::default() },
+        );
+        assert_eq!(u.view("quiet", &snap, None).flags.len(), 1, "another environment still has room");
     }
 
     #[test]
