@@ -434,6 +434,7 @@ impl Usage {
                 pb::FlagUsageView {
                     key: k.to_owned(),
                     exists: flag.is_some(),
+                    // No such flag: no values (`exists` says so).
                     variation_values: flag
                         .map(|f| f.variations.iter().map(Json::to_string).collect())
                         .unwrap_or_default(),
@@ -480,6 +481,7 @@ impl Usage {
             .map(|(key, b)| {
                 let instances = e.flags.get(&key).map_or(0, |st| st.sdks(now).0);
                 pb::FlagUsage {
+                    // No defaults listed for the key: none passed.
                     defaults: defaults.remove(&key).unwrap_or_default(),
                     key,
                     variations: b.variations,

@@ -38,6 +38,7 @@ fn per_variation(f: &pb::FlagUsageView, w: &pb::UsageWindow) -> Vec<Json> {
 }
 
 fn value_of(f: &pb::FlagUsageView, i: usize) -> Json {
+    // A variation the flag no longer has (it changed since): null.
     f.variation_values.get(i).and_then(|v| serde_json::from_str(v).ok()).unwrap_or(Json::Null)
 }
 
@@ -252,6 +253,7 @@ pub(crate) async fn stale(conn: &mut Conn, days: f64) -> CmdResult {
     let since_collecting = age(now, r.collecting_since_unix_ms);
     let mut out = Vec::new();
     for f in r.flags.iter().filter(|f| f.exists) {
+        // Not in the audit pages read (or a replica): times unknown, 0.
         let (created, changed) = times.get(&f.key).copied().unwrap_or((0, 0));
         let idle_since = match f.last_evaluated_unix_ms {
             0 => created.max(r.collecting_since_unix_ms),
