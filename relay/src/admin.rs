@@ -543,6 +543,19 @@ impl Admin for AdminService {
         self.evaluate_call(req).await
     }
 
+    async fn get_usage(
+        &self,
+        req: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        let env_name = req.get_ref().environment.clone();
+        authorize(&req, Role::Read, Some(&env_name), "read usage")?;
+        let r = req.into_inner();
+        let env = self.store.env(&r.environment)?;
+        let state = env.state.load();
+        let key = (!r.key.is_empty()).then_some(r.key.as_str());
+        Ok(Response::new(self.hub.usage.view(&r.environment, &state.snapshot, key)))
+    }
+
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let p = principal(&req)?;
         let environments = self

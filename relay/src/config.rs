@@ -31,6 +31,8 @@ pub struct Upstream {
     pub keepalive_interval: Duration,
     /// PING answer deadline on the upstream link.
     pub keepalive_timeout: Duration,
+    /// How often the merged usage summaries go upstream.
+    pub usage_interval: Duration,
 }
 
 /// Where the flags live.
@@ -282,6 +284,10 @@ impl Options {
                     environments: list(&self.environments),
                     keepalive_interval,
                     keepalive_timeout,
+                    usage_interval: self
+                        .upstream_usage_interval
+                        .map_or(Duration::from_secs(60), |d| d.0)
+                        .max(Duration::from_millis(100)),
                 })
             }
             Some(other) => return Err(ConfigError(format!("role: {other:?} is not `primary` or `replica`"))),

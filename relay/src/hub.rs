@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::propagation::{Histogram, REPORTED_REVISIONS, Report, Ring};
 use crate::store::{Env, now_ms};
 use crate::transport::ConnInfo;
+use crate::usage::Usage;
 
 /// Admission and stream limits.
 #[derive(Debug, Clone)]
@@ -161,6 +162,8 @@ pub(crate) struct Hub {
     draining: AtomicBool,
     /// Permits for concurrent snapshot sends.
     pub snapshot_permits: Arc<Semaphore>,
+    /// Flag usage the subscribers report (`crate::usage`).
+    pub usage: Usage,
     /// Per environment; hashed on every ack, hence foldhash.
     stats: Mutex<HashMap<String, Ring, foldhash::fast::RandomState>>,
     /// The latest reports of the other relays of a shared database, per
@@ -185,6 +188,7 @@ impl Hub {
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
+            usage: Usage::new(metrics.clone(), false),
             stats: Mutex::new(HashMap::default()),
             peers: Mutex::new(HashMap::new()),
             per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
@@ -192,6 +196,12 @@ impl Hub {
             metrics,
             clock: tokio::time::Instant::now(),
         }
+    }
+
+    /// The same hub with usage kept for an upstream too (a replica).
+    pub(crate) fn forwarding_usage(mut self) -> Hub {
+        self.usage = Usage::new(self.metrics.clone(), true);
+        self
     }
 
     /// Monotonic milliseconds since the hub was made: what liveness

@@ -37,6 +37,7 @@ mod server;
 mod store;
 mod subscribe;
 mod transport;
+mod usage;
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
 /// Colours only on a terminal: a log file or journal gets plain text.

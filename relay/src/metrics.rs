@@ -95,6 +95,17 @@ pub struct Metrics {
     /// PostgreSQL store: connections opened, by the URL's `sslmode` and
     /// whether TLS is in use (`on`, `off`, `local_socket`).
     pub postgres_connections: Family<Labels, Counter>,
+    /// Usage summaries received, by result (`accepted`, `refused`) and,
+    /// for a refusal, the field over its bound.
+    pub usage_summaries: Family<Labels, Counter>,
+    /// Fallbacks to callers' defaults the SDKs reported, by environment and
+    /// cause (missing, wrong_type, malformed, not_ready).
+    pub usage_fallbacks: Family<Labels, Counter>,
+    /// Flag entries in usage summaries listing a default that differs from
+    /// the value the flag serves most, by environment.
+    pub usage_default_mismatches: Family<Labels, Counter>,
+    /// Flag keys held in the usage table (all environments).
+    pub usage_keys: Gauge,
 }
 
 /// Index into [`Metrics::sent`] by message kind.
@@ -150,6 +161,10 @@ impl Metrics {
             sent: Arc::new(Default::default()),
             connections: Family::default(),
             postgres_connections: Family::default(),
+            usage_summaries: Family::default(),
+            usage_fallbacks: Family::default(),
+            usage_default_mismatches: Family::default(),
+            usage_keys: Gauge::default(),
         };
         r.register("connections", "Open gRPC connections per listener", m.connections.clone());
         r.register(
@@ -230,6 +245,32 @@ impl Metrics {
             "PostgreSQL store: connections opened, by sslmode and whether TLS is in use (tls=off under sslmode=prefer: the server declined TLS)",
             m.postgres_connections.clone(),
         );
+        r.register(
+            "usage_summaries",
+            "SDK usage summaries received, by result and (refused) the field over its bound",
+            m.usage_summaries.clone(),
+        );
+        r.register(
+            "usage_fallbacks",
+            "Evaluations that returned the caller's default, reported by SDKs, by environment and cause",
+            m.usage_fallbacks.clone(),
+        );
+        r.register(
+            "usage_default_mismatches",
+            "Usage summary entries listing a caller default that differs from the flag's most-served value, by environment",
+            m.usage_default_mismatches.clone(),
+        );
+        r.register("usage_keys", "Flag keys held in the relay's usage table", m.usage_keys.clone());
+        for (result, field) in [
+            ("accepted", ""),
+            ("refused", "usage.flags"),
+            ("refused", "usage.flags.key"),
+            ("refused", "usage.flags.variations"),
+            ("refused", "usage.flags.defaults"),
+        ] {
+            let labels = vec![("result", result.to_owned()), ("field", field.to_owned())];
+            m.usage_summaries.get_or_create(&labels).inc_by(0);
+        }
         let sent = ["snapshot_chunk", "delta", "heartbeat", "reconnect"].map(|kind| {
             let labels = vec![("kind", kind.to_owned())];
             (m.sent_messages.get_or_create(&labels).clone(), m.sent_bytes.get_or_create(&labels).clone())

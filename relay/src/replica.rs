@@ -90,6 +90,7 @@ impl Replica {
             tls: follow::Tls { ca: upstream.ca.clone(), identity: upstream.identity.clone() },
             keepalive_interval: upstream.keepalive_interval,
             keepalive_timeout: upstream.keepalive_timeout,
+            usage_interval: upstream.usage_interval,
             ..FollowConfig::default()
         };
         Replica { store, tokens, hub, upstream, follow, ready }
@@ -435,5 +436,11 @@ impl Sink for EnvSink {
         }
         *last = Some(report.clone());
         Some(report)
+    }
+
+    fn usage(&self) -> Vec<pb::UsageSummary> {
+        // What this replica's own SDKs (and replicas) reported since the
+        // last call, merged: the upstream sees the whole subtree.
+        self.hub.usage.forward(&self.env)
     }
 }

@@ -332,7 +332,7 @@ pub(crate) async fn serve(
     };
     warn_if_plaintext(&cfg, &running);
 
-    let hub = Arc::new(Hub::new(
+    let hub = Hub::new(
         HubLimits {
             max_subscribers: cfg.max_subscribers,
             max_subscribers_per_env: cfg.max_subscribers_per_env,
@@ -341,7 +341,9 @@ pub(crate) async fn serve(
             heartbeat: cfg.heartbeat,
         },
         metrics.clone(),
-    ));
+    );
+    // A replica keeps its SDKs' usage for its upstream too.
+    let hub = Arc::new(if cfg.upstream.is_some() { hub.forwarding_usage() } else { hub });
     let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
     store.set_size_quota(cfg.quotas.sizes());
     let sync = SyncService::new(

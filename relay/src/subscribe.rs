@@ -245,7 +245,18 @@ impl SyncService {
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
 
         inbound.set_limit(MAX_REQUEST_BYTES);
-        tokio::spawn(read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone()));
+        let instance = match cut(&hello.instance_id, MAX_SDK_FIELD) {
+            "" => format!("subscriber-{}", sub.id),
+            id => id.to_owned(),
+        };
+        tokio::spawn(read_acks(
+            inbound,
+            env.clone(),
+            self.store.clone(),
+            self.hub.clone(),
+            sub.clone(),
+            instance,
+        ));
 
         let jitter = rand::rng().random_range(0.9..=1.1);
         let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=self.cfg.heartbeat);
@@ -283,8 +294,20 @@ impl SyncService {
     }
 }
 
-/// Reads acks until the client goes away; then ends the outgoing stream too.
-async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<Hub>, sub: Arc<Subscriber>) {
+/// Reads acks (and reports, usage summaries) until the client goes away;
+/// then ends the outgoing stream too. `instance`: the client's
+/// `Hello.instance_id`, what its usage is counted under.
+async fn read_acks(
+    mut inbound: Inbound,
+    env: Arc<Env>,
+    store: Store,
+    hub: Arc<Hub>,
+    sub: Arc<Subscriber>,
+    instance: String,
+) {
+    let mut refusals_logged = false;
+    // Usage summaries in the current minute (a per-stream rate bound).
+    let (mut usage_window, mut usage_count) = (tokio::time::Instant::now(), 0u32);
     loop {
         // No select on the cancel token (polling it takes a lock): when the
         // response stream ends, the request stream ends with it.
@@ -298,6 +321,36 @@ async fn read_acks(mut inbound: Inbound, env: Arc<Env>, store: Store, hub: Arc<H
             }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(report)) })) => {
                 hub.report(&sub, &report);
+            }
+            Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) })) => {
+                if usage_window.elapsed() >= Duration::from_secs(60) {
+                    (usage_window, usage_count) = (tokio::time::Instant::now(), 0);
+                }
+                usage_count += 1;
+                let checked = match usage_count > crate::usage::MAX_SUMMARIES_PER_MINUTE {
+                    true => Err(crate::usage::OverBound {
+                        field: "usage.rate",
+                        message: format!(
+                            "more than {} summaries in a minute on one stream",
+                            crate::usage::MAX_SUMMARIES_PER_MINUTE
+                        ),
+                    }),
+                    false => crate::usage::check(&summary),
+                };
+                match checked {
+                    Ok(()) => hub.usage.ingest(&sub.env, &instance, &env.state.load().snapshot, summary),
+                    // Dropped whole, counted, logged (the first per stream
+                    // at warn); the stream goes on: usage is diagnostic and
+                    // the flags it serves are not at stake.
+                    Err(over) => {
+                        hub.usage.refused(over.field);
+                        if std::mem::replace(&mut refusals_logged, true) {
+                            tracing::debug!(env = %sub.env, subscriber = sub.id, field = over.field, "usage summary refused: {}", over.message);
+                        } else {
+                            tracing::warn!(env = %sub.env, subscriber = sub.id, sdk = %sub.sdk, field = over.field, "usage summary refused (dropped; the stream goes on): {}: {}", over.field, over.message);
+                        }
+                    }
+                }
             }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(_)) })) => {
                 tracing::info!(env = %sub.env, subscriber = sub.id, "second Hello: ending the stream");

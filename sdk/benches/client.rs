@@ -38,6 +38,9 @@ fn benches(c: &mut Criterion) {
     let _guard = rt.enter();
     let set: FlagSet = serde_yaml_ng::from_str(FLAGS).expect("fixture");
     let client = Client::builder().test_data(set.clone()).build().expect("client");
+    // The same with usage counting on (issue 23): compare `client_*` with
+    // `usage_on/client_*` of the same run.
+    let counted = Client::builder().test_data(set.clone()).usage_reports(true).build().expect("client");
     let engine = ArcSwap::from_pointee(Snapshot::compile(&set, &Limits::default()).expect("valid"));
     let baseline: ArcSwap<HashMap<String, bool>> = ArcSwap::from_pointee([("plain".to_owned(), true)].into());
     let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
@@ -74,6 +77,28 @@ fn benches(c: &mut Criterion) {
     let rule = FlagHandle::new("two-clause");
     g.bench_function("client_handle_rule_2_clauses", |b| {
         b.iter(|| black_box(client.handle_bool(&rule, &ctx, false)))
+    });
+
+    g.bench_function("usage_on/client_bool_on_off", |b| {
+        b.iter(|| black_box(counted.bool(black_box("plain"), &ctx, false)))
+    });
+    g.bench_function("usage_on/client_rule_2_clauses", |b| {
+        b.iter(|| black_box(counted.bool(black_box("two-clause"), &ctx, false)))
+    });
+    g.bench_function("usage_on/client_bool_detail_owned", |b| {
+        b.iter(|| black_box(counted.bool_detail(black_box("two-clause"), &ctx, false)))
+    });
+    g.bench_function("usage_on/client_handle_bool_on_off", |b| {
+        b.iter(|| black_box(counted.handle_bool(&plain, &ctx, false)))
+    });
+    g.bench_function("usage_on/client_handle_rule_2_clauses", |b| {
+        b.iter(|| black_box(counted.handle_bool(&rule, &ctx, false)))
+    });
+    g.bench_function("usage_on/engine_bool_on_off_counted", |b| {
+        b.iter(|| {
+            let s = engine.load();
+            black_box(s.detail_counted(black_box("plain"), &ctx, false));
+        })
     });
 
     // A writer swaps in a fresh snapshot every 10 ms, as the sync task does.

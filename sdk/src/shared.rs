@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) confirmed_unix_ms: AtomicU64,
     pub(crate) status: watch::Sender<Status>,
     pub(crate) counters: Counters,
+    /// Usage counted off the flag cells, for usage summaries.
+    pub(crate) usage: crate::usage_summary::Usage,
     pub(crate) changes: broadcast::Sender<Change>,
     /// Where the cache writer (`client/tasks.rs`) learns of each newly
     /// applied state; `None` without a cache.
@@ -120,6 +122,8 @@ impl Shared {
         stale: Option<&str>,
     ) {
         let revision = snapshot.revision();
+        // The replaced cells' usage counts move to the aggregator first.
+        self.usage.retire(&self.cell.load(), &changed);
         self.cell.store(snapshot);
         self.ready.store(true, Ordering::Release);
         // Listeners hear the change before the status moves on, so one that

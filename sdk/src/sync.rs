@@ -98,6 +98,10 @@ impl ClientSink {
 }
 
 impl Sink for ClientSink {
+    fn usage(&self) -> Vec<pb::UsageSummary> {
+        self.shared.usage.summaries(&self.shared.cell.load())
+    }
+
     fn cursor(&self) -> Option<pb::Cursor> {
         match &*self.slot() {
             HeldSlot::None => None,

@@ -263,6 +263,12 @@ impl Subscriber {
         }
     }
 
+    /// Sends any request message (e.g. a usage summary); `Err` when the
+    /// request stream is closed.
+    pub async fn send(&self, req: pb::SubscribeRequest) -> Result<(), String> {
+        self.tx.send(req).await.map_err(|_| "request stream closed".to_owned())
+    }
+
     /// Receives until the applied revision reaches `revision`.
     pub async fn wait_revision(&mut self, revision: u64, timeout: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + timeout;

@@ -209,6 +209,34 @@ fn evaluation_never_allocates() {
     assert_eq!(allocations(|| run(&owned)), 0, "allocations while evaluating with an owned context");
 }
 
+/// With usage counting on (issue 23), the same calls allocate nothing
+/// once each flag has seen its default (the first distinct default per
+/// flag, and a missing key's first fallback in an interval, are noted
+/// once).
+#[test]
+fn counted_client_evaluation_never_allocates() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let _guard = rt.enter();
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).expect("fixture parses");
+    let client = Client::builder().test_data(set).usage_reports(true).build().expect("client");
+    let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
+    let handle = FlagHandle::new("two-clause");
+    let run = || {
+        for _ in 0..1_000 {
+            assert_eq!(client.bool_detail("two-clause", &ctx, false).reason, "RULE_MATCH");
+            assert_eq!(client.int_detail("gated", &ctx, 7).value, 1);
+            assert_eq!(client.float_detail("operators", &ctx, 9.0).value, 0.5);
+            assert_eq!(client.bool_detail("missing", &ctx, true).error, Some(ErrorKind::FlagNotFound));
+            assert_eq!(client.int("plain", &ctx, 3), 3, "wrong type");
+            assert!(client.bool("plain", &ctx, false) && !client.bool("off", &ctx, true));
+            assert!(client.handle_bool(&handle, &ctx, false));
+            client.string_with("segmented", &ctx, "?", |s| assert_eq!(s, "plain"));
+        }
+    };
+    run();
+    assert_eq!(allocations(run), 0, "allocations while evaluating through a counting client");
+}
+
 /// Through the client too: the typed calls and their owned results (rule
 /// ids and prerequisite keys are `Name`s, short ones copied inline, long
 /// ones shared with the snapshot), pre-resolved handles and fallbacks

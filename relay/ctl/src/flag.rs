@@ -144,6 +144,27 @@ pub enum FlagCmd {
         #[command(flatten)]
         write: WriteArgs,
     },
+    /// What the SDKs evaluated (their usage summaries, as the relay holds
+    /// them since it started): per flag, evaluations per variation over the
+    /// last hour and day, fallbacks to callers' defaults by cause (missing,
+    /// wrong_type, malformed, not_ready), SDK instances, last evaluation and
+    /// the defaults callers pass. A WARNING when a default differs from the
+    /// value the flag serves to most contexts (a caller that falls back gets
+    /// the other behaviour). At the primary it covers the whole relay tree.
+    Usage {
+        /// One flag key; all flags of the environment (and keys SDKs asked
+        /// for that are no flag) when absent.
+        key: Option<String>,
+    },
+    /// Flags that look ready to retire, with the evidence: not evaluated
+    /// for N days (or never, since created or since the relay began
+    /// collecting usage), or serving one variation to every evaluation for
+    /// N days. Creation and change times come from the audit log.
+    Stale {
+        /// Days the condition must have held (fractions allowed).
+        #[arg(long, default_value_t = 30.0)]
+        days: f64,
+    },
     /// Delete a flag.
     Delete {
         /// Flag key.
@@ -501,6 +522,8 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 .await?;
         }
         FlagCmd::History { key, limit, diff } => history(conn, pb::ItemKind::Flag, &key, limit, diff).await?,
+        FlagCmd::Usage { key } => crate::usage::usage(conn, key).await?,
+        FlagCmd::Stale { days } => crate::usage::stale(conn, days).await?,
     }
     Ok(())
 }

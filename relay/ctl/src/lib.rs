@@ -24,6 +24,7 @@ mod propagation;
 mod ramp;
 mod segment;
 mod status;
+mod usage;
 mod watch;
 
 use clap::Parser;

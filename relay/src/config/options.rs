@@ -218,6 +218,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_UPSTREAM_KEEPALIVE_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_keepalive_timeout: Option<Dur>,
+    /// How often a replica forwards its SDKs' merged usage summaries to its
+    /// upstream [default: 60s].
+    #[arg(long, env = "FLAGSTREAM_UPSTREAM_USAGE_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_usage_interval: Option<Dur>,
     /// The environments a replica follows, comma-separated [default: all].
     #[arg(long, env = "FLAGSTREAM_ENVIRONMENTS")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -94,6 +94,13 @@ impl Variations {
             Variations::Heap(v) => v.get(i),
         }
     }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Variations::Inline(v) => v.len(),
+            Variations::Heap(v) => v.len(),
+        }
+    }
 }
 
 /// A flag in evaluation form.

@@ -19,6 +19,7 @@ use crate::reference::KindSel;
 use crate::schedule::Clock;
 use crate::short::Name;
 use crate::snapshot::{FlagCell, Head, Slot, Snapshot};
+use crate::usage::FlagUsage;
 use crate::value::{FromValue, Value};
 
 /// Why an evaluation returned what it did.
@@ -264,11 +265,24 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        self.detail_slot_as::<T, false>(slot, ctx, default, clock)
+    }
+
+    /// [`Snapshot::detail_slot`], counting in the flag's usage when
+    /// `COUNT` (a constant: the uncounted path has no trace of it).
+    #[inline(always)]
+    fn detail_slot_as<'s, T: FromValue<'s>, const COUNT: bool>(
+        &'s self,
+        slot: &'s Slot,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
         match slot {
             Slot { cell, head: Some(Head { flag_type, version, constant }), .. } => {
-                self.detail_of(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
+                self.detail_of::<T, COUNT>(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
             }
-            Slot { cell, head: None, .. } => self.detail_cell(cell, ctx, default, clock),
+            Slot { cell, head: None, .. } => self.detail_cell_as::<T, COUNT>(cell, ctx, default, clock),
         }
     }
 
@@ -299,6 +313,82 @@ impl Snapshot {
         (d, name)
     }
 
+    /// [`Snapshot::detail`], counted in the flag's usage counters
+    /// ([`FlagUsage`]: the caller's default noted, the served variation or
+    /// the fallback counted) for usage summaries. A flag not in the
+    /// snapshot has no counters: the caller counts that fallback. Still
+    /// lock- and allocation-free (a new distinct default takes a lock once).
+    #[inline]
+    pub fn detail_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        match self.index.get(key) {
+            Some(slot) => self.detail_slot_counted(slot, ctx, default),
+            None => self.error(default, ErrorKind::FlagNotFound, 0),
+        }
+    }
+
+    /// [`Snapshot::detail_named`], counted like [`Snapshot::detail_counted`].
+    #[inline]
+    pub fn detail_named_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> (Detail<'s, T>, Option<Name>) {
+        let Some(slot) = self.index.get(key) else {
+            return (self.error(default, ErrorKind::FlagNotFound, 0), None);
+        };
+        let d = self.detail_slot_counted(slot, ctx, default);
+        let name = match d.reason {
+            Reason::RuleMatch { index, id, .. } if !id.is_empty() => {
+                slot.cell.get().rules.get(index as usize).map(|r| Name::of(&r.id))
+            }
+            Reason::PrerequisiteFailed { key } => {
+                slot.cell.get().prerequisites.iter().find(|p| &*p.0 == key).map(|p| Name::of(&p.0))
+            }
+            _ => None,
+        };
+        (d, name)
+    }
+
+    #[inline(always)]
+    fn detail_slot_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        slot: &'s Slot,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        slot.cell.usage.note_default(&default);
+        self.detail_slot_as::<T, true>(slot, ctx, default, &Clock::system())
+    }
+
+    /// [`Snapshot::detail_index`], counted like [`Snapshot::detail_counted`].
+    #[inline]
+    pub(crate) fn detail_index_counted<'s, T: FromValue<'s>>(
+        &'s self,
+        i: u32,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        let cell = &self.flags[i as usize];
+        cell.usage.note_default(&default);
+        self.detail_cell_as::<T, true>(cell, ctx, default, &Clock::system())
+    }
+
+    /// The usage counters of the flag with this key, if it is here.
+    pub fn flag_usage(&self, key: &str) -> Option<&FlagUsage> {
+        self.index.get(key).map(|slot| &slot.cell.usage)
+    }
+
+    /// Every flag's key and usage counters.
+    pub fn usage(&self) -> impl Iterator<Item = (&str, &FlagUsage)> {
+        self.flags.iter().map(|f| (f.key(), &f.usage))
+    }
+
     /// [`Snapshot::detail`] for the flag at a resolved index.
     #[inline]
     pub(crate) fn detail_index<'s, T: FromValue<'s>>(
@@ -319,14 +409,33 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        self.detail_cell_as::<T, false>(cell, ctx, default, clock)
+    }
+
+    #[inline]
+    fn detail_cell_as<'s, T: FromValue<'s>, const COUNT: bool>(
+        &'s self,
+        cell: &'s FlagCell,
+        ctx: &Context<'_>,
+        default: T,
+        clock: &Clock,
+    ) -> Detail<'s, T> {
         let flag = cell.get();
-        self.detail_of(flag.flag_type, flag.version, flag.constant.as_ref(), cell, ctx, default, clock)
+        self.detail_of::<T, COUNT>(
+            flag.flag_type,
+            flag.version,
+            flag.constant.as_ref(),
+            cell,
+            ctx,
+            default,
+            clock,
+        )
     }
 
     /// The typed result, from the constant answer when there is one.
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    fn detail_of<'s, T: FromValue<'s>>(
+    fn detail_of<'s, T: FromValue<'s>, const COUNT: bool>(
         &'s self,
         flag_type: FlagType,
         version: u64,
@@ -336,8 +445,16 @@ impl Snapshot {
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
+        // Counting where the outcome is in registers (reading it back out
+        // of the returned `Detail` costs a store-forwarding round trip).
+        let fail = |kind: ErrorKind| {
+            if COUNT {
+                cell.usage.fallback(kind);
+            }
+            kind
+        };
         if !T::accepts(flag_type) {
-            return self.error(default, ErrorKind::WrongType, version);
+            return self.error(default, fail(ErrorKind::WrongType), version);
         }
         let (variation, value, reason) = match constant {
             Some(c) => (
@@ -349,24 +466,29 @@ impl Snapshot {
                 let flag = cell.get();
                 let outcome = self.eval_flag(flag, ctx, 0, clock);
                 if let Some(kind) = outcome.error_kind() {
-                    return self.error(default, kind, version);
+                    return self.error(default, fail(kind), version);
                 }
                 match flag.variations.get(outcome.variation() as usize) {
                     Some(value) => (outcome.variation(), value, outcome.reason(flag)),
-                    None => return self.error(default, ErrorKind::MalformedFlag, version),
+                    None => return self.error(default, fail(ErrorKind::MalformedFlag), version),
                 }
             }
         };
         match T::from_value(value) {
-            Some(value) => Detail {
-                value,
-                variation: Some(variation),
-                reason,
-                flag_version: version,
-                revision: self.revision(),
-                stale: false,
-            },
-            None => self.error(default, ErrorKind::MalformedFlag, version),
+            Some(value) => {
+                if COUNT {
+                    cell.usage.served(variation, || cell.get().variations.len());
+                }
+                Detail {
+                    value,
+                    variation: Some(variation),
+                    reason,
+                    flag_version: version,
+                    revision: self.revision(),
+                    stale: false,
+                }
+            }
+            None => self.error(default, fail(ErrorKind::MalformedFlag), version),
         }
     }
 

@@ -92,6 +92,29 @@ impl FlagHandle {
         }
     }
 
+    /// [`FlagHandle::detail`], counted in the flag's usage counters like
+    /// [`Snapshot::detail_counted`] (a flag not in `snap` is not counted:
+    /// the caller counts that fallback).
+    #[inline]
+    pub fn detail_counted<'s, T: FromValue<'s>>(
+        &self,
+        snap: &'s Snapshot,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        match self.resolve(snap) {
+            Some(i) => snap.detail_index_counted(i, ctx, default),
+            None => Detail {
+                value: default,
+                variation: None,
+                reason: Reason::Error(ErrorKind::FlagNotFound),
+                flag_version: 0,
+                revision: snap.revision(),
+                stale: false,
+            },
+        }
+    }
+
     /// A bool flag's value in the cell's current snapshot, or `default`.
     ///
     /// When the flag's answer did not depend on the context the last time,

@@ -29,6 +29,7 @@ pub mod reference;
 mod schedule;
 mod short;
 mod snapshot;
+pub mod usage;
 pub mod validate;
 mod value;
 pub mod wire;
@@ -45,6 +46,7 @@ pub use limit::{
 pub use model::{Flag, FlagSet, FlagType, Segment};
 pub use short::Name;
 pub use snapshot::Snapshot;
+pub use usage::{FlagUsage, UsageCounts};
 pub use value::{FromValue, Value};
 
 /// The generated `flagstream.v1` protobuf messages.

@@ -21,6 +21,7 @@ use crate::compiled::{CompiledFlag, CompiledSegment, Constant, FastMap};
 use crate::error::ValidationErrors;
 use crate::limit::Limits;
 use crate::model::{Flag, FlagSet, FlagType, Segment};
+use crate::usage::FlagUsage;
 use crate::validate;
 use crate::wire;
 
@@ -60,19 +61,33 @@ pub(crate) struct Head {
 /// and compiles each flag the first time something reads it, while a
 /// background warm-up compiles the rest. First use is lock-free: racing
 /// readers may both compile, one result is kept ([`OnceBox`]).
+///
+/// The cell also holds the flag's usage counters ([`FlagUsage`]): a cell is
+/// shared by every snapshot in which the flag did not change, so the counts
+/// follow it across revisions.
 #[derive(Debug)]
-pub(crate) enum FlagCell {
+pub(crate) struct FlagCell {
+    pub(crate) usage: FlagUsage,
+    form: Form,
+}
+
+#[derive(Debug)]
+enum Form {
     Compiled(CompiledFlag),
     Lazy { key: Arc<str>, raw: Bytes, limits: Arc<Limits>, compiled: OnceBox<CompiledFlag> },
 }
 
 impl FlagCell {
+    fn compiled(flag: CompiledFlag) -> FlagCell {
+        FlagCell { usage: FlagUsage::default(), form: Form::Compiled(flag) }
+    }
+
     /// The compiled flag, compiling it now if it is still in wire form.
     #[inline]
     pub(crate) fn get(&self) -> &CompiledFlag {
-        match self {
-            FlagCell::Compiled(f) => f,
-            FlagCell::Lazy { key, raw, limits, compiled } => {
+        match &self.form {
+            Form::Compiled(f) => f,
+            Form::Lazy { key, raw, limits, compiled } => {
                 compiled.get_or_init(|| Box::new(compile_raw(key, raw, limits)))
             }
         }
@@ -80,17 +95,17 @@ impl FlagCell {
 
     /// The compiled flag if it is compiled already.
     fn get_now(&self) -> Option<&CompiledFlag> {
-        match self {
-            FlagCell::Compiled(f) => Some(f),
-            FlagCell::Lazy { compiled, .. } => compiled.get(),
+        match &self.form {
+            Form::Compiled(f) => Some(f),
+            Form::Lazy { compiled, .. } => compiled.get(),
         }
     }
 
     /// The flag key, without compiling.
     pub(crate) fn key(&self) -> &str {
-        match self {
-            FlagCell::Compiled(f) => &f.source.key,
-            FlagCell::Lazy { key, .. } => key,
+        match &self.form {
+            Form::Compiled(f) => &f.source.key,
+            Form::Lazy { key, .. } => key,
         }
     }
 }
@@ -128,7 +143,7 @@ impl Snapshot {
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
         let segments = compile_segments(set.segments, limits);
         let flags: Vec<_> =
-            set.flags.into_iter().map(|f| Arc::new(FlagCell::Compiled(compile_flag(f, limits)))).collect();
+            set.flags.into_iter().map(|f| Arc::new(FlagCell::compiled(compile_flag(f, limits)))).collect();
         Snapshot::assemble(flags, segments, limits)
     }
 
@@ -162,7 +177,10 @@ impl Snapshot {
         let flags = flags
             .into_iter()
             .map(|(key, raw)| {
-                Arc::new(FlagCell::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() })
+                Arc::new(FlagCell {
+                    usage: FlagUsage::default(),
+                    form: Form::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() },
+                })
             })
             .collect();
         Snapshot::assemble(flags, compile_segments(segments, limits), limits)
@@ -193,9 +211,9 @@ impl Snapshot {
         let mut index = FastMap::with_capacity_and_hasher(flags.len(), Default::default());
         for (i, f) in flags.iter().enumerate() {
             // On a duplicate key (unvalidated data) the first one wins.
-            let key = match &**f {
-                FlagCell::Lazy { key, .. } => key.clone(),
-                FlagCell::Compiled(c) => Arc::from(c.source.key.as_str()),
+            let key = match &f.form {
+                Form::Lazy { key, .. } => key.clone(),
+                Form::Compiled(c) => Arc::from(c.source.key.as_str()),
             };
             index.entry(key).or_insert_with(|| Slot {
                 index: i as u32,
@@ -322,7 +340,7 @@ impl Snapshot {
         let mut flags: Vec<Arc<FlagCell>> =
             self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned().collect();
         flags.extend(
-            change.flags.iter().map(|f| Arc::new(FlagCell::Compiled(compile_flag(f.clone(), limits)))),
+            change.flags.iter().map(|f| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits)))),
         );
         Ok(Snapshot::assemble(flags, segments, limits).with_cursor(&self.epoch, self.revision))
     }

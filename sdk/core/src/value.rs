@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde_json::Value as Json;
 
 use crate::model::FlagType;
+use crate::usage::{hash_str, mix};
 
 /// One variation of a compiled flag.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +55,33 @@ pub trait FromValue<'s>: Sized {
     fn accepts(flag_type: FlagType) -> bool;
     /// The conversion; only called when [`FromValue::accepts`] said yes.
     fn from_value(v: &'s Value) -> Option<Self>;
+    /// A 64-bit hash of this value as a caller's default, for usage
+    /// summaries: equal values hash equal. Cheap and allocation-free for
+    /// the built-in types; other implementations hash every value alike.
+    #[inline]
+    fn default_hash(&self) -> u64 {
+        0
+    }
+    /// This value as JSON, for listing a caller's default in usage
+    /// summaries (called once per distinct default and flag). `None`: not
+    /// listed.
+    fn default_json(&self) -> Option<Json> {
+        None
+    }
+}
+
+/// Hash of a JSON value, without allocating.
+fn json_hash(j: &Json) -> u64 {
+    match j {
+        Json::Null => mix(1),
+        Json::Bool(b) => mix(2 + u64::from(*b)),
+        Json::Number(n) => mix(n.as_f64().unwrap_or(0.0).to_bits() ^ 0x6e75_6d62),
+        Json::String(s) => hash_str(s),
+        Json::Array(a) => a.iter().fold(mix(0x6172_7261 ^ a.len() as u64), |h, v| mix(h ^ json_hash(v))),
+        Json::Object(o) => o.iter().fold(mix(0x6f62_6a65 ^ o.len() as u64), |h, (k, v)| {
+            mix(h ^ hash_str(k) ^ json_hash(v).rotate_left(1))
+        }),
+    }
 }
 
 impl<'s> FromValue<'s> for bool {
@@ -66,6 +94,14 @@ impl<'s> FromValue<'s> for bool {
             Value::Bool(b) => Some(*b),
             _ => None,
         }
+    }
+    #[inline(always)]
+    fn default_hash(&self) -> u64 {
+        // Constants, not a mix: the hot path needs no arithmetic.
+        if *self { 0x5a5a_0001 } else { 0x5a5a_0003 }
+    }
+    fn default_json(&self) -> Option<Json> {
+        Some(Json::Bool(*self))
     }
 }
 
@@ -80,6 +116,13 @@ impl<'s> FromValue<'s> for &'s str {
             _ => None,
         }
     }
+    #[inline]
+    fn default_hash(&self) -> u64 {
+        hash_str(self)
+    }
+    fn default_json(&self) -> Option<Json> {
+        Some(Json::String((*self).to_owned()))
+    }
 }
 
 impl<'s> FromValue<'s> for i64 {
@@ -92,6 +135,13 @@ impl<'s> FromValue<'s> for i64 {
             Value::Int(i) => Some(*i),
             _ => None,
         }
+    }
+    #[inline(always)]
+    fn default_hash(&self) -> u64 {
+        mix(*self as u64 ^ 0x696e_7400)
+    }
+    fn default_json(&self) -> Option<Json> {
+        Some(Json::from(*self))
     }
 }
 
@@ -107,6 +157,13 @@ impl<'s> FromValue<'s> for f64 {
             _ => None,
         }
     }
+    #[inline(always)]
+    fn default_hash(&self) -> u64 {
+        mix(self.to_bits() ^ 0x666c_6f61)
+    }
+    fn default_json(&self) -> Option<Json> {
+        serde_json::Number::from_f64(*self).map(Json::Number)
+    }
 }
 
 /// JSON reads any flag. JSON documents are borrowed; bools and numbers are
@@ -120,5 +177,11 @@ impl<'s> FromValue<'s> for Cow<'s, Json> {
             Value::Json(j) => Cow::Borrowed(j),
             other => Cow::Owned(other.to_json()),
         })
+    }
+    fn default_hash(&self) -> u64 {
+        json_hash(self)
+    }
+    fn default_json(&self) -> Option<Json> {
+        Some(self.as_ref().clone())
     }
 }

@@ -48,6 +48,8 @@ pub struct Builder {
     file: Option<PathBuf>,
     test_data: Option<FlagSet>,
     shuffle: bool,
+    /// `None`: on when following a relay, off for offline sources.
+    usage_reports: Option<bool>,
 }
 
 impl Default for Builder {
@@ -62,6 +64,7 @@ impl Default for Builder {
             file: None,
             test_data: None,
             shuffle: true,
+            usage_reports: None,
         }
     }
 }
@@ -166,6 +169,19 @@ impl Builder {
         stall_jitter: Duration);
     setter!(/// Without a stream for this long, data is reported stale (default 5 s).
         stale_after: Duration);
+    setter!(/// How often a usage summary (what was evaluated: per flag,
+        /// variations served, fallbacks by cause, defaults passed) is sent
+        /// to the relay (default 60 s; PROTOCOL.md "Usage summaries").
+        usage_interval: Duration);
+
+    /// Whether to count evaluations and send usage summaries to the relay
+    /// (default: on when following a relay, off for offline files and test
+    /// data, where nothing would send them; `true` there counts anyway,
+    /// e.g. to measure the cost). Off, evaluation touches no usage counter.
+    pub fn usage_reports(mut self, on: bool) -> Self {
+        self.usage_reports = Some(on);
+        self
+    }
     /// Validation limits for received data.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.cfg.max_snapshot_bytes = limits.max_snapshot_bytes;
@@ -222,6 +238,7 @@ impl Builder {
             confirmed_unix_ms: AtomicU64::new(0),
             status,
             counters: Counters::default(),
+            usage: crate::usage_summary::Usage::new(self.usage_reports.unwrap_or(!offline)),
             changes,
             #[cfg(feature = "cache")]
             cache_tx,

@@ -62,14 +62,62 @@ impl Client {
         }
     }
 
-    /// What every evaluation does with its result: counts a fallback and
-    /// marks stale data.
+    /// What every evaluation does with its result: counts a fallback (and
+    /// a missing flag's in the usage summary: flags in the snapshot count
+    /// their own) and marks stale data.
     #[inline(always)]
-    fn settle<T>(&self, d: &mut Detail<'_, T>) {
+    fn settle<'s, T: FromValue<'s>>(&self, key: &str, d: &mut Detail<'s, T>) {
         if let Reason::Error(kind) = d.reason {
             self.shared.counters.fallback(kind);
+            if kind == ErrorKind::FlagNotFound {
+                self.absent(key, kind, &d.value);
+            }
         }
         d.stale = self.shared.stale.load(Ordering::Relaxed);
+    }
+
+    /// Counts a fallback for a key without usage counters (not in the
+    /// data, or no data yet) in the usage summary.
+    #[inline(always)]
+    fn absent<'s, T: FromValue<'s>>(&self, key: &str, kind: ErrorKind, default: &T) {
+        if self.shared.usage.on() {
+            self.shared.usage.absent(key, kind, default);
+        }
+    }
+
+    /// One typed evaluation in `snap`, counted in the usage summary when
+    /// usage reports are on.
+    #[inline(always)]
+    fn eval_in<'s, T: FromValue<'s>>(
+        &self,
+        snap: &'s Snapshot,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        let mut d = match self.shared.usage.on() {
+            true => snap.detail_counted(key, ctx, default),
+            false => snap.detail(key, ctx, default),
+        };
+        self.settle(key, &mut d);
+        d
+    }
+
+    /// [`Client::eval_in`] with the name its reason borrows.
+    #[inline(always)]
+    fn eval_named<'s, T: FromValue<'s>>(
+        &self,
+        snap: &'s Snapshot,
+        key: &str,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> (Detail<'s, T>, Option<Name>) {
+        let (mut d, name) = match self.shared.usage.on() {
+            true => snap.detail_named_counted(key, ctx, default),
+            false => snap.detail_named(key, ctx, default),
+        };
+        self.settle(key, &mut d);
+        (d, name)
     }
 
     /// Evaluates a flag as `T`; counts fallbacks. The closure sees the
@@ -86,11 +134,10 @@ impl Client {
         T: for<'s> FromValue<'s> + 'a,
     {
         let Some(snap) = self.current() else {
+            self.absent(key, ErrorKind::NotReady, &default);
             return f(not_ready_detail(default));
         };
-        let mut d = snap.detail(key, ctx, default);
-        self.settle(&mut d);
-        f(d)
+        f(self.eval_in(&snap, key, ctx, default))
     }
 
     /// A bool flag's value, or `default`. No I/O, no lock, no allocation.
@@ -126,11 +173,10 @@ impl Client {
         f: impl FnOnce(&str) -> R,
     ) -> R {
         let Some(snap) = self.current() else {
+            self.absent(key, ErrorKind::NotReady, &default);
             return f(default);
         };
-        let mut d = snap.detail(key, ctx, default);
-        self.settle(&mut d);
-        f(d.value)
+        f(self.eval_in(&snap, key, ctx, default).value)
     }
 
     /// Any flag's value as JSON, or `default`.
@@ -147,10 +193,10 @@ impl Client {
         default: T,
     ) -> EvaluationDetail<T> {
         let Some(snap) = self.current() else {
+            self.absent(key, ErrorKind::NotReady, &default);
             return owned(not_ready_detail(default), None, |v| v);
         };
-        let (mut d, name) = snap.detail_named(key, ctx, default);
-        self.settle(&mut d);
+        let (d, name) = self.eval_named(&snap, key, ctx, default);
         owned(d, name, |v| v)
     }
 
@@ -172,20 +218,20 @@ impl Client {
     /// [`Client::string`] with the full result (the value is copied).
     pub fn string_detail(&self, key: &str, ctx: &Context<'_>, default: &str) -> EvaluationDetail<String> {
         let Some(snap) = self.current() else {
+            self.absent(key, ErrorKind::NotReady, &default);
             return owned(not_ready_detail(default), None, str::to_owned);
         };
-        let (mut d, name) = snap.detail_named(key, ctx, default);
-        self.settle(&mut d);
+        let (d, name) = self.eval_named(&snap, key, ctx, default);
         owned(d, name, str::to_owned)
     }
 
     /// [`Client::json`] with the full result (the value is copied).
     pub fn json_detail(&self, key: &str, ctx: &Context<'_>, default: Json) -> EvaluationDetail<Json> {
         let Some(snap) = self.current() else {
+            self.absent(key, ErrorKind::NotReady, &Cow::Borrowed(&default));
             return owned(not_ready_detail(default), None, |v| v);
         };
-        let (mut d, name) = snap.detail_named(key, ctx, Cow::Owned(default));
-        self.settle(&mut d);
+        let (d, name) = self.eval_named(&snap, key, ctx, Cow::Owned(default));
         owned(d, name, Cow::into_owned)
     }
 
@@ -198,7 +244,16 @@ impl Client {
     pub fn handle_bool(&self, handle: &FlagHandle, ctx: &Context<'_>, default: bool) -> bool {
         if !self.shared.ready.load(Ordering::Acquire) {
             self.shared.counters.fallback(ErrorKind::NotReady);
+            self.absent(handle.key(), ErrorKind::NotReady, &default);
             return default;
+        }
+        if self.shared.usage.on() {
+            // Counted: through the snapshot (the constant shortcut below
+            // skips the flag's counters).
+            let snap = self.shared.cell.load();
+            let mut d = handle.detail_counted(&snap, ctx, default);
+            self.settle(handle.key(), &mut d);
+            return d.value;
         }
         let (value, error) = handle.bool_checked(&self.shared.cell, ctx, default);
         if let Some(kind) = error {

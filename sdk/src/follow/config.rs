@@ -89,6 +89,9 @@ pub struct FollowConfig {
     pub max_snapshot_bytes: usize,
     /// How often a relay follower offers its propagation report upstream.
     pub report_interval: Duration,
+    /// How often the sink's usage summaries ([`Sink::usage`](super::Sink::usage))
+    /// are sent (PROTOCOL.md "Usage summaries").
+    pub usage_interval: Duration,
     /// TLS for `https://` endpoints.
     pub tls: Tls,
 }
@@ -117,6 +120,7 @@ impl Default for FollowConfig {
             max_message_bytes: 16 << 20,
             max_snapshot_bytes: flagstream_core::Limits::default().max_snapshot_bytes,
             report_interval: Duration::from_secs(1),
+            usage_interval: Duration::from_secs(60),
             tls: Tls::default(),
         }
     }

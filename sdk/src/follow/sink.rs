@@ -92,4 +92,10 @@ pub trait Sink: Send + Sync + 'static {
     fn report(&self) -> Option<pb::PropagationReport> {
         None
     }
+    /// Usage summaries for the relay (PROTOCOL.md "Usage summaries"),
+    /// offered every `usage_interval`: what was counted since the previous
+    /// call (each call moves the counts out); empty: nothing to send.
+    fn usage(&self) -> Vec<pb::UsageSummary> {
+        Vec::new()
+    }
 }

@@ -130,6 +130,9 @@ impl<S: Sink> Follower<S> {
         let relay = cfg.subscriber_kind == pb::SubscriberKind::Relay;
         let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
         reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let usage_every = cfg.usage_interval.max(Duration::from_millis(10));
+        let mut usage = tokio::time::interval_at(Instant::now() + usage_every, usage_every);
+        usage.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut deadline = Instant::now() + watchdog;
         let mut last_message = Instant::now();
         loop {
@@ -148,6 +151,24 @@ impl<S: Sink> Follower<S> {
                         let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(r)) };
                         if let Err(end) = offer(&tx, &mut pending, msg) {
                             return end;
+                        }
+                    }
+                    continue;
+                }
+                _ = usage.tick(), if progress.messages > 0 => {
+                    // Only into free queue room (never in `pending`, which
+                    // keeps the newest ack or report only): when the queue
+                    // is full the counts stay in the sink for the next tick.
+                    if tx.capacity() > 0 {
+                        for summary in self.sink.usage() {
+                            let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) };
+                            // A relay that reads no requests until the
+                            // watchdog's deadline is a stalled stream.
+                            match tokio::time::timeout_at(deadline, tx.send(msg)).await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(_)) => return End::Broken("request stream closed".into()),
+                                Err(_) => return End::Stalled(watchdog, Some("usage summary not taken".into())),
+                            }
                         }
                     }
                     continue;

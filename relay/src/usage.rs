@@ -1,0 +1,592 @@
+//! Flag usage reported by SDKs (PROTOCOL.md "Usage summaries"): checked
+//! against the summary bounds, added to per-environment, per-flag windows
+//! (the last hour in 12 five-minute buckets, the last day in 24 hourly
+//! ones), SDK instances and defaults seen; read by `GetUsage` (admin) and,
+//! on a replica, forwarded upstream as the replica's own summaries.
+//!
+//! Bounded: per environment its flags plus at most [`MAX_ABSENT_KEYS`] keys
+//! that are no flag, at most [`MAX_KEYS`] keys over all environments (further
+//! keys dropped and counted), per flag at most [`MAX_INSTANCES`] instances
+//! and [`MAX_DEFAULTS`] defaults told apart, at most
+//! `usage::MAX_VARIATIONS` variation counts per bucket (ARCHITECTURE.md
+//! "Usage reporting" gives the memory formula). In memory only: a restart
+//! starts over (`collecting_since_unix_ms`).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use flagstream::Snapshot;
+use flagstream::usage::{MAX_DEFAULT_BYTES, MAX_FLAGS_PER_SUMMARY, MAX_KEY_BYTES, MAX_VARIATIONS};
+use flagstream_proto::v1 as pb;
+use serde_json::Value as Json;
+
+use crate::metrics::Metrics;
+use crate::store::now_ms;
+
+/// Flag keys held over all environments (a safety bound; the environments'
+/// flag quotas come first); summaries naming further keys have those
+/// entries dropped (counted in `GetUsageResponse.dropped_keys`).
+pub(crate) const MAX_KEYS: usize = 100_000;
+/// Keys per environment that are no flag of it (SDKs asking for missing
+/// flags): a key holder cannot fill the table with made-up keys beyond
+/// this, nor touch another environment's share.
+pub(crate) const MAX_ABSENT_KEYS: usize = 1_024;
+/// Summaries one stream may send per minute (a sender with 100,000 flags
+/// needs 100); further ones are refused (`field` `usage.rate`).
+pub(crate) const MAX_SUMMARIES_PER_MINUTE: u32 = 128;
+/// SDK instances told apart per flag (`sdks_capped` beyond).
+pub(crate) const MAX_INSTANCES: usize = 64;
+/// Defaults listed per flag (further ones counted as "other").
+pub(crate) const MAX_DEFAULTS: usize = 4;
+/// Most defaults one summary entry may list.
+const MAX_SUMMARY_DEFAULTS: usize = flagstream::usage::MAX_DEFAULTS;
+
+const FIVE_MINUTES: u64 = 300_000;
+const HOUR: u64 = 3_600_000;
+const DAY: u64 = 24 * HOUR;
+/// Buckets: 12 × 5 minutes, 24 × 1 hour.
+const SHORT: usize = 12;
+const LONG: usize = 24;
+
+/// Fallback causes, in `UsageWindow` order.
+const CAUSES: [&str; 4] = ["missing", "wrong_type", "malformed", "not_ready"];
+
+/// Counts in one bucket of time.
+#[derive(Debug, Default, Clone)]
+struct Bucket {
+    period: u64,
+    variations: Vec<u64>,
+    fallbacks: [u64; 4],
+    other_defaults: u64,
+}
+
+impl Bucket {
+    fn add(&mut self, e: &pb::FlagUsage) {
+        if self.variations.len() < e.variations.len() {
+            self.variations.resize(e.variations.len(), 0);
+        }
+        for (a, b) in self.variations.iter_mut().zip(&e.variations) {
+            *a = a.saturating_add(*b);
+        }
+        for (a, b) in self.fallbacks.iter_mut().zip(fallbacks(e)) {
+            *a = a.saturating_add(b);
+        }
+        self.other_defaults = self.other_defaults.saturating_add(e.other_defaults);
+    }
+}
+
+fn fallbacks(e: &pb::FlagUsage) -> [u64; 4] {
+    [e.fallback_missing, e.fallback_wrong_type, e.fallback_malformed, e.fallback_not_ready]
+}
+
+/// A ring of `N` buckets of `width` ms.
+#[derive(Debug, Default)]
+struct Ring {
+    buckets: Vec<Bucket>,
+}
+
+impl Ring {
+    fn bucket(&mut self, n: usize, width: u64, now: u64) -> &mut Bucket {
+        if self.buckets.is_empty() {
+            self.buckets.resize(n, Bucket::default());
+        }
+        let period = now / width;
+        let b = &mut self.buckets[(period % n as u64) as usize];
+        if b.period != period {
+            *b = Bucket { period, ..Bucket::default() };
+        }
+        b
+    }
+
+    /// The sum over the buckets within the last `n` periods.
+    fn sum(&self, n: usize, width: u64, now: u64) -> Bucket {
+        let current = now / width;
+        let mut out = Bucket::default();
+        for b in self.buckets.iter().filter(|b| b.period + n as u64 > current && b.period <= current) {
+            if out.variations.len() < b.variations.len() {
+                out.variations.resize(b.variations.len(), 0);
+            }
+            for (a, x) in out.variations.iter_mut().zip(&b.variations) {
+                *a = a.saturating_add(*x);
+            }
+            for (a, x) in out.fallbacks.iter_mut().zip(b.fallbacks) {
+                *a = a.saturating_add(x);
+            }
+            out.other_defaults = out.other_defaults.saturating_add(b.other_defaults);
+        }
+        out
+    }
+}
+
+/// One flag's usage.
+#[derive(Debug, Default)]
+struct FlagStats {
+    short: Ring,
+    long: Ring,
+    /// (JSON text, last seen).
+    defaults: Vec<(String, u64)>,
+    /// (instance hash, instances it stands for, last seen).
+    instances: Vec<(u64, u32, u64)>,
+    /// When an instance last found the table full.
+    capped_ms: u64,
+    last_evaluated_ms: u64,
+    sole: Option<u32>,
+    sole_since_ms: u64,
+}
+
+/// What a replica forwards upstream: the sum of its SDKs' summaries since
+/// the last forward.
+#[derive(Debug, Default)]
+struct Outbox {
+    flags: HashMap<String, Bucket>,
+    defaults: HashMap<String, Vec<String>>,
+    untracked: u64,
+    since_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct EnvUsage {
+    flags: HashMap<String, FlagStats>,
+    /// Keys in `flags` that were no flag of the environment when added.
+    absent: usize,
+    untracked: Ring,
+    outbox: Outbox,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    envs: HashMap<String, EnvUsage>,
+    keys: usize,
+    dropped: u64,
+}
+
+/// The relay's usage table.
+#[derive(Debug)]
+pub(crate) struct Usage {
+    inner: Mutex<Inner>,
+    metrics: Metrics,
+    /// A replica: keeps an outbox per environment for its upstream.
+    forward: bool,
+    started_ms: u64,
+}
+
+/// A summary over one of its bounds: the field and the message.
+#[derive(Debug)]
+pub(crate) struct OverBound {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// Checks a summary against PROTOCOL.md's bounds before anything of it is
+/// used.
+pub(crate) fn check(s: &pb::UsageSummary) -> Result<(), OverBound> {
+    if s.flags.len() > MAX_FLAGS_PER_SUMMARY {
+        return Err(OverBound {
+            field: "usage.flags",
+            message: format!("{} flags, the limit is {MAX_FLAGS_PER_SUMMARY}", s.flags.len()),
+        });
+    }
+    for f in &s.flags {
+        if f.key.len() > MAX_KEY_BYTES {
+            return Err(OverBound {
+                field: "usage.flags.key",
+                message: format!("a key of {} bytes, the limit is {MAX_KEY_BYTES}", f.key.len()),
+            });
+        }
+        if f.variations.len() > MAX_VARIATIONS {
+            return Err(OverBound {
+                field: "usage.flags.variations",
+                message: format!(
+                    "flag {:?}: {} variation counts, the limit is {MAX_VARIATIONS}",
+                    f.key,
+                    f.variations.len()
+                ),
+            });
+        }
+        if f.defaults.len() > MAX_SUMMARY_DEFAULTS {
+            return Err(OverBound {
+                field: "usage.flags.defaults",
+                message: format!(
+                    "flag {:?}: {} defaults, the limit is {MAX_SUMMARY_DEFAULTS}",
+                    f.key,
+                    f.defaults.len()
+                ),
+            });
+        }
+        if let Some(d) = f.defaults.iter().find(|d| d.len() > MAX_DEFAULT_BYTES) {
+            return Err(OverBound {
+                field: "usage.flags.defaults",
+                message: format!(
+                    "flag {:?}: a default of {} bytes, the limit is {MAX_DEFAULT_BYTES}",
+                    f.key,
+                    d.len()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn instance_hash(id: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// Whether a default (JSON text) differs from a served value.
+fn differs(default: &str, value: &Json) -> bool {
+    match serde_json::from_str::<Json>(default) {
+        Ok(d) => match (d.as_f64(), value.as_f64()) {
+            (Some(a), Some(b)) => a != b,
+            _ => &d != value,
+        },
+        // Not JSON: not the value.
+        Err(_) => true,
+    }
+}
+
+fn majority(b: &Bucket) -> Option<u32> {
+    b.variations.iter().enumerate().filter(|(_, n)| **n > 0).max_by_key(|(_, n)| **n).map(|(i, _)| i as u32)
+}
+
+fn window(b: &Bucket) -> pb::UsageWindow {
+    pb::UsageWindow {
+        variations: b.variations.clone(),
+        fallback_missing: b.fallbacks[0],
+        fallback_wrong_type: b.fallbacks[1],
+        fallback_malformed: b.fallbacks[2],
+        fallback_not_ready: b.fallbacks[3],
+    }
+}
+
+impl FlagStats {
+    fn sdks(&self, now: u64) -> (u32, bool) {
+        let n =
+            self.instances.iter().filter(|i| i.2 + HOUR > now).map(|i| i.1).fold(0u32, u32::saturating_add);
+        (n, self.capped_ms + HOUR > now && self.capped_ms > 0)
+    }
+}
+
+impl Usage {
+    /// An empty table; `forward`: keep what arrives for an upstream too.
+    pub(crate) fn new(metrics: Metrics, forward: bool) -> Usage {
+        Usage { inner: Mutex::new(Inner::default()), metrics, forward, started_ms: now_ms() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Counters only: usable after a panic elsewhere.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a refused summary.
+    pub(crate) fn refused(&self, field: &'static str) {
+        let labels = vec![("result", "refused".to_owned()), ("field", field.to_owned())];
+        self.metrics.usage_summaries.get_or_create(&labels).inc();
+    }
+
+    /// Adds a checked summary from the stream of SDK (or replica)
+    /// `instance` in environment `env`, whose current data is `snap`.
+    pub(crate) fn ingest(&self, env: &str, instance: &str, snap: &Snapshot, s: pb::UsageSummary) {
+        let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
+        self.metrics.usage_summaries.get_or_create(&labels).inc();
+        let now = now_ms();
+        let who = instance_hash(instance);
+        let mut mismatches = 0u64;
+        let mut totals = [0u64; 4];
+        let mut inner = self.lock();
+        let Inner { envs, keys, dropped } = &mut *inner;
+        let e = envs.entry(env.to_owned()).or_default();
+        if s.untracked_evaluations > 0 {
+            let b = e.untracked.bucket(LONG, HOUR, now);
+            b.fallbacks[0] = b.fallbacks[0].saturating_add(s.untracked_evaluations);
+            if self.forward {
+                e.outbox.untracked = e.outbox.untracked.saturating_add(s.untracked_evaluations);
+            }
+        }
+        for f in s.flags {
+            for (t, x) in totals.iter_mut().zip(fallbacks(&f)) {
+                *t = t.saturating_add(x);
+            }
+            let stats = match e.flags.get_mut(&f.key) {
+                Some(st) => st,
+                None => {
+                    let is_flag = snap.flag(&f.key).is_some();
+                    if *keys >= MAX_KEYS || (!is_flag && e.absent >= MAX_ABSENT_KEYS) {
+                        *dropped += 1;
+                        continue;
+                    }
+                    *keys += 1;
+                    e.absent += usize::from(!is_flag);
+                    e.flags.entry(f.key.clone()).or_default()
+                }
+            };
+            stats.short.bucket(SHORT, FIVE_MINUTES, now).add(&f);
+            stats.long.bucket(LONG, HOUR, now).add(&f);
+            let evaluated = f.variations.iter().any(|n| *n > 0) || fallbacks(&f).iter().any(|n| *n > 0);
+            if evaluated {
+                stats.last_evaluated_ms = now;
+                let count = f.instances.max(1);
+                match stats.instances.iter_mut().find(|i| i.0 == who) {
+                    Some(i) => *i = (who, count, now),
+                    None => {
+                        stats.instances.retain(|i| i.2 + HOUR > now);
+                        if stats.instances.len() < MAX_INSTANCES {
+                            stats.instances.push((who, count, now));
+                        } else {
+                            stats.capped_ms = now;
+                        }
+                    }
+                }
+            }
+            let served: Vec<u32> =
+                f.variations.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, _)| i as u32).collect();
+            match served.as_slice() {
+                [] => {}
+                [v] if stats.sole == Some(*v) => {}
+                // Only variation `v` from now on, as far as is known.
+                [v] => (stats.sole, stats.sole_since_ms) = (Some(*v), now),
+                // Several: the "one variation since" clock starts again.
+                _ => (stats.sole, stats.sole_since_ms) = (None, now),
+            }
+            for d in &f.defaults {
+                match stats.defaults.iter_mut().find(|(t, _)| t == d) {
+                    Some(seen) => seen.1 = now,
+                    None => {
+                        stats.defaults.retain(|(_, at)| at + DAY > now);
+                        if stats.defaults.len() < MAX_DEFAULTS {
+                            stats.defaults.push((d.clone(), now));
+                        } else {
+                            let b = stats.long.bucket(LONG, HOUR, now);
+                            b.other_defaults = b.other_defaults.saturating_add(1);
+                        }
+                    }
+                }
+            }
+            if !f.defaults.is_empty()
+                && let Some(v) = majority(&stats.long.sum(LONG, HOUR, now))
+                && let Some(value) = snap.flag(&f.key).and_then(|fl| fl.variations.get(v as usize))
+                && f.defaults.iter().any(|d| differs(d, value))
+            {
+                mismatches += 1;
+            }
+            if self.forward {
+                if e.outbox.since_ms == 0 {
+                    e.outbox.since_ms = now;
+                }
+                e.outbox.flags.entry(f.key.clone()).or_default().add(&f);
+                let ds = e.outbox.defaults.entry(f.key).or_default();
+                for d in f.defaults {
+                    if !ds.contains(&d) && ds.len() < MAX_SUMMARY_DEFAULTS {
+                        ds.push(d);
+                    }
+                }
+            }
+        }
+        self.metrics.usage_keys.set(*keys as i64);
+        drop(inner);
+        for (cause, n) in CAUSES.iter().zip(totals) {
+            if n > 0 {
+                let labels = vec![("environment", env.to_owned()), ("cause", (*cause).to_owned())];
+                self.metrics.usage_fallbacks.get_or_create(&labels).inc_by(n);
+            }
+        }
+        if mismatches > 0 {
+            let labels = vec![("environment", env.to_owned())];
+            self.metrics.usage_default_mismatches.get_or_create(&labels).inc_by(mismatches);
+        }
+    }
+
+    /// The usage of environment `env` (current data `snap`): every flag of
+    /// `snap` and every key reported, or just `key`.
+    pub(crate) fn view(&self, env: &str, snap: &Snapshot, key: Option<&str>) -> pb::GetUsageResponse {
+        let now = now_ms();
+        let inner = self.lock();
+        let empty = EnvUsage::default();
+        let e = inner.envs.get(env).unwrap_or(&empty);
+        let mut keys: Vec<&str> = match key {
+            Some(k) => vec![k],
+            None => snap.flags().map(|f| f.key.as_str()).chain(e.flags.keys().map(String::as_str)).collect(),
+        };
+        keys.sort_unstable();
+        keys.dedup();
+        let none = FlagStats::default();
+        let flags = keys
+            .into_iter()
+            .map(|k| {
+                let st = e.flags.get(k).unwrap_or(&none);
+                let flag = snap.flag(k);
+                let hour = st.short.sum(SHORT, FIVE_MINUTES, now);
+                let day = st.long.sum(LONG, HOUR, now);
+                let maj = majority(&day);
+                let value = maj.and_then(|v| flag.and_then(|f| f.variations.get(v as usize)));
+                let defaults: Vec<pb::DefaultSeen> = st
+                    .defaults
+                    .iter()
+                    .filter(|(_, at)| at + DAY > now)
+                    .map(|(d, at)| pb::DefaultSeen {
+                        json: d.clone(),
+                        last_seen_unix_ms: *at,
+                        mismatch: value.is_some_and(|v| differs(d, v)),
+                    })
+                    .collect();
+                let (sdks, sdks_capped) = st.sdks(now);
+                pb::FlagUsageView {
+                    key: k.to_owned(),
+                    exists: flag.is_some(),
+                    // No such flag: no values (`exists` says so).
+                    variation_values: flag
+                        .map(|f| f.variations.iter().map(Json::to_string).collect())
+                        .unwrap_or_default(),
+                    hour: Some(window(&hour)),
+                    default_mismatch: defaults.iter().any(|d| d.mismatch),
+                    other_defaults_day: day.other_defaults,
+                    day: Some(window(&day)),
+                    sdks,
+                    sdks_capped,
+                    last_evaluated_unix_ms: st.last_evaluated_ms,
+                    defaults,
+                    majority_variation: maj.map_or(-1, |v| v as i32),
+                    sole_variation: st.sole.map_or(-1, |v| v as i32),
+                    sole_since_unix_ms: st.sole_since_ms,
+                    flag_version: flag.map_or(0, |f| f.version),
+                    flag_revision: flag.map_or(0, |f| f.revision),
+                }
+            })
+            .collect();
+        pb::GetUsageResponse {
+            flags,
+            collecting_since_unix_ms: self.started_ms,
+            now_unix_ms: now,
+            untracked_evaluations_day: e.untracked.sum(LONG, HOUR, now).fallbacks[0],
+            dropped_keys: inner.dropped,
+        }
+    }
+
+    /// A replica's summaries for its upstream: what its SDKs reported for
+    /// `env` since the last call (each at most `MAX_FLAGS_PER_SUMMARY`
+    /// flags), with the SDK instances per flag of the last hour.
+    pub(crate) fn forward(&self, env: &str) -> Vec<pb::UsageSummary> {
+        let now = now_ms();
+        let mut inner = self.lock();
+        let Some(e) = inner.envs.get_mut(env) else { return Vec::new() };
+        let out = std::mem::take(&mut e.outbox);
+        if out.flags.is_empty() && out.untracked == 0 {
+            return Vec::new();
+        }
+        let mut defaults = out.defaults;
+        let entries: Vec<pb::FlagUsage> = out
+            .flags
+            .into_iter()
+            .map(|(key, b)| {
+                let instances = e.flags.get(&key).map_or(0, |st| st.sdks(now).0);
+                pb::FlagUsage {
+                    // No defaults listed for the key: none passed.
+                    defaults: defaults.remove(&key).unwrap_or_default(),
+                    key,
+                    variations: b.variations,
+                    fallback_missing: b.fallbacks[0],
+                    fallback_wrong_type: b.fallbacks[1],
+                    fallback_malformed: b.fallbacks[2],
+                    fallback_not_ready: b.fallbacks[3],
+                    other_defaults: b.other_defaults,
+                    last_evaluated_unix_ms: now,
+                    instances,
+                }
+            })
+            .collect();
+        let mut summaries: Vec<pb::UsageSummary> = entries
+            .chunks(MAX_FLAGS_PER_SUMMARY)
+            .map(|c| pb::UsageSummary {
+                start_unix_ms: out.since_ms,
+                end_unix_ms: now,
+                flags: c.to_vec(),
+                untracked_evaluations: 0,
+            })
+            .collect();
+        match summaries.first_mut() {
+            Some(s) => s.untracked_evaluations = out.untracked,
+            None => summaries.push(pb::UsageSummary {
+                start_unix_ms: out.since_ms,
+                end_unix_ms: now,
+                flags: Vec::new(),
+                untracked_evaluations: out.untracked,
+            }),
+        }
+        summaries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, variations: Vec<u64>, defaults: &[&str]) -> pb::FlagUsage {
+        pb::FlagUsage {
+            key: key.into(),
+            variations,
+            defaults: defaults.iter().map(|d| (*d).to_owned()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn windows_sdks_defaults_and_mismatch() {
+        let set: flagstream::FlagSet = serde_json::from_str(
+            r#"{"flags":[{"key":"kill","type":"bool","variations":[true,false],"on":false,"off_variation":1,"fallthrough":{"variation":0}}]}"#,
+        )
+        .unwrap();
+        let snap = Snapshot::compile(&set, &flagstream::Limits::default()).unwrap();
+        let u = Usage::new(Metrics::new(), true);
+        let s = pb::UsageSummary { flags: vec![entry("kill", vec![0, 5], &["true"])], ..Default::default() };
+        check(&s).unwrap();
+        u.ingest("prod", "a", &snap, s.clone());
+        u.ingest("prod", "b", &snap, s);
+        let v = u.view("prod", &snap, None);
+        let f = &v.flags[0];
+        assert_eq!(f.key, "kill");
+        assert_eq!(f.day.as_ref().unwrap().variations, vec![0, 10]);
+        assert_eq!(f.hour.as_ref().unwrap().variations, vec![0, 10]);
+        assert_eq!((f.sdks, f.majority_variation, f.sole_variation), (2, 1, 1));
+        assert!(f.default_mismatch && f.defaults[0].mismatch, "true passed, false served");
+        let fwd = u.forward("prod");
+        assert_eq!(fwd[0].flags[0].variations, vec![0, 10]);
+        assert_eq!(fwd[0].flags[0].instances, 2);
+        assert!(u.forward("prod").is_empty(), "forwarded once");
+    }
+
+    #[test]
+    fn made_up_keys_take_only_their_environments_share() {
+        let snap = Snapshot::empty();
+        let u = Usage::new(Metrics::new(), false);
+        for chunk in 0..3 {
+            let flags = (0..1000).map(|i| entry(&format!("junk-{chunk}-{i}"), vec![1], &[])).collect();
+            u.ingest("noisy", "a", &snap, pb::UsageSummary { flags, ..Default::default() });
+        }
+        let v = u.view("noisy", &snap, None);
+        assert_eq!(v.flags.len(), MAX_ABSENT_KEYS);
+        assert_eq!(v.dropped_keys, 3000 - MAX_ABSENT_KEYS as u64);
+        u.ingest(
+            "quiet",
+            "b",
+            &snap,
+            pb::UsageSummary { flags: vec![entry("gone", vec![], &[])], ..Default::default() },
+        );
+        assert_eq!(u.view("quiet", &snap, None).flags.len(), 1, "another environment still has room");
+    }
+
+    #[test]
+    fn bounds_name_the_field() {
+        let many = pb::UsageSummary {
+            flags: (0..=MAX_FLAGS_PER_SUMMARY).map(|i| entry(&format!("k{i}"), vec![1], &[])).collect(),
+            ..Default::default()
+        };
+        assert_eq!(check(&many).unwrap_err().field, "usage.flags");
+        let long =
+            pb::UsageSummary { flags: vec![entry(&"k".repeat(300), vec![], &[])], ..Default::default() };
+        assert_eq!(check(&long).unwrap_err().field, "usage.flags.key");
+        let d = "x".repeat(MAX_DEFAULT_BYTES + 1);
+        let big = pb::UsageSummary { flags: vec![entry("k", vec![], &[&d])], ..Default::default() };
+        assert_eq!(check(&big).unwrap_err().field, "usage.flags.defaults");
+    }
+}
