@@ -134,6 +134,15 @@ export interface ClientOptions {
   stallJitterMs?: number;
   /** Without a stream this long, data is reported stale (default 5000). */
   staleAfterMs?: number;
+  /**
+   * Count evaluations per flag (variations served, fallbacks by cause,
+   * defaults passed) and send a usage summary to the relay every
+   * `usageIntervalMs` (default: on when following a relay, off for
+   * `offlineFile` and `testData`).
+   */
+  usageReports?: boolean;
+  /** How often a usage summary is sent (default 60000). */
+  usageIntervalMs?: number;
 }
 
 export interface Attempt {

@@ -291,6 +291,7 @@ const OPTIONS = new Set([
   'tlsCertPem', 'tlsKeyPem', 'offlineFile', 'testData', 'connectTimeoutMs', 'keepaliveIntervalMs',
   'keepaliveTimeoutMs', 'tcpUserTimeoutMs', 'firstMessageTimeoutMs', 'heartbeatDefaultMs',
   'watchdogMisses', 'backoffBaseMs', 'backoffCapMs', 'healthyAfterMs', 'stallJitterMs', 'staleAfterMs',
+  'usageReports', 'usageIntervalMs',
 ]);
 
 // A flag set as flag-file text: a string as it is (YAML or JSON; keeps

@@ -37,6 +37,8 @@ pub struct NativeOptions {
     pub healthy_after_ms: Option<f64>,
     pub stall_jitter_ms: Option<f64>,
     pub stale_after_ms: Option<f64>,
+    pub usage_reports: Option<bool>,
+    pub usage_interval_ms: Option<f64>,
 }
 
 /// A flag set from the text of a flag file (YAML or JSON; text keeps
@@ -100,7 +102,11 @@ pub(crate) fn builder(o: NativeOptions) -> Result<flagstream::Builder> {
         healthy_after_ms => healthy_after,
         stall_jitter_ms => stall_jitter,
         stale_after_ms => stale_after,
+        usage_interval_ms => usage_interval,
     );
+    if let Some(on) = o.usage_reports {
+        b = b.usage_reports(on);
+    }
     if let Some(n) = o.watchdog_misses {
         b = b.watchdog_misses(n);
     }

@@ -43,6 +43,8 @@ pub(crate) fn apply_options(mut b: Builder, options: Option<&Bound<'_, PyDict>>)
             "stale_after" => b.stale_after(secs(&name, &v)?),
             "cache_write_interval" => b.cache_write_interval(secs(&name, &v)?),
             "watchdog_misses" => b.watchdog_misses(v.extract()?),
+            "usage_interval" => b.usage_interval(secs(&name, &v)?),
+            "usage_reports" => b.usage_reports(v.extract()?),
             "keep_endpoint_order" => {
                 if v.extract::<bool>()? {
                     b.keep_endpoint_order()

@@ -152,7 +152,9 @@ class Client(_native.NativeClient):
     ``watchdog_misses``, ``backoff_base``, ``backoff_cap``, ``healthy_after``,
     ``stall_jitter``, ``stale_after``, ``cache_write_interval``,
     ``keep_endpoint_order`` (bool), ``tls_ca_pem``, ``tls_identity_pem``
-    (cert, key).
+    (cert, key), ``usage_reports`` (bool: count evaluations per flag and
+    send usage summaries to the relay; default on when following a relay),
+    ``usage_interval`` (how often a summary is sent; default 60).
 
     Evaluations (``bool``, ``string``, ``int``, ``float``, ``json`` and their
     ``*_detail`` forms) take a flag key, a context (a dict such as
