@@ -10,8 +10,8 @@
 //! evaluations racing with the swap itself.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, TryLockError};
 
 use flagstream_core::usage::{MAX_DEFAULTS, MAX_FLAGS_PER_SUMMARY, MAX_KEY_BYTES};
 use flagstream_core::{ErrorKind, FromValue, Snapshot, UsageCounts};
@@ -93,6 +93,11 @@ pub(crate) struct Usage {
     /// Whether evaluations are counted and summaries sent.
     pub(crate) enabled: AtomicBool,
     pending: Mutex<Pending>,
+    /// Fallbacks for absent keys that found the table locked by another
+    /// thread: counted here, without their key, rather than waiting (a
+    /// missing flag evaluated on a hot path by many threads must not
+    /// serialise them).
+    contended: AtomicU64,
 }
 
 impl Usage {
@@ -100,6 +105,7 @@ impl Usage {
         Usage {
             enabled: AtomicBool::new(enabled),
             pending: Mutex::new(Pending { since_ms: now_ms(), ..Pending::default() }),
+            contended: AtomicU64::new(0),
         }
     }
 
@@ -125,7 +131,15 @@ impl Usage {
             ErrorKind::WrongType => 1,
             ErrorKind::MalformedFlag => 2,
         };
-        let mut p = self.lock();
+        let mut p = match self.pending.try_lock() {
+            Ok(p) => p,
+            // Plain counters: usable after a panic elsewhere.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.contended.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
         if key.len() > MAX_KEY_BYTES || (p.flags.len() >= MAX_KEYS && !p.flags.contains_key(key)) {
             p.untracked = p.untracked.saturating_add(1);
             return;
@@ -180,7 +194,8 @@ impl Usage {
             let mut p = self.lock();
             let taken = std::mem::take(&mut *p);
             p.since_ms = now;
-            (taken.flags, taken.untracked, taken.since_ms)
+            let contended = self.contended.swap(0, Ordering::Relaxed);
+            (taken.flags, taken.untracked.saturating_add(contended), taken.since_ms)
         };
         for (key, u) in current.usage() {
             let c = u.take();

@@ -104,11 +104,20 @@ impl FlagUsage {
     #[cold]
     #[inline(never)]
     fn note_default_cold(&self, h: u64, json: impl FnOnce() -> Option<Json>) {
+        let mut full = true;
         for (i, slot) in self.hashes.iter().enumerate() {
-            if slot.load(Ordering::Relaxed) == h {
+            let cur = slot.load(Ordering::Relaxed);
+            if cur == h {
                 self.mark(i);
                 return;
             }
+            full &= cur != 0;
+        }
+        if full {
+            // Slots are never freed: a fifth default is counted without
+            // the lock, however often it is passed.
+            self.other_defaults.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         let mut texts = self.texts.lock().unwrap_or_else(|p| p.into_inner());
         // Under the lock: the only place `hashes` is written (besides

@@ -68,6 +68,34 @@ fn offer(
     }
 }
 
+/// Moves usage summaries from `backlog` (sent from its end) into free room
+/// of the request queue, always leaving one slot for acks and reports: a
+/// relay slow to read requests delays usage, never the stream, and the
+/// receive loop never waits for it. What does not fit waits in `backlog`
+/// (at most one interval's summaries: it is refilled only when empty).
+fn offer_usage(
+    tx: &mpsc::Sender<pb::SubscribeRequest>,
+    backlog: &mut Vec<pb::UsageSummary>,
+) -> Result<(), End> {
+    while tx.capacity() > 1 {
+        let Some(summary) = backlog.pop() else { break };
+        let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) };
+        match tx.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(msg)) => {
+                if let Some(pb::subscribe_request::Kind::Usage(summary)) = msg.kind {
+                    backlog.push(summary);
+                }
+                break;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(End::Broken("request stream closed".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl<S: Sink> Follower<S> {
     /// A heartbeat names our cursor as the relay's head but carries another
     /// checksum (PROTOCOL.md §2.6): the relay holds other content under our
@@ -127,6 +155,7 @@ impl<S: Sink> Follower<S> {
         let mut chunks: Vec<RawChunk> = Vec::new();
         let mut chunk_bytes = 0usize;
         let mut pending: Option<pb::SubscribeRequest> = None;
+        let mut usage_backlog: Vec<pb::UsageSummary> = Vec::new();
         let relay = cfg.subscriber_kind == pb::SubscriberKind::Relay;
         let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
         reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -143,6 +172,9 @@ impl<S: Sink> Follower<S> {
             {
                 return end;
             }
+            if let Err(end) = offer_usage(&tx, &mut usage_backlog) {
+                return end;
+            }
             let msg = tokio::select! {
                 m = stream.message() => m,
                 _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog, None),
@@ -156,20 +188,14 @@ impl<S: Sink> Follower<S> {
                     continue;
                 }
                 _ = usage.tick(), if progress.messages > 0 => {
-                    // Only into free queue room (never in `pending`, which
-                    // keeps the newest ack or report only): when the queue
-                    // is full the counts stay in the sink for the next tick.
-                    if tx.capacity() > 0 {
-                        for summary in self.sink.usage() {
-                            let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(summary)) };
-                            // A relay that reads no requests until the
-                            // watchdog's deadline is a stalled stream.
-                            match tokio::time::timeout_at(deadline, tx.send(msg)).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(_)) => return End::Broken("request stream closed".into()),
-                                Err(_) => return End::Stalled(watchdog, Some("usage summary not taken".into())),
-                            }
-                        }
+                    // New counts only once the last interval's summaries
+                    // are all queued: until then they stay in the sink.
+                    if usage_backlog.is_empty() {
+                        usage_backlog = self.sink.usage();
+                        usage_backlog.reverse();
+                    }
+                    if let Err(end) = offer_usage(&tx, &mut usage_backlog) {
+                        return end;
                     }
                     continue;
                 }
