@@ -1335,7 +1335,13 @@ mod floor {
         // The relay's runtime (same threads, same scheduling settings).
         let rt = flagstream_relay::runtime()?;
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            // The relay's default listen backlog (tokio's 1,024 overflows
+            // when thousands of connections open at once).
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+            socket.listen(4096)?;
+            let listener = tokio::net::TcpListener::from_std(socket.into())?;
             println!("{}", listener.local_addr()?.port());
             std::io::stdout().flush()?;
             let (tx, rx) = watch::channel(Bytes::new());
