@@ -676,20 +676,23 @@ impl Hub {
                     "behind deadline passed: subscriber keeps reading but stayed behind the head; closing its connection"
                 );
                 self.metrics.limit_hit("behind_deadline");
+                // Counted under this reason before the stream can end (its
+                // own leave, as `client_gone`, is then a no-op).
+                self.leave(&s, "behind_deadline");
                 s.stop();
                 if let Some(conn) = &s.conn {
                     conn.kill.cancel();
                 }
-                self.leave(&s, "behind_deadline");
             }
             for s in stuck {
                 tracing::warn!(env = %s.env, subscriber = s.id, "send deadline passed: subscriber stopped reading; closing its connection");
                 self.metrics.limit_hit("send_deadline");
+                // Counted under this reason before the stream can end.
+                self.leave(&s, "send_deadline");
                 s.stop();
                 if let Some(conn) = &s.conn {
                     conn.kill.cancel();
                 }
-                self.leave(&s, "send_deadline");
             }
         }
     }
