@@ -15,8 +15,15 @@
 //! (decoding and compiling the flag) is the SDK's cost, not the relay's,
 //! and is measured by the SDK's benchmarks.
 //!
+//! With `--floor` the same clients first measure a minimal tonic server
+//! that pushes one pre-encoded delta per write (no acks, no store), and the
+//! tool prints `p99 … ms, floor p99 … ms, ratio …` with the relay's CPU per
+//! delivery and RSS per connection and per stream (docs/BENCHMARKS.md,
+//! "Fan-out").
+//!
 //! ```sh
 //! cargo run --release -p flagstream-tests --bin loadgen -- --subscribers 10000 --connections 100
+//! cargo run --release -p flagstream-tests --bin loadgen -- --subscribers 10000 --connections 10000 --writes 30 --floor
 //! ```
 
 use std::sync::Arc;
