@@ -499,6 +499,9 @@ impl Outbound {
                         (true, Some(until)) => Some(until),
                         (true, None) => {
                             self.store.note_cursor_ahead();
+                            // It holds the data up to its cursor: while the
+                            // head catches up it is not behind.
+                            self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
                             Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold))
                         }
                     };
