@@ -619,8 +619,9 @@ impl Hub {
             return None;
         }
         match *behind {
-            // Handed what it was behind on (but the head moved again): a
-            // new period of being behind starts now.
+            // Still not handed the head it was found behind: cut once that
+            // has lasted past the deadline plus the credit for the bytes
+            // handed to it meanwhile.
             Some(b) if sent < b.target => {
                 let for_ms = now.saturating_sub(b.since_ms);
                 let handed = bytes.saturating_sub(b.bytes);
@@ -628,6 +629,8 @@ impl Hub {
                 let allowed = (self.limits.behind_deadline.as_millis() as u64).saturating_add(credit_ms);
                 (for_ms > allowed).then_some((for_ms, handed))
             }
+            // Newly behind, or handed what it was behind on while the head
+            // moved again: a new period of being behind starts now.
             _ => {
                 *behind = Some(Behind { target: head, since_ms: now, bytes });
                 None
