@@ -1239,9 +1239,9 @@ mod floor {
     use flagstream_proto::v1 as pb;
     use flagstream_tests::relay::bool_flag;
     use http_body::Frame;
-    use tokio::sync::{mpsc, watch};
+    use tokio::sync::{broadcast, mpsc};
     use tokio_stream::Stream;
-    use tokio_stream::wrappers::WatchStream;
+    use tokio_stream::wrappers::BroadcastStream;
 
     use super::{Args, EventLoops, Recorder, Summary, connection, grpc_frame, now_ms, proc_stats};
 
@@ -1273,7 +1273,7 @@ mod floor {
     /// The floor's only route: any path gets the pushed messages.
     #[derive(Clone)]
     struct Route {
-        pushes: watch::Receiver<Bytes>,
+        pushes: broadcast::Sender<Bytes>,
     }
 
     impl tonic::server::NamedService for Route {
@@ -1292,7 +1292,7 @@ mod floor {
         fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
             let body = Push {
                 first: Some(opening()),
-                pushes: WatchStream::from_changes(self.pushes.clone()),
+                pushes: BroadcastStream::new(self.pushes.subscribe()),
                 request: Some(req.into_body()),
             };
             let mut res = http::Response::new(tonic::body::Body::new(body));
@@ -1302,12 +1302,14 @@ mod floor {
         }
     }
 
-    /// A stream's response: the opening chunk, then every push as one DATA
-    /// frame (the shared bytes, a reference-count increment). The request
-    /// side (Hello, acks) is read and dropped.
+    /// A stream's response: the opening chunk, then every push, in order, as
+    /// one DATA frame each (the shared bytes, a reference-count increment):
+    /// every stream gets every write, as the relay's streams do unless they
+    /// lag (then the relay coalesces). The request side (Hello, acks) is
+    /// read and dropped.
     struct Push {
         first: Option<Bytes>,
-        pushes: WatchStream<Bytes>,
+        pushes: BroadcastStream<Bytes>,
         request: Option<tonic::body::Body>,
     }
 
@@ -1332,7 +1334,15 @@ mod floor {
             if let Some(first) = self.first.take() {
                 return Poll::Ready(Some(Ok(Frame::data(first))));
             }
-            Poll::Ready(ready!(Pin::new(&mut self.pushes).poll_next(cx)).map(|b| Ok(Frame::data(b))))
+            loop {
+                return match ready!(Pin::new(&mut self.pushes).poll_next(cx)) {
+                    Some(Ok(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                    // More than the channel holds behind: skip to what is
+                    // left (the tool sends fewer writes than it holds).
+                    Some(Err(_lagged)) => continue,
+                    None => Poll::Ready(None),
+                };
+            }
         }
     }
 
@@ -1351,24 +1361,37 @@ mod floor {
             let listener = tokio::net::TcpListener::from_std(socket.into())?;
             println!("{}", listener.local_addr()?.port());
             std::io::stdout().flush()?;
-            let (tx, rx) = watch::channel(Bytes::new());
+            // Holds every write of a run (the tool makes at most a few hundred).
+            let (tx, _) = broadcast::channel(4096);
+            let pushes = tx.clone();
+            // Revisions from stdin, read on a thread of its own; each is
+            // encoded and pushed by a task on the runtime, as the relay
+            // publishes a commit (its wake-ups go to a worker's queue, not
+            // through the runtime's shared inject queue one by one).
+            let (revisions, mut pending) = mpsc::unbounded_channel::<u64>();
             std::thread::spawn(move || {
                 for line in std::io::stdin().lock().lines() {
                     let Ok(revision) = line.map_err(drop).and_then(|l| l.trim().parse::<u64>().map_err(drop))
                     else {
                         break;
                     };
-                    if tx.send(delta(revision)).is_err() {
+                    if revisions.send(revision).is_err() {
                         break;
                     }
                 }
                 // The tool closed stdin (or died): the floor ends with it.
                 std::process::exit(0);
             });
+            tokio::spawn(async move {
+                while let Some(revision) = pending.recv().await {
+                    // An error only means no stream is open: nothing to push to.
+                    let _no_streams = tx.send(delta(revision));
+                }
+            });
             tonic::transport::Server::builder()
                 .max_concurrent_streams(Some(streams))
                 .tcp_nodelay(true)
-                .add_service(Route { pushes: rx })
+                .add_service(Route { pushes })
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
                 .await?;
             Ok(())
