@@ -105,6 +105,10 @@ pub struct Config {
     pub snapshot_concurrency: usize,
     /// Send deadline.
     pub send_deadline: Duration,
+    /// Behind deadline (before progress credit).
+    pub behind_deadline: Duration,
+    /// Progress credit rate of a stream behind the head, bytes/s.
+    pub behind_progress_rate: u64,
     /// Drain grace period.
     pub drain_grace: Duration,
     /// Drain reconnect spread.
@@ -361,6 +365,8 @@ impl Options {
                 .unwrap_or(crate::limit::QuotaConfig::default().subscribers),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
             send_deadline: d(self.send_deadline, 30),
+            behind_deadline: d(self.behind_deadline, 60),
+            behind_progress_rate: self.behind_progress_rate.unwrap_or(16 << 10),
             drain_grace: d(self.drain_grace, 30),
             drain_spread: d(self.drain_spread, 5),
             keepalive_interval: d(self.keepalive_interval, 20),
@@ -416,6 +422,8 @@ impl Options {
         check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
         check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
         check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
+        check(c.behind_deadline >= Duration::from_secs(1), "behind-deadline: must be at least 1s".into())?;
+        check(c.behind_progress_rate >= 1, "behind-progress-rate: must be at least 1".into())?;
         check(c.changelog_revisions >= 1, "changelog-revisions: must be at least 1".into())?;
         check(c.audit_revisions >= 1, "audit-revisions: must be at least 1".into())?;
         check(c.max_subscribers >= 1, "max-subscribers: must be at least 1".into())?;

@@ -34,6 +34,22 @@ pub(crate) struct HubLimits {
     pub send_deadline: Duration,
     /// Heartbeat interval (the reaper allows one on top of the deadline).
     pub heartbeat: Duration,
+    /// How long an SDK subscriber may stay behind the head (not handed a
+    /// revision the reaper saw committed that long ago), plus its progress
+    /// credit, before its connection is cut.
+    pub behind_deadline: Duration,
+    /// Progress credit, bytes/s: each byte handed to a stream while it is
+    /// behind extends its behind deadline by 1/this seconds.
+    pub behind_progress_rate: u64,
+}
+
+/// A stream the reaper found behind the head: since when, the head it must
+/// be handed to catch up, and its byte count then (for the credit).
+#[derive(Debug, Clone, Copy)]
+struct Behind {
+    target: u64,
+    since_ms: u64,
+    bytes: u64,
 }
 
 /// One connected subscriber.
@@ -52,6 +68,19 @@ pub(crate) struct Subscriber {
     pub last_progress_ms: AtomicU64,
     /// When the stream started, monotonic ms (for its age).
     pub started_mono_ms: u64,
+    /// The revision whose data was last handed whole to the transport (a
+    /// delta's target, or a snapshot's once its last chunk went); 0 while
+    /// a snapshot is on its way.
+    pub sent_revision: AtomicU64,
+    /// Bytes handed to the transport (progress, for the behind credit).
+    pub sent_bytes: AtomicU64,
+    /// Set while the stream waits for a snapshot-send permit: the relay's
+    /// own budget holds it back, so it is not counted as behind.
+    pub waiting_permit: AtomicBool,
+    /// The environment's head revision (set once, when the stream starts).
+    pub head: std::sync::OnceLock<tokio::sync::watch::Receiver<u64>>,
+    /// The reaper's record of this stream being behind (only it locks this).
+    behind: Mutex<Option<Behind>>,
     /// When the stream started, Unix ms (compared with commit times).
     pub started_unix_ms: u64,
     /// The stream's task while it waits: woken on stop and on drain.
@@ -311,6 +340,11 @@ impl Hub {
             applied: AtomicU64::new(applied),
             last_progress_ms: AtomicU64::new(mono),
             started_mono_ms: mono,
+            sent_revision: AtomicU64::new(applied),
+            sent_bytes: AtomicU64::new(0),
+            waiting_permit: AtomicBool::new(false),
+            head: std::sync::OnceLock::new(),
+            behind: Mutex::new(None),
             started_unix_ms: now_ms(),
             wake: AtomicWaker::new(),
             stopped: AtomicBool::new(false),
@@ -574,9 +608,51 @@ impl Hub {
         Report { epoch: epoch.to_owned(), subscribers, revisions }
     }
 
+    /// Whether `s` has stayed behind the head past the behind deadline
+    /// (with its progress credit), sampled now (`now`, monotonic ms); keeps
+    /// the stream's record of being behind up to date. Returns how long it
+    /// was behind and the bytes it was handed meanwhile when it must be cut.
+    fn behind_too_long(&self, s: &Subscriber, now: u64) -> Option<(u64, u64)> {
+        // Replica relays are exempt: their link carries every environment
+        // they follow, and their lag is in their propagation reports.
+        let head = match s.head.get() {
+            Some(head) if !s.relay => *head.borrow(),
+            _ => return None,
+        };
+        let sent = s.sent_revision.load(Ordering::Relaxed);
+        let bytes = s.sent_bytes.load(Ordering::Relaxed);
+        let mut behind = Self::lock(&s.behind);
+        // Current, the environment deleted, or held back by the relay's own
+        // snapshot budget: not behind.
+        if sent >= head || head == u64::MAX || s.waiting_permit.load(Ordering::Relaxed) {
+            *behind = None;
+            return None;
+        }
+        match *behind {
+            // Still not handed the head it was found behind: cut once that
+            // has lasted past the deadline plus the credit for the bytes
+            // handed to it meanwhile.
+            Some(b) if sent < b.target => {
+                let for_ms = now.saturating_sub(b.since_ms);
+                let handed = bytes.saturating_sub(b.bytes);
+                let credit_ms = handed.saturating_mul(1000) / self.limits.behind_progress_rate.max(1);
+                let allowed = (self.limits.behind_deadline.as_millis() as u64).saturating_add(credit_ms);
+                (for_ms > allowed).then_some((for_ms, handed))
+            }
+            // Newly behind, or handed what it was behind on while the head
+            // moved again: a new period of being behind starts now.
+            _ => {
+                *behind = Some(Behind { target: head, since_ms: now, bytes });
+                None
+            }
+        }
+    }
+
     /// Cuts off subscribers whose transport has not pulled a message for
-    /// longer than one heartbeat plus the send deadline: their connection
-    /// is closed, which frees everything the stream held. Runs until `stop`.
+    /// longer than one heartbeat plus the send deadline, and SDK
+    /// subscribers that stayed behind the head for longer than the behind
+    /// deadline plus their progress credit: their connection is closed,
+    /// which frees everything the stream held. Runs until `stop`.
     pub(crate) async fn reap(self: Arc<Self>, stop: CancellationToken) {
         let period = Duration::from_secs(1).min(self.limits.send_deadline);
         let allowed = (self.limits.heartbeat + self.limits.send_deadline).as_millis() as u64;
@@ -586,19 +662,50 @@ impl Hub {
                 _ = tokio::time::sleep(period) => {}
             }
             let now = self.mono_ms();
+            let mut behind = Vec::new();
             let stuck: Vec<Arc<Subscriber>> = Self::lock(&self.subs)
                 .values()
-                .filter(|s| now.saturating_sub(s.last_progress_ms.load(Ordering::Relaxed)) > allowed)
+                .filter(|s| {
+                    if now.saturating_sub(s.last_progress_ms.load(Ordering::Relaxed)) > allowed {
+                        return true;
+                    }
+                    if let Some(why) = self.behind_too_long(s, now) {
+                        behind.push(((*s).clone(), why));
+                    }
+                    false
+                })
                 .cloned()
                 .collect();
-            for s in stuck {
-                tracing::warn!(env = %s.env, subscriber = s.id, "send deadline passed: subscriber stopped reading; closing its connection");
-                self.metrics.limit_hit("send_deadline");
+            for (s, (for_ms, handed)) in behind {
+                let sent = s.sent_revision.load(Ordering::Relaxed);
+                let head = s.head.get().map_or(0, |h| *h.borrow());
+                tracing::warn!(
+                    env = %s.env,
+                    subscriber = s.id,
+                    behind_ms = for_ms,
+                    sent_revision = sent,
+                    head,
+                    bytes_handed = handed,
+                    "behind deadline passed: subscriber keeps reading but stayed behind the head; closing its connection"
+                );
+                self.metrics.limit_hit("behind_deadline");
+                // Counted under this reason before the stream can end (its
+                // own leave, as `client_gone`, is then a no-op).
+                self.leave(&s, "behind_deadline");
                 s.stop();
                 if let Some(conn) = &s.conn {
                     conn.kill.cancel();
                 }
+            }
+            for s in stuck {
+                tracing::warn!(env = %s.env, subscriber = s.id, "send deadline passed: subscriber stopped reading; closing its connection");
+                self.metrics.limit_hit("send_deadline");
+                // Counted under this reason before the stream can end.
                 self.leave(&s, "send_deadline");
+                s.stop();
+                if let Some(conn) = &s.conn {
+                    conn.kill.cancel();
+                }
             }
         }
     }
@@ -615,6 +722,8 @@ mod tests {
             snapshot_concurrency: 1,
             send_deadline: Duration::from_secs(2),
             heartbeat: Duration::from_secs(1),
+            behind_deadline: Duration::from_secs(2),
+            behind_progress_rate: 1000,
         };
         Arc::new(Hub::new(limits, Metrics::new()))
     }
@@ -651,6 +760,55 @@ mod tests {
         assert!(stuck.is_stopped(), "the stuck subscriber was not cut off");
         assert!(!reading.is_stopped(), "a reading subscriber was cut off");
         assert_eq!(hub.total(), 1);
+        stop.cancel();
+    }
+
+    /// The behind deadline: a subscriber that keeps pulling but is handed
+    /// the head only every 5 s (deadline 2 s) is cut off; one receiving a
+    /// snapshot (no revision handed yet) at twice the progress rate, and
+    /// one handed every revision, are not.
+    #[tokio::test(start_paused = true)]
+    async fn reaper_cuts_off_subscribers_that_stay_behind_but_credits_progress() {
+        let hub = hub();
+        let stop = CancellationToken::new();
+        tokio::spawn(hub.clone().reap(stop.clone()));
+        let (head, rx) = tokio::sync::watch::channel(1u64);
+        let admit = || {
+            let s = hub.admit("e", "k1", None, String::new(), 0, false).unwrap();
+            s.head.set(rx.clone()).unwrap();
+            s
+        };
+        let (slow, snapshot, current) = (admit(), admit(), admit());
+        for step in 0..80u64 {
+            advance(100).await;
+            // Ten writes a second.
+            let revision = 2 + step;
+            head.send_replace(revision);
+            for s in [&slow, &snapshot, &current] {
+                s.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);
+            }
+            if step % 50 == 0 {
+                slow.sent_revision.store(revision, Ordering::Relaxed);
+                slow.sent_bytes.fetch_add(100, Ordering::Relaxed);
+            }
+            // 2,000 B/s of snapshot chunks; the rate is 1,000 B/s.
+            snapshot.sent_bytes.fetch_add(200, Ordering::Relaxed);
+            current.sent_revision.store(revision, Ordering::Relaxed);
+            current.sent_bytes.fetch_add(100, Ordering::Relaxed);
+        }
+        assert!(slow.is_stopped(), "the subscriber handed the head every 5 s was not cut off");
+        assert!(!snapshot.is_stopped(), "a snapshot progressing faster than the rate was cut off");
+        assert!(!current.is_stopped(), "a current subscriber was cut off");
+        // A snapshot slower than the rate is cut too.
+        // (Its credit so far: 16 s; 15 s more at 100 B/s outlast it.)
+        for _ in 0..150 {
+            advance(100).await;
+            snapshot.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);
+            current.last_progress_ms.store(hub.mono_ms(), Ordering::Relaxed);
+            snapshot.sent_bytes.fetch_add(10, Ordering::Relaxed);
+        }
+        assert!(snapshot.is_stopped(), "a snapshot progressing at a tenth of the rate was not cut off");
+        assert!(!current.is_stopped());
         stop.cancel();
     }
 }

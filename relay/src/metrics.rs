@@ -282,6 +282,7 @@ impl Metrics {
             "max_subscribers_per_env",
             "snapshot_concurrency",
             "send_deadline",
+            "behind_deadline",
             "batch_ops",
             "comment_bytes",
             "storage_failure",
@@ -324,9 +325,15 @@ impl Metrics {
         {
             m.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc_by(0);
         }
-        for reason in
-            ["client_gone", "drain", "max_stream_age", "send_deadline", "environment_deleted", "cursor_ahead"]
-        {
+        for reason in [
+            "client_gone",
+            "drain",
+            "max_stream_age",
+            "send_deadline",
+            "behind_deadline",
+            "environment_deleted",
+            "cursor_ahead",
+        ] {
             m.stream_ends.get_or_create(&vec![("reason", reason.to_owned())]).inc_by(0);
         }
         Metrics { registry: Arc::new(r), sent: Arc::new(sent), ..m }

@@ -338,6 +338,8 @@ pub(crate) async fn serve(
             max_subscribers_per_env: cfg.max_subscribers_per_env,
             snapshot_concurrency: cfg.snapshot_concurrency,
             send_deadline: cfg.send_deadline,
+            behind_deadline: cfg.behind_deadline,
+            behind_progress_rate: cfg.behind_progress_rate,
             heartbeat: cfg.heartbeat,
         },
         metrics.clone(),

@@ -243,6 +243,9 @@ impl SyncService {
             return Err(Refusal::Revoked("the credential was revoked while the stream opened".into()).into());
         }
         tracing::debug!(env = %env_name, subscriber = sub.id, sdk = %sub.sdk, cursor.epoch = %cursor.epoch, cursor.revision = cursor.revision, "subscribed");
+        // What the reaper compares the stream's progress with. A new
+        // subscriber's cell is empty: this `set` cannot fail.
+        let _ = sub.head.set(env.head.subscribe());
 
         inbound.set_limit(MAX_REQUEST_BYTES);
         let instance = match cut(&hello.instance_id, MAX_SDK_FIELD) {
@@ -285,7 +288,9 @@ impl SyncService {
         let stream = futures_util::stream::unfold(out, |mut o| async move {
             let item = o.next().await?;
             if let Ok(msg) = &item {
-                o.guard.sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
+                let sub = &o.guard.sub;
+                sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
+                sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
                 o.hub_sent(msg);
             }
             Some((item, o))
@@ -470,11 +475,17 @@ impl Outbound {
         if self.done {
             return None;
         }
+        // Set only while it waits below for a snapshot permit.
+        if self.guard.sub.waiting_permit.load(Ordering::Relaxed) {
+            self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
+        }
         if let Some(p) = &mut self.pending {
             let chunk = p.chunks[p.next].clone();
             p.next += 1;
             if p.next == p.chunks.len() {
                 self.pending = None;
+                // The snapshot's last chunk: the stream has its revision.
+                self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
             }
             return Some(Ok(chunk));
         }
@@ -541,6 +552,9 @@ impl Outbound {
                         (true, Some(until)) => Some(until),
                         (true, None) => {
                             self.store.note_cursor_ahead();
+                            // It holds the data up to its cursor: while the
+                            // head catches up it is not behind.
+                            self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
                             Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold))
                         }
                     };
@@ -566,6 +580,7 @@ impl Outbound {
                     self.ahead_until = None;
                     // A delta never changes the epoch: no copy of it per send.
                     self.cursor.1 = state.revision;
+                    self.guard.sub.sent_revision.store(state.revision, Ordering::Relaxed);
                     return Some(Ok(delta));
                 }
                 Catchup::Snapshot(chunks) => {
@@ -575,6 +590,9 @@ impl Outbound {
                         Ok(p) => p,
                         Err(_) => {
                             metrics.limit_hit("snapshot_concurrency");
+                            // Held back by the relay's own budget: not
+                            // counted as behind (cleared once it has one).
+                            self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
                             tokio::select! {
                                 p = self.hub.snapshot_permits.clone().acquire_owned() => match p {
                                     Ok(p) => p,
@@ -595,6 +613,11 @@ impl Outbound {
                             }
                         }
                     };
+                    self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
+                    // The stream has this snapshot's revision once its last
+                    // chunk is handed over.
+                    let whole = if chunks.len() > 1 { 0 } else { cursor.1 };
+                    self.guard.sub.sent_revision.store(whole, Ordering::Relaxed);
                     self.cursor = cursor;
                     let first = chunks[0].clone();
                     if chunks.len() > 1 {

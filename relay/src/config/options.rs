@@ -357,6 +357,19 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_SEND_DEADLINE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_deadline: Option<Dur>,
+    /// A subscriber that stays behind the head this long (not handed a
+    /// revision committed that long ago), less its progress credit, is cut
+    /// off [default: 60s].
+    #[arg(long, env = "FLAGSTREAM_BEHIND_DEADLINE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_deadline: Option<Dur>,
+    /// Progress credit of a stream that is behind: every byte handed to it
+    /// meanwhile extends its behind deadline by 1/this seconds, so a large
+    /// snapshot still arriving at this rate or faster is not cut, bytes/s
+    /// [default: 16384].
+    #[arg(long, env = "FLAGSTREAM_BEHIND_PROGRESS_RATE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub behind_progress_rate: Option<u64>,
     /// On SIGTERM, how long to wait for subscribers to leave [default: 30s].
     #[arg(long, env = "FLAGSTREAM_DRAIN_GRACE")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -15,8 +15,15 @@
 //! (decoding and compiling the flag) is the SDK's cost, not the relay's,
 //! and is measured by the SDK's benchmarks.
 //!
+//! With `--floor` the same clients first measure a minimal tonic server
+//! that pushes one pre-encoded delta per write (no acks, no store), and the
+//! tool prints `p99 … ms, floor p99 … ms, ratio …` with the relay's CPU per
+//! delivery and RSS per connection and per stream (docs/BENCHMARKS.md,
+//! "Fan-out").
+//!
 //! ```sh
 //! cargo run --release -p flagstream-tests --bin loadgen -- --subscribers 10000 --connections 100
+//! cargo run --release -p flagstream-tests --bin loadgen -- --subscribers 10000 --connections 10000 --writes 30 --floor
 //! ```
 
 use std::sync::Arc;
@@ -94,6 +101,20 @@ struct Args {
     /// Seconds each throughput phase runs.
     #[arg(long, default_value_t = 10)]
     throughput_secs: u64,
+    /// First run the floor: a minimal tonic server (a child process of this
+    /// tool, on the relay's runtime settings) that pushes one pre-encoded
+    /// delta per write to the same connections and streams (no acks read,
+    /// no store), measured by the same clients; then the relay run. Prints
+    /// `p99 … ms, floor p99 … ms, ratio …`.
+    #[arg(long, conflicts_with_all = ["heavy", "noisy", "replicas", "postgres"])]
+    floor: bool,
+    /// Internal: be the floor server (prints its port, pushes a delta for
+    /// each revision number read from stdin, exits at stdin's end).
+    #[arg(long, hide = true)]
+    serve_floor: bool,
+    /// Internal, with `--serve-floor`: HTTP/2 streams per connection.
+    #[arg(long, hide = true, default_value_t = 1_000)]
+    floor_streams: u32,
 }
 
 fn now_ms() -> u64 {
@@ -633,8 +654,43 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.serve_floor {
+        return floor::serve(args.floor_streams);
+    }
     // The coordinator (relay process, writes, reports) mostly sleeps.
-    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(args))
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async move {
+        if !args.floor {
+            return run(&args).await.map(drop);
+        }
+        // The floor first, then the relay, with the same clients.
+        let floor = floor::measure(&args, client_threads(&args)).await?;
+        println!("{}", floor.line("floor", &args));
+        let Some(relay) = run(&args).await? else {
+            anyhow::bail!("the relay run measured nothing");
+        };
+        println!("{}", relay.line("relay", &args));
+        println!(
+            "{} subscribers over {} connections: p99 {} ms, floor p99 {} ms, ratio {:.2}; relay CPU {:.2} us per delivery (floor {:.2}), relay RSS {:.1} KiB per connection, {:.2} KiB per stream",
+            args.subscribers,
+            args.connections,
+            relay.p99_ms,
+            floor.p99_ms,
+            relay.p99_ms as f64 / floor.p99_ms.max(1) as f64,
+            relay.cpu_us_per_delivery,
+            floor.cpu_us_per_delivery,
+            relay.rss_delta_kib as f64 / args.connections.max(1) as f64,
+            relay.rss_delta_kib as f64 / args.subscribers.max(1) as f64,
+        );
+        Ok(())
+    })
+}
+
+/// The load generator's event loops: `--client-threads`, or one per core.
+fn client_threads(args: &Args) -> usize {
+    match args.client_threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    }
 }
 
 /// Single-threaded runtimes, each driven by its own thread until dropped.
@@ -709,9 +765,11 @@ async fn connection(
         .collect())
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+/// The propagation run (or `--throughput-writers`); `None` for the latter.
+async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     if args.throughput_writers > 0 {
-        return throughput::run(args.throughput_writers, Duration::from_secs(args.throughput_secs)).await;
+        throughput::run(args.throughput_writers, Duration::from_secs(args.throughput_secs)).await?;
+        return Ok(None);
     }
     let dir = tempfile::tempdir()?;
     let pg = match args.postgres {
@@ -829,10 +887,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Revisions: the demo seed's few, one per bulk flag, one per write.
     let rec = Arc::new(Recorder::new(args.flags + args.writes + 64, !args.no_ack));
     let urls: Vec<String> = serving.iter().map(|r| r.url()).collect();
-    let threads = match args.client_threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
+    let threads = client_threads(args);
     let loops = EventLoops::start(threads)?;
     let (ready_tx, mut ready_rx) = mpsc::channel(args.subscribers.max(1));
     let started = Instant::now();
@@ -964,6 +1019,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let complete = all_by.len();
     let ticks_per_sec = 100.0; // USER_HZ on Linux
     let cpu = (ticks_end - ticks_idle) as f64 / ticks_per_sec / write_time.as_secs_f64() * 100.0;
+    let cpu_per_delivery = (ticks_end - ticks_idle) as f64 / ticks_per_sec * 1e6 / lat.len().max(1) as f64;
     println!(
         "subscribers            {} over {} connections (all connected in {:.2?}){}",
         args.subscribers,
@@ -1012,8 +1068,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         (rss_idle.saturating_sub(rss_before)) as f64 / args.subscribers as f64
     );
     println!(
-        "relay CPU during writes {cpu:.1} % of one core (load tool: {:.1} s CPU in total)",
+        "relay CPU during writes {cpu:.1} % of one core = {cpu_per_delivery:.2} us per delivery (load tool: {:.1} s CPU in total)",
         own_ticks as f64 / ticks_per_sec
+    );
+    println!(
+        "relay RSS / connection  {:.1} KiB (idle with subscribers minus before, over {} connections)",
+        rss_idle.saturating_sub(rss_before) as f64 / args.connections.max(1) as f64,
+        args.connections
     );
     println!("delta encodings        {encodes} for {} revisions", revisions.len());
     println!("acks the relay timed   {acks} (commit->ack latency samples)");
@@ -1038,7 +1099,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             loud as f64 / quiet.max(1) as f64
         );
     }
-    Ok(())
+    Ok(Some(Summary::new(
+        &lat,
+        ticks_end - ticks_idle,
+        write_time,
+        rss_idle.saturating_sub(rss_before),
+        complete,
+    )))
 }
 
 /// `--throughput-writers`: admin write throughput, sled and PostgreSQL in
@@ -1102,5 +1169,322 @@ mod throughput {
         b.admin_secret = Some(a.admin_token());
         phase("postgres (two relays, writers split)", &[&a, &b], writers, secs).await?;
         Ok(())
+    }
+}
+
+/// What one propagation run measured, for the `--floor` comparison.
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    p50_ms: u64,
+    p99_ms: u64,
+    max_ms: u64,
+    deliveries: usize,
+    /// Server CPU during the writes (from /proc), µs per delivery.
+    cpu_us_per_delivery: f64,
+    /// Server CPU during the writes, % of one core.
+    cpu_pct: f64,
+    /// Server RSS with the subscribers connected minus before, KiB.
+    rss_delta_kib: u64,
+    /// Revisions every subscriber received.
+    complete: usize,
+}
+
+impl Summary {
+    fn new(lat: &[u64], ticks: u64, write_time: Duration, rss_delta_kib: u64, complete: usize) -> Summary {
+        let cpu_s = ticks as f64 / 100.0; // USER_HZ on Linux
+        Summary {
+            p50_ms: pct(lat, 0.5),
+            p99_ms: pct(lat, 0.99),
+            max_ms: lat.last().copied().unwrap_or(0),
+            deliveries: lat.len(),
+            cpu_us_per_delivery: cpu_s * 1e6 / lat.len().max(1) as f64,
+            cpu_pct: cpu_s / write_time.as_secs_f64() * 100.0,
+            rss_delta_kib,
+            complete,
+        }
+    }
+
+    /// `name: p50 …, p99 …, CPU …, RSS …` for one server.
+    fn line(&self, name: &str, args: &Args) -> String {
+        format!(
+            "{name:<6} p50 {} ms, p99 {} ms, max {} ms over {} deliveries ({} of {} revisions reached everyone); \
+             CPU {:.1} % of a core = {:.2} us per delivery ({:.1} ms of CPU per revision per 1,000 streams); \
+             RSS {:.1} KiB per connection = {:.2} KiB per stream",
+            self.p50_ms,
+            self.p99_ms,
+            self.max_ms,
+            self.deliveries,
+            self.complete,
+            args.writes,
+            self.cpu_pct,
+            self.cpu_us_per_delivery,
+            self.cpu_us_per_delivery, // µs per delivery × 1,000 streams = ms per revision
+            self.rss_delta_kib as f64 / args.connections.max(1) as f64,
+            self.rss_delta_kib as f64 / args.subscribers.max(1) as f64,
+        )
+    }
+}
+
+/// `--floor`: the baseline server and its measurement.
+mod floor {
+    use std::convert::Infallible;
+    use std::io::{BufRead, Write};
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::task::{Context, Poll, ready};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use flagstream_proto::v1 as pb;
+    use flagstream_tests::relay::bool_flag;
+    use http_body::Frame;
+    use tokio::sync::{broadcast, mpsc};
+    use tokio_stream::Stream;
+    use tokio_stream::wrappers::BroadcastStream;
+
+    use super::{Args, EventLoops, Recorder, Summary, connection, grpc_frame, now_ms, proc_stats};
+
+    /// The epoch the floor states.
+    const EPOCH: &str = "floor";
+
+    /// The delta to `revision`: the same write the relay run makes (the
+    /// `load-toggle` flag), committed now.
+    fn delta(revision: u64) -> Bytes {
+        let delta = pb::Delta {
+            epoch: EPOCH.into(),
+            from_revision: revision - 1,
+            to_revision: revision,
+            upserted_flags: vec![bool_flag("load-toggle", revision.is_multiple_of(2))],
+            checksum: 0x5eed,
+            committed_unix_ms: now_ms(),
+            ..Default::default()
+        };
+        grpc_frame(&pb::SubscribeResponse { kind: Some(pb::subscribe_response::Kind::Delta(delta)) })
+    }
+
+    /// The one-chunk snapshot every stream opens with (revision 0).
+    fn opening() -> Bytes {
+        let chunk =
+            pb::SnapshotChunk { epoch: EPOCH.into(), revision: 0, last_chunk: true, ..Default::default() };
+        grpc_frame(&pb::SubscribeResponse { kind: Some(pb::subscribe_response::Kind::SnapshotChunk(chunk)) })
+    }
+
+    /// The floor's only route: any path gets the pushed messages.
+    #[derive(Clone)]
+    struct Route {
+        pushes: broadcast::Sender<Bytes>,
+    }
+
+    impl tonic::server::NamedService for Route {
+        const NAME: &'static str = "flagstream.v1.Sync";
+    }
+
+    impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Route {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            let body = Push {
+                first: Some(opening()),
+                pushes: BroadcastStream::new(self.pushes.subscribe()),
+                request: Some(req.into_body()),
+            };
+            let mut res = http::Response::new(tonic::body::Body::new(body));
+            res.headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+            std::future::ready(Ok(res))
+        }
+    }
+
+    /// A stream's response: the opening chunk, then every push, in order, as
+    /// one DATA frame each (the shared bytes, a reference-count increment):
+    /// every stream gets every write, as the relay's streams do unless they
+    /// lag (then the relay coalesces). The request side (Hello, acks) is
+    /// read and dropped.
+    struct Push {
+        first: Option<Bytes>,
+        pushes: BroadcastStream<Bytes>,
+        request: Option<tonic::body::Body>,
+    }
+
+    impl http_body::Body for Push {
+        type Data = Bytes;
+        type Error = tonic::Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+            // Drain what the client sent (no acks are processed: the floor
+            // only keeps its flow-control window open).
+            while let Some(req) = self.request.as_mut() {
+                match Pin::new(req).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(_))) => {}
+                    // Half-closed or failed: nothing more to read.
+                    Poll::Ready(None | Some(Err(_))) => self.request = None,
+                    Poll::Pending => break,
+                }
+            }
+            if let Some(first) = self.first.take() {
+                return Poll::Ready(Some(Ok(Frame::data(first))));
+            }
+            loop {
+                return match ready!(Pin::new(&mut self.pushes).poll_next(cx)) {
+                    Some(Ok(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                    // More than the channel holds behind: skip to what is
+                    // left (the tool sends fewer writes than it holds).
+                    Some(Err(_lagged)) => continue,
+                    None => Poll::Ready(None),
+                };
+            }
+        }
+    }
+
+    /// `--serve-floor`: serves on 127.0.0.1 (port printed on stdout) until
+    /// stdin ends; each stdin line is a revision number to push.
+    pub(super) fn serve(streams: u32) -> anyhow::Result<()> {
+        // The relay's runtime (same threads, same scheduling settings).
+        let rt = flagstream_relay::runtime()?;
+        rt.block_on(async move {
+            // The relay's default listen backlog (tokio's 1,024 overflows
+            // when thousands of connections open at once).
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+            socket.listen(4096)?;
+            let listener = tokio::net::TcpListener::from_std(socket.into())?;
+            println!("{}", listener.local_addr()?.port());
+            std::io::stdout().flush()?;
+            // Holds every write of a run (the tool makes at most a few hundred).
+            let (tx, _) = broadcast::channel(4096);
+            let pushes = tx.clone();
+            // Revisions from stdin, read on a thread of its own; each is
+            // encoded and pushed by a task on the runtime, as the relay
+            // publishes a commit (its wake-ups go to a worker's queue, not
+            // through the runtime's shared inject queue one by one).
+            let (revisions, mut pending) = mpsc::unbounded_channel::<u64>();
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lock().lines() {
+                    let Ok(revision) = line.map_err(drop).and_then(|l| l.trim().parse::<u64>().map_err(drop))
+                    else {
+                        break;
+                    };
+                    if revisions.send(revision).is_err() {
+                        break;
+                    }
+                }
+                // The tool closed stdin (or died): the floor ends with it.
+                std::process::exit(0);
+            });
+            tokio::spawn(async move {
+                while let Some(revision) = pending.recv().await {
+                    // An error only means no stream is open: nothing to push to.
+                    let _no_streams = tx.send(delta(revision));
+                }
+            });
+            tonic::transport::Server::builder()
+                .max_concurrent_streams(Some(streams))
+                .tcp_nodelay(true)
+                .add_service(Route { pushes })
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// Runs the floor server as a child process and measures it with the
+    /// same clients, connections, streams and write pace as the relay run.
+    pub(super) async fn measure(args: &Args, threads: usize) -> anyhow::Result<Summary> {
+        let streams = (args.subscribers / args.connections.max(1) + 16).to_string();
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .args(["--serve-floor", "--floor-streams", &streams])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let pid = child.id();
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut port = String::new();
+        stdout.read_line(&mut port)?;
+        let url = format!("http://127.0.0.1:{}", port.trim());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, rss_before) = proc_stats(pid);
+
+        let rec = Arc::new(Recorder::new(args.writes + 1, !args.no_ack));
+        let loops = EventLoops::start(threads)?;
+        let (ready_tx, mut ready_rx) = mpsc::channel(args.subscribers.max(1));
+        let connections = args.connections.max(1);
+        let mut opening = Vec::new();
+        for c in 0..connections {
+            let n = args.subscribers / connections + usize::from(c < args.subscribers % connections);
+            let rt = &loops.handles[c % loops.handles.len()];
+            opening.push(rt.spawn(connection(
+                url.trim_start_matches("http://").to_owned(),
+                url.clone(),
+                "floor".into(),
+                n,
+                rec.clone(),
+                ready_tx.clone(),
+            )));
+        }
+        let mut tasks = Vec::with_capacity(args.subscribers);
+        for o in opening {
+            tasks.extend(o.await??);
+        }
+        for _ in 0..args.subscribers {
+            ready_rx.recv().await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (ticks_idle, rss_idle) = proc_stats(pid);
+
+        let write_started = Instant::now();
+        let period = Duration::from_secs_f64(1.0 / args.writes_per_sec);
+        let mut next = tokio::time::Instant::now();
+        for revision in 1..=args.writes as u64 {
+            next += period;
+            tokio::time::sleep_until(next).await;
+            writeln!(stdin, "{revision}")?;
+            stdin.flush()?;
+        }
+        let last = args.writes as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline && rec.count(last) < args.subscribers as u64 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let write_time = write_started.elapsed();
+        let (ticks_end, _) = proc_stats(pid);
+
+        rec.stopping.store(true, Ordering::Relaxed);
+        drop(stdin); // the floor server exits
+        child.wait()?;
+        let mut unfinished = 0;
+        for t in tasks {
+            if !matches!(tokio::time::timeout(Duration::from_secs(30), t).await, Ok(Ok(()))) {
+                unfinished += 1;
+            }
+        }
+        if unfinished > 0 {
+            eprintln!("warning (floor): {unfinished} subscribers did not hand over their samples");
+        }
+        drop(loops);
+        let mut lat: Vec<u64> = std::mem::take(&mut *rec.latencies_ms.lock().expect("recorder lock"))
+            .into_iter()
+            .map(|s| s.1)
+            .collect();
+        lat.sort_unstable();
+        let complete = (1..=last).filter(|r| rec.count(*r) >= args.subscribers as u64).count();
+        Ok(Summary::new(
+            &lat,
+            ticks_end - ticks_idle,
+            write_time,
+            rss_idle.saturating_sub(rss_before),
+            complete,
+        ))
     }
 }

@@ -3,6 +3,8 @@
 //! backlog (a stream is encoded when its transport pulls), so its memory
 //! stays bounded; once the slow stream's HTTP/2 window and socket buffers
 //! are full the transport stops pulling and the send deadline cuts it off;
+//! while it keeps pulling but stays behind the head, the behind deadline
+//! does;
 //! the other subscribers see every write as if nothing happened.
 
 use std::path::Path;
@@ -29,10 +31,13 @@ pub struct SlowReport {
     pub slow_bytes: u64,
     /// From the slow reader's connection to the end.
     pub ran_for: Duration,
-    /// Streams the relay cut off by the send deadline.
+    /// Streams the relay cut off by the send deadline or the behind
+    /// deadline.
     pub cut_off: u64,
+    /// Of those, the ones cut by the behind deadline.
+    pub cut_behind: u64,
     /// The SDK name (`name/version`, from the relay's log) of every stream
-    /// the send deadline cut off: the slow reader is [`SLOW_SDK`], the fast
+    /// the send or behind deadline cut off: the slow reader is [`SLOW_SDK`], the fast
     /// clients are the SDK.
     pub cut_sdks: Vec<String>,
     /// Streams the fast clients had to reopen (0: none of theirs was cut).
@@ -77,7 +82,7 @@ pub struct Load {
 pub const SLOW_SDK: &str = "flagstream-tests/0";
 
 /// The SDK name of every stream the relay's log says the send deadline
-/// cut off (matched by subscriber id to the stream's `subscribed` line).
+/// or the behind deadline cut off (matched by subscriber id to the stream's `subscribed` line).
 fn cut_sdks(log: &str) -> Vec<String> {
     let field = |line: &str, name: &str| {
         line.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_owned)
@@ -88,7 +93,7 @@ fn cut_sdks(log: &str) -> Vec<String> {
         .filter_map(|l| Some((field(l, "subscriber=")?, field(l, "sdk=")?)))
         .collect();
     log.lines()
-        .filter(|l| l.contains("send deadline passed"))
+        .filter(|l| l.contains("send deadline passed") || l.contains("behind deadline passed"))
         .map(|l| {
             let id = field(l, "subscriber=").unwrap_or_else(|| panic!("no subscriber id in {l:?}"));
             sdk_of.get(&id).cloned().unwrap_or_else(|| panic!("subscriber {id} cut off, never subscribed"))
@@ -149,8 +154,11 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
     let mut pace = tokio::time::interval(interval);
     let mut cut_after = None;
     let began = Instant::now();
-    let cut =
-        || async { relay.metric("flagstream_stream_ends_total{reason=\"send_deadline\"}").await as u64 };
+    let behind =
+        || async { relay.metric("flagstream_stream_ends_total{reason=\"behind_deadline\"}").await as u64 };
+    let cut = || async {
+        relay.metric("flagstream_stream_ends_total{reason=\"send_deadline\"}").await as u64 + behind().await
+    };
     let mut rss_curve = Vec::new();
     for i in 0.. {
         pace.tick().await;
@@ -210,6 +218,7 @@ pub async fn run(dir: &Path, load: Load, relay_args: &[&str], guard: Duration) -
         slow_bytes: proxy.bytes_down(),
         ran_for: connected_at.elapsed(),
         cut_off,
+        cut_behind: behind().await,
         cut_sdks: cut_sdks(&relay.log()),
         fast_reconnects: clients.iter().map(|c| c.stats().reconnects).sum(),
         relay_rss_before_kib,
