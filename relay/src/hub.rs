@@ -72,6 +72,10 @@ pub(crate) struct Subscriber {
     /// delta's target, or a snapshot's once its last chunk went); 0 while
     /// a snapshot is on its way.
     pub sent_revision: AtomicU64,
+    /// The revision of a multi-chunk snapshot on its way (0: none): the
+    /// stream is behind only if the head moves past it, so a snapshot on a
+    /// slow link with no newer write is never cut, however slow.
+    pub snapshot_revision: AtomicU64,
     /// Bytes handed to the transport (progress, for the behind credit).
     pub sent_bytes: AtomicU64,
     /// Set while the stream waits for a snapshot-send permit: the relay's
@@ -341,6 +345,7 @@ impl Hub {
             last_progress_ms: AtomicU64::new(mono),
             started_mono_ms: mono,
             sent_revision: AtomicU64::new(applied),
+            snapshot_revision: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
             waiting_permit: AtomicBool::new(false),
             head: std::sync::OnceLock::new(),
@@ -619,7 +624,12 @@ impl Hub {
             Some(head) if !s.relay => *head.borrow(),
             _ => return None,
         };
-        let sent = s.sent_revision.load(Ordering::Relaxed);
+        // A snapshot on its way counts as its revision: behind only once
+        // the head moves past it.
+        let sent = match s.snapshot_revision.load(Ordering::Relaxed) {
+            0 => s.sent_revision.load(Ordering::Relaxed),
+            snapshot => snapshot,
+        };
         let bytes = s.sent_bytes.load(Ordering::Relaxed);
         let mut behind = Self::lock(&s.behind);
         // Current, the environment deleted, or held back by the relay's own

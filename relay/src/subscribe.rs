@@ -486,6 +486,7 @@ impl Outbound {
                 self.pending = None;
                 // The snapshot's last chunk: the stream has its revision.
                 self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
+                self.guard.sub.snapshot_revision.store(0, Ordering::Relaxed);
             }
             return Some(Ok(chunk));
         }
@@ -618,6 +619,8 @@ impl Outbound {
                     // chunk is handed over.
                     let whole = if chunks.len() > 1 { 0 } else { cursor.1 };
                     self.guard.sub.sent_revision.store(whole, Ordering::Relaxed);
+                    let on_its_way = if chunks.len() > 1 { cursor.1 } else { 0 };
+                    self.guard.sub.snapshot_revision.store(on_its_way, Ordering::Relaxed);
                     self.cursor = cursor;
                     let first = chunks[0].clone();
                     if chunks.len() > 1 {

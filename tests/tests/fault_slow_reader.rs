@@ -11,7 +11,8 @@
 //!    4× the default progress rate (16 KiB/s), while writes go on: behind
 //!    the head for longer than the deadline, but credited for its progress,
 //!    it is not cut and reaches the head. The same snapshot read at 8 KiB/s
-//!    (half the progress rate) is cut.
+//!    (half the progress rate) is cut; read at 8 KiB/s with no write going
+//!    on (the head does not move past it), it is not.
 
 use std::time::{Duration, Instant};
 
@@ -153,7 +154,7 @@ async fn a_large_snapshot_on_a_slow_link_that_keeps_progressing_is_not_cut_off()
 
     // 16 KiB every 200 ms (~80 KiB/s) and every 2 s (8 KiB/s).
     let mut progressing = paced_reader(relay.url(), key.clone(), Duration::from_millis(200));
-    let mut too_slow = paced_reader(relay.url(), key, Duration::from_secs(2));
+    let mut too_slow = paced_reader(relay.url(), key.clone(), Duration::from_secs(2));
 
     let deadline = tokio::time::Instant::now() + guard;
     let done = tokio::time::timeout_at(
@@ -191,6 +192,18 @@ async fn a_large_snapshot_on_a_slow_link_that_keeps_progressing_is_not_cut_off()
             .clone();
     assert!(at_head.ended.is_none(), "{at_head:?}");
     assert!(at_head.revision >= head, "{at_head:?}");
+
+    // With no write moving the head past it, a snapshot on its way is not
+    // behind: one read at 8 KiB/s is not cut, however long it takes. By
+    // its 6th chunk (~10 s) it has been on its way for longer than the
+    // deadline plus its credit (2 s + 5 chunks of 16 KiB at 16 KiB/s).
+    let mut quiet = paced_reader(relay.url(), key, Duration::from_secs(2));
+    let read = tokio::time::timeout_at(deadline, quiet.wait_for(|s| s.chunks >= 6 || s.ended.is_some()))
+        .await
+        .expect("the quiet reader's 6th chunk within the guard")
+        .expect("reader alive")
+        .clone();
+    assert!(read.ended.is_none(), "a snapshot with no newer write was cut: {read:?}\n{}", relay.log());
 
     // Exactly one cut, the too-slow reader's, counted and logged.
     assert_eq!(behind_cuts().await, 1, "{}", relay.log());
