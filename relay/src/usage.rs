@@ -803,7 +803,7 @@ mod tests {
         let u = Usage::new(Metrics::new(), true);
         for (i, d) in ["1", "2", "3", "4"].iter().enumerate() {
             u.ingest(
-                &"prod".to_owned(),
+                "prod",
                 &format!("s{i}"),
                 false,
                 &snap,
