@@ -343,7 +343,9 @@ async fn read_acks(
                     false => crate::usage::check(&summary),
                 };
                 match checked {
-                    Ok(()) => hub.usage.ingest(&sub.env, &instance, &env.state.load().snapshot, summary),
+                    Ok(()) => {
+                        hub.usage.ingest(&sub.env, &instance, sub.relay, &env.state.load().snapshot, summary)
+                    }
                     // Dropped whole, counted, logged (the first per stream
                     // at warn); the stream goes on: usage is diagnostic and
                     // the flags it serves are not at stake.

@@ -4,13 +4,14 @@
 //! ones), SDK instances and defaults seen; read by `GetUsage` (admin) and,
 //! on a replica, forwarded upstream as the replica's own summaries.
 //!
-//! Bounded: per environment its flags plus at most [`MAX_ABSENT_KEYS`] keys
-//! that are no flag, at most [`MAX_KEYS`] keys over all environments (further
-//! keys dropped and counted), per flag at most [`MAX_INSTANCES`] instances
-//! and [`MAX_DEFAULTS`] defaults told apart, at most
-//! `usage::MAX_VARIATIONS` variation counts per bucket (ARCHITECTURE.md
-//! "Usage reporting" gives the memory formula). In memory only: a restart
-//! starts over (`collecting_since_unix_ms`).
+//! Bounded: per environment its flags (always admitted) plus at most
+//! [`MAX_ABSENT_KEYS`] keys that are no flag, at most [`MAX_KEYS`] such
+//! keys over all environments (further keys dropped and counted), per flag
+//! at most [`MAX_INSTANCES`] instances and [`MAX_DEFAULTS`] defaults told
+//! apart, per bucket at most as many variation counts as the flag has
+//! variations (none for a key that is no flag; ARCHITECTURE.md "Usage
+//! reporting" gives the memory formula). In memory only: a restart starts
+//! over (`collecting_since_unix_ms`).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -19,15 +20,27 @@ use std::sync::Mutex;
 use flagstream::Snapshot;
 use flagstream::usage::{MAX_DEFAULT_BYTES, MAX_FLAGS_PER_SUMMARY, MAX_KEY_BYTES, MAX_VARIATIONS};
 use flagstream_proto::v1 as pb;
+use prost::Message as _;
 use serde_json::Value as Json;
 
 use crate::metrics::Metrics;
 use crate::store::now_ms;
 
-/// Flag keys held over all environments (a safety bound; the environments'
-/// flag quotas come first); summaries naming further keys have those
-/// entries dropped (counted in `GetUsageResponse.dropped_keys`).
+/// Keys that are no flag held over all environments (a safety bound on top
+/// of the per-environment [`MAX_ABSENT_KEYS`]; real flags are always
+/// admitted, bounded by the environments' data); summaries naming further
+/// keys have those entries dropped (counted in
+/// `GetUsageResponse.dropped_keys`).
 pub(crate) const MAX_KEYS: usize = 100_000;
+/// Most encoded bytes of one summary a replica forwards (as the Rust SDK:
+/// well under the upstream's 1 MiB request limit, PROTOCOL.md 4.1).
+pub(crate) const MAX_FORWARD_BYTES: usize = 512 << 10;
+/// Room for a summary's own fields (two times and `untracked_evaluations`,
+/// each at most 11 bytes encoded).
+const SUMMARY_HEADER_BYTES: usize = 64;
+/// How often at most an environment's keys that are no flag are recounted
+/// against its current data (and idle ones dropped) when its share is full.
+const RECOUNT_MS: u64 = 60_000;
 /// Keys per environment that are no flag of it (SDKs asking for missing
 /// flags): a key holder cannot fill the table with made-up keys beyond
 /// this, nor touch another environment's share.
@@ -62,6 +75,8 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Adds entry `e` (its variation counts already clamped to the flag's
+    /// variations, see [`clamp`]).
     fn add(&mut self, e: &pb::FlagUsage) {
         if self.variations.len() < e.variations.len() {
             self.variations.resize(e.variations.len(), 0);
@@ -78,6 +93,33 @@ impl Bucket {
 
 fn fallbacks(e: &pb::FlagUsage) -> [u64; 4] {
     [e.fallback_missing, e.fallback_wrong_type, e.fallback_malformed, e.fallback_not_ready]
+}
+
+/// Drops the variation counts of `e` beyond the `n` variations the flag
+/// has in the receiver's data (all of them for a key that is no flag):
+/// a bucket never grows past the real flag, whatever a sender claims.
+fn clamp(e: &mut pb::FlagUsage, n: usize) {
+    e.variations.truncate(n);
+    while e.variations.last() == Some(&0) {
+        e.variations.pop();
+    }
+}
+
+/// Evaluations of entry `e` that passed one of `unlisted`, defaults it
+/// lists that the receiver cannot list itself (its own bound of
+/// [`MAX_DEFAULTS`]): all of the entry's evaluations not already in
+/// `other_defaults` when none of its defaults is listed (exact), else at
+/// least one per unlisted default (a lower bound: a summary does not say
+/// how many evaluations passed which default).
+fn unlisted_evaluations(e: &pb::FlagUsage, unlisted: usize) -> u64 {
+    if unlisted == 0 {
+        return 0;
+    }
+    if unlisted == e.defaults.len() {
+        let all = e.variations.iter().chain(&fallbacks(e)).fold(0u64, |a, n| a.saturating_add(*n));
+        return all.saturating_sub(e.other_defaults).max(unlisted as u64);
+    }
+    unlisted as u64
 }
 
 /// A ring of `N` buckets of `width` ms.
@@ -131,6 +173,9 @@ struct FlagStats {
     /// When an instance last found the table full.
     capped_ms: u64,
     last_evaluated_ms: u64,
+    /// When a summary last named the key (idle keys that are no flag are
+    /// dropped after a day when the environment's share is full).
+    last_seen_ms: u64,
     sole: Option<u32>,
     sole_since_ms: u64,
 }
@@ -148,8 +193,11 @@ struct Outbox {
 #[derive(Debug, Default)]
 struct EnvUsage {
     flags: HashMap<String, FlagStats>,
-    /// Keys in `flags` that were no flag of the environment when added.
+    /// Keys in `flags` that were no flag of the environment when added
+    /// (recounted against the current data when the share is full).
     absent: usize,
+    /// When `absent` was last recounted.
+    recounted_ms: u64,
     untracked: Ring,
     outbox: Outbox,
 }
@@ -157,8 +205,28 @@ struct EnvUsage {
 #[derive(Debug, Default)]
 struct Inner {
     envs: HashMap<String, EnvUsage>,
+    /// Keys held, all environments.
     keys: usize,
+    /// Of `keys`, those that are no flag (the sum of `EnvUsage::absent`).
+    absent: usize,
     dropped: u64,
+}
+
+impl EnvUsage {
+    /// Recounts the keys that are no flag of `snap`, first dropping those
+    /// no summary named for a day (their windows are empty); adjusts the
+    /// totals `keys` and `absent`.
+    fn recount(&mut self, snap: &Snapshot, now: u64, keys: &mut usize, absent: &mut usize) {
+        self.recounted_ms = now;
+        let before = self.flags.len();
+        self.flags.retain(|k, st| snap.flag(k).is_some() || st.last_seen_ms + DAY > now);
+        *keys -= before - self.flags.len();
+        self.outbox.flags.retain(|k, _| self.flags.contains_key(k));
+        self.outbox.defaults.retain(|k, _| self.flags.contains_key(k));
+        let n = self.flags.keys().filter(|k| snap.flag(k).is_none()).count();
+        *absent = *absent - self.absent + n;
+        self.absent = n;
+    }
 }
 
 /// The relay's usage table.
@@ -286,8 +354,18 @@ impl Usage {
     }
 
     /// Adds a checked summary from the stream of SDK (or replica)
-    /// `instance` in environment `env`, whose current data is `snap`.
-    pub(crate) fn ingest(&self, env: &str, instance: &str, snap: &Snapshot, s: pb::UsageSummary) {
+    /// `instance` in environment `env`, whose current data is `snap`;
+    /// `replica`: the stream is a replica relay's, whose `instances` counts
+    /// are taken (an SDK's stream stands for one instance, whatever it
+    /// sends).
+    pub(crate) fn ingest(
+        &self,
+        env: &str,
+        instance: &str,
+        replica: bool,
+        snap: &Snapshot,
+        s: pb::UsageSummary,
+    ) {
         let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
         self.metrics.usage_summaries.get_or_create(&labels).inc();
         let now = now_ms();
@@ -295,7 +373,7 @@ impl Usage {
         let mut mismatches = 0u64;
         let mut totals = [0u64; 4];
         let mut inner = self.lock();
-        let Inner { envs, keys, dropped } = &mut *inner;
+        let Inner { envs, keys, absent, dropped } = &mut *inner;
         let e = envs.entry(env.to_owned()).or_default();
         if s.untracked_evaluations > 0 {
             let b = e.untracked.bucket(LONG, HOUR, now);
@@ -304,29 +382,41 @@ impl Usage {
                 e.outbox.untracked = e.outbox.untracked.saturating_add(s.untracked_evaluations);
             }
         }
-        for f in s.flags {
+        for mut f in s.flags {
             for (t, x) in totals.iter_mut().zip(fallbacks(&f)) {
                 *t = t.saturating_add(x);
+            }
+            let flag = snap.flag(&f.key);
+            clamp(&mut f, flag.map_or(0, |fl| fl.variations.len()));
+            if !e.flags.contains_key(&f.key) && flag.is_none() {
+                // A key that is no flag: only within the environment's share
+                // (and the relay-wide bound); real flags always fit.
+                if e.absent >= MAX_ABSENT_KEYS && e.recounted_ms + RECOUNT_MS <= now {
+                    e.recount(snap, now, keys, absent);
+                }
+                if e.absent >= MAX_ABSENT_KEYS || *absent >= MAX_KEYS {
+                    *dropped += 1;
+                    continue;
+                }
+                e.absent += 1;
+                *absent += 1;
             }
             let stats = match e.flags.get_mut(&f.key) {
                 Some(st) => st,
                 None => {
-                    let is_flag = snap.flag(&f.key).is_some();
-                    if *keys >= MAX_KEYS || (!is_flag && e.absent >= MAX_ABSENT_KEYS) {
-                        *dropped += 1;
-                        continue;
-                    }
                     *keys += 1;
-                    e.absent += usize::from(!is_flag);
                     e.flags.entry(f.key.clone()).or_default()
                 }
             };
+            stats.last_seen_ms = now;
             stats.short.bucket(SHORT, FIVE_MINUTES, now).add(&f);
             stats.long.bucket(LONG, HOUR, now).add(&f);
             let evaluated = f.variations.iter().any(|n| *n > 0) || fallbacks(&f).iter().any(|n| *n > 0);
             if evaluated {
                 stats.last_evaluated_ms = now;
-                let count = f.instances.max(1);
+                // Only a replica stands for several instances (PROTOCOL.md
+                // 4.1: an SDK sends 0; what it sends is ignored).
+                let count = if replica { f.instances.max(1) } else { 1 };
                 match stats.instances.iter_mut().find(|i| i.0 == who) {
                     Some(i) => *i = (who, count, now),
                     None => {
@@ -349,6 +439,7 @@ impl Usage {
                 // Several: the "one variation since" clock starts again.
                 _ => (stats.sole, stats.sole_since_ms) = (None, now),
             }
+            let mut unlisted = 0;
             for d in &f.defaults {
                 match stats.defaults.iter_mut().find(|(t, _)| t == d) {
                     Some(seen) => seen.1 = now,
@@ -357,10 +448,17 @@ impl Usage {
                         if stats.defaults.len() < MAX_DEFAULTS {
                             stats.defaults.push((d.clone(), now));
                         } else {
-                            let b = stats.long.bucket(LONG, HOUR, now);
-                            b.other_defaults = b.other_defaults.saturating_add(1);
+                            unlisted += 1;
                         }
                     }
+                }
+            }
+            // `other_defaults` counts evaluations (sync.proto), as the
+            // summary's own `other_defaults` added above.
+            let other = unlisted_evaluations(&f, unlisted);
+            if other > 0 {
+                for b in [stats.short.bucket(SHORT, FIVE_MINUTES, now), stats.long.bucket(LONG, HOUR, now)] {
+                    b.other_defaults = b.other_defaults.saturating_add(other);
                 }
             }
             if !f.defaults.is_empty()
@@ -374,13 +472,21 @@ impl Usage {
                 if e.outbox.since_ms == 0 {
                     e.outbox.since_ms = now;
                 }
-                e.outbox.flags.entry(f.key.clone()).or_default().add(&f);
-                let ds = e.outbox.defaults.entry(f.key).or_default();
-                for d in f.defaults {
-                    if !ds.contains(&d) && ds.len() < MAX_SUMMARY_DEFAULTS {
-                        ds.push(d);
+                let ds = e.outbox.defaults.entry(f.key.clone()).or_default();
+                let mut unlisted = 0;
+                for d in &f.defaults {
+                    if ds.contains(d) {
+                        continue;
+                    }
+                    match ds.len() < MAX_SUMMARY_DEFAULTS {
+                        true => ds.push(d.clone()),
+                        false => unlisted += 1,
                     }
                 }
+                let b = e.outbox.flags.entry(f.key.clone()).or_default();
+                b.add(&f);
+                // Defaults the forwarded summary cannot list: counted.
+                b.other_defaults = b.other_defaults.saturating_add(unlisted_evaluations(&f, unlisted));
             }
         }
         self.metrics.usage_keys.set(*keys as i64);
@@ -465,7 +571,8 @@ impl Usage {
 
     /// A replica's summaries for its upstream: what its SDKs reported for
     /// `env` since the last call (each at most `MAX_FLAGS_PER_SUMMARY`
-    /// flags), with the SDK instances per flag of the last hour.
+    /// flags and [`MAX_FORWARD_BYTES`] encoded), with the SDK instances per
+    /// flag of the last hour.
     pub(crate) fn forward(&self, env: &str) -> Vec<pb::UsageSummary> {
         let now = now_ms();
         let mut inner = self.lock();
@@ -495,15 +602,30 @@ impl Usage {
                 }
             })
             .collect();
-        let mut summaries: Vec<pb::UsageSummary> = entries
-            .chunks(MAX_FLAGS_PER_SUMMARY)
-            .map(|c| pb::UsageSummary {
-                start_unix_ms: out.since_ms,
-                end_unix_ms: now,
-                flags: c.to_vec(),
-                untracked_evaluations: 0,
-            })
-            .collect();
+        let mut summaries: Vec<pb::UsageSummary> = Vec::new();
+        let mut bytes = 0usize;
+        for entry in entries {
+            // The entry as a field of the summary: tag and length prefix
+            // (at most 1 + 3 bytes for an entry under 2 MiB).
+            let len = entry.encoded_len() + 4;
+            let full = summaries.last().is_none_or(|s| {
+                s.flags.len() >= MAX_FLAGS_PER_SUMMARY
+                    || bytes + len > MAX_FORWARD_BYTES - SUMMARY_HEADER_BYTES
+            });
+            if full {
+                summaries.push(pb::UsageSummary {
+                    start_unix_ms: out.since_ms,
+                    end_unix_ms: now,
+                    flags: Vec::new(),
+                    untracked_evaluations: 0,
+                });
+                bytes = 0;
+            }
+            bytes += len;
+            if let Some(s) = summaries.last_mut() {
+                s.flags.push(entry);
+            }
+        }
         match summaries.first_mut() {
             Some(s) => s.untracked_evaluations = out.untracked,
             None => summaries.push(pb::UsageSummary {
@@ -540,8 +662,8 @@ mod tests {
         let u = Usage::new(Metrics::new(), true);
         let s = pb::UsageSummary { flags: vec![entry("kill", vec![0, 5], &["true"])], ..Default::default() };
         check(&s).unwrap();
-        u.ingest("prod", "a", &snap, s.clone());
-        u.ingest("prod", "b", &snap, s);
+        u.ingest("prod", "a", false, &snap, s.clone());
+        u.ingest("prod", "b", false, &snap, s);
         let v = u.view("prod", &snap, None);
         let f = &v.flags[0];
         assert_eq!(f.key, "kill");
@@ -561,7 +683,7 @@ mod tests {
         let u = Usage::new(Metrics::new(), false);
         for chunk in 0..3 {
             let flags = (0..1000).map(|i| entry(&format!("junk-{chunk}-{i}"), vec![1], &[])).collect();
-            u.ingest("noisy", "a", &snap, pb::UsageSummary { flags, ..Default::default() });
+            u.ingest("noisy", "a", false, &snap, pb::UsageSummary { flags, ..Default::default() });
         }
         let v = u.view("noisy", &snap, None);
         assert_eq!(v.flags.len(), MAX_ABSENT_KEYS);
@@ -569,6 +691,7 @@ mod tests {
         u.ingest(
             "quiet",
             "b",
+            false,
             &snap,
             pb::UsageSummary { flags: vec![entry("gone", vec![], &[])], ..Default::default() },
         );
@@ -588,5 +711,149 @@ mod tests {
         let d = "x".repeat(MAX_DEFAULT_BYTES + 1);
         let big = pb::UsageSummary { flags: vec![entry("k", vec![], &[&d])], ..Default::default() };
         assert_eq!(check(&big).unwrap_err().field, "usage.flags.defaults");
+    }
+    fn kill_switch() -> Snapshot {
+        let set: flagstream::FlagSet = serde_json::from_str(
+            r#"{"flags":[{"key":"kill","type":"bool","variations":[true,false],"on":false,"off_variation":1,"fallthrough":{"variation":0}}]}"#,
+        )
+        .unwrap();
+        Snapshot::compile(&set, &flagstream::Limits::default()).unwrap()
+    }
+
+    #[test]
+    fn variation_counts_are_clamped_to_the_flag() {
+        let snap = kill_switch();
+        let u = Usage::new(Metrics::new(), true);
+        let mut counts = vec![1u64; MAX_VARIATIONS];
+        counts[1] = 7;
+        let mut junk = entry("junk", vec![3; MAX_VARIATIONS], &[]);
+        junk.fallback_missing = 2;
+        let s = pb::UsageSummary { flags: vec![entry("kill", counts, &[]), junk], ..Default::default() };
+        check(&s).unwrap();
+        u.ingest("prod", "a", false, &snap, s);
+        let v = u.view("prod", &snap, None);
+        let kill = v.flags.iter().find(|f| f.key == "kill").unwrap();
+        assert_eq!(kill.day.as_ref().unwrap().variations, vec![1, 7], "2 variations, 2 counts");
+        assert_eq!(kill.hour.as_ref().unwrap().variations, vec![1, 7]);
+        let junk = v.flags.iter().find(|f| f.key == "junk").unwrap();
+        assert!(junk.day.as_ref().unwrap().variations.is_empty(), "no flag: fallbacks only");
+        assert_eq!(junk.day.as_ref().unwrap().fallback_missing, 2);
+        let fwd = u.forward("prod");
+        for f in &fwd[0].flags {
+            assert!(f.variations.len() <= 2, "{}: {:?}", f.key, f.variations);
+        }
+    }
+
+    #[test]
+    fn made_up_keys_never_displace_real_flags() {
+        let snap = kill_switch();
+        let u = Usage::new(Metrics::new(), false);
+        // Fill the relay-wide bound of keys that are no flag.
+        for env in 0..MAX_KEYS / 1000 {
+            let flags = (0..1000).map(|i| entry(&format!("junk-{i}"), vec![], &[])).collect();
+            u.ingest(
+                &format!("env-{env}"),
+                "a",
+                false,
+                &snap,
+                pb::UsageSummary { flags, ..Default::default() },
+            );
+        }
+        assert_eq!(u.lock().absent, MAX_KEYS);
+        let s = pb::UsageSummary {
+            flags: vec![entry("more-junk", vec![], &[]), entry("kill", vec![0, 1], &[])],
+            ..Default::default()
+        };
+        u.ingest("env-0", "a", false, &snap, s.clone());
+        u.ingest("fresh", "a", false, &snap, s);
+        for env in ["env-0", "fresh"] {
+            let v = u.view(env, &snap, Some("kill"));
+            assert_eq!(
+                v.flags[0].day.as_ref().unwrap().variations,
+                vec![0, 1],
+                "{env}: the real flag is kept"
+            );
+            assert_eq!(u.view(env, &snap, Some("more-junk")).flags[0].last_evaluated_unix_ms, 0);
+        }
+        assert_eq!(u.view("fresh", &snap, None).dropped_keys, 2);
+    }
+
+    #[test]
+    fn instances_only_from_replicas() {
+        let snap = kill_switch();
+        let u = Usage::new(Metrics::new(), false);
+        let mut e = entry("kill", vec![0, 1], &[]);
+        e.instances = u32::MAX;
+        u.ingest(
+            "prod",
+            "sdk",
+            false,
+            &snap,
+            pb::UsageSummary { flags: vec![e.clone()], ..Default::default() },
+        );
+        assert_eq!(u.view("prod", &snap, Some("kill")).flags[0].sdks, 1, "an SDK stream is one instance");
+        e.instances = 5;
+        u.ingest("prod", "replica", true, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
+        assert_eq!(u.view("prod", &snap, Some("kill")).flags[0].sdks, 6, "a replica stands for its subtree");
+    }
+
+    #[test]
+    fn other_defaults_count_evaluations() {
+        let snap = kill_switch();
+        let u = Usage::new(Metrics::new(), true);
+        for (i, d) in ["1", "2", "3", "4"].iter().enumerate() {
+            u.ingest(
+                "prod",
+                &format!("s{i}"),
+                false,
+                &snap,
+                pb::UsageSummary { flags: vec![entry("kill", vec![1], &[d])], ..Default::default() },
+            );
+        }
+        // A fifth default, 10 evaluations, 2 more with defaults the SDK
+        // could not list: 12 evaluations with other defaults.
+        let mut e = entry("kill", vec![6, 4], &["5"]);
+        e.other_defaults = 2;
+        e.fallback_missing = 2;
+        u.ingest("prod", "s5", false, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
+        let f = &u.view("prod", &snap, Some("kill")).flags[0];
+        assert_eq!(f.defaults.len(), MAX_DEFAULTS);
+        assert_eq!(f.other_defaults_day, 12);
+        let fwd = u.forward("prod");
+        assert_eq!(fwd[0].flags[0].defaults.len(), MAX_SUMMARY_DEFAULTS);
+        assert_eq!(fwd[0].flags[0].other_defaults, 12, "the outbox counts the default it cannot list");
+    }
+
+    #[test]
+    fn forwarded_summaries_stay_under_the_byte_bound() {
+        let snap = Snapshot::empty();
+        let u = Usage::new(Metrics::new(), true);
+        // A JSON string of exactly MAX_DEFAULT_BYTES bytes.
+        let d = |i: usize, j: usize| format!("\"{i:04}-{j}-{}\"", "x".repeat(MAX_DEFAULT_BYTES - 9));
+        // The worst case check() admits: 1,000 keys of 256 bytes, each
+        // with 4 defaults of 256 bytes (keys that are no flag: no variation
+        // counts survive).
+        let flags: Vec<pb::FlagUsage> = (0..MAX_FLAGS_PER_SUMMARY)
+            .map(|i| {
+                let ds: Vec<String> = (0..4).map(|j| d(i, j)).collect();
+                let mut e = entry(&format!("{i:0>256}"), vec![u64::MAX; MAX_VARIATIONS], &[]);
+                e.defaults = ds;
+                e.fallback_missing = u64::MAX;
+                e
+            })
+            .collect();
+        let s = pb::UsageSummary { flags, untracked_evaluations: u64::MAX, ..Default::default() };
+        assert!(s.flags.iter().all(|f| f.defaults.iter().all(|d| d.len() == MAX_DEFAULT_BYTES)));
+        check(&s).unwrap();
+        assert!(s.encoded_len() > 1 << 20, "the case is over the upstream's limit unsplit");
+        u.ingest("prod", "a", false, &snap, s);
+        let fwd = u.forward("prod");
+        assert!(fwd.len() >= 3, "{} summaries", fwd.len());
+        for m in &fwd {
+            assert!(m.encoded_len() <= MAX_FORWARD_BYTES, "{} bytes", m.encoded_len());
+            assert!(check(m).is_ok());
+        }
+        assert_eq!(fwd.iter().map(|m| m.flags.len()).sum::<usize>(), MAX_FLAGS_PER_SUMMARY);
+        assert_eq!(fwd[0].untracked_evaluations, u64::MAX);
     }
 }

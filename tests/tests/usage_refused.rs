@@ -11,7 +11,14 @@ use flagstream_tests::subscriber::Subscriber;
 
 fn summary(flags: usize) -> pb::SubscribeRequest {
     let flags = (0..flags)
-        .map(|i| pb::FlagUsage { key: format!("k{i}"), variations: vec![1], ..Default::default() })
+        // Keys that are no flag of `demo`: the relay keeps their fallbacks
+        // only (variation counts need a flag with those variations).
+        .map(|i| pb::FlagUsage {
+            key: format!("k{i}"),
+            variations: vec![1],
+            fallback_missing: 1,
+            ..Default::default()
+        })
         .collect();
     pb::SubscribeRequest {
         kind: Some(pb::subscribe_request::Kind::Usage(pb::UsageSummary { flags, ..Default::default() })),
@@ -54,7 +61,9 @@ async fn an_oversized_summary_is_refused_and_counted_and_the_stream_goes_on() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.flags[0].day.as_ref().unwrap().variations, vec![1]);
+    let day = r.flags[0].day.as_ref().unwrap();
+    assert_eq!(day.fallback_missing, 1, "the valid summary was counted");
+    assert!(day.variations.is_empty(), "no variation counts for a key that is no flag: {day:?}");
     let mut admin = relay.admin().await;
     let rev =
         flagstream_tests::relay::put(&mut admin, "demo", flagstream_tests::relay::bool_flag("after", true))

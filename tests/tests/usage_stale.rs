@@ -62,6 +62,7 @@ async fn a_flag_never_evaluated_is_stale_with_its_evidence() {
 
     let out = flagctl(&relay, &["flag", "stale", "--days", "0", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["caveat"].as_str().is_some_and(|c| c.contains("send no usage")), "{out}");
     let entries = v["flags"].as_array().unwrap();
     let of = |key: &str, kind: &str| entries.iter().find(|e| e["key"] == key && e["kind"] == kind).cloned();
     let never =
@@ -81,4 +82,5 @@ async fn a_flag_never_evaluated_is_stale_with_its_evidence() {
     assert_eq!(v["flags"].as_array().map(Vec::len), Some(0), "{out}");
     let table = flagctl(&relay, &["flag", "stale", "--days", "0"]);
     assert!(table.contains("never-used") && table.contains("not_evaluated"), "{table}");
+    assert!(table.contains("clients that send no usage"), "the caveat is printed: {table}");
 }

@@ -160,6 +160,13 @@ pub enum FlagCmd {
     /// for N days (or never, since created or since the relay began
     /// collecting usage), or serving one variation to every evaluation for
     /// N days. Creation and change times come from the audit log.
+    ///
+    /// "Not evaluated" means no usage summary reported the flag to this
+    /// relay: it cannot tell a flag nobody evaluates from one evaluated only
+    /// by clients that send no usage (SDKs with usage reports off, SDKs
+    /// without usage reporting, clients of other relays on the same
+    /// database). The table ends with this note; `-o json` has it as
+    /// `caveat`.
     Stale {
         /// Days the condition must have held (fractions allowed).
         #[arg(long, default_value_t = 30.0)]

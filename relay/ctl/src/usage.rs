@@ -241,6 +241,10 @@ struct Stale {
     evidence: String,
 }
 
+/// What `flag stale` cannot see: printed with its table and in `-o json`
+/// (`caveat`).
+pub(crate) const STALE_CAVEAT: &str = "\"not evaluated\" means no usage summary reported it to this relay: clients that send no usage (usage_reports off, SDKs without usage reporting, clients of other relays on the same database) are not seen";
+
 /// `flagctl flag stale [--days N]`.
 pub(crate) async fn stale(conn: &mut Conn, days: f64) -> CmdResult {
     if days.is_nan() || days < 0.0 {
@@ -304,13 +308,14 @@ pub(crate) async fn stale(conn: &mut Conn, days: f64) -> CmdResult {
     if conn.output != Output::Table {
         return print_data(
             conn.output,
-            &json!({"environment": conn.env, "days": days, "collecting_since_unix_ms": r.collecting_since_unix_ms, "now_unix_ms": now, "flags": out}),
+            &json!({"environment": conn.env, "days": days, "collecting_since_unix_ms": r.collecting_since_unix_ms, "now_unix_ms": now, "caveat": STALE_CAVEAT, "flags": out}),
         );
     }
     if out.is_empty() {
         println!(
             "no flag unused or serving one variation for {days} days (usage collected since {since_collecting})"
         );
+        println!("note: {STALE_CAVEAT}");
         return Ok(());
     }
     let mut t = comfy_table::Table::new();
@@ -320,5 +325,6 @@ pub(crate) async fn stale(conn: &mut Conn, days: f64) -> CmdResult {
         t.add_row([s.key.clone(), s.kind.to_owned(), format!("{:.1}", s.days), s.evidence.clone()]);
     }
     println!("{t}");
+    println!("note: {STALE_CAVEAT}");
     Ok(())
 }
