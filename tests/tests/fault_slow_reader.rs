@@ -111,10 +111,12 @@ fn paced_reader(url: String, key: String, pace: Duration) -> watch::Receiver<See
                     Some(pb::subscribe_response::Kind::Delta(d)) => seen.revision = d.to_revision,
                     _ => {}
                 });
+                // The reader's pace is what the test varies (its link rate).
                 tokio::time::sleep(pace).await;
             }
         }
         .await;
+        // Ok(()) never happens (the loop only ends in an error): empty then.
         let why = ended.err().unwrap_or_default();
         tx.send_modify(|seen| seen.ended = Some(why));
     });
@@ -145,6 +147,7 @@ async fn a_large_snapshot_on_a_slow_link_that_keeps_progressing_is_not_cut_off()
             head = put(&mut admin, "big", bool_flag("tick", i.is_multiple_of(2))).await.expect("write");
             i += 1;
             tokio::select! {
+                // The write rate (10 a second) that moves the head.
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = stop_rx.changed() => {}
             }

@@ -60,6 +60,8 @@ async fn a_wrong_default_shows_in_flag_usage_with_a_warning() {
             break f;
         }
         assert!(tokio::time::Instant::now() < deadline, "the 10 evaluations never reached the relay: {out}");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(flag["key"], "kill-switch");
@@ -99,6 +101,8 @@ async fn a_wrong_default_shows_in_flag_usage_with_a_warning() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no usage for `aligned`: {out}");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

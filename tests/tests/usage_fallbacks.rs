@@ -38,6 +38,8 @@ async fn wait_for(
             return f;
         }
         assert!(tokio::time::Instant::now() < deadline, "{what}: never arrived; last seen {f:?}");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

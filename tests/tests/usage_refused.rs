@@ -37,6 +37,8 @@ async fn an_oversized_summary_is_refused_and_counted_and_the_stream_goes_on() {
     let deadline = tokio::time::Instant::now() + STEP;
     while relay.metric(refused).await < 1.0 {
         assert!(tokio::time::Instant::now() < deadline, "the refusal was never counted");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(relay.metric(accepted).await, 0.0, "nothing of it was taken");
@@ -52,6 +54,8 @@ async fn an_oversized_summary_is_refused_and_counted_and_the_stream_goes_on() {
     let deadline = tokio::time::Instant::now() + STEP;
     while relay.metric(accepted).await < 1.0 {
         assert!(tokio::time::Instant::now() < deadline, "the valid summary was never taken");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let r = relay

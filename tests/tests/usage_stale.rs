@@ -57,6 +57,8 @@ async fn a_flag_never_evaluated_is_stale_with_its_evidence() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "the evaluation never reached the relay");
+        // Poll interval, not a timing: usage and metrics have no change
+        // notification to wait on; the deadline checked above bounds the wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 

@@ -1413,6 +1413,7 @@ mod floor {
         let mut port = String::new();
         stdout.read_line(&mut port)?;
         let url = format!("http://127.0.0.1:{}", port.trim());
+        // A benchmark tool: let the floor server settle before its baseline RSS.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, rss_before) = proc_stats(pid);
 
@@ -1440,6 +1441,7 @@ mod floor {
         for _ in 0..args.subscribers {
             ready_rx.recv().await;
         }
+        // Idle for 2 s so the idle CPU and RSS sample is not the connects' tail.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (ticks_idle, rss_idle) = proc_stats(pid);
 
@@ -1455,6 +1457,7 @@ mod floor {
         let last = args.writes as u64;
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline && rec.count(last) < args.subscribers as u64 {
+            // Poll interval for the recorder's count (bounded by `deadline`).
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let write_time = write_started.elapsed();
