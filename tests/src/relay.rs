@@ -179,6 +179,28 @@ impl Relay {
         format!("http://{}", self.grpc)
     }
 
+    /// Runs the `flagctl` built next to the relay binary against this
+    /// relay with its admin token (no config file) in environment `env`,
+    /// and returns its stdout; a failed run fails the test with its stderr.
+    pub fn flagctl(&self, env: &str, args: &[&str]) -> String {
+        let bin = relay_binary().with_file_name(format!("flagctl{}", std::env::consts::EXE_SUFFIX));
+        let out = std::process::Command::new(bin)
+            .args([
+                "--relay",
+                &self.url(),
+                "--token",
+                &self.admin_token(),
+                "--config",
+                "/nonexistent/flagctl.toml",
+            ])
+            .args(["-e", env])
+            .args(args)
+            .output()
+            .expect("flagctl runs");
+        assert!(out.status.success(), "flagctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The admin token the relay wrote on first start.
     pub fn admin_token(&self) -> String {
         if let Some(t) = &self.admin_secret {

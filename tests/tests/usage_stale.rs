@@ -1,8 +1,6 @@
 //! `flagctl flag stale` lists a flag nobody evaluated since it was created,
 //! with the evidence, and tells it apart from a flag SDKs evaluate.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use flagstream::{Client, Context};
@@ -11,23 +9,7 @@ use flagstream_tests::STEP;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 
 fn flagctl(relay: &Relay, args: &[&str]) -> String {
-    let bin: PathBuf = flagstream_tests::relay::relay_binary()
-        .with_file_name(format!("flagctl{}", std::env::consts::EXE_SUFFIX));
-    let out = Command::new(bin)
-        .args([
-            "--relay",
-            &relay.url(),
-            "--token",
-            &relay.admin_token(),
-            "--config",
-            "/nonexistent/flagctl.toml",
-        ])
-        .args(["-e", "demo"])
-        .args(args)
-        .output()
-        .expect("flagctl runs");
-    assert!(out.status.success(), "flagctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    relay.flagctl("demo", args)
 }
 
 #[tokio::test]
