@@ -565,8 +565,14 @@ impl Admin for AdminService {
             .filter(|e| p.sees(&e.meta.load().name))
             .map(|e| self.env_status(e))
             .collect();
-        // Relay-wide totals only for a token that sees every environment.
+        // Relay-wide totals and the relay tree only for a token that sees
+        // every environment.
         let subscribers_total = if p.all_environments() { self.hub.total() as u64 } else { 0 };
+        let (tree, tree_omitted) = if p.all_environments() {
+            crate::tree::whole(&self.store, &self.hub, |_| true)
+        } else {
+            (Vec::new(), 0)
+        };
         let (role, upstream) = match self.store.source() {
             StoreSource::Primary => (pb::RelayRole::Primary, String::new()),
             StoreSource::Replica { upstream } => (pb::RelayRole::Replica, upstream.clone()),
@@ -581,6 +587,8 @@ impl Admin for AdminService {
             subscribers_total,
             uptime_ms: self.started.elapsed().as_millis() as u64,
             primary: self.store.primary().unwrap_or_default(),
+            tree,
+            tree_omitted,
         }))
     }
 

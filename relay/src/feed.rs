@@ -438,8 +438,9 @@ impl Feed {
             let recent: Vec<u64> = std::iter::once(state.revision)
                 .chain(state.log.iter().rev().take(REPORTED_REVISIONS).map(|e| e.revision))
                 .collect();
-            let bytes =
-                self.hub.subtree_report(&state.name, &state.epoch, &recent).to_proto().encode_to_vec();
+            let mut report = self.hub.subtree_report(&state.name, &state.epoch, &recent).to_proto();
+            (report.nodes, report.nodes_omitted) = crate::tree::subtree(&self.store, &self.hub, &state.name);
+            let bytes = report.encode_to_vec();
             // Unchanged reports are republished too, well within the
             // freshness peers require: a quiet relay still counts.
             let fresh = published.get(&state.name).is_some_and(|(b, at)| {
@@ -453,7 +454,7 @@ impl Feed {
         let mut peers: HashMap<String, Vec<Report>> = HashMap::new();
         for (_, env, _, bytes) in query::peer_reports(c, &self.relay_id, PEER_FRESH_SECS).await? {
             match pb::PropagationReport::decode(bytes.as_slice()) {
-                Ok(r) => peers.entry(env).or_default().push(Report::from_proto(&r)),
+                Ok(r) => peers.entry(env).or_default().push(Report::from_proto(&r, "")),
                 Err(e) => tracing::warn!(env, error = %e, "a peer relay's report does not decode"),
             }
         }

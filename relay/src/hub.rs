@@ -202,6 +202,8 @@ pub(crate) struct Hub {
     /// The latest reports of the other relays of a shared database, per
     /// environment (PostgreSQL: every relay answers for the deployment).
     peers: Mutex<HashMap<String, Vec<Report>>>,
+    /// This relay as a node of the relay tree (`crate::tree`).
+    pub node: crate::tree::Identity,
     /// Limits in force.
     pub limits: HubLimits,
     /// The per-environment subscriber quota now (reloaded on SIGHUP).
@@ -224,6 +226,7 @@ impl Hub {
             usage: Usage::new(metrics.clone(), false),
             stats: Mutex::new(HashMap::default()),
             peers: Mutex::new(HashMap::new()),
+            node: crate::tree::Identity::default(),
             per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
             limits,
             metrics,
@@ -448,10 +451,16 @@ impl Hub {
         *Self::lock(&self.peers) = reports;
     }
 
+    /// The latest reports of a shared database's other relays for `env`.
+    pub(crate) fn peer_reports(&self, env: &str) -> Vec<Report> {
+        // No entry: no peer has reported on this environment yet (none).
+        Self::lock(&self.peers).get(env).cloned().unwrap_or_default()
+    }
+
     /// Stores a replica relay's latest report (it replaces the previous).
     pub(crate) fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
         if sub.relay {
-            *Self::lock(&sub.report) = Some(Report::from_proto(report));
+            *Self::lock(&sub.report) = Some(Report::from_proto(report, &self.node.id));
         }
     }
 
@@ -610,7 +619,7 @@ impl Hub {
                 Some((revision, acked, latency))
             })
             .collect();
-        Report { epoch: epoch.to_owned(), subscribers, revisions }
+        Report { epoch: epoch.to_owned(), subscribers, revisions, nodes: Vec::new(), nodes_omitted: 0 }
     }
 
     /// Whether `s` has stayed behind the head past the behind deadline

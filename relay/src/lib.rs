@@ -34,9 +34,11 @@ mod replica;
 mod replication;
 mod secret;
 mod server;
+mod status_page;
 mod store;
 mod subscribe;
 mod transport;
+mod tree;
 mod usage;
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).

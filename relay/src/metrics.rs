@@ -1,6 +1,7 @@
 //! Prometheus metrics: the registry, every metric the relay exports, and
-//! the `/metrics` HTTP endpoint on its own port. docs/OPERATIONS.md lists
-//! them with suggested alerts.
+//! the HTTP listener on its own port serving `/metrics` and whatever
+//! [`Pages`] adds (the status page). docs/OPERATIONS.md lists the metrics
+//! with suggested alerts.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -106,6 +107,27 @@ pub struct Metrics {
     pub usage_default_mismatches: Family<Labels, Counter>,
     /// Flag keys held in the usage table (all environments).
     pub usage_keys: Gauge,
+    /// Fallbacks SDKs reported per environment and flag (flags of the
+    /// environment only; past 100 flags per environment, `flag="_other"`).
+    pub usage_flag_fallbacks: Family<Labels, Counter>,
+    /// Per environment: this relay's head revision minus the oldest
+    /// revision any relay of its tree holds (at the same epoch); set when
+    /// scraped.
+    pub revision_drift: Family<Labels, Gauge>,
+    /// Status page requests by result (`ok`, `unauthenticated`,
+    /// `forbidden`, `not_found`).
+    pub status_page_requests: Family<Labels, Counter>,
+}
+
+/// What the metrics listener serves besides `/metrics`: the status page
+/// (`crate::status_page`), and gauges computed from state just before a
+/// scrape.
+pub trait Pages: Send + Sync {
+    /// Called before each `/metrics` rendering.
+    fn before_scrape(&self);
+    /// The response to `GET path` with `authorization` (the header's
+    /// value), or `None`: not a page of its (404).
+    fn get(&self, path: &str, authorization: Option<&str>) -> Option<Response<Full<Bytes>>>;
 }
 
 /// Index into [`Metrics::sent`] by message kind.
@@ -165,6 +187,9 @@ impl Metrics {
             usage_fallbacks: Family::default(),
             usage_default_mismatches: Family::default(),
             usage_keys: Gauge::default(),
+            usage_flag_fallbacks: Family::default(),
+            revision_drift: Family::default(),
+            status_page_requests: Family::default(),
         };
         r.register("connections", "Open gRPC connections per listener", m.connections.clone());
         r.register(
@@ -261,6 +286,24 @@ impl Metrics {
             m.usage_default_mismatches.clone(),
         );
         r.register("usage_keys", "Flag keys held in the relay's usage table", m.usage_keys.clone());
+        r.register(
+            "usage_flag_fallbacks",
+            "Evaluations that returned the caller's default, reported by SDKs, by environment and flag (100 flags per environment, then flag=\"_other\")",
+            m.usage_flag_fallbacks.clone(),
+        );
+        r.register(
+            "revision_drift",
+            "This relay's head revision minus the oldest revision any relay of its tree holds, by environment",
+            m.revision_drift.clone(),
+        );
+        r.register(
+            "status_page_requests",
+            "Status page requests on the metrics listener, by result",
+            m.status_page_requests.clone(),
+        );
+        for result in ["ok", "unauthenticated", "forbidden", "not_found"] {
+            m.status_page_requests.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
+        }
         for (result, field) in [
             ("accepted", ""),
             ("refused", "usage.flags"),
@@ -392,7 +435,12 @@ const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(10);
 /// [`METRICS_HEADER_TIMEOUT`] to send the headers, ten seconds per
 /// connection, and a failing `accept` (e.g. out of file descriptors) backs
 /// off instead of spinning.
-pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    pages: Option<Arc<dyn Pages>>,
+    stop: CancellationToken,
+) {
     let permits = Arc::new(Semaphore::new(MAX_METRICS_CONNECTIONS));
     let per_address = Arc::new(std::sync::Mutex::new(HashMap::<IpAddr, usize>::new()));
     // Refusal lines: at most 5 a second (bursts of 10); the rest are
@@ -426,7 +474,7 @@ pub async fn serve(listener: TcpListener, metrics: Metrics, stop: CancellationTo
             Err(_) => ("metrics_connections", MAX_METRICS_CONNECTIONS, "too many open"),
             Ok(permit) => match AddressSlot::take(&per_address, crate::limit::client_of(peer.ip())) {
                 Some(from) => {
-                    tokio::spawn(serve_one(stream, peer, metrics.clone(), (permit, from)));
+                    tokio::spawn(serve_one(stream, peer, metrics.clone(), pages.clone(), (permit, from)));
                     continue;
                 }
                 None => (
@@ -454,21 +502,31 @@ async fn serve_one(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     metrics: Metrics,
+    pages: Option<Arc<dyn Pages>>,
     _slots: (tokio::sync::OwnedSemaphorePermit, AddressSlot),
 ) {
     let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
         let metrics = metrics.clone();
+        let pages = pages.clone();
         async move {
-            let resp = if req.uri().path() == "/metrics" {
-                Response::builder()
+            let path = req.uri().path();
+            if path == "/metrics" {
+                if let Some(p) = &pages {
+                    p.before_scrape();
+                }
+                return Response::builder()
                     .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
                     .body(Full::new(Bytes::from(metrics.render())))
-            } else {
-                Response::builder()
-                    .status(StatusCode::NOT_FOUND)
-                    .body(Full::new(Bytes::from_static(b"not found\n")))
-            };
-            resp.map_err(std::io::Error::other)
+                    .map_err(std::io::Error::other);
+            }
+            let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            if let Some(resp) = pages.as_ref().and_then(|p| p.get(path, auth)) {
+                return Ok(resp);
+            }
+            Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(Full::new(Bytes::from_static(b"not found\n")))
+                .map_err(std::io::Error::other)
         }
     });
     let conn = http1::Builder::new()

@@ -186,12 +186,20 @@ pub(crate) struct Report {
     pub subscribers: u64,
     /// Per revision: acked count and latency histogram.
     pub revisions: Vec<(u64, u64, Histogram)>,
+    /// The relays of the reporting subtree (`crate::tree`), parents set.
+    pub nodes: Vec<pb::RelayNode>,
+    /// Entries the subtree left out (`crate::tree::received`).
+    pub nodes_omitted: u64,
 }
 
 impl Report {
-    /// From the wire form.
-    pub(crate) fn from_proto(r: &pb::PropagationReport) -> Report {
+    /// From the wire form, as received by the relay `parent` (empty for a
+    /// shared database's peer: a root of the tree).
+    pub(crate) fn from_proto(r: &pb::PropagationReport, parent: &str) -> Report {
+        let (nodes, nodes_omitted) = crate::tree::received(r, parent);
         Report {
+            nodes,
+            nodes_omitted,
             epoch: r.epoch.clone(),
             subscribers: r.subscribers,
             revisions: r
@@ -208,9 +216,12 @@ impl Report {
         self.revisions.iter().find(|(r, _, _)| *r == revision).map(|(_, a, h)| (*a, h))
     }
 
-    /// The wire form.
+    /// The wire form (the propagation part: a sender adds its subtree's
+    /// nodes, `crate::tree::subtree`).
     pub(crate) fn to_proto(&self) -> pb::PropagationReport {
         pb::PropagationReport {
+            nodes: Vec::new(),
+            nodes_omitted: 0,
             epoch: self.epoch.clone(),
             subscribers: self.subscribers,
             revisions: self

@@ -429,7 +429,8 @@ impl Sink for EnvSink {
         let recent: Vec<u64> = std::iter::once(state.revision)
             .chain(state.log.iter().rev().take(crate::propagation::REPORTED_REVISIONS).map(|e| e.revision))
             .collect();
-        let report = self.hub.subtree_report(&self.env, &state.epoch, &recent).to_proto();
+        let mut report = self.hub.subtree_report(&self.env, &state.epoch, &recent).to_proto();
+        (report.nodes, report.nodes_omitted) = crate::tree::subtree(&self.store, &self.hub, &self.env);
         let mut last = self.last_report.lock().unwrap_or_else(|p| p.into_inner());
         if last.as_ref() == Some(&report) {
             return None;

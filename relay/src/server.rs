@@ -346,6 +346,7 @@ pub(crate) async fn serve(
     );
     // A replica keeps its SDKs' usage for its upstream too.
     let hub = Arc::new(if cfg.upstream.is_some() { hub.forwarding_usage() } else { hub });
+    hub.node.set_name(cfg.advertise_url.clone().unwrap_or_else(|| running.grpc.to_string()));
     let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
     store.set_size_quota(cfg.quotas.sizes());
     let sync = SyncService::new(
@@ -376,7 +377,14 @@ pub(crate) async fn serve(
     );
     tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone(), hub.clone()));
     let background = CancellationToken::new();
-    tokio::spawn(metrics::serve(metrics_listener, metrics.clone(), background.clone()));
+    let pages =
+        crate::status_page::StatusPage::new(store.clone(), hub.clone(), tokens.clone(), metrics.clone());
+    tokio::spawn(metrics::serve(
+        metrics_listener,
+        metrics.clone(),
+        Some(Arc::new(pages)),
+        background.clone(),
+    ));
     tokio::spawn(hub.clone().reap(background.clone()));
     tokio::spawn(expire_keys(store.clone(), hub.clone(), background.clone()));
     tokio::spawn(prune_quotas(quotas.clone(), background.clone()));

@@ -63,6 +63,13 @@ const SHORT: usize = 12;
 const LONG: usize = 24;
 
 /// Fallback causes, in `UsageWindow` order.
+/// Flags per environment with their own `usage_flag_fallbacks` series:
+/// the metric's cardinality bound (OPERATIONS.md §7.9).
+pub(crate) const MAX_FLAG_SERIES: usize = 100;
+
+/// The `flag` label of fallbacks of flags past [`MAX_FLAG_SERIES`].
+pub(crate) const OTHER_FLAGS: &str = "_other";
+
 const CAUSES: [&str; 4] = ["missing", "wrong_type", "malformed", "not_ready"];
 
 /// Counts in one bucket of time.
@@ -233,6 +240,9 @@ impl EnvUsage {
 #[derive(Debug)]
 pub(crate) struct Usage {
     inner: Mutex<Inner>,
+    /// Per environment, the flags that have their own
+    /// `usage_flag_fallbacks` series (at most [`MAX_FLAG_SERIES`]).
+    flag_series: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     metrics: Metrics,
     /// A replica: keeps an outbox per environment for its upstream.
     forward: bool,
@@ -339,7 +349,13 @@ impl FlagStats {
 impl Usage {
     /// An empty table; `forward`: keep what arrives for an upstream too.
     pub(crate) fn new(metrics: Metrics, forward: bool) -> Usage {
-        Usage { inner: Mutex::new(Inner::default()), metrics, forward, started_ms: now_ms() }
+        Usage {
+            inner: Mutex::new(Inner::default()),
+            flag_series: Mutex::new(HashMap::new()),
+            metrics,
+            forward,
+            started_ms: now_ms(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -372,6 +388,7 @@ impl Usage {
         let who = instance_hash(instance);
         let mut mismatches = 0u64;
         let mut totals = [0u64; 4];
+        let mut per_flag: Vec<(String, u64)> = Vec::new();
         let mut inner = self.lock();
         let Inner { envs, keys, absent, dropped } = &mut *inner;
         let e = envs.entry(env.to_owned()).or_default();
@@ -387,6 +404,10 @@ impl Usage {
                 *t = t.saturating_add(x);
             }
             let flag = snap.flag(&f.key);
+            let n: u64 = fallbacks(&f).iter().fold(0, |a, b| a.saturating_add(*b));
+            if n > 0 && flag.is_some() {
+                per_flag.push((f.key.clone(), n));
+            }
             clamp(&mut f, flag.map_or(0, |fl| fl.variations.len()));
             if !e.flags.contains_key(&f.key) && flag.is_none() {
                 // A key that is no flag: only within the environment's share
@@ -500,6 +521,23 @@ impl Usage {
         if mismatches > 0 {
             let labels = vec![("environment", env.to_owned())];
             self.metrics.usage_default_mismatches.get_or_create(&labels).inc_by(mismatches);
+        }
+        if !per_flag.is_empty() {
+            let mut series = self.flag_series.lock().unwrap_or_else(|p| p.into_inner());
+            let labelled = series.entry(env.to_owned()).or_default();
+            for (key, n) in per_flag {
+                // The first MAX_FLAG_SERIES flags of an environment with
+                // fallbacks get their own series; later ones share one.
+                let flag = if labelled.contains(&key)
+                    || (labelled.len() < MAX_FLAG_SERIES && labelled.insert(key.clone()))
+                {
+                    key
+                } else {
+                    OTHER_FLAGS.to_owned()
+                };
+                let labels = vec![("environment", env.to_owned()), ("flag", flag)];
+                self.metrics.usage_flag_fallbacks.get_or_create(&labels).inc_by(n);
+            }
         }
     }
 

@@ -62,6 +62,8 @@ async fn reports_with_counts_up_to_u64_max_saturate() {
             ],
             max_latency_ms: 9,
         }],
+        nodes: vec![],
+        nodes_omitted: 0,
     };
     let mut replicas = Vec::new();
     for _ in 0..2 {

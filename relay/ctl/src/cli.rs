@@ -40,7 +40,14 @@ pub enum Command {
     /// Evaluate a flag for a context on the relay (same engine as the SDK).
     Eval(eval::EvalArgs),
     /// Relay health, role, revisions and subscribers.
-    Status,
+    Status {
+        /// Every relay of the tree below (and, on a shared database, beside)
+        /// this one: version, uptime, memory, streams, and per environment
+        /// the revision, lag, data age and SDKs. Needs a token that sees
+        /// every environment.
+        #[arg(long)]
+        tree: bool,
+    },
     /// SDK keys of an environment.
     #[command(subcommand)]
     Key(access::KeyCmd),
