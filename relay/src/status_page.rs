@@ -122,10 +122,17 @@ impl StatusPage {
     /// and its flags with fallbacks or default mismatches.
     fn environment(&self, e: &crate::store::Env, drift: &std::collections::HashMap<String, u64>) -> Json {
         let s = e.state.load();
-        let revisions: Vec<Json> = std::iter::once((s.revision, s.committed_unix_ms))
+        // The head, then the log newest first (whose newest entry is
+        // usually the head itself: listed once).
+        let mut latest: Vec<(u64, u64)> = std::iter::once((s.revision, s.committed_unix_ms))
             .chain(s.log.iter().rev().map(|l| (l.revision, l.committed_unix_ms)))
             .filter(|(r, _)| *r > 0)
-            .take(REVISIONS_SHOWN)
+            .take(REVISIONS_SHOWN + 1)
+            .collect();
+        latest.dedup_by_key(|(r, _)| *r);
+        latest.truncate(REVISIONS_SHOWN);
+        let revisions: Vec<Json> = latest
+            .into_iter()
             .map(|(revision, committed)| {
                 let p = self.hub.propagation(&s.name, &s.epoch, revision);
                 json!({

@@ -70,6 +70,10 @@ pub(crate) const MAX_FLAG_SERIES: usize = 100;
 /// The `flag` label of fallbacks of flags past [`MAX_FLAG_SERIES`].
 pub(crate) const OTHER_FLAGS: &str = "_other";
 
+/// The `flag` label of fallbacks of keys that are no flag of the
+/// environment (typos, deleted flags, hostile keys).
+pub(crate) const UNKNOWN_FLAGS: &str = "_unknown";
+
 const CAUSES: [&str; 4] = ["missing", "wrong_type", "malformed", "not_ready"];
 
 /// Counts in one bucket of time.
@@ -405,8 +409,11 @@ impl Usage {
             }
             let flag = snap.flag(&f.key);
             let n: u64 = fallbacks(&f).iter().fold(0, |a, b| a.saturating_add(*b));
-            if n > 0 && flag.is_some() {
-                per_flag.push((f.key.clone(), n));
+            if n > 0 {
+                // Keys that are no flag share one series: an SDK key must
+                // not be able to take the real flags' series.
+                let key = if flag.is_some() { f.key.clone() } else { UNKNOWN_FLAGS.to_owned() };
+                per_flag.push((key, n));
             }
             clamp(&mut f, flag.map_or(0, |fl| fl.variations.len()));
             if !e.flags.contains_key(&f.key) && flag.is_none() {
@@ -528,7 +535,8 @@ impl Usage {
             for (key, n) in per_flag {
                 // The first MAX_FLAG_SERIES flags of an environment with
                 // fallbacks get their own series; later ones share one.
-                let flag = if labelled.contains(&key)
+                let flag = if key == UNKNOWN_FLAGS
+                    || labelled.contains(&key)
                     || (labelled.len() < MAX_FLAG_SERIES && labelled.insert(key.clone()))
                 {
                     key
@@ -713,6 +721,39 @@ mod tests {
         assert_eq!(fwd[0].flags[0].variations, vec![0, 10]);
         assert_eq!(fwd[0].flags[0].instances, 2);
         assert!(u.forward("prod").is_empty(), "forwarded once");
+    }
+
+    #[test]
+    fn per_flag_fallback_series_are_bounded() {
+        let flags: Vec<String> = (0..MAX_FLAG_SERIES + 5)
+            .map(|i| format!(r#"{{"key":"f{i}","type":"bool","variations":[true,false],"on":false,"off_variation":1,"fallthrough":{{"variation":0}}}}"#))
+            .collect();
+        let set: flagstream::FlagSet =
+            serde_json::from_str(&format!(r#"{{"flags":[{}]}}"#, flags.join(","))).unwrap();
+        let snap = Snapshot::compile(&set, &flagstream::Limits::default()).unwrap();
+        let metrics = Metrics::new();
+        let u = Usage::new(metrics.clone(), false);
+        let wrong_type = |key: String| pb::FlagUsage { key, fallback_wrong_type: 2, ..Default::default() };
+        // Made-up keys first: they must not take the real flags' series.
+        let made_up = (0..MAX_FLAG_SERIES).map(|i| wrong_type(format!("typo-{i}"))).collect();
+        u.ingest("prod", "a", false, &snap, pb::UsageSummary { flags: made_up, ..Default::default() });
+        let real = (0..MAX_FLAG_SERIES + 5).map(|i| wrong_type(format!("f{i}"))).collect();
+        u.ingest("prod", "a", false, &snap, pb::UsageSummary { flags: real, ..Default::default() });
+        let value = |flag: &str| {
+            let labels = vec![("environment", "prod".to_owned()), ("flag", flag.to_owned())];
+            metrics.usage_flag_fallbacks.get_or_create(&labels).get()
+        };
+        assert_eq!(
+            value(UNKNOWN_FLAGS),
+            2 * MAX_FLAG_SERIES as u64,
+            "every made-up key's fallbacks, in one series"
+        );
+        assert_eq!(value("f0"), 2);
+        assert_eq!(value(&format!("f{}", MAX_FLAG_SERIES - 1)), 2);
+        assert_eq!(value(OTHER_FLAGS), 10, "the 5 flags past the bound share one series");
+        let text = metrics.render();
+        let series = text.lines().filter(|l| l.starts_with("flagstream_usage_flag_fallbacks_total{")).count();
+        assert_eq!(series, MAX_FLAG_SERIES + 2, "100 flags, _other and _unknown");
     }
 
     #[test]

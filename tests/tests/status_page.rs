@@ -1,0 +1,234 @@
+//! The relay's status page, in a real browser against a real relay tree: a
+//! primary and a replica (processes), an SDK on the replica evaluating a
+//! kill switch with the wrong default and a flag that does not exist.
+//! Headless Chromium (Debian's `chromium`, driven by playwright-core from
+//! `tests/browser`) opens the primary's `/status`, is refused with a token
+//! scoped to one environment (the page says why and keeps nothing), logs
+//! in with a read token on all environments, and must show both relays,
+//! the environment's propagation, the mismatched default and the missing
+//! flag; it takes a screenshot (docs/status-page.png is one). Plain HTTP
+//! checks the refusals (401 without or with a bad token, 403 scoped, each
+//! counted) and the per-flag fallback metric.
+//!
+//! Without node, npm or Chromium at /usr/bin/chromium (or
+//! `FLAGSTREAM_CHROMIUM`) the test fails, saying what to install.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use flagstream::{Client, Context};
+use flagstream_proto::v1 as pb;
+use flagstream_tests::STEP;
+use flagstream_tests::cluster::Cluster;
+use flagstream_tests::relay::{Relay, bool_flag, put};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("FLAGSTREAM_CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+
+/// Runs `cmd`; panics with its output unless it succeeds.
+fn run(what: &str, cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{what}: could not start ({e}); the status page test needs Node.js >= 18 and npm on PATH")
+    });
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `GET path` on the metrics listener; the status code and body.
+async fn get(addr: SocketAddr, path: &str, authorization: Option<&str>) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("metrics listener");
+    let auth = authorization.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    let code =
+        out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status: {out}"));
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+async fn create_token(relay: &Relay, name: &str, envs: &[&str]) -> String {
+    relay
+        .admin()
+        .await
+        .create_token(pb::CreateTokenRequest {
+            name: name.into(),
+            role: pb::TokenRole::Read as i32,
+            environments: envs.iter().map(|e| (*e).to_owned()).collect(),
+            replicate: false,
+        })
+        .await
+        .expect("create token")
+        .into_inner()
+        .secret
+}
+
+#[tokio::test]
+async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
+    let chromium = chromium();
+    assert!(
+        chromium.exists(),
+        "{} not found: the status page test needs Chromium (Debian: apt-get install chromium; .ci/run installs it) \
+         or FLAGSTREAM_CHROMIUM pointing at one",
+        chromium.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // Replicas forward usage every 200 ms instead of every minute.
+    let c = Cluster::start(dir.path(), 1, &[], &["--upstream-usage-interval", "200ms"]).await;
+    let primary = &c.primary;
+    primary.create_env("staging").await;
+    let mut admin = primary.admin().await;
+    // Off: serves false to everyone, while callers pass true.
+    let head = put(&mut admin, "demo", bool_flag("kill-switch", false)).await.unwrap();
+    c.replicas[0].wait_head("demo", head).await;
+    let sdk = Client::builder()
+        .endpoints([c.replicas[0].url()])
+        .sdk_key(primary.demo_key())
+        .usage_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    assert!(sdk.wait_ready(STEP).await.has_data());
+    for i in 0..5 {
+        let ctx = Context::new(format!("user-{i}"));
+        assert!(!sdk.bool("kill-switch", &ctx, true));
+        assert!(sdk.bool("no-such-flag", &ctx, true), "a missing flag falls back to the default");
+    }
+    // Asked for as a string: a wrong-type fallback of a real flag.
+    assert_eq!(sdk.string("kill-switch", &Context::new("typed"), "x"), "x");
+
+    // The refusals, over plain HTTP, each counted.
+    let reader = create_token(primary, "status-reader", &[]).await;
+    let scoped = create_token(primary, "demo-reader", &["demo"]).await;
+    let addr = primary.metrics;
+    let (code, body) = get(addr, "/status.json", None).await;
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("token required"), "{body}");
+    let (code, body) = get(addr, "/status.json", Some("Bearer not-a-token")).await;
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = get(addr, "/status.json", Some(&format!("Bearer {scoped}"))).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("all environments"), "the refusal says what is needed: {body}");
+    assert!(primary.metric("flagstream_status_page_requests_total{result=\"unauthenticated\"}").await >= 2.0);
+    assert!(primary.metric("flagstream_status_page_requests_total{result=\"forbidden\"}").await >= 1.0);
+    let (code, _) = get(addr, "/status/nothing-here", None).await;
+    assert_eq!(code, 404);
+
+    // The fallbacks reach the primary's per-flag metric: the real flag's
+    // under its key, the key that is no flag's under `_unknown`.
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let text = primary.metrics_text().await;
+        let series: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("flagstream_usage_flag_fallbacks_total{")).collect();
+        let demo = "flagstream_usage_flag_fallbacks_total{environment=\"demo\",flag=";
+        if series.contains(&format!("{demo}\"_unknown\"}} 5").as_str())
+            && series.contains(&format!("{demo}\"kill-switch\"}} 1").as_str())
+        {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let r = c.replicas[0].metrics_text().await;
+            let fb: Vec<&str> = text.lines().chain(r.lines()).filter(|l| l.contains("fallbacks")).collect();
+            panic!(
+                "the per-flag fallbacks never reached the primary: {series:?}; all fallback lines: {fb:#?}"
+            );
+        }
+        // Poll interval: metrics have no change notification; the
+        // deadline above bounds the wait.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    run(
+        "npm ci (tests/browser)",
+        Command::new("npm").args(["ci", "--no-audit", "--no-fund"]).current_dir(browser_dir()),
+    );
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let _ = std::fs::remove_file(&screenshot); // absent on a first run: nothing to remove
+    let cfg = serde_json::json!({
+        "url": format!("http://{addr}/status"),
+        "token": reader,
+        "scoped_token": scoped,
+        "nodes": 2,
+        "flags": ["kill-switch", "no-such-flag"],
+        "screenshot": screenshot,
+    });
+    let out = run(
+        "node status_page.mjs (headless Chromium)",
+        Command::new("node")
+            .arg("status_page.mjs")
+            .arg(cfg.to_string())
+            .current_dir(browser_dir())
+            .env("FLAGSTREAM_CHROMIUM", &chromium),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let page: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the script's output is not JSON ({e}): {stdout}"));
+    println!("{page:#}");
+
+    assert_eq!(page["page_status"], 200);
+    let csp = page["csp"].as_str().expect("a content security policy");
+    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    // The refusal is shown and no token is kept.
+    let refusal = page["login_error"].as_str().unwrap();
+    assert!(refusal.contains("may not read the status page"), "{refusal}");
+    assert_eq!(page["stored_after_refusal"], 0);
+    assert_eq!(page["login_visible"], false);
+    // Nothing fails in the page and nothing leaves the relay's origin.
+    assert_eq!(page["console_errors"], serde_json::json!([]), "console errors");
+    // The one failed load is the refused token's.
+    assert_eq!(page["failed_responses"], serde_json::json!(["403 /status.json"]));
+    assert_eq!(page["page_errors"], serde_json::json!([]), "page errors");
+    assert_eq!(page["requests_elsewhere"], serde_json::json!([]));
+
+    // Both relays, the primary first, the replica drawn under it.
+    let tree = page["tree"].as_array().unwrap();
+    assert_eq!(tree[0]["role"], "primary");
+    assert_eq!(tree[1]["role"], "replica");
+    let replica_row = tree[1]["text"].as_str().unwrap();
+    assert!(replica_row.contains("└─"), "the replica is drawn under the primary: {replica_row}");
+    assert!(replica_row.contains(&format!("demo r{head} (lag 0")), "{replica_row}");
+    assert!(replica_row.contains("1 SDKs"), "the replica's SDK: {replica_row}");
+    assert!(tree[0]["text"].as_str().unwrap().contains(env!("CARGO_PKG_VERSION")));
+
+    // Both environments; demo lists the two bad flags.
+    let envs = page["environments"].as_array().unwrap();
+    let names: Vec<&str> = envs.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["demo", "staging"]);
+    let demo = &envs[0];
+    // The latest revisions' propagation, newest first, each once.
+    let revisions: Vec<u64> =
+        demo["revisions"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect();
+    assert_eq!(revisions.first(), Some(&head), "{demo}");
+    assert!(revisions.windows(2).all(|w| w[0] > w[1]), "each revision once, newest first: {revisions:?}");
+    let flags = demo["flags"].as_array().unwrap();
+    let row = |key: &str| flags.iter().find(|f| f["flag"] == key).unwrap_or_else(|| panic!("{key}: {demo}"));
+    let kill = row("kill-switch");
+    assert_eq!(kill["mismatch"], true);
+    assert!(kill["text"].as_str().unwrap().contains("DEFAULT MISMATCH"), "{kill}");
+    let missing = row("no-such-flag");
+    assert_eq!(missing["mismatch"], false);
+    assert!(kill["text"].as_str().unwrap().contains('1'), "the wrong-type fallback: {kill}");
+    assert!(missing["text"].as_str().unwrap().contains("(no such flag)"), "{missing}");
+    assert!(missing["text"].as_str().unwrap().contains('5'), "five missing fallbacks: {missing}");
+    assert!(envs[1]["text"].as_str().unwrap().contains("None."), "staging has nothing to show");
+
+    // Forgetting the token clears it.
+    assert_eq!(page["stored_after_forget"], 0);
+    let png = std::fs::read(&screenshot).expect("the screenshot was written");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+}
