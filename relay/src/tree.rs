@@ -46,7 +46,8 @@ struct Sample {
     at: Instant,
     unix_ms: u64,
     rss_bytes: u64,
-    staleness_ms: HashMap<String, u64>,
+    /// Per environment: the revision held then, and its staleness.
+    staleness_ms: HashMap<String, (u64, u64)>,
 }
 
 impl Default for Identity {
@@ -82,7 +83,7 @@ impl Identity {
             staleness_ms: store
                 .envs()
                 .iter()
-                .map(|e| (e.meta.load().name.clone(), store.staleness_ms(e)))
+                .map(|e| (e.meta.load().name.clone(), (e.state.load().revision, store.staleness_ms(e))))
                 .collect(),
         };
         *slot = Some(s.clone());
@@ -101,8 +102,12 @@ impl Identity {
                     name: s.name.clone(),
                     epoch: s.epoch.clone(),
                     revision: s.revision,
-                    // Absent until the next 5-s sample sees a new environment: fresh data.
-                    staleness_ms: sample.staleness_ms.get(&s.name).copied().unwrap_or_default(),
+                    // The sample's, unless the environment has moved since
+                    // (new data, or new since the sample): then read now.
+                    staleness_ms: match sample.staleness_ms.get(&s.name) {
+                        Some((revision, ms)) if *revision == s.revision => *ms,
+                        _ => store.staleness_ms(e),
+                    },
                     subscribers: hub.count(&s.name) as u64,
                 })
             })

@@ -91,6 +91,8 @@ try {
       })),
     })),
   );
+  out.images = await page.evaluate(() => document.querySelectorAll("img").length);
+  out.title = await page.title();
   await page.screenshot({ path: cfg.screenshot, fullPage: true });
 
   // Forgetting the token returns to the login form and clears storage.

@@ -78,6 +78,9 @@ async fn create_token(relay: &Relay, name: &str, envs: &[&str]) -> String {
         .secret
 }
 
+/// A caller's default the page must show as text, never as markup.
+const HOSTILE: &str = "<img src=x onerror=\"document.title='owned'\">";
+
 #[tokio::test]
 async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     let chromium = chromium();
@@ -108,6 +111,8 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
         assert!(!sdk.bool("kill-switch", &ctx, true));
         assert!(sdk.bool("no-such-flag", &ctx, true), "a missing flag falls back to the default");
     }
+    // A default that is markup: the page must show it as text.
+    assert_eq!(sdk.string("html-default", &Context::new("x"), HOSTILE), HOSTILE);
     // Asked for as a string: a wrong-type fallback of a real flag.
     assert_eq!(sdk.string("kill-switch", &Context::new("typed"), "x"), "x");
 
@@ -129,14 +134,14 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     assert_eq!(code, 404);
 
     // The fallbacks reach the primary's per-flag metric: the real flag's
-    // under its key, the key that is no flag's under `_unknown`.
+    // under its key, the two keys that are no flag (5 + 1) under `_unknown`.
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let text = primary.metrics_text().await;
         let series: Vec<&str> =
             text.lines().filter(|l| l.starts_with("flagstream_usage_flag_fallbacks_total{")).collect();
         let demo = "flagstream_usage_flag_fallbacks_total{environment=\"demo\",flag=";
-        if series.contains(&format!("{demo}\"_unknown\"}} 5").as_str())
+        if series.contains(&format!("{demo}\"_unknown\"}} 6").as_str())
             && series.contains(&format!("{demo}\"kill-switch\"}} 1").as_str())
         {
             break;
@@ -164,7 +169,7 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
         "token": reader,
         "scoped_token": scoped,
         "nodes": 2,
-        "flags": ["kill-switch", "no-such-flag"],
+        "flags": ["kill-switch", "no-such-flag", "html-default"],
         "screenshot": screenshot,
     });
     let out = run(
@@ -203,6 +208,13 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     assert!(replica_row.contains("└─"), "the replica is drawn under the primary: {replica_row}");
     assert!(replica_row.contains(&format!("demo r{head} (lag 0")), "{replica_row}");
     assert!(replica_row.contains("1 SDKs"), "the replica's SDK: {replica_row}");
+    // Its data age: seconds (its upstream link is live), not the age of the
+    // empty environment it held before its first data.
+    let age = replica_row.split(&format!("demo r{head} (lag 0, ")).nth(1).and_then(|r| r.split(',').next());
+    assert!(
+        age.and_then(|a| a.strip_suffix('s')).is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s < 60)),
+        "data age {age:?}: {replica_row}"
+    );
     assert!(tree[0]["text"].as_str().unwrap().contains(env!("CARGO_PKG_VERSION")));
 
     // Both environments; demo lists the two bad flags.
@@ -225,6 +237,13 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     assert!(kill["text"].as_str().unwrap().contains('1'), "the wrong-type fallback: {kill}");
     assert!(missing["text"].as_str().unwrap().contains("(no such flag)"), "{missing}");
     assert!(missing["text"].as_str().unwrap().contains('5'), "five missing fallbacks: {missing}");
+    let html = row("html-default");
+    assert!(
+        html["text"].as_str().unwrap().contains(&serde_json::to_string(HOSTILE).unwrap()),
+        "as text: {html}"
+    );
+    assert_eq!(page["images"], 0, "the default was not parsed as markup");
+    assert_eq!(page["title"], "flagstream relay status");
     assert!(envs[1]["text"].as_str().unwrap().contains("None."), "staging has nothing to show");
 
     // Forgetting the token clears it.
