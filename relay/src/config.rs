@@ -79,6 +79,8 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Hello timeout.
     pub hello_timeout: Duration,
+    /// How often a relay on a PostgreSQL store passes usage to the others.
+    pub usage_share_interval: Duration,
     /// Maximum stream age.
     pub max_stream_age: Duration,
     /// Snapshot chunk bound.
@@ -330,6 +332,10 @@ impl Options {
             demo: self.demo.unwrap_or(false),
             heartbeat: d(self.heartbeat, 15),
             hello_timeout: d(self.hello_timeout, 10),
+            usage_share_interval: self
+                .usage_share_interval
+                .map_or(Duration::from_secs(60), |d| d.0)
+                .max(Duration::from_millis(100)),
             max_stream_age: d(self.max_stream_age, 30 * 60),
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
             delta_cache_bytes: self.delta_cache_bytes.unwrap_or(8 << 20),

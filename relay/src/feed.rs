@@ -20,8 +20,9 @@
 //! but an SDK key must not be able to end an epoch). Every relay then reloads the environment
 //! and its subscribers resynchronise with one snapshot; no state mixes
 //! revisions of two histories. The feed also publishes this relay's
-//! propagation report and reads the other relays', and one relay at a time
-//! prunes the history: each on a task of its own, so a query of theirs that
+//! propagation report and reads the other relays', passes usage summaries
+//! between the relays (`usage.rs`), and one relay at a time prunes the
+//! history: each on a task of its own, so a query of theirs that
 //! hangs (a lock on their table) never holds up the catch-up.
 //!
 //! Freshness is per environment and true: an environment is reported live
@@ -45,6 +46,7 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 mod catch_up;
+mod usage;
 
 use crate::access::Tokens;
 use crate::hub::Hub;
@@ -99,6 +101,8 @@ pub(crate) struct Feed {
     /// Environments whose last catch-up did not verify (the database's
     /// state failed its checksum): never reported live until one does.
     unverified: std::sync::Mutex<HashSet<String>>,
+    /// How often usage is passed to the other relays (`usage-share-interval`).
+    usage_every: Duration,
 }
 
 impl std::fmt::Debug for Feed {
@@ -122,7 +126,13 @@ enum Ended {
 
 impl Feed {
     /// A feed for `store` (opened over `db`), `tokens` and `hub`.
-    pub(crate) fn new(store: Store, tokens: Arc<Tokens>, hub: Arc<Hub>, db: PostgresBackend) -> Feed {
+    pub(crate) fn new(
+        store: Store,
+        tokens: Arc<Tokens>,
+        hub: Arc<Hub>,
+        db: PostgresBackend,
+        usage_every: Duration,
+    ) -> Feed {
         let relay_id = crate::secret::new_epoch()[..16].to_owned();
         Feed {
             store,
@@ -135,6 +145,7 @@ impl Feed {
             up: tokio::sync::watch::channel(false).0,
             heard_at: std::sync::Mutex::new(tokio::time::Instant::now()),
             unverified: std::sync::Mutex::new(HashSet::new()),
+            usage_every,
         }
     }
 
@@ -146,6 +157,7 @@ impl Feed {
         tokio::spawn(self.clone().gauges(stop.clone()));
         tokio::spawn(self.clone().exchange_reports(stop.clone()));
         tokio::spawn(self.clone().prune_history(stop.clone()));
+        tokio::spawn(self.clone().share_usage(self.usage_every, stop.clone()));
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();

@@ -344,8 +344,10 @@ pub(crate) async fn serve(
         },
         metrics.clone(),
     );
-    // A replica keeps its SDKs' usage for its upstream too.
-    let hub = Arc::new(if cfg.upstream.is_some() { hub.forwarding_usage() } else { hub });
+    // A replica keeps its SDKs' usage for its upstream too, a relay of a
+    // shared database for the other relays.
+    let passes_usage = cfg.upstream.is_some() || postgres.is_some();
+    let hub = Arc::new(if passes_usage { hub.forwarding_usage() } else { hub });
     hub.node.set_name(cfg.advertise_url.clone().unwrap_or_else(|| running.grpc.to_string()));
     let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
     store.set_size_quota(cfg.quotas.sizes());
@@ -454,7 +456,13 @@ pub(crate) async fn serve(
     }
 
     if let Some(pg) = postgres {
-        let feed = Arc::new(crate::feed::Feed::new(store.clone(), tokens.clone(), hub.clone(), pg));
+        let feed = Arc::new(crate::feed::Feed::new(
+            store.clone(),
+            tokens.clone(),
+            hub.clone(),
+            pg,
+            cfg.usage_share_interval,
+        ));
         tokio::spawn(feed.run(background.clone()));
     }
     if let Some(upstream) = cfg.upstream.clone() {

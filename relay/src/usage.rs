@@ -2,7 +2,9 @@
 //! against the summary bounds, added to per-environment, per-flag windows
 //! (the last hour in 12 five-minute buckets, the last day in 24 hourly
 //! ones), SDK instances and defaults seen; read by `GetUsage` (admin) and,
-//! on a replica, forwarded upstream as the replica's own summaries.
+//! on a replica, forwarded upstream as the replica's own summaries; on a
+//! shared database, passed to the other relays through it (`feed/usage.rs`)
+//! and taken from them.
 //!
 //! Bounded: per environment its flags (always admitted) plus at most
 //! [`MAX_ABSENT_KEYS`] keys that are no flag, at most [`MAX_KEYS`] such
@@ -11,7 +13,8 @@
 //! apart, per bucket at most as many variation counts as the flag has
 //! variations (none for a key that is no flag; ARCHITECTURE.md "Usage
 //! reporting" gives the memory formula). In memory only: a restart starts
-//! over (`collecting_since_unix_ms`).
+//! over (`collecting_since_unix_ms`), except that a relay of a shared
+//! database takes the last hour the other relays passed on again.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -179,8 +182,9 @@ struct FlagStats {
     long: Ring,
     /// (JSON text, last seen).
     defaults: Vec<(String, u64)>,
-    /// (instance hash, instances it stands for, last seen).
-    instances: Vec<(u64, u32, u64)>,
+    /// (instance hash, instances it stands for, last seen, whether it is
+    /// another relay of a shared database).
+    instances: Vec<(u64, u32, u64, bool)>,
     /// When an instance last found the table full.
     capped_ms: u64,
     last_evaluated_ms: u64,
@@ -248,9 +252,21 @@ pub(crate) struct Usage {
     /// `usage_flag_fallbacks` series (at most [`MAX_FLAG_SERIES`]).
     flag_series: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     metrics: Metrics,
-    /// A replica: keeps an outbox per environment for its upstream.
+    /// A replica (or a relay of a shared database): keeps an outbox per
+    /// environment for its upstream (or the other relays).
     forward: bool,
     started_ms: u64,
+}
+
+/// Who sent a summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    /// An SDK's stream: one instance.
+    Sdk,
+    /// A replica relay's stream: its `instances` are taken.
+    Replica,
+    /// Another relay of a shared database: as a replica, never passed on.
+    Peer,
 }
 
 /// A summary over one of its bounds: the field and the message.
@@ -348,6 +364,14 @@ impl FlagStats {
             self.instances.iter().filter(|i| i.2 + HOUR > now).map(|i| i.1).fold(0u32, u32::saturating_add);
         (n, self.capped_ms + HOUR > now && self.capped_ms > 0)
     }
+
+    /// The instances of this relay's own subtree within the last hour (not
+    /// those other relays of a shared database passed on: they count
+    /// them themselves).
+    fn own_sdks(&self, now: u64) -> u32 {
+        let own = self.instances.iter().filter(|i| i.2 + HOUR > now && !i.3);
+        own.map(|i| i.1).fold(0u32, u32::saturating_add)
+    }
 }
 
 impl Usage {
@@ -386,6 +410,20 @@ impl Usage {
         snap: &Snapshot,
         s: pb::UsageSummary,
     ) {
+        let from = if replica { Sender::Replica } else { Sender::Sdk };
+        self.add(env, instance, from, snap, s);
+    }
+
+    /// Adds a checked summary another relay of a shared database passed on
+    /// (`peer`: its relay id): its `instances` are taken, and it is not
+    /// passed on again (that relay passed it to every relay itself).
+    pub(crate) fn ingest_peer(&self, env: &str, peer: &str, snap: &Snapshot, s: pb::UsageSummary) {
+        self.add(env, peer, Sender::Peer, snap, s);
+    }
+
+    fn add(&self, env: &str, instance: &str, from: Sender, snap: &Snapshot, s: pb::UsageSummary) {
+        let replica = from != Sender::Sdk;
+        let pass_on = self.forward && from != Sender::Peer;
         let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
         self.metrics.usage_summaries.get_or_create(&labels).inc();
         let now = now_ms();
@@ -399,7 +437,7 @@ impl Usage {
         if s.untracked_evaluations > 0 {
             let b = e.untracked.bucket(LONG, HOUR, now);
             b.fallbacks[0] = b.fallbacks[0].saturating_add(s.untracked_evaluations);
-            if self.forward {
+            if pass_on {
                 e.outbox.untracked = e.outbox.untracked.saturating_add(s.untracked_evaluations);
             }
         }
@@ -446,11 +484,11 @@ impl Usage {
                 // 4.1: an SDK sends 0; what it sends is ignored).
                 let count = if replica { f.instances.max(1) } else { 1 };
                 match stats.instances.iter_mut().find(|i| i.0 == who) {
-                    Some(i) => *i = (who, count, now),
+                    Some(i) => *i = (who, count, now, from == Sender::Peer),
                     None => {
                         stats.instances.retain(|i| i.2 + HOUR > now);
                         if stats.instances.len() < MAX_INSTANCES {
-                            stats.instances.push((who, count, now));
+                            stats.instances.push((who, count, now, from == Sender::Peer));
                         } else {
                             stats.capped_ms = now;
                         }
@@ -496,7 +534,7 @@ impl Usage {
             {
                 mismatches += 1;
             }
-            if self.forward {
+            if pass_on {
                 if e.outbox.since_ms == 0 {
                     e.outbox.since_ms = now;
                 }
@@ -632,7 +670,7 @@ impl Usage {
             .flags
             .into_iter()
             .map(|(key, b)| {
-                let instances = e.flags.get(&key).map_or(0, |st| st.sdks(now).0);
+                let instances = e.flags.get(&key).map_or(0, |st| st.own_sdks(now));
                 pb::FlagUsage {
                     // No defaults listed for the key: none passed.
                     defaults: defaults.remove(&key).unwrap_or_default(),
@@ -874,6 +912,30 @@ mod tests {
         e.instances = 5;
         u.ingest("prod", "replica", true, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
         assert_eq!(u.view("prod", &snap, Some("kill")).flags[0].sdks, 6, "a replica stands for its subtree");
+    }
+
+    /// What another relay of a shared database passed on counts here, but
+    /// is not passed on again: neither its evaluations nor its instances.
+    #[test]
+    fn a_peers_usage_is_counted_but_not_passed_back() {
+        let snap = kill_switch();
+        let u = Usage::new(Metrics::new(), true);
+        let one = pb::UsageSummary { flags: vec![entry("kill", vec![0, 2], &[])], ..Default::default() };
+        u.ingest("prod", "sdk", false, &snap, one);
+        let mut theirs = entry("kill", vec![0, 7], &[]);
+        theirs.instances = 3;
+        u.ingest_peer(
+            "prod",
+            "relay-b",
+            &snap,
+            pb::UsageSummary { flags: vec![theirs], ..Default::default() },
+        );
+        let f = &u.view("prod", &snap, Some("kill")).flags[0];
+        assert_eq!(f.day.as_ref().unwrap().variations, vec![0, 9]);
+        assert_eq!(f.sdks, 4, "this relay's SDK and the other relay's three");
+        let out = u.forward("prod");
+        assert_eq!(out[0].flags[0].variations, vec![0, 2], "only this relay's own evaluations go out");
+        assert_eq!(out[0].flags[0].instances, 1, "only this relay's own instances");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The audit chain on PostgreSQL: a database at schema version 1 is
-//! migrated to version 2 at start; a hash blanked in a row (by someone with
+//! migrated to the current version (3) at start; a hash blanked in a row (by someone with
 //! the database) is caught by `VerifyAudit` while the exported newest hash
 //! still matches; SDK key events are chained; a deleted environment's
 //! records are kept, verifiable, under its archive name.
@@ -30,7 +30,7 @@ async fn a_migrated_v1_database_keeps_a_chain_no_blanked_hash_can_hide_in() {
         ),
     );
     let relay = Relay::start(dir.path(), &["--store", &url]).await;
-    assert_eq!(pg.sql("flags", "SELECT max(version) FROM flagstream_migrations").trim(), "2");
+    assert_eq!(pg.sql("flags", "SELECT max(version) FROM flagstream_migrations").trim(), "3");
     let mut admin = relay.admin().await;
     for i in 0..4 {
         put(&mut admin, "demo", bool_flag(&format!("f{i}"), true)).await.unwrap();

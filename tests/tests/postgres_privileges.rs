@@ -60,7 +60,7 @@ async fn a_relay_refuses_a_schema_newer_than_it_knows() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains(
-            "the database's schema is at version 99; this relay knows versions up to 2: run a newer relay"
+            "the database's schema is at version 99; this relay knows versions up to 3: run a newer relay"
         ),
         "{stderr}"
     );

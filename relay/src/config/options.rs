@@ -223,6 +223,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_UPSTREAM_USAGE_INTERVAL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_usage_interval: Option<Dur>,
+    /// How often a relay on a PostgreSQL store passes its subscribers'
+    /// usage summaries to the other relays of the database [default: 60s].
+    #[arg(long, env = "FLAGSTREAM_USAGE_SHARE_INTERVAL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_share_interval: Option<Dur>,
     /// The environments a replica follows, comma-separated [default: all].
     #[arg(long, env = "FLAGSTREAM_ENVIRONMENTS")]
     #[serde(skip_serializing_if = "Option::is_none")]

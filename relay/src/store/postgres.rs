@@ -41,7 +41,11 @@ pub(crate) const CHANNEL: &str = "flagstream";
 const MIGRATION_LOCK: i64 = 0x666c_6167_7374_726d;
 
 /// The migrations, in order; version = index + 1.
-const MIGRATIONS: &[&str] = &[include_str!("postgres/schema.sql"), include_str!("postgres/schema-2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("postgres/schema.sql"),
+    include_str!("postgres/schema-2.sql"),
+    include_str!("postgres/schema-3.sql"),
+];
 
 /// Connections in the pool (writes, reads, the pruner); the feed's
 /// listening session is separate.

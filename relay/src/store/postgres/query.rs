@@ -351,6 +351,52 @@ pub(crate) async fn peer_reports(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
 }
 
+/// Stores a usage summary this relay passes to the others for `env`, as
+/// its row number `seq`.
+pub(crate) async fn publish_usage(
+    c: &Client,
+    relay: &str,
+    seq: i64,
+    env: &str,
+    summary: &[u8],
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO flagstream_usage (relay, seq, env, summary) VALUES ($1, $2, $3, $4)",
+        &[&relay, &seq, &env, &summary],
+    )
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+/// The other relays' usage rows this relay has not taken: of each relay in
+/// `taken` (relay ids, the last `seq` taken of each) those after it, of
+/// every other relay all; at most `limit`, each relay's in order:
+/// `(relay, seq, env, summary bytes)`. Rows over an hour old are deleted
+/// first.
+pub(crate) async fn peer_usage(
+    c: &Client,
+    relay: &str,
+    taken: &[(String, i64)],
+    limit: i64,
+) -> Result<Vec<(String, i64, String, Vec<u8>)>, StoreError> {
+    c.execute("DELETE FROM flagstream_usage WHERE created_at < now() - interval '1 hour'", &[])
+        .await
+        .map_err(db)?;
+    let (relays, seqs): (Vec<&str>, Vec<i64>) = taken.iter().map(|(r, s)| (r.as_str(), *s)).unzip();
+    let rows = c
+        .query(
+            "SELECT u.relay, u.seq, u.env, u.summary FROM flagstream_usage u
+             LEFT JOIN unnest($2::text[], $3::bigint[]) AS t(relay, seq) ON t.relay = u.relay
+             WHERE u.relay <> $1 AND u.seq > coalesce(t.seq, 0)
+             ORDER BY u.relay, u.seq LIMIT $4",
+            &[&relay, &relays, &seqs, &limit],
+        )
+        .await
+        .map_err(db)?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
+}
+
 /// The fraction (0–1) of the server's NOTIFY queue in use: a session that
 /// LISTENs and never reads fills it, and at 1 every commit that notifies
 /// fails.
