@@ -7,14 +7,18 @@
 //! a table of at most [`MAX_KEYS`] keys (further keys counted as
 //! untracked). When a revision replaces a flag's cell, its counts move here
 //! before the new snapshot is published, so a change loses nothing but the
-//! evaluations racing with the swap itself.
+//! evaluations racing with the swap itself. `handle_bool`'s constant
+//! shortcut reads no flag cell: it counts in the handle
+//! (`flagstream_core::HandleUsage`), which this client adopts on the
+//! handle's first counted evaluation (at most [`MAX_HANDLES`]) and gathers
+//! like the cells.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use flagstream_core::usage::{MAX_DEFAULTS, MAX_FLAGS_PER_SUMMARY, MAX_KEY_BYTES};
-use flagstream_core::{ErrorKind, FromValue, Snapshot, UsageCounts};
+use flagstream_core::{ErrorKind, FlagHandle, FromValue, HandleUsage, Snapshot, UsageCounts};
 use flagstream_proto::v1 as pb;
 use prost::Message;
 
@@ -24,6 +28,13 @@ use crate::clock::now_ms;
 /// per key in one interval; evaluations of further keys are counted in
 /// `UsageSummary.untracked_evaluations`.
 pub(crate) const MAX_KEYS: usize = 1024;
+
+/// Flag handles whose constant-shortcut counts a client gathers; calls on
+/// further handles count through the snapshot (slower, as exact).
+pub(crate) const MAX_HANDLES: usize = 1024;
+
+/// Client ids for handle adoption (0: none).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Largest summary message sent, bytes of its flags' encodings (the
 /// relay's request limit is 1 MiB).
@@ -71,6 +82,18 @@ impl Acc {
         }
     }
 
+    /// Adds a handle's shortcut counts: per variation, and whether callers
+    /// passed `false` / `true` as the default.
+    fn add_handle(&mut self, variations: Vec<u64>, defaults: [bool; 2]) {
+        let evaluations = variations.iter().sum::<u64>().max(1);
+        self.add(UsageCounts { variations, ..UsageCounts::default() });
+        for (passed, text) in defaults.into_iter().zip(["false", "true"]) {
+            if passed {
+                self.add_default(text.to_owned(), evaluations);
+            }
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.variations.is_empty()
             && self.fallbacks == [0; 4]
@@ -98,6 +121,13 @@ pub(crate) struct Usage {
     /// missing flag evaluated on a hot path by many threads must not
     /// serialise them).
     contended: AtomicU64,
+    /// This client's id, which the handles it adopted count for.
+    id: u64,
+    /// The adopted handles' counts, by key (at most [`MAX_HANDLES`]);
+    /// dropped once their handle is gone and taken.
+    handles: Mutex<Vec<(Box<str>, Arc<HandleUsage>)>>,
+    /// `handles.len()`, read without the lock.
+    adopted: AtomicUsize,
 }
 
 impl Usage {
@@ -106,7 +136,49 @@ impl Usage {
             enabled: AtomicBool::new(enabled),
             pending: Mutex::new(Pending { since_ms: now_ms(), ..Pending::default() }),
             contended: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            handles: Mutex::new(Vec::new()),
+            adopted: AtomicUsize::new(0),
         }
+    }
+
+    /// The id handles adopted by this client count for.
+    #[inline(always)]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Adopts `h`'s shortcut counts (unless another client did, or
+    /// [`MAX_HANDLES`] are adopted): from now on its constant shortcut
+    /// answers this client's calls, counted.
+    #[cold]
+    pub(crate) fn adopt(&self, h: &FlagHandle) {
+        if self.adopted.load(Ordering::Relaxed) >= MAX_HANDLES {
+            return;
+        }
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if handles.len() >= MAX_HANDLES || h.usage_adopted() {
+            return;
+        }
+        if let Some(u) = h.adopt_usage(self.id) {
+            handles.push((Box::from(h.key()), u));
+            self.adopted.store(handles.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Moves the adopted handles' counts into `flags` (only those of keys
+    /// `only` accepts), and forgets handles that were dropped.
+    fn take_handles(&self, flags: &mut HashMap<Box<str>, Acc>, only: impl Fn(&str) -> bool) {
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, u) in handles.iter().filter(|(k, _)| only(k)) {
+            let (variations, defaults) = u.take();
+            if !variations.is_empty() || defaults.contains(&true) {
+                flags.entry(key.clone()).or_default().add_handle(variations, defaults);
+            }
+        }
+        // Only this table holds the counts of a dropped handle: taken above.
+        handles.retain(|(k, u)| !only(k) || Arc::strong_count(u) > 1);
+        self.adopted.store(handles.len(), Ordering::Relaxed);
     }
 
     /// Whether evaluations are counted.
@@ -181,6 +253,10 @@ impl Usage {
                 p.flags.entry(Box::from(key.as_str())).or_default().add(c);
             }
         }
+        // The shortcut's counts are by the old variations too.
+        if self.adopted.load(Ordering::Relaxed) > 0 {
+            self.take_handles(&mut p.flags, |k| changed.iter().any(|c| c == k));
+        }
     }
 
     /// The summaries for everything counted since the last call (each at
@@ -203,6 +279,7 @@ impl Usage {
                 flags.entry(Box::from(key)).or_default().add(c);
             }
         }
+        self.take_handles(&mut flags, |_| true);
         let entries: Vec<pb::FlagUsage> = flags
             .into_iter()
             .filter(|(_, a)| !a.is_empty())
@@ -288,6 +365,45 @@ mod tests {
         assert_eq!(flags[0].defaults, vec!["false", "5"]);
         assert_eq!((flags[1].key.as_str(), flags[1].fallback_missing), ("gone", 1));
         assert!(usage.summaries(&snap).is_empty(), "a summary is a delta");
+    }
+
+    /// The constant shortcut of an adopted handle counts in the handle:
+    /// gathered into the summary with the defaults passed, moved out when
+    /// the flag changes, and a dropped handle is forgotten once taken.
+    #[test]
+    fn handle_shortcut_counts_reach_the_summary() {
+        let set: FlagSet = serde_json::from_str(
+            r#"{"flags":[{"key":"off","type":"bool","variations":[true,false],"on":false,"off_variation":1,"fallthrough":{"variation":0}}]}"#,
+        )
+        .unwrap();
+        let cell = flagstream_core::SnapshotCell::new(Snapshot::compile(&set, &Limits::default()).unwrap());
+        let usage = Usage::new(true);
+        let ctx = Context::new("u");
+        let h = FlagHandle::new("off");
+        assert_eq!(h.bool_shortcut_counted(&cell, usage.id(), true), None, "nothing cached yet");
+        let snap = cell.load();
+        let d = h.detail_counted(&snap, &ctx, true);
+        h.remember_constant(&snap, &d);
+        usage.adopt(&h);
+        for default in [true, true, false] {
+            assert_eq!(h.bool_shortcut_counted(&cell, usage.id(), default), Some(false));
+        }
+        let other = Usage::new(true);
+        other.adopt(&h);
+        assert_eq!(h.bool_shortcut_counted(&cell, other.id(), true), None, "adopted by the first client");
+        let s = usage.summaries(&snap);
+        assert_eq!(s[0].flags.len(), 1);
+        let f = &s[0].flags[0];
+        assert_eq!(f.variations, vec![0, 4], "one through the cell, three through the handle");
+        let mut defaults = f.defaults.clone();
+        defaults.sort();
+        assert_eq!(defaults, ["false", "true"]);
+        // A change of the flag takes the handle's counts with the cell's.
+        h.bool_shortcut_counted(&cell, usage.id(), true);
+        usage.retire(&snap, &["off".to_owned()]);
+        drop(h);
+        assert_eq!(usage.summaries(&snap)[0].flags[0].variations, vec![0, 1]);
+        assert_eq!(usage.adopted.load(Ordering::Relaxed), 0, "the dropped handle is forgotten");
     }
 
     #[test]

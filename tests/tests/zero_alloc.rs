@@ -212,7 +212,8 @@ fn evaluation_never_allocates() {
 /// With usage counting on (issue 23), the same calls allocate nothing
 /// once each flag has seen its default (the first distinct default per
 /// flag, and a missing key's first fallback in an interval, are noted
-/// once).
+/// once; a handle's constant shortcut counts in the handle, adopted by the
+/// client on its first call).
 #[test]
 fn counted_client_evaluation_never_allocates() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -221,8 +222,10 @@ fn counted_client_evaluation_never_allocates() {
     let client = Client::builder().test_data(set).usage_reports(true).build().expect("client");
     let ctx = Context::new("user-42").with("country", "US").with("plan", "enterprise");
     let handle = FlagHandle::new("two-clause");
+    let off = FlagHandle::new("off");
     let run = || {
         for _ in 0..1_000 {
+            assert!(!client.handle_bool(&off, &ctx, true), "the constant shortcut, counted");
             assert_eq!(client.bool_detail("two-clause", &ctx, false).reason, "RULE_MATCH");
             assert_eq!(client.int_detail("gated", &ctx, 7).value, 1);
             assert_eq!(client.float_detail("operators", &ctx, 9.0).value, 0.5);

@@ -2,9 +2,12 @@
 //! hash lookup for as long as the snapshot is the same one. For a flag whose
 //! answer does not depend on the context (off, or a fixed fallthrough), the
 //! bool form skips even loading the snapshot: it checks the cell's
-//! generation and returns the cached value.
+//! generation and returns the cached value. A client that counts usage
+//! counts those answers in the handle itself ([`HandleUsage`]: there is no
+//! flag cell on that path), and gathers them from the handles it adopted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cell::SnapshotCell;
 use crate::context::Context;
@@ -26,13 +29,43 @@ const UNRESOLVED: u64 = u64::MAX;
 pub struct FlagHandle {
     key: Box<str>,
     cache: AtomicU64,
-    /// For [`FlagHandle::bool`]: `generation << 2 | value << 1 | 1` when the
-    /// flag was a constant bool in that generation's snapshot, else 0.
+    /// For [`FlagHandle::bool`]: `generation << 4 | variation << 2 | value
+    /// << 1 | 1` when the flag was a constant bool (served variation < 4)
+    /// in that generation's snapshot, else 0.
     constant_bool: AtomicU64,
+    /// The constant shortcut's usage counts (allocated with the handle).
+    usage: Arc<HandleUsage>,
 }
 
-/// Generations as stored in `constant_bool` (62 bits).
-const GENERATION_MASK: u64 = u64::MAX >> 2;
+/// Generations as stored in `constant_bool` (60 bits).
+const GENERATION_MASK: u64 = u64::MAX >> 4;
+
+/// Usage counts of a handle's constant shortcut, for one client (its
+/// `owner` id): evaluations per served variation and the defaults passed.
+/// The client takes them like a flag cell's (`take`).
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub struct HandleUsage {
+    /// The counting client's id; 0 while no client has adopted the handle.
+    owner: AtomicU64,
+    /// Evaluations per variation index 0..4.
+    counts: [AtomicU64; 4],
+    /// Bit 0: a caller passed default `false`; bit 1: `true`.
+    defaults: AtomicU32,
+}
+
+impl HandleUsage {
+    /// Moves the counts out: per variation index (trailing zeros left
+    /// off), and the defaults passed (`false`, `true`).
+    pub fn take(&self) -> (Vec<u64>, [bool; 2]) {
+        let mut v: Vec<u64> = self.counts.iter().map(|c| c.swap(0, Ordering::Relaxed)).collect();
+        while v.last() == Some(&0) {
+            v.pop();
+        }
+        let d = self.defaults.swap(0, Ordering::Relaxed);
+        (v, [d & 1 != 0, d & 2 != 0])
+    }
+}
 
 const INDEX_BITS: u32 = 24;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
@@ -40,7 +73,70 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 impl FlagHandle {
     /// A handle for this flag key.
     pub fn new(key: impl Into<Box<str>>) -> FlagHandle {
-        FlagHandle { key: key.into(), cache: AtomicU64::new(UNRESOLVED), constant_bool: AtomicU64::new(0) }
+        FlagHandle {
+            key: key.into(),
+            cache: AtomicU64::new(UNRESOLVED),
+            constant_bool: AtomicU64::new(0),
+            usage: Arc::new(HandleUsage::default()),
+        }
+    }
+
+    /// Whether a client has adopted this handle's usage counts.
+    #[inline]
+    pub fn usage_adopted(&self) -> bool {
+        self.usage.owner.load(Ordering::Relaxed) != 0
+    }
+
+    /// Makes client `owner` (non-zero) the one the constant shortcut counts
+    /// for: the counts to gather, or `None` when another client already
+    /// did (that client's calls count here; this one's take its counted
+    /// path).
+    pub fn adopt_usage(&self, owner: u64) -> Option<Arc<HandleUsage>> {
+        let won = self.usage.owner.compare_exchange(0, owner, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        won.then(|| self.usage.clone())
+    }
+
+    /// The constant shortcut for client `owner`, counted: the cached value
+    /// when the flag was a constant bool in the cell's current snapshot and
+    /// `owner` adopted this handle (one evaluation of the served variation
+    /// and the default counted in the handle), else `None` (evaluate and
+    /// count through the snapshot, then [`FlagHandle::remember_constant`]).
+    #[inline]
+    pub fn bool_shortcut_counted(&self, cell: &SnapshotCell, owner: u64, default: bool) -> Option<bool> {
+        let fast = self.constant_bool.load(Ordering::Relaxed);
+        if fast & 1 == 0 || fast >> 4 != cell.generation() & GENERATION_MASK {
+            return None;
+        }
+        let u = &*self.usage;
+        if u.owner.load(Ordering::Relaxed) != owner {
+            return None;
+        }
+        u.counts[((fast >> 2) & 3) as usize].fetch_add(1, Ordering::Relaxed);
+        let bit = 1u32 << u32::from(default);
+        if u.defaults.load(Ordering::Relaxed) & bit == 0 {
+            u.defaults.fetch_or(bit, Ordering::Relaxed);
+        }
+        Some(fast & 2 != 0)
+    }
+
+    /// After evaluating in `snap` (as `d`): caches the answer for the
+    /// constant shortcut if the flag is a constant bool there.
+    #[inline]
+    pub fn remember_constant(&self, snap: &Snapshot, d: &Detail<'_, bool>) {
+        let constant = self
+            .resolve(snap)
+            .and_then(|i| snap.flags[i as usize].get().constant.as_ref())
+            .is_some_and(|c| matches!(c.value, Value::Bool(_)));
+        match d.variation {
+            Some(v) if constant && v < 4 => {
+                let word = (snap.generation() & GENERATION_MASK) << 4
+                    | u64::from(v) << 2
+                    | u64::from(d.value) << 1
+                    | 1;
+                self.constant_bool.store(word, Ordering::Relaxed);
+            }
+            _ => {}
+        }
     }
 
     /// The flag key.
@@ -134,19 +230,12 @@ impl FlagHandle {
         default: bool,
     ) -> (bool, Option<ErrorKind>) {
         let fast = self.constant_bool.load(Ordering::Relaxed);
-        if fast & 1 == 1 && fast >> 2 == cell.generation() & GENERATION_MASK {
+        if fast & 1 == 1 && fast >> 4 == cell.generation() & GENERATION_MASK {
             return (fast & 2 != 0, None);
         }
         let snap = cell.load();
         let d = self.detail(&snap, ctx, default);
-        let constant = self
-            .resolve(&snap)
-            .and_then(|i| snap.flags[i as usize].get().constant.as_ref())
-            .is_some_and(|c| matches!(c.value, Value::Bool(_)));
-        if constant {
-            let word = (snap.generation() & GENERATION_MASK) << 2 | u64::from(d.value) << 1 | 1;
-            self.constant_bool.store(word, Ordering::Relaxed);
-        }
+        self.remember_constant(&snap, &d);
         let error = match d.reason {
             Reason::Error(kind) => Some(kind),
             _ => None,

@@ -38,7 +38,7 @@ pub use cell::SnapshotCell;
 pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar, Seq};
 pub use error::{ErrorKind, ValidationError, ValidationErrors};
 pub use eval::{Detail, Evaluation, Reason};
-pub use handle::FlagHandle;
+pub use handle::{FlagHandle, HandleUsage};
 pub use limit::{
     Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH,
     context_attributes_problem, context_kinds_problem,

@@ -247,11 +247,20 @@ impl Client {
             self.absent(handle.key(), ErrorKind::NotReady, &default);
             return default;
         }
-        if self.shared.usage.on() {
-            // Counted: through the snapshot (the constant shortcut below
-            // skips the flag's counters).
+        let usage = &self.shared.usage;
+        if usage.on() {
+            // The constant shortcut, counted in the handle; else counted
+            // through the snapshot, and the shortcut prepared for the next
+            // call (the handle adopted by this client on its first).
+            if let Some(value) = handle.bool_shortcut_counted(&self.shared.cell, usage.id(), default) {
+                return value;
+            }
             let snap = self.shared.cell.load();
             let mut d = handle.detail_counted(&snap, ctx, default);
+            handle.remember_constant(&snap, &d);
+            if !handle.usage_adopted() {
+                usage.adopt(handle);
+            }
             self.settle(handle.key(), &mut d);
             return d.value;
         }
