@@ -2,8 +2,8 @@
 // The Node client against real relay processes (the `relay` binary) and
 // real sockets: first data, a change arriving as events, failover between
 // two relays by delta, a silent stall recovered with default settings, the
-// cache across a restart with every relay down, and a process that exits
-// once its client is closed.
+// cache across a restart with every relay down, a process that exits
+// once its client is closed, and usage summaries reaching the relay.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -193,4 +193,46 @@ test('close() ends a pending waitReady and later evaluations return defaults', G
   assert.equal(client.bool('anything', { key: 'u' }, true), true);
   assert.equal(client.boolDetail('anything', { key: 'u' }, true).errorKind, 'NOT_READY');
   assert.equal(client.status().state, 'failed');
+});
+
+/** `flagctl flag usage KEY -o json` at `relay`: the flag's entry. */
+function usage(relay, key) {
+  return JSON.parse(flagctl(relay, ['flag', 'usage', key, '-o', 'json'])).flags[0];
+}
+
+const evaluations = (f) => f.day.evaluations.reduce((n, e) => n + e.evaluations, 0);
+
+/**
+ * Polls `flag usage KEY` until `done(entry)`: usage has no change
+ * notification to wait on; the deadline bounds the wait.
+ */
+async function waitUsage(relay, key, done) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const f = usage(relay, key);
+    if (done(f)) return f;
+    assert.ok(Date.now() < deadline, `${key} never arrived at the relay: ${JSON.stringify(f)}`);
+    await new Promise((r) => setTimeout(r, 100)); // poll interval, bounded by the deadline
+  }
+}
+
+test('usage summaries reach the relay: evaluations, a wrong default, a missing flag', GUARD, async (t) => {
+  const dir = tempDir('usage');
+  const relay = await startRelay(dir);
+  t.after(() => relay.stop());
+  putTrueFlag(relay, 'node-kill');
+  const client = new Client({ endpoints: [relay.url], sdkKey: relay.demoKey(), usageIntervalMs: 200 });
+  t.after(() => client.close());
+  assert.equal(await client.waitReady(20_000), true);
+  for (let i = 0; i < 7; i++) assert.equal(client.bool('node-kill', { key: `u${i}` }, false), true);
+  for (let i = 0; i < 3; i++) assert.equal(client.bool('node-gone', { key: 'u' }, true), true);
+  const f = await waitUsage(relay, 'node-kill', (f) => evaluations(f) >= 7);
+  assert.equal(evaluations(f), 7, JSON.stringify(f));
+  assert.equal(f.sdks, 1);
+  assert.equal(f.default_mismatch, true);
+  assert.deepEqual(f.defaults.map((d) => d.value), [false]);
+  assert.match(f.warnings[0], /callers pass default false but the flag serves true/);
+  const gone = await waitUsage(relay, 'node-gone', (g) => g.day.fallbacks.missing >= 3);
+  assert.equal(gone.day.fallbacks.missing, 3);
+  assert.equal(gone.exists, false);
 });

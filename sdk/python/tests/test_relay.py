@@ -1,6 +1,6 @@
 """The Python client against real relay processes: first data, a change
 arriving, failover by delta, the blackhole stall, the cache with every
-relay down, fork."""
+relay down, fork, usage summaries reaching the relay."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import threading
+import time
 
 import flagstream
 from conftest import STEP
@@ -194,3 +195,41 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(TypeError):
         c.bool("f", "not a context", False)  # type: ignore[arg-type]
     logging.getLogger("flagstream").debug("ok")
+
+
+def _usage(relay, key: str) -> dict:
+    """`flagctl flag usage KEY -o json` at `relay`: the flag's entry."""
+    return json.loads(relay.flagctl("flag", "usage", key, "-o", "json"))["flags"][0]
+
+
+def _wait_usage(relay, key: str, done) -> dict:
+    """Polls `flag usage KEY` until `done(entry)`: usage has no change
+    notification to wait on; STEP bounds the wait."""
+    deadline = time.monotonic() + STEP
+    while True:
+        f = _usage(relay, key)
+        if done(f):
+            return f
+        assert time.monotonic() < deadline, f"{key}: never arrived at the relay: {f}"
+        time.sleep(0.1)  # poll interval, bounded by the deadline above
+
+
+def test_usage_reaches_the_relay(relays) -> None:
+    """Evaluations through the Python client are counted and summarised to
+    the relay: `flag usage` shows them, the caller's wrong default (with the
+    mismatch warning) and a missing flag's fallbacks."""
+    a = relays("a")
+    a.flagctl("flag", "create", "py-kill", "--on", "--yes")
+    with flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, usage_interval=0.2) as c:
+        assert c.wait_ready(STEP), c.status()
+        for i in range(7):
+            assert c.bool("py-kill", {"key": f"u{i}"}, False) is True
+        for _ in range(3):
+            assert c.bool("py-gone", USER42, True) is True
+        f = _wait_usage(a, "py-kill", lambda f: sum(e["evaluations"] for e in f["day"]["evaluations"]) >= 7)
+        assert sum(e["evaluations"] for e in f["day"]["evaluations"]) == 7, f
+        assert f["sdks"] == 1 and f["default_mismatch"] is True, f
+        assert [d["value"] for d in f["defaults"]] == [False], f
+        assert "callers pass default false but the flag serves true" in f["warnings"][0], f
+        gone = _wait_usage(a, "py-gone", lambda f: f["day"]["fallbacks"]["missing"] >= 3)
+        assert gone["day"]["fallbacks"]["missing"] == 3 and gone["exists"] is False, gone
