@@ -358,6 +358,7 @@ impl Options {
                     sdk_keys_per_env: self.quota_sdk_keys_per_env.unwrap_or(q.sdk_keys_per_env),
                     tokens: self.quota_tokens.unwrap_or(q.tokens),
                     audit_reads_per_sec: self.quota_audit_reads_per_sec.unwrap_or(q.audit_reads_per_sec),
+                    memory_budget: self.memory_budget.unwrap_or(q.memory_budget),
                 }
             },
             source: None,

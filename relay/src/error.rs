@@ -179,7 +179,9 @@ impl From<StoreError> for Status {
             // means the loop gave up: retryable.
             StoreError::Behind { .. } => Status::aborted(e.to_string()),
             // A size: retrying unchanged cannot help, so no retry hint.
-            StoreError::Quota { .. } => Status::resource_exhausted(e.to_string()),
+            StoreError::Quota { .. } | StoreError::MemoryBudget { .. } => {
+                Status::resource_exhausted(e.to_string())
+            }
             StoreError::Task(cause) => {
                 tracing::error!(error = %cause, "write task failed");
                 Status::internal(

@@ -26,6 +26,7 @@ mod limit;
 pub mod metrics;
 mod permission;
 mod probe;
+mod process;
 mod promote;
 mod propagation;
 mod quota;

@@ -37,6 +37,9 @@ pub struct QuotaConfig {
     /// Audit reads (`ListAudit` pages and `VerifyAudit` walks) per second
     /// by one admin token, bursts of twice that (`quota-audit-reads-per-sec`).
     pub audit_reads_per_sec: u32,
+    /// Resident bytes the relay keeps within when it takes a write that
+    /// grows an environment (`memory-budget`; 0: no budget).
+    pub memory_budget: u64,
 }
 
 impl Default for QuotaConfig {
@@ -54,6 +57,7 @@ impl Default for QuotaConfig {
             sdk_keys_per_env: 100,
             tokens: 1_000,
             audit_reads_per_sec: 10,
+            memory_budget: 0,
         }
     }
 }
@@ -69,6 +73,8 @@ pub struct SizeQuota {
     pub snapshot_bytes: usize,
     /// Most SDK keys.
     pub sdk_keys: usize,
+    /// The relay's memory budget, bytes (0: none).
+    pub memory_budget: u64,
 }
 
 impl QuotaConfig {
@@ -79,6 +85,7 @@ impl QuotaConfig {
             segments: self.segments,
             snapshot_bytes: self.snapshot_bytes,
             sdk_keys: self.sdk_keys_per_env,
+            memory_budget: self.memory_budget,
         }
     }
 }

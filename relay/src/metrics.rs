@@ -355,6 +355,7 @@ impl Metrics {
             "catalog_apply_failed",
             "feed_step_timeout",
             "feed_silent",
+            "memory_budget",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

@@ -79,7 +79,7 @@ impl Identity {
         let s = Sample {
             at: Instant::now(),
             unix_ms: crate::store::now_ms(),
-            rss_bytes: rss_bytes(),
+            rss_bytes: crate::process::resident_bytes(),
             staleness_ms: store
                 .envs()
                 .iter()
@@ -135,18 +135,6 @@ fn role(store: &Store) -> &'static str {
         Source::Replica { .. } => "replica",
         Source::Shared => "shared",
     }
-}
-
-/// Resident memory of this process, bytes (Linux `/proc/self/status`;
-/// 0 elsewhere).
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 fn truncate(s: &mut String) {

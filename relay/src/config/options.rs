@@ -297,6 +297,12 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_QUOTA_SNAPSHOT_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota_snapshot_bytes: Option<usize>,
+    /// Resident memory, bytes, the relay keeps within: a write that grows an
+    /// environment is refused when the relay's memory plus three times the
+    /// environment's new size would pass it [default: 0, no budget].
+    #[arg(long, env = "FLAGSTREAM_MEMORY_BUDGET")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<u64>,
     /// Admin writes per second to one environment, bursts of twice that
     /// [default: 100].
     #[arg(long, env = "FLAGSTREAM_QUOTA_WRITES_PER_SEC")]

@@ -87,6 +87,26 @@ pub enum StoreError {
         /// The quota.
         limit: usize,
     },
+    /// The write would take the relay past its memory budget.
+    #[error(
+        "environment {env:?}: the write would grow it to {env_bytes} bytes; with the relay at {resident} bytes resident and \
+         {copies}× the environment's size held while the write is applied, that is {projected} bytes, over memory-budget \
+         {budget}; nothing was written"
+    )]
+    MemoryBudget {
+        /// Environment.
+        env: String,
+        /// The environment's bytes of item encodings after the write.
+        env_bytes: u64,
+        /// The relay's resident bytes when the write was planned.
+        resident: u64,
+        /// Copies of the environment the estimate counts.
+        copies: u64,
+        /// `resident + copies × env_bytes`.
+        projected: u64,
+        /// The budget (`memory-budget`).
+        budget: u64,
+    },
     /// This relay is a replica: its data comes from upstream, and every
     /// change is made at the primary.
     #[error("this relay is a replica (it follows {upstream}); send changes to the primary{}", primary.as_ref().map(|p| format!(" at {p}")).unwrap_or_default())]

@@ -16,6 +16,12 @@ use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detach
 /// Plans of one write against a shared database whose head kept moving
 /// (writers of one environment at several relays).
 const BEHIND_ATTEMPTS: usize = 64;
+
+/// Copies of an environment the memory budget counts for a write: the new
+/// state's item bytes, its compiled flags and its encoded snapshot exist
+/// next to the old state's until the write is published (RESILIENCE.md §5
+/// has the measured heap profile).
+const WRITE_COPIES: u64 = 3;
 /// How long a write waits for the change feed to catch up before planning
 /// again.
 const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -60,7 +66,7 @@ impl Store {
                 Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
                 Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
                 Err(StoreError::Abandoned) => "abandoned",
-                Err(StoreError::Quota { .. }) => "quota",
+                Err(StoreError::Quota { .. } | StoreError::MemoryBudget { .. }) => "quota",
                 Err(_) => "error",
             };
             this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
@@ -280,6 +286,7 @@ impl Store {
             }
         }
         self.check_size_quota(env_name, &state.items, &items)?;
+        self.check_memory_budget(env_name, &state.items, &items)?;
         let entry = LogEntry {
             revision,
             changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
@@ -361,6 +368,44 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a write that grows an environment when the relay's resident
+    /// memory plus [`WRITE_COPIES`] × the environment's new size would pass
+    /// the memory budget (checked once the write is planned, before its
+    /// state is built and committed). A write that does not grow the
+    /// environment always goes through, so memory can always be freed.
+    fn check_memory_budget(
+        &self,
+        env: &str,
+        before: &BTreeMap<ItemKey, Item>,
+        after: &BTreeMap<ItemKey, Item>,
+    ) -> Result<(), StoreError> {
+        let budget = self.inner.size_quota.load().memory_budget;
+        if budget == 0 {
+            return Ok(());
+        }
+        let bytes = |m: &BTreeMap<ItemKey, Item>| m.values().map(|i| i.bytes.len() as u64).sum::<u64>();
+        let env_bytes = bytes(after);
+        if env_bytes <= bytes(before) {
+            return Ok(());
+        }
+        let resident = crate::process::resident_bytes();
+        let projected = resident.saturating_add(WRITE_COPIES.saturating_mul(env_bytes));
+        if projected <= budget {
+            return Ok(());
+        }
+        self.inner.metrics.limit_hit("memory_budget");
+        let e = StoreError::MemoryBudget {
+            env: env.to_owned(),
+            env_bytes,
+            resident,
+            copies: WRITE_COPIES,
+            projected,
+            budget,
+        };
+        tracing::warn!(error = %e, "write refused by the memory budget");
+        Err(e)
     }
 }
 

@@ -1,0 +1,119 @@
+//! A relay with a memory budget refuses a write that would take it past
+//! the budget, instead of growing until it is killed: RESOURCE_EXHAUSTED
+//! naming `memory-budget` and the figures, counted in
+//! `limit_hits{limit="memory_budget"}` and `admin_writes{result="quota"}`;
+//! nothing of the refused write is stored or served, the relay keeps
+//! serving, and a write that shrinks the environment still goes through.
+//! The budget is set by a configuration reload (SIGHUP), a little above
+//! the relay's own resident memory.
+
+use std::process::Command;
+use std::time::Duration;
+
+use flagstream::{Client, Context};
+use flagstream_proto::v1 as pb;
+use flagstream_tests::STEP;
+use flagstream_tests::relay::{Relay, bool_flag};
+use tonic::Code;
+
+/// Room above the relay's resident memory the budget leaves: with three
+/// copies of the environment counted, writes stop at ~16 MiB of flags.
+const ROOM: u64 = 48 << 20;
+
+/// A batch of 100 flags with 40 KiB descriptions (~4 MiB) named from `start`.
+fn batch(start: usize) -> pb::BatchRequest {
+    let ops = (start..start + 100)
+        .map(|i| {
+            let mut f = bool_flag(&format!("big-{i}"), true);
+            f.description = "d".repeat(40 << 10);
+            pb::BatchOp {
+                op: Some(pb::batch_op::Op::PutFlag(pb::PutFlagOp { flag: Some(f), expected_version: None })),
+            }
+        })
+        .collect();
+    pb::BatchRequest { environment: "demo".into(), ops, expected_revision: None, comment: String::new() }
+}
+
+async fn head(relay: &Relay) -> (u64, u64) {
+    let s = relay.admin().await.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let e = s.environments.into_iter().find(|e| e.name == "demo").expect("demo");
+    (e.head_revision, e.checksum)
+}
+
+#[tokio::test]
+async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("relay.toml");
+    std::fs::write(&path, "").unwrap();
+    let relay = Relay::start(dir.path(), &["--config", path.to_str().unwrap()]).await;
+    let sdk = Client::builder().endpoints([relay.url()]).sdk_key(relay.demo_key()).build().unwrap();
+    assert!(sdk.wait_ready(STEP).await.has_data());
+
+    let budget = relay.rss_kib().0 * 1024 + ROOM;
+    std::fs::write(&path, format!("memory-budget = {budget}\n")).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &relay.pid().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !relay.log().contains("SIGHUP: configuration reloaded") {
+        assert!(tokio::time::Instant::now() < deadline, "no reload in the log:\n{}", relay.log());
+        // Poll interval: the log has no notification; the deadline bounds it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // ~4 MiB at a time until the budget refuses one (the size quota,
+    // 64 MiB, would refuse only at the 16th).
+    let mut admin = relay.admin().await;
+    let mut accepted = 0;
+    let refusal = loop {
+        assert!(
+            accepted < 15,
+            "{accepted} batches (~{} MiB) accepted within a {} MiB budget",
+            accepted * 4,
+            budget >> 20
+        );
+        match admin.batch(batch(accepted * 100)).await {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    let msg = refusal.message();
+    assert!(msg.contains("memory-budget") && msg.contains(&budget.to_string()), "{msg}");
+    assert!(msg.contains("nothing was written"), "{msg}");
+    assert_eq!(relay.metric("flagstream_limit_hits_total{limit=\"memory_budget\"}").await, 1.0);
+    assert!(relay.metric("flagstream_admin_writes_total{result=\"quota\"}").await >= 1.0);
+    assert!(relay.log().contains("write refused by the memory budget"), "logged with its cause");
+
+    // Nothing of the refused batch is stored or served; the SDK holds the
+    // head the relay reports.
+    let (revision, checksum) = head(&relay).await;
+    let refused_key = format!("big-{}", accepted * 100);
+    let ctx = Context::new("u");
+    let deadline = tokio::time::Instant::now() + STEP;
+    while sdk.snapshot().revision() != revision {
+        assert!(tokio::time::Instant::now() < deadline, "the SDK never reached revision {revision}");
+        // Poll interval: bounded by the deadline; the SDK's change events
+        // would do too, but the revision may already be there.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sdk.bool("big-0", &ctx, false), "accepted batches are served");
+    assert!(sdk.bool_detail(&refused_key, &ctx, false).error.is_some(), "the refused batch is not");
+    assert_eq!(head(&relay).await, (revision, checksum));
+
+    // Shrinking always goes through, and the relay keeps serving.
+    let delete = pb::BatchRequest {
+        environment: "demo".into(),
+        ops: (0..100)
+            .map(|i| pb::BatchOp {
+                op: Some(pb::batch_op::Op::DeleteFlag(pb::DeleteFlagOp {
+                    key: format!("big-{i}"),
+                    expected_version: None,
+                })),
+            })
+            .collect(),
+        expected_revision: None,
+        comment: String::new(),
+    };
+    admin.batch(delete).await.expect("a write that shrinks the environment is never refused by the budget");
+    assert_eq!(head(&relay).await.0, revision + 1);
+}
