@@ -466,7 +466,10 @@ impl Feed {
         let mut peers: HashMap<String, Vec<Report>> = HashMap::new();
         for (_, env, _, bytes) in query::peer_reports(c, &self.relay_id, PEER_FRESH_SECS).await? {
             match pb::PropagationReport::decode(bytes.as_slice()) {
-                Ok(r) => peers.entry(env).or_default().push(Report::from_proto(&r, "")),
+                Ok(r) => {
+                    let report = Report::from_proto(&r, "", &env, &self.hub.node.id);
+                    peers.entry(env).or_default().push(report);
+                }
                 Err(e) => tracing::warn!(env, error = %e, "a peer relay's report does not decode"),
             }
         }

@@ -460,7 +460,8 @@ impl Hub {
     /// Stores a replica relay's latest report (it replaces the previous).
     pub(crate) fn report(&self, sub: &Subscriber, report: &flagstream_proto::v1::PropagationReport) {
         if sub.relay {
-            *Self::lock(&sub.report) = Some(Report::from_proto(report, &self.node.id));
+            *Self::lock(&sub.report) =
+                Some(Report::from_proto(report, &self.node.id, &sub.env, &self.node.id));
         }
     }
 

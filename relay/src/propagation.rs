@@ -195,8 +195,11 @@ pub(crate) struct Report {
 impl Report {
     /// From the wire form, as received by the relay `parent` (empty for a
     /// shared database's peer: a root of the tree).
-    pub(crate) fn from_proto(r: &pb::PropagationReport, parent: &str) -> Report {
-        let (nodes, nodes_omitted) = crate::tree::received(r, parent);
+    /// A report received on `env`'s stream by relay `own` (its tree
+    /// entries kept as `crate::tree::received` says; `parent`: the id the
+    /// sender's own entry hangs below).
+    pub(crate) fn from_proto(r: &pb::PropagationReport, parent: &str, env: &str, own: &str) -> Report {
+        let (nodes, nodes_omitted) = crate::tree::received(r, parent, env, own);
         Report {
             nodes,
             nodes_omitted,

@@ -49,12 +49,21 @@ pub(crate) struct StatusPage {
     metrics: Metrics,
     /// Refusal log lines: at most 5 a second.
     logs: LogLimiter,
+    /// The environments with a `revision_drift` series.
+    drift_series: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl StatusPage {
     pub(crate) fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>, metrics: Metrics) -> StatusPage {
         let five = NonZeroU32::MIN.saturating_add(4);
-        StatusPage { store, hub, tokens, metrics, logs: RateLimiter::direct(Quota::per_second(five)) }
+        StatusPage {
+            store,
+            hub,
+            tokens,
+            metrics,
+            logs: RateLimiter::direct(Quota::per_second(five)),
+            drift_series: std::sync::Mutex::new(std::collections::HashSet::new()),
+        }
     }
 
     fn counted(&self, result: &str) {
@@ -201,11 +210,17 @@ fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Re
 impl Pages for StatusPage {
     fn before_scrape(&self) {
         let drift = crate::tree::drift(&self.store, &self.hub);
-        // Deleted environments' series go with them.
-        self.metrics.revision_drift.clear();
+        // Set in place (a scrape running at the same time never sees the
+        // family empty); deleted environments' series go.
+        let mut series = self.drift_series.lock().unwrap_or_else(|p| p.into_inner());
+        let now: std::collections::HashSet<String> = drift.iter().map(|(env, _)| env.clone()).collect();
+        for gone in series.difference(&now) {
+            self.metrics.revision_drift.remove(&vec![("environment", gone.clone())]);
+        }
         for (env, d) in drift {
             self.metrics.revision_drift.get_or_create(&vec![("environment", env)]).set(d as i64);
         }
+        *series = now;
     }
 
     fn get(&self, path: &str, authorization: Option<&str>) -> Option<Response<Full<Bytes>>> {

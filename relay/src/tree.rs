@@ -70,6 +70,12 @@ impl Identity {
         let _kept = self.name.set(name);
     }
 
+    /// The name set at start (empty before).
+    pub(crate) fn name(&self) -> String {
+        // Unset only before the server bound its listener.
+        self.name.get().cloned().unwrap_or_default()
+    }
+
     /// The current sample, taken again when older than [`SAMPLE_EVERY`].
     fn sample(&self, store: &Store) -> Sample {
         let mut slot = self.sample.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,30 +153,47 @@ fn truncate(s: &mut String) {
     }
 }
 
-/// The entries of a received report this relay keeps: at most
-/// [`MAX_NODES`], each well formed (non-empty id, strings within
-/// [`MAX_NODE_STRING`], at most [`MAX_NODE_ENVIRONMENTS`] environments);
-/// an entry with no parent gets `parent` (the receiving relay). Returns
-/// them and how many were left out, plus what the sender says it left out.
-pub(crate) fn received(r: &pb::PropagationReport, parent: &str) -> (Vec<pb::RelayNode>, u64) {
+/// The entries of a report received on `env`'s stream (or a shared
+/// database's row for `env`) this relay keeps: at most [`MAX_NODES`], each
+/// well formed (non-empty id, strings within [`MAX_NODE_STRING`], at most
+/// [`MAX_NODE_ENVIRONMENTS`] environments, only `env` among them), none
+/// claiming this relay's id (`own`) or an id twice. The first entry is the
+/// sender's own: its parent is set to `parent` (the receiving relay; empty
+/// for a shared database's peer, a root). Every later entry must hang
+/// below an entry kept before it in the same report, so a sender can place
+/// relays only inside its own subtree. Returns them and how many were left
+/// out, plus what the sender says it left out.
+pub(crate) fn received(
+    r: &pb::PropagationReport,
+    parent: &str,
+    env: &str,
+    own: &str,
+) -> (Vec<pb::RelayNode>, u64) {
     let mut omitted = r.nodes_omitted;
-    let mut nodes = Vec::with_capacity(r.nodes.len().min(MAX_NODES));
-    for n in &r.nodes {
+    let mut nodes: Vec<pb::RelayNode> = Vec::with_capacity(r.nodes.len().min(MAX_NODES));
+    let mut ids: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (i, n) in r.nodes.iter().enumerate() {
         let strings_ok =
             [&n.id, &n.parent_id, &n.name, &n.role, &n.version].iter().all(|s| s.len() <= MAX_NODE_STRING)
                 && n.environments
                     .iter()
                     .all(|e| e.name.len() <= MAX_NODE_STRING && e.epoch.len() <= MAX_NODE_STRING);
+        let placed = i == 0 || ids.contains(n.parent_id.as_str());
         if nodes.len() >= MAX_NODES
             || n.id.is_empty()
+            || n.id == own
+            || ids.contains(n.id.as_str())
+            || !placed
             || !strings_ok
             || n.environments.len() > MAX_NODE_ENVIRONMENTS
+            || n.environments.iter().any(|e| e.name != env)
         {
             omitted = omitted.saturating_add(1);
             continue;
         }
+        ids.insert(n.id.as_str());
         let mut n = n.clone();
-        if n.parent_id.is_empty() {
+        if i == 0 {
             n.parent_id = parent.to_owned();
         }
         nodes.push(n);
@@ -208,7 +231,6 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
     let own = hub.node.own(store, hub, &sees);
     let mut order = vec![own.id.clone()];
     let mut by_id: HashMap<String, pb::RelayNode> = HashMap::from([(own.id.clone(), own)]);
-    let mut omitted = 0u64;
     let envs = store.envs();
     let reports = envs.iter().flat_map(|e| {
         let name = e.meta.load().name.clone();
@@ -220,8 +242,14 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
         reports.extend(hub.peer_reports(&name));
         reports
     });
+    // A sender reports its subtree once per environment: what it left out
+    // counts once (its largest figure), and so does a relay past the bound.
+    let mut left_out: HashMap<String, u64> = HashMap::new();
+    let mut overflow: std::collections::HashSet<String> = std::collections::HashSet::new();
     for report in reports {
-        omitted = omitted.saturating_add(report.nodes_omitted);
+        let sender = report.nodes.first().map(|n| n.id.clone()).unwrap_or_default();
+        let held = left_out.entry(sender).or_default();
+        *held = (*held).max(report.nodes_omitted);
         for mut n in report.nodes {
             n.environments.retain(|e| sees(&e.name));
             match by_id.get_mut(&n.id) {
@@ -230,10 +258,13 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
                     order.push(n.id.clone());
                     by_id.insert(n.id.clone(), n);
                 }
-                None => omitted = omitted.saturating_add(1),
+                None => {
+                    overflow.insert(n.id);
+                }
             }
         }
     }
+    let omitted = left_out.values().fold(overflow.len() as u64, |a, b| a.saturating_add(*b));
     (order.iter().filter_map(|id| by_id.remove(id)).collect(), omitted)
 }
 
@@ -307,11 +338,36 @@ mod tests {
         nodes.push(pb::RelayNode { name: "x".repeat(MAX_NODE_STRING + 1), ..node("c", "a", 1, &[]) });
         nodes.extend((0..MAX_NODES + 5).map(|i| node(&format!("n{i}"), "a", 1, &[])));
         let r = pb::PropagationReport { nodes, nodes_omitted: 7, ..Default::default() };
-        let (kept, omitted) = received(&r, "root");
+        let (kept, omitted) = received(&r, "root", "prod", "root");
         assert_eq!(kept.len(), MAX_NODES);
         assert_eq!(kept[0].parent_id, "root");
         assert_eq!(kept[1].parent_id, "a");
         assert_eq!(omitted, 7 + 2 + 7, "sender's 7, two malformed, seven past the bound");
+    }
+
+    /// A sender cannot place entries outside its own subtree, claim the
+    /// receiver's id or an id twice, or report other environments than the
+    /// stream's.
+    #[test]
+    fn received_entries_stay_in_the_senders_subtree() {
+        let nodes = vec![
+            node("a", "elsewhere", 1, &[("prod", 3)]),
+            node("b", "a", 1, &[("prod", 3)]),
+            node("c", "b", 1, &[("prod", 3)]),
+            node("x", "nowhere", 1, &[("prod", 3)]),
+            node("root", "a", 1, &[("prod", 3)]),
+            node("b", "c", 1, &[("prod", 3)]),
+            node("d", "a", 1, &[("staging", 9)]),
+            node("e", "x", 1, &[("prod", 3)]),
+        ];
+        let r = pb::PropagationReport { nodes, ..Default::default() };
+        let (kept, omitted) = received(&r, "root", "prod", "root");
+        let ids: Vec<_> = kept.iter().map(|n| (n.id.as_str(), n.parent_id.as_str())).collect();
+        assert_eq!(ids, [("a", "root"), ("b", "a"), ("c", "b")]);
+        assert_eq!(
+            omitted, 5,
+            "a foreign parent, the receiver's id, a repeated id, another environment, below a dropped one"
+        );
     }
 
     /// One relay reported on two environments' streams is one entry with

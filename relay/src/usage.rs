@@ -265,8 +265,17 @@ enum Sender {
     Sdk,
     /// A replica relay's stream: its `instances` are taken.
     Replica,
-    /// Another relay of a shared database: as a replica, never passed on.
-    Peer,
+    /// A relay of a shared database: as a replica, never passed on.
+    Peer(PeerRow),
+}
+
+/// What is known of a usage row taken from a shared database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct PeerRow {
+    /// Written by an earlier process of this relay (same node name).
+    pub own: bool,
+    /// Passed on before this process started (taken at its start).
+    pub backlog: bool,
 }
 
 /// A summary over one of its bounds: the field and the message.
@@ -414,18 +423,36 @@ impl Usage {
         self.add(env, instance, from, snap, s);
     }
 
-    /// Adds a checked summary another relay of a shared database passed on
-    /// (`peer`: its relay id): its `instances` are taken, and it is not
-    /// passed on again (that relay passed it to every relay itself).
-    pub(crate) fn ingest_peer(&self, env: &str, peer: &str, snap: &Snapshot, s: pb::UsageSummary) {
-        self.add(env, peer, Sender::Peer, snap, s);
+    /// Adds a checked summary a relay of a shared database passed on
+    /// (`node`: its stable name): its `instances` are taken under that
+    /// name, and it is not passed on again (that relay passed it to every
+    /// relay itself). `row.own`: written by an earlier process of this
+    /// very relay, whose SDKs are this process's now: their instances are
+    /// not taken. `row.backlog`: passed on before this process started
+    /// (taken at start): kept in the view, not counted in the metrics, so
+    /// a restart does not add an hour's fallbacks to their rates at once.
+    pub(crate) fn ingest_peer(
+        &self,
+        env: &str,
+        node: &str,
+        row: PeerRow,
+        snap: &Snapshot,
+        s: pb::UsageSummary,
+    ) {
+        self.add(env, node, Sender::Peer(row), snap, s);
     }
 
     fn add(&self, env: &str, instance: &str, from: Sender, snap: &Snapshot, s: pb::UsageSummary) {
         let replica = from != Sender::Sdk;
-        let pass_on = self.forward && from != Sender::Peer;
-        let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
-        self.metrics.usage_summaries.get_or_create(&labels).inc();
+        let (peer, own, counted) = match from {
+            Sender::Peer(row) => (true, row.own, !row.backlog),
+            _ => (false, false, true),
+        };
+        let pass_on = self.forward && !peer;
+        if counted {
+            let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
+            self.metrics.usage_summaries.get_or_create(&labels).inc();
+        }
         let now = now_ms();
         let who = instance_hash(instance);
         let mut mismatches = 0u64;
@@ -480,15 +507,19 @@ impl Usage {
             let evaluated = f.variations.iter().any(|n| *n > 0) || fallbacks(&f).iter().any(|n| *n > 0);
             if evaluated {
                 stats.last_evaluated_ms = now;
+            }
+            // An earlier process of this relay reported its own SDKs, which
+            // are (or were) this process's: not counted again.
+            if evaluated && !own {
                 // Only a replica stands for several instances (PROTOCOL.md
                 // 4.1: an SDK sends 0; what it sends is ignored).
                 let count = if replica { f.instances.max(1) } else { 1 };
                 match stats.instances.iter_mut().find(|i| i.0 == who) {
-                    Some(i) => *i = (who, count, now, from == Sender::Peer),
+                    Some(i) => *i = (who, count, now, peer),
                     None => {
                         stats.instances.retain(|i| i.2 + HOUR > now);
                         if stats.instances.len() < MAX_INSTANCES {
-                            stats.instances.push((who, count, now, from == Sender::Peer));
+                            stats.instances.push((who, count, now, peer));
                         } else {
                             stats.capped_ms = now;
                         }
@@ -557,6 +588,9 @@ impl Usage {
         }
         self.metrics.usage_keys.set(*keys as i64);
         drop(inner);
+        if !counted {
+            return;
+        }
         for (cause, n) in CAUSES.iter().zip(totals) {
             if n > 0 {
                 let labels = vec![("environment", env.to_owned()), ("cause", (*cause).to_owned())];
@@ -927,8 +961,9 @@ mod tests {
         u.ingest_peer(
             "prod",
             "relay-b",
+            PeerRow::default(),
             &snap,
-            pb::UsageSummary { flags: vec![theirs], ..Default::default() },
+            pb::UsageSummary { flags: vec![theirs.clone()], ..Default::default() },
         );
         let f = &u.view("prod", &snap, Some("kill")).flags[0];
         assert_eq!(f.day.as_ref().unwrap().variations, vec![0, 9]);
@@ -936,6 +971,52 @@ mod tests {
         let out = u.forward("prod");
         assert_eq!(out[0].flags[0].variations, vec![0, 2], "only this relay's own evaluations go out");
         assert_eq!(out[0].flags[0].instances, 1, "only this relay's own instances");
+        // An earlier process of this relay: its evaluations count, its
+        // instances (this process's SDKs now) do not.
+        let own = PeerRow { own: true, backlog: true };
+        u.ingest_peer(
+            "prod",
+            "this-relay",
+            own,
+            &snap,
+            pb::UsageSummary { flags: vec![theirs], ..Default::default() },
+        );
+        let f = &u.view("prod", &snap, Some("kill")).flags[0];
+        assert_eq!(f.day.as_ref().unwrap().variations, vec![0, 16]);
+        assert_eq!(f.sdks, 4, "no SDK counted twice");
+    }
+
+    /// Rows taken as a backlog at start are in the view, not in the
+    /// metrics (a restart must not add an hour of fallbacks to their rate).
+    #[test]
+    fn a_backlog_is_not_counted_in_the_metrics() {
+        let snap = kill_switch();
+        let metrics = Metrics::new();
+        let u = Usage::new(metrics.clone(), true);
+        let mut e = entry("kill", vec![], &[]);
+        e.fallback_wrong_type = 4;
+        let row = PeerRow { own: false, backlog: true };
+        u.ingest_peer(
+            "prod",
+            "relay-b",
+            row,
+            &snap,
+            pb::UsageSummary { flags: vec![e.clone()], ..Default::default() },
+        );
+        let fallbacks = |m: &Metrics| {
+            let labels = vec![("environment", "prod".to_owned()), ("cause", "wrong_type".to_owned())];
+            m.usage_fallbacks.get_or_create(&labels).get()
+        };
+        assert_eq!(fallbacks(&metrics), 0);
+        assert_eq!(u.view("prod", &snap, Some("kill")).flags[0].day.as_ref().unwrap().fallback_wrong_type, 4);
+        u.ingest_peer(
+            "prod",
+            "relay-b",
+            PeerRow::default(),
+            &snap,
+            pb::UsageSummary { flags: vec![e], ..Default::default() },
+        );
+        assert_eq!(fallbacks(&metrics), 4, "a row passed on after the start is counted");
     }
 
     #[test]

@@ -130,6 +130,17 @@ pub(crate) struct Usage {
     adopted: AtomicUsize,
 }
 
+impl Drop for Usage {
+    /// The handles this client adopted can be adopted by the next client
+    /// (a static handle outlives a rebuilt client).
+    fn drop(&mut self) {
+        let handles = self.handles.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, u) in handles.iter() {
+            u.release(self.id);
+        }
+    }
+}
+
 impl Usage {
     pub(crate) fn new(enabled: bool) -> Usage {
         Usage {
@@ -404,6 +415,14 @@ mod tests {
         drop(h);
         assert_eq!(usage.summaries(&snap)[0].flags[0].variations, vec![0, 1]);
         assert_eq!(usage.adopted.load(Ordering::Relaxed), 0, "the dropped handle is forgotten");
+        // A client going away lets the next one adopt its handles.
+        let h = FlagHandle::new("off");
+        h.remember_constant(&snap, &d);
+        usage.adopt(&h);
+        assert_eq!(h.bool_shortcut_counted(&cell, other.id(), true), None);
+        drop(usage);
+        other.adopt(&h);
+        assert_eq!(h.bool_shortcut_counted(&cell, other.id(), true), Some(false));
     }
 
     #[test]

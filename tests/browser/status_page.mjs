@@ -88,6 +88,7 @@ try {
         flag: r.dataset.flag,
         mismatch: r.dataset.mismatch === "true",
         text: r.innerText,
+        cells: [...r.cells].map((c) => c.textContent),
       })),
     })),
   );

@@ -15,11 +15,11 @@ use flagstream_tests::relay::{Relay, bool_flag, put};
 
 const SHARE: &[&str] = &["--usage-share-interval", "200ms"];
 
-async fn start(dir: &std::path::Path, url: &str, extra: &[&str]) -> Relay {
+async fn start(dir: &std::path::Path, listen: &str, url: &str, extra: &[&str]) -> Relay {
     let mut args = vec!["--store", url];
     args.extend_from_slice(SHARE);
     args.extend_from_slice(extra);
-    Relay::start(dir, &args).await
+    Relay::start_on(dir, listen, &args).await
 }
 
 fn sdk(relay: &Relay, key: &str) -> Client {
@@ -72,7 +72,7 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
     let Some(pg) = Postgres::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let url = pg.database("flags");
-    let a = start(&dir.path().join("a"), &url, &[]).await;
+    let a = start(&dir.path().join("a"), "127.0.0.1:0", &url, &[]).await;
     pg.sql(
         "flags",
         "CREATE ROLE flags_app LOGIN;
@@ -81,7 +81,7 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
     );
     let url_b = url.replace("postgres://postgres@", "postgres://flags_app@");
     assert_ne!(url_b, url);
-    let mut b = start(&dir.path().join("b"), &url_b, &["--demo", "false"]).await;
+    let mut b = start(&dir.path().join("b"), "127.0.0.1:0", &url_b, &["--demo", "false"]).await;
     b.admin_secret = Some(a.admin_token());
     let head = put(&mut a.admin().await, "demo", bool_flag("kill-switch", false)).await.unwrap();
     b.wait_head("demo", head).await;
@@ -122,14 +122,28 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
     wait_for(&b, "b", "kill-switch", 16).await;
     assert_eq!(usage(&a, "kill-switch").0, 16, "A counts each evaluation once");
 
-    // B restarted: it takes the last hour back from the database.
-    drop(on_b);
-    b.sigterm();
-    b.wait(STEP).await;
-    let mut b = start(&dir.path().join("b"), &url_b, &["--demo", "false"]).await;
-    b.admin_secret = Some(a.admin_token());
-    assert_eq!(wait_for(&b, "b (restarted)", "kill-switch", 16).await, 2);
     for (r, name) in [(&a, "a"), (&b, "b")] {
         assert!(!r.log().contains("usage not passed"), "relay {name}: {}", r.log());
     }
+
+    // B restarted at the same address, its SDK still there: it takes the
+    // last hour back from the database (A's rows and its own earlier
+    // process's), counts its SDK once (not again from its own old rows)
+    // and puts none of that backlog into its metrics.
+    let listen = b.grpc.to_string();
+    b.sigterm();
+    b.wait(STEP).await;
+    let mut b = start(&dir.path().join("b"), &listen, &url_b, &["--demo", "false"]).await;
+    b.admin_secret = Some(a.admin_token());
+    assert!(!on_b.bool("kill-switch", &Context::new("after"), true));
+    assert_eq!(wait_for(&b, "b (restarted)", "kill-switch", 17).await, 2, "A's SDK and B's, each once");
+    assert_eq!(wait_for(&a, "a", "kill-switch", 17).await, 2);
+    assert_eq!(usage(&b, "gone-flag").1, 3, "the backlog is in the view");
+    // The series appears on its first count: absent means none counted.
+    assert_eq!(
+        b.metric_or_zero("flagstream_usage_fallbacks_total{environment=\"demo\",cause=\"missing\"}").await,
+        0.0,
+        "the backlog is not in the restarted relay's metrics"
+    );
+    assert!(!b.log().contains("usage not passed"), "{}", b.log());
 }

@@ -234,9 +234,14 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     assert!(kill["text"].as_str().unwrap().contains("DEFAULT MISMATCH"), "{kill}");
     let missing = row("no-such-flag");
     assert_eq!(missing["mismatch"], false);
-    assert!(kill["text"].as_str().unwrap().contains('1'), "the wrong-type fallback: {kill}");
+    // Cells: flag, missing, wrong type, malformed, not ready, defaults, served most.
+    let cells = |row: &serde_json::Value| -> Vec<String> {
+        row["cells"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(cells(kill)[1..5], ["0", "1", "0", "0"], "the wrong-type fallback: {kill}");
+    assert_eq!(cells(kill)[6], "false", "served most: {kill}");
     assert!(missing["text"].as_str().unwrap().contains("(no such flag)"), "{missing}");
-    assert!(missing["text"].as_str().unwrap().contains('5'), "five missing fallbacks: {missing}");
+    assert_eq!(cells(missing)[1..5], ["5", "0", "0", "0"], "five missing fallbacks: {missing}");
     let html = row("html-default");
     assert!(
         html["text"].as_str().unwrap().contains(&serde_json::to_string(HOSTILE).unwrap()),

@@ -4,7 +4,9 @@
 //! (its usage outbox) into `flagstream_usage`, and takes the rows the
 //! other relays wrote, each once. So every relay of the database answers
 //! `GetUsage` for all of them, and a relay that starts takes the last hour
-//! the others passed on (rows are deleted after an hour).
+//! the relays passed on (rows are deleted after an hour): into its view,
+//! not into its metrics, and an earlier process of its own counts no SDK
+//! instances (they are this process's now).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,53 +19,79 @@ use tokio_util::sync::CancellationToken;
 use super::{Feed, QUERY_TIMEOUT, next_turn};
 use crate::store::StoreError;
 use crate::store::postgres::query;
+use crate::usage::PeerRow;
 
 /// Rows read per query (each at most 512 KiB: a page at most 8 MiB); a
 /// turn reads pages until one comes back short.
 const PAGE: i64 = 16;
 
-/// A relay whose last row was taken this long ago is forgotten: the
+/// A writer whose last row was taken this long ago is forgotten: the
 /// database deletes rows after an hour, so none of its rows is left to
 /// take twice.
 const FORGET: Duration = Duration::from_secs(2 * 3600);
 
-/// Which rows of the others this relay has taken: per writing relay, the
-/// last `seq` and when it was taken. A relay writes its rows one after
-/// the other, each after the previous one committed, so everything up to
-/// the last `seq` taken has been seen.
+/// Which rows of the others this relay has taken: per writer, the last
+/// `seq` and when it was taken. A writer inserts its rows one after the
+/// other, each once the previous one committed (and after one it could not
+/// confirm, the process writes on as a new writer), so every row of a
+/// writer up to the last `seq` taken has been seen.
 #[derive(Debug, Default)]
 struct Cursor {
     taken: HashMap<String, (i64, tokio::time::Instant)>,
 }
 
 impl Cursor {
-    fn took(&mut self, relay: &str, seq: i64) {
+    fn took(&mut self, writer: &str, seq: i64) {
         let now = tokio::time::Instant::now();
-        match self.taken.get_mut(relay) {
+        match self.taken.get_mut(writer) {
             Some(t) => *t = (t.0.max(seq), now),
             None => {
-                self.taken.insert(relay.to_owned(), (seq, now));
+                self.taken.insert(writer.to_owned(), (seq, now));
             }
         }
     }
 
-    /// The relays to skip rows of, with their last `seq`; relays not heard
-    /// from for [`FORGET`] are dropped first (bounded by the relays that
-    /// wrote within two hours).
+    /// The writers to skip rows of, with their last `seq`; writers not
+    /// heard from for [`FORGET`] are dropped first (bounded by the writers
+    /// of the last two hours).
     fn positions(&mut self) -> Vec<(String, i64)> {
         self.taken.retain(|_, (_, at)| at.elapsed() < FORGET);
         self.taken.iter().map(|(r, (s, _))| (r.clone(), *s)).collect()
     }
 }
 
+/// This process's writing state: rows are `writer` = `process.generation`,
+/// numbered from 1; after a row it could not confirm, a new generation.
+#[derive(Debug)]
+struct Writer {
+    generation: u64,
+    seq: i64,
+}
+
+impl Writer {
+    fn id(&self, process: &str) -> String {
+        format!("{process}.{}", self.generation)
+    }
+
+    /// A row may have been left uncommitted or committed late: go on as a
+    /// new writer, so no reader's cursor can have passed that row.
+    fn renew(&mut self) {
+        self.generation += 1;
+        self.seq = 0;
+    }
+}
+
 impl Feed {
     /// Every `every` while the session is up, until `stop`: one exchange,
     /// given up after [`QUERY_TIMEOUT`]. Best effort, like the reports:
-    /// usage is diagnostic.
+    /// usage is diagnostic. What this relay's SDKs reported in its last
+    /// interval before a shutdown is not passed on.
     pub(super) async fn share_usage(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         let mut cursor = Cursor::default();
-        // This relay's rows are numbered from 1 (its id is new per start).
-        let mut seq = 0i64;
+        let mut writer = Writer { generation: 0, seq: 0 };
+        // The first turn that reads takes what was passed on before this
+        // process started.
+        let mut backlog = true;
         let (mut up, mut first) = (self.up.subscribe(), true);
         while next_turn(&mut up, &mut first, every, &stop).await {
             let c = match self.db.client().await {
@@ -73,15 +101,19 @@ impl Feed {
                     continue;
                 }
             };
-            match tokio::time::timeout(QUERY_TIMEOUT, self.exchange_usage(&c, &mut seq, &mut cursor)).await {
-                Ok(Ok(())) => {}
+            let turn = self.exchange_usage(&c, &mut writer, &mut cursor, backlog);
+            match tokio::time::timeout(QUERY_TIMEOUT, turn).await {
+                Ok(Ok(())) => backlog = false,
                 Ok(Err(e)) => {
+                    writer.renew();
                     tracing::warn!(error = %flagstream::follow::error_chain(&e), "passing usage to the other relays failed")
                 }
                 Err(_) => {
-                    // Its query may still wait on the server: the connection
-                    // is closed (an insert in flight rolls back).
+                    // Its query may still wait on the server (and an insert
+                    // may still commit): the connection is not reused, and
+                    // this relay writes on as a new writer.
                     drop(deadpool_postgres::Object::take(c));
+                    writer.renew();
                     self.store.metrics().limit_hit("feed_step_timeout");
                     tracing::warn!(
                         "passing usage to the other relays took over {QUERY_TIMEOUT:?}; given up, the next turn tries again"
@@ -91,21 +123,30 @@ impl Feed {
         }
     }
 
-    /// Writes this relay's outbox of every environment (rows `seq + 1`,
-    /// ...), then takes the other relays' rows it has not taken yet.
+    /// Writes this relay's outbox of every environment, then takes the
+    /// other processes' rows it has not taken yet (`backlog`: rows passed
+    /// on before this process started may be among them).
     async fn exchange_usage(
         &self,
         c: &tokio_postgres::Client,
-        seq: &mut i64,
+        writer: &mut Writer,
         cursor: &mut Cursor,
+        backlog: bool,
     ) -> Result<(), StoreError> {
+        let node = self.hub.node.name();
         for env in self.store.envs() {
             let name = env.meta.load().name.clone();
             let summaries = self.hub.usage.forward(&name);
             for (i, s) in summaries.iter().enumerate() {
-                *seq += 1;
-                if let Err(e) = query::publish_usage(c, &self.relay_id, *seq, &name, &s.encode_to_vec()).await
-                {
+                writer.seq += 1;
+                let row = query::UsageRow {
+                    writer: writer.id(&self.relay_id),
+                    seq: writer.seq,
+                    node: node.clone(),
+                    env: name.clone(),
+                    summary: s.encode_to_vec(),
+                };
+                if let Err(e) = query::publish_usage(c, &self.relay_id, &row).await {
                     // Taken out of the outbox: these counts stay in this
                     // relay's own view only.
                     tracing::warn!(env = %name, summaries = summaries.len() - i, "usage not passed to the other relays (kept here only)");
@@ -113,12 +154,14 @@ impl Feed {
                 }
             }
         }
+        query::prune_usage(c).await?;
         loop {
             let rows = query::peer_usage(c, &self.relay_id, &cursor.positions(), PAGE).await?;
             let short = (rows.len() as i64) < PAGE;
-            for (relay, n, env, bytes) in rows {
-                cursor.took(&relay, n);
-                self.take(&env, &relay, &bytes);
+            for row in rows {
+                cursor.took(&row.writer, row.seq);
+                let peer = PeerRow { own: row.node == node, backlog };
+                self.take(&row, peer);
             }
             if short {
                 return Ok(());
@@ -126,24 +169,25 @@ impl Feed {
         }
     }
 
-    /// Adds one row of another relay, checked as an SDK's summary is.
-    fn take(&self, env: &str, relay: &str, bytes: &[u8]) {
+    /// Adds one row of another process, checked as an SDK's summary is.
+    fn take(&self, row: &query::UsageRow, peer: PeerRow) {
+        let (env, writer) = (row.env.as_str(), row.writer.as_str());
         // An environment deleted (or not loaded here yet) since: dropped.
         let Ok(e) = self.store.env(env) else { return };
-        let summary = match pb::UsageSummary::decode(bytes) {
+        let summary = match pb::UsageSummary::decode(row.summary.as_slice()) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(env, relay, error = %e, "another relay's usage row does not decode; skipped");
+                tracing::warn!(env, writer, error = %e, "another relay's usage row does not decode; skipped");
                 return;
             }
         };
         match crate::usage::check(&summary) {
-            Ok(()) => self.hub.usage.ingest_peer(env, relay, &e.state.load().snapshot, summary),
+            Ok(()) => self.hub.usage.ingest_peer(env, &row.node, peer, &e.state.load().snapshot, summary),
             Err(over) => {
                 self.hub.usage.refused(over.field);
                 tracing::warn!(
                     env,
-                    relay,
+                    writer,
                     field = over.field,
                     "another relay's usage row refused: {}",
                     over.message

@@ -45,11 +45,17 @@ function ordered(nodes) {
     }
   }
   const out = [];
+  const shown = new Set();
   const walk = (n, depth) => {
+    if (shown.has(n.id)) return;
+    shown.add(n.id);
     out.push([n, depth]);
     for (const c of children.get(n.id) || []) walk(c, depth + 1);
   };
   for (const r of roots) walk(r, 0);
+  // Parents that form a circle (merged from different reports): shown as
+  // roots rather than not at all.
+  for (const n of nodes) walk(n, 0);
   return out;
 }
 
@@ -139,34 +145,48 @@ function render(data) {
 }
 
 let timer = null;
+// Bumped whenever polling starts over (log in, forget): a response to an
+// older poll is dropped.
+let generation = 0;
 
 function showLogin(message) {
+  generation += 1;
   if (timer) clearTimeout(timer);
+  timer = null;
   document.getElementById("content").hidden = true;
   document.getElementById("login").hidden = false;
   document.getElementById("login-error").textContent = message || "";
 }
 
-async function poll() {
+async function poll(mine) {
   const token = sessionStorage.getItem(KEY);
   if (!token) return showLogin();
   try {
     const resp = await fetch("/status.json", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
-    const body = await resp.json();
-    if (!resp.ok) {
-      if (resp.status === 401 || resp.status === 403) {
-        sessionStorage.removeItem(KEY);
-        return showLogin(body.error || resp.statusText);
-      }
-      throw new Error(body.error || resp.statusText);
+    if (mine !== generation) return;
+    if (resp.status === 401 || resp.status === 403) {
+      sessionStorage.removeItem(KEY);
+      const body = await resp.json().catch(() => ({}));
+      return showLogin(body.error || resp.statusText);
     }
+    const body = await resp.json();
+    if (mine !== generation) return;
+    if (!resp.ok) throw new Error(body.error || resp.statusText);
     document.getElementById("login").hidden = true;
     document.getElementById("content").hidden = false;
     render(body);
   } catch (e) {
+    if (mine !== generation) return;
     document.getElementById("summary").textContent = "Cannot load the status: " + e.message;
   }
-  timer = setTimeout(poll, POLL_MS);
+  timer = setTimeout(() => poll(mine), POLL_MS);
+}
+
+function start() {
+  generation += 1;
+  if (timer) clearTimeout(timer);
+  timer = null;
+  poll(generation);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -174,11 +194,11 @@ document.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     sessionStorage.setItem(KEY, document.getElementById("token").value.trim());
     document.getElementById("token").value = "";
-    poll();
+    start();
   });
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
     showLogin();
   });
-  poll();
+  start();
 });

@@ -55,6 +55,13 @@ pub struct HandleUsage {
 }
 
 impl HandleUsage {
+    /// Lets another client adopt the handle once `owner` (a client going
+    /// away) has taken its last counts.
+    pub fn release(&self, owner: u64) {
+        // Adopted by another client meanwhile, or never by `owner`: kept.
+        let _released = self.owner.compare_exchange(owner, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// Moves the counts out: per variation index (trailing zeros left
     /// off), and the defaults passed (`false`, `true`).
     pub fn take(&self) -> (Vec<u64>, [bool; 2]) {

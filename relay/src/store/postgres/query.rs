@@ -351,50 +351,65 @@ pub(crate) async fn peer_reports(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
 }
 
-/// Stores a usage summary this relay passes to the others for `env`, as
-/// its row number `seq`.
-pub(crate) async fn publish_usage(
-    c: &Client,
-    relay: &str,
-    seq: i64,
-    env: &str,
-    summary: &[u8],
-) -> Result<(), StoreError> {
+/// One usage row as written (`flagstream_usage`).
+#[derive(Debug)]
+pub(crate) struct UsageRow {
+    pub writer: String,
+    pub seq: i64,
+    pub node: String,
+    pub env: String,
+    pub summary: Vec<u8>,
+}
+
+/// Stores a usage summary this relay passes to the others.
+pub(crate) async fn publish_usage(c: &Client, process: &str, row: &UsageRow) -> Result<(), StoreError> {
     c.execute(
-        "INSERT INTO flagstream_usage (relay, seq, env, summary) VALUES ($1, $2, $3, $4)",
-        &[&relay, &seq, &env, &summary],
+        "INSERT INTO flagstream_usage (process, writer, seq, node, env, summary) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&process, &row.writer, &row.seq, &row.node, &row.env, &row.summary],
     )
     .await
     .map_err(db)?;
     Ok(())
 }
 
-/// The other relays' usage rows this relay has not taken: of each relay in
-/// `taken` (relay ids, the last `seq` taken of each) those after it, of
-/// every other relay all; at most `limit`, each relay's in order:
-/// `(relay, seq, env, summary bytes)`. Rows over an hour old are deleted
-/// first.
-pub(crate) async fn peer_usage(
-    c: &Client,
-    relay: &str,
-    taken: &[(String, i64)],
-    limit: i64,
-) -> Result<Vec<(String, i64, String, Vec<u8>)>, StoreError> {
+/// Deletes usage rows over an hour old.
+pub(crate) async fn prune_usage(c: &Client) -> Result<(), StoreError> {
     c.execute("DELETE FROM flagstream_usage WHERE created_at < now() - interval '1 hour'", &[])
         .await
         .map_err(db)?;
-    let (relays, seqs): (Vec<&str>, Vec<i64>) = taken.iter().map(|(r, s)| (r.as_str(), *s)).unzip();
+    Ok(())
+}
+
+/// Other processes' usage rows this relay has not taken: of each writer in
+/// `taken` (writer, last `seq` taken) those after it, of every other writer
+/// all; at most `limit`, each writer's in order.
+pub(crate) async fn peer_usage(
+    c: &Client,
+    process: &str,
+    taken: &[(String, i64)],
+    limit: i64,
+) -> Result<Vec<UsageRow>, StoreError> {
+    let (writers, seqs): (Vec<&str>, Vec<i64>) = taken.iter().map(|(w, s)| (w.as_str(), *s)).unzip();
     let rows = c
         .query(
-            "SELECT u.relay, u.seq, u.env, u.summary FROM flagstream_usage u
-             LEFT JOIN unnest($2::text[], $3::bigint[]) AS t(relay, seq) ON t.relay = u.relay
-             WHERE u.relay <> $1 AND u.seq > coalesce(t.seq, 0)
-             ORDER BY u.relay, u.seq LIMIT $4",
-            &[&relay, &relays, &seqs, &limit],
+            "SELECT u.writer, u.seq, u.node, u.env, u.summary FROM flagstream_usage u
+             LEFT JOIN unnest($2::text[], $3::bigint[]) AS t(writer, seq) ON t.writer = u.writer
+             WHERE u.process <> $1 AND u.seq > coalesce(t.seq, 0)
+             ORDER BY u.writer, u.seq LIMIT $4",
+            &[&process, &writers, &seqs, &limit],
         )
         .await
         .map_err(db)?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| UsageRow {
+            writer: r.get(0),
+            seq: r.get(1),
+            node: r.get(2),
+            env: r.get(3),
+            summary: r.get(4),
+        })
+        .collect())
 }
 
 /// The fraction (0–1) of the server's NOTIFY queue in use: a session that

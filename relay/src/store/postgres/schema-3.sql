@@ -7,20 +7,26 @@
 -- relay's own subscribers (SDKs and replicas) reported since its previous
 -- row for the environment, as `UsageSummary` protobuf bytes (at most
 -- 512 KiB). Every relay reads the rows of the others once (by `seq`, per
--- writing relay); rows older than an hour are deleted. No sequence object:
--- a role with table privileges only can write it.
+-- writer); rows older than an hour are deleted. No sequence object: a role
+-- with table privileges only can write it.
 
 CREATE TABLE flagstream_usage (
-    -- The writing relay's process id (random per start, as in
-    -- flagstream_relays).
-    relay text NOT NULL,
-    -- 1, 2, 3, ... per writing relay, each row inserted only after the
-    -- previous one committed: a reader never finds a gap later filled.
+    -- The writing relay process (random per start).
+    process text NOT NULL,
+    -- The writer: the process and a generation. A process that could not
+    -- confirm a row (an error, a timeout) writes on as a new writer, so a
+    -- row committed late never sits below rows a reader has taken.
+    writer text NOT NULL,
+    -- 1, 2, 3, ... per writer, each row inserted once the previous one
+    -- committed.
     seq bigint NOT NULL,
+    -- The relay's stable name (advertise URL or listen address): the SDK
+    -- instances it reports are counted under it, whatever process wrote.
+    node text NOT NULL,
     env text NOT NULL,
     summary bytea NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (relay, seq)
+    PRIMARY KEY (writer, seq)
 );
 
 CREATE INDEX flagstream_usage_created_at ON flagstream_usage (created_at);
