@@ -81,6 +81,8 @@ pub struct Config {
     pub hello_timeout: Duration,
     /// How often a relay on a PostgreSQL store passes usage to the others.
     pub usage_share_interval: Duration,
+    /// sled's page cache bound, bytes.
+    pub sled_cache_bytes: u64,
     /// Maximum stream age.
     pub max_stream_age: Duration,
     /// Snapshot chunk bound.
@@ -332,6 +334,7 @@ impl Options {
             demo: self.demo.unwrap_or(false),
             heartbeat: d(self.heartbeat, 15),
             hello_timeout: d(self.hello_timeout, 10),
+            sled_cache_bytes: self.sled_cache_bytes.unwrap_or(crate::store::sled::SLED_CACHE_BYTES),
             usage_share_interval: self
                 .usage_share_interval
                 .map_or(Duration::from_secs(60), |d| d.0)
@@ -427,6 +430,10 @@ impl Options {
             check(v >= 1, format!("{name}: must be at least 1"))?;
         }
         check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
+        check(
+            c.sled_cache_bytes >= 1 << 20,
+            format!("sled-cache-bytes: {} is below the least, 1048576 (1 MiB)", c.sled_cache_bytes),
+        )?;
         check(c.max_stream_age >= Duration::from_secs(1), "max-stream-age: must be at least 1s".into())?;
         check(c.send_deadline >= Duration::from_millis(100), "send-deadline: must be at least 100ms".into())?;
         check(c.behind_deadline >= Duration::from_secs(1), "behind-deadline: must be at least 1s".into())?;

@@ -271,7 +271,7 @@ pub(crate) async fn serve(
     let mut marks_missing = false;
     let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store {
         StoreUrl::Sled => {
-            let sled = SledBackend::open(&cfg.data_dir.join("db"))?;
+            let sled = SledBackend::open_with_cache(&cfg.data_dir.join("db"), cfg.sled_cache_bytes)?;
             marks_missing = sled.marks_missing();
             (Arc::new(sled), None)
         }

@@ -265,6 +265,22 @@ impl Postgres {
         self.url(name)
     }
 
+    /// Creates login role `role` with only table privileges on the tables
+    /// database `db` has now (no CREATE, no sequence, no superuser), as
+    /// OPERATIONS.md §8.3 allows for relays on a migrated database; returns
+    /// the database's URL as that role.
+    pub fn table_privileges_role(&self, db: &str, role: &str) -> String {
+        self.sql(
+            db,
+            &format!(
+                "CREATE ROLE {role} LOGIN;
+                 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};"
+            ),
+        );
+        format!("postgres://{role}@127.0.0.1:{}/{db}", self.port)
+    }
+
     /// The URL of database `name`.
     pub fn url(&self, name: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)

@@ -15,13 +15,7 @@ async fn a_role_with_only_table_privileges_runs_a_relay() {
     let dir = tempfile::tempdir().unwrap();
     let owner_url = pg.database("flags");
     let owner = Relay::start(&dir.path().join("owner"), &["--store", &owner_url]).await;
-    pg.sql(
-        "flags",
-        "CREATE ROLE flags_app LOGIN;
-         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
-         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO flags_app;",
-    );
-    let app_url = owner_url.replace("postgres://postgres@", "postgres://flags_app@");
+    let app_url = pg.table_privileges_role("flags", "flags_app");
     let mut app = Relay::start(&dir.path().join("app"), &["--store", &app_url, "--demo", "false"]).await;
     app.admin_secret = Some(owner.admin_token());
     let key = owner.demo_key();

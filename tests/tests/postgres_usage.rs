@@ -73,14 +73,7 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let url = pg.database("flags");
     let a = start(&dir.path().join("a"), "127.0.0.1:0", &url, &[]).await;
-    pg.sql(
-        "flags",
-        "CREATE ROLE flags_app LOGIN;
-         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
-         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO flags_app;",
-    );
-    let url_b = url.replace("postgres://postgres@", "postgres://flags_app@");
-    assert_ne!(url_b, url);
+    let url_b = pg.table_privileges_role("flags", "flags_app");
     let mut b = start(&dir.path().join("b"), "127.0.0.1:0", &url_b, &["--demo", "false"]).await;
     b.admin_secret = Some(a.admin_token());
     let head = put(&mut a.admin().await, "demo", bool_flag("kill-switch", false)).await.unwrap();

@@ -9,6 +9,7 @@ fn bad_config_exits_64_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
         (vec!["--chunk-bytes", "1"], "chunk-bytes: 1 is outside"),
+        (vec!["--sled-cache-bytes", "4096"], "sled-cache-bytes: 4096 is below the least, 1048576"),
         (vec!["--heartbeat", "soon"], "heartbeat"),
         (vec!["--log-format", "xml"], "log-format"),
         (vec!["--no-such-option"], "--no-such-option"),

@@ -297,6 +297,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_QUOTA_SNAPSHOT_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota_snapshot_bytes: Option<usize>,
+    /// Bytes of sled's page cache (sled store). The relay reads sled only
+    /// at start; the cache speeds up commits [default: 67108864].
+    #[arg(long, env = "FLAGSTREAM_SLED_CACHE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sled_cache_bytes: Option<u64>,
     /// Resident memory, bytes, the relay keeps within: a write that grows an
     /// environment is refused when the relay's memory plus three times the
     /// environment's new size would pass it [default: 0, no budget].

@@ -46,11 +46,12 @@ struct ArchiveHead {
 /// the `bootstrap` token and removed once that is stored.
 const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
 
-/// sled's page cache (its default is 1 GiB). The relay holds every item in
-/// memory and reads sled only at start, so the cache only speeds up
-/// commits; bounded here so a relay under a heavy write load does not grow
-/// towards a gigabyte of cached pages.
-const SLED_CACHE_BYTES: u64 = 64 << 20;
+/// sled's page cache by default (sled's own default is 1 GiB; relay option
+/// `sled-cache-bytes`). The relay holds every item in memory and reads
+/// sled only at start, so the cache only speeds up commits; bounded so a
+/// relay under a heavy write load does not grow towards a gigabyte of
+/// cached pages.
+pub(crate) const SLED_CACHE_BYTES: u64 = 64 << 20;
 
 /// The sled backend. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -64,12 +65,18 @@ pub(crate) struct SledBackend {
 }
 
 impl SledBackend {
-    /// Opens (or creates) the database in `dir`.
+    /// Opens (or creates) the database in `dir`, with the default page cache.
     pub(crate) fn open(dir: &Path) -> Result<SledBackend, StoreError> {
+        SledBackend::open_with_cache(dir, SLED_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database in `dir`, its page cache bounded to
+    /// `cache_bytes`.
+    pub(crate) fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledBackend, StoreError> {
         let marks = std::sync::Arc::new(Marks::open(dir)?);
         // Owner-only before sled writes anything, and what it wrote after.
         crate::permission::make_private(dir).map_err(sled::Error::Io)?;
-        let db = sled::Config::new().path(dir).cache_capacity(SLED_CACHE_BYTES).open()?;
+        let db = sled::Config::new().path(dir).cache_capacity(cache_bytes).open()?;
         crate::permission::make_private(dir).map_err(sled::Error::Io)?;
         let meta = db.open_tree("meta")?;
         Ok(SledBackend { db, meta, marks, dir: dir.to_owned() })
