@@ -101,8 +101,17 @@ pub(crate) struct Feed {
     /// Environments whose last catch-up did not verify (the database's
     /// state failed its checksum): never reported live until one does.
     unverified: std::sync::Mutex<HashSet<String>>,
-    /// How often usage is passed to the other relays (`usage-share-interval`).
-    usage_every: Duration,
+    /// How usage is passed to the other relays.
+    usage: UsageSharing,
+}
+
+/// How a relay passes usage to the other relays of its database.
+#[derive(Debug, Clone)]
+pub(crate) struct UsageSharing {
+    /// `usage-share-interval`.
+    pub every: Duration,
+    /// This relay's persistent id (`process::persistent_id`).
+    pub node: String,
 }
 
 impl std::fmt::Debug for Feed {
@@ -131,7 +140,7 @@ impl Feed {
         tokens: Arc<Tokens>,
         hub: Arc<Hub>,
         db: PostgresBackend,
-        usage_every: Duration,
+        usage: UsageSharing,
     ) -> Feed {
         let relay_id = crate::secret::new_epoch()[..16].to_owned();
         Feed {
@@ -145,7 +154,7 @@ impl Feed {
             up: tokio::sync::watch::channel(false).0,
             heard_at: std::sync::Mutex::new(tokio::time::Instant::now()),
             unverified: std::sync::Mutex::new(HashSet::new()),
-            usage_every,
+            usage,
         }
     }
 
@@ -157,7 +166,7 @@ impl Feed {
         tokio::spawn(self.clone().gauges(stop.clone()));
         tokio::spawn(self.clone().exchange_reports(stop.clone()));
         tokio::spawn(self.clone().prune_history(stop.clone()));
-        tokio::spawn(self.clone().share_usage(self.usage_every, stop.clone()));
+        tokio::spawn(self.clone().share_usage(self.usage.every, stop.clone()));
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();

@@ -456,12 +456,15 @@ pub(crate) async fn serve(
     }
 
     if let Some(pg) = postgres {
+        let node = crate::process::persistent_id(&cfg.data_dir).map_err(|e| {
+            anyhow::anyhow!("reading or making {}: {e}", cfg.data_dir.join("relay-id").display())
+        })?;
         let feed = Arc::new(crate::feed::Feed::new(
             store.clone(),
             tokens.clone(),
             hub.clone(),
             pg,
-            cfg.usage_share_interval,
+            crate::feed::UsageSharing { every: cfg.usage_share_interval, node },
         ));
         tokio::spawn(feed.run(background.clone()));
     }

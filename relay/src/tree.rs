@@ -70,12 +70,6 @@ impl Identity {
         let _kept = self.name.set(name);
     }
 
-    /// The name set at start (empty before).
-    pub(crate) fn name(&self) -> String {
-        // Unset only before the server bound its listener.
-        self.name.get().cloned().unwrap_or_default()
-    }
-
     /// The current sample, taken again when older than [`SAMPLE_EVERY`].
     fn sample(&self, store: &Store) -> Sample {
         let mut slot = self.sample.lock().unwrap_or_else(|p| p.into_inner());
@@ -246,10 +240,16 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
     // counts once (its largest figure), and so does a relay past the bound.
     let mut left_out: HashMap<String, u64> = HashMap::new();
     let mut overflow: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut unattributed = 0u64;
     for report in reports {
-        let sender = report.nodes.first().map(|n| n.id.clone()).unwrap_or_default();
-        let held = left_out.entry(sender).or_default();
-        *held = (*held).max(report.nodes_omitted);
+        match report.nodes.first() {
+            Some(sender) => {
+                let held = left_out.entry(sender.id.clone()).or_default();
+                *held = (*held).max(report.nodes_omitted);
+            }
+            // No entry kept to tell whose: counted as it is.
+            None => unattributed = unattributed.saturating_add(report.nodes_omitted),
+        }
         for mut n in report.nodes {
             n.environments.retain(|e| sees(&e.name));
             match by_id.get_mut(&n.id) {
@@ -264,7 +264,10 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
             }
         }
     }
-    let omitted = left_out.values().fold(overflow.len() as u64, |a, b| a.saturating_add(*b));
+    let omitted = left_out
+        .values()
+        .fold(overflow.len() as u64, |a, b| a.saturating_add(*b))
+        .saturating_add(unattributed);
     (order.iter().filter_map(|id| by_id.remove(id)).collect(), omitted)
 }
 

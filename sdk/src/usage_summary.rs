@@ -136,6 +136,8 @@ impl Drop for Usage {
     fn drop(&mut self) {
         let handles = self.handles.get_mut().unwrap_or_else(|p| p.into_inner());
         for (_, u) in handles.iter() {
+            // This client's last counts go with it, not to the next one.
+            let _discarded = u.take();
             u.release(self.id);
         }
     }

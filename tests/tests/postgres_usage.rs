@@ -4,7 +4,9 @@
 //! passed back and forth), SDK instances added up across relays, and a
 //! restarted relay takes the last hour's usage back from the database.
 //! One relay runs as a role with table privileges only (no sequence, no
-//! CREATE), as OPERATIONS.md §8.3 allows.
+//! CREATE), as OPERATIONS.md §8.3 allows. Both relays announce the same
+//! `advertise-url`, as OPERATIONS.md §8.2 suggests: relays are told apart
+//! by their data directory's `relay-id`, not by name.
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use flagstream_tests::STEP;
 use flagstream_tests::postgres::Postgres;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 
-const SHARE: &[&str] = &["--usage-share-interval", "200ms"];
+const SHARE: &[&str] = &["--usage-share-interval", "200ms", "--advertise-url", "http://flags.example:7070"];
 
 async fn start(dir: &std::path::Path, listen: &str, url: &str, extra: &[&str]) -> Relay {
     let mut args = vec!["--store", url];
@@ -90,6 +92,8 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
         assert!(on_a.bool("gone-flag", &Context::new("u"), true));
     }
     assert_eq!(wait_for(&b, "b", "kill-switch", 10).await, 1, "A's SDK, counted at B");
+    let id = |r: &Relay| std::fs::read_to_string(r.data_dir.join("relay-id")).expect("relay-id");
+    assert_ne!(id(&a), id(&b), "each relay has its own persistent id");
     let (_, _, _, f) = usage(&b, "kill-switch");
     assert_eq!(f["default_mismatch"], true, "B warns about A's callers' default: {f}");
     let deadline = tokio::time::Instant::now() + STEP;

@@ -89,9 +89,9 @@ impl Feed {
     pub(super) async fn share_usage(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         let mut cursor = Cursor::default();
         let mut writer = Writer { generation: 0, seq: 0 };
-        // The first turn that reads takes what was passed on before this
-        // process started.
-        let mut backlog = true;
+        // When this process first reached the database, by its clock: rows
+        // written before are the backlog (kept out of the metrics).
+        let mut started_ms: Option<i64> = None;
         let (mut up, mut first) = (self.up.subscribe(), true);
         while next_turn(&mut up, &mut first, every, &stop).await {
             let c = match self.db.client().await {
@@ -101,9 +101,9 @@ impl Feed {
                     continue;
                 }
             };
-            let turn = self.exchange_usage(&c, &mut writer, &mut cursor, backlog);
+            let turn = self.exchange_usage(&c, &mut writer, &mut cursor, &mut started_ms);
             match tokio::time::timeout(QUERY_TIMEOUT, turn).await {
-                Ok(Ok(())) => backlog = false,
+                Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     writer.renew();
                     tracing::warn!(error = %flagstream::follow::error_chain(&e), "passing usage to the other relays failed")
@@ -124,16 +124,20 @@ impl Feed {
     }
 
     /// Writes this relay's outbox of every environment, then takes the
-    /// other processes' rows it has not taken yet (`backlog`: rows passed
-    /// on before this process started may be among them).
+    /// other processes' rows it has not taken yet (those written before
+    /// `started_ms`, read from the database on the first turn, as backlog).
     async fn exchange_usage(
         &self,
         c: &tokio_postgres::Client,
         writer: &mut Writer,
         cursor: &mut Cursor,
-        backlog: bool,
+        started_ms: &mut Option<i64>,
     ) -> Result<(), StoreError> {
-        let node = self.hub.node.name();
+        let started = match *started_ms {
+            Some(t) => t,
+            None => *started_ms.insert(query::now_ms(c).await?),
+        };
+        let node = self.usage.node.clone();
         for env in self.store.envs() {
             let name = env.meta.load().name.clone();
             let summaries = self.hub.usage.forward(&name);
@@ -145,6 +149,7 @@ impl Feed {
                     node: node.clone(),
                     env: name.clone(),
                     summary: s.encode_to_vec(),
+                    created_ms: 0,
                 };
                 if let Err(e) = query::publish_usage(c, &self.relay_id, &row).await {
                     // Taken out of the outbox: these counts stay in this
@@ -160,7 +165,7 @@ impl Feed {
             let short = (rows.len() as i64) < PAGE;
             for row in rows {
                 cursor.took(&row.writer, row.seq);
-                let peer = PeerRow { own: row.node == node, backlog };
+                let peer = PeerRow { own: row.node == node, backlog: row.created_ms < started };
                 self.take(&row, peer);
             }
             if short {

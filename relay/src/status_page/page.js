@@ -165,8 +165,9 @@ async function poll(mine) {
     const resp = await fetch("/status.json", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
     if (mine !== generation) return;
     if (resp.status === 401 || resp.status === 403) {
-      sessionStorage.removeItem(KEY);
       const body = await resp.json().catch(() => ({}));
+      if (mine !== generation) return;
+      sessionStorage.removeItem(KEY);
       return showLogin(body.error || resp.statusText);
     }
     const body = await resp.json();

@@ -351,7 +351,7 @@ pub(crate) async fn peer_reports(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
 }
 
-/// One usage row as written (`flagstream_usage`).
+/// One usage row (`flagstream_usage`).
 #[derive(Debug)]
 pub(crate) struct UsageRow {
     pub writer: String,
@@ -359,6 +359,14 @@ pub(crate) struct UsageRow {
     pub node: String,
     pub env: String,
     pub summary: Vec<u8>,
+    /// When it was written, the database's Unix ms (0 in a row to write).
+    pub created_ms: i64,
+}
+
+/// The database's clock, Unix ms.
+pub(crate) async fn now_ms(c: &Client) -> Result<i64, StoreError> {
+    let row = c.query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[]).await.map_err(db)?;
+    Ok(row.get(0))
 }
 
 /// Stores a usage summary this relay passes to the others.
@@ -392,7 +400,8 @@ pub(crate) async fn peer_usage(
     let (writers, seqs): (Vec<&str>, Vec<i64>) = taken.iter().map(|(w, s)| (w.as_str(), *s)).unzip();
     let rows = c
         .query(
-            "SELECT u.writer, u.seq, u.node, u.env, u.summary FROM flagstream_usage u
+            "SELECT u.writer, u.seq, u.node, u.env, u.summary, (extract(epoch FROM u.created_at) * 1000)::bigint
+             FROM flagstream_usage u
              LEFT JOIN unnest($2::text[], $3::bigint[]) AS t(writer, seq) ON t.writer = u.writer
              WHERE u.process <> $1 AND u.seq > coalesce(t.seq, 0)
              ORDER BY u.writer, u.seq LIMIT $4",
@@ -408,6 +417,7 @@ pub(crate) async fn peer_usage(
             node: r.get(2),
             env: r.get(3),
             summary: r.get(4),
+            created_ms: r.get(5),
         })
         .collect())
 }

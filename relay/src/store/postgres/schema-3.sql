@@ -20,8 +20,9 @@ CREATE TABLE flagstream_usage (
     -- 1, 2, 3, ... per writer, each row inserted once the previous one
     -- committed.
     seq bigint NOT NULL,
-    -- The relay's stable name (advertise URL or listen address): the SDK
-    -- instances it reports are counted under it, whatever process wrote.
+    -- The writing relay's persistent id (`<data-dir>/relay-id`): the SDK
+    -- instances it reports are counted under it, whatever process wrote,
+    -- and a restarted relay knows its own earlier rows by it.
     node text NOT NULL,
     env text NOT NULL,
     summary bytea NOT NULL,
