@@ -236,6 +236,9 @@ struct Inner {
     metrics: Metrics,
     /// Per-environment size quotas (replaced on a configuration reload).
     size_quota: ArcSwap<SizeQuota>,
+    /// Bytes the memory budget has set aside for writes being applied now
+    /// (`write.rs` `Reserved`), so concurrent writes cannot pass it together.
+    budget_reserved: std::sync::atomic::AtomicU64,
     source: Source,
     /// The primary's address as the upstream announced it (replicas).
     primary: ArcSwap<Option<String>>,
@@ -346,6 +349,7 @@ impl Store {
                 retention,
                 metrics,
                 size_quota: ArcSwap::from_pointee(crate::limit::QuotaConfig::default().sizes()),
+                budget_reserved: std::sync::atomic::AtomicU64::new(0),
                 source,
                 primary: ArcSwap::from_pointee(None),
                 catalog: watch::channel(0).0,

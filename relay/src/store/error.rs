@@ -89,9 +89,9 @@ pub enum StoreError {
     },
     /// The write would take the relay past its memory budget.
     #[error(
-        "environment {env:?}: the write would grow it to {env_bytes} bytes; with the relay at {resident} bytes resident and \
-         {copies}× the environment's size held while the write is applied, that is {projected} bytes, over memory-budget \
-         {budget}; nothing was written"
+        "environment {env:?}: the write would grow it to {env_bytes} bytes; with the relay at {resident} bytes resident, \
+         {reserved} bytes set aside for other writes being applied and {copies}× the environment's size held while this one \
+         is applied, that is {projected} bytes, over memory-budget {budget}; nothing was written"
     )]
     MemoryBudget {
         /// Environment.
@@ -100,9 +100,11 @@ pub enum StoreError {
         env_bytes: u64,
         /// The relay's resident bytes when the write was planned.
         resident: u64,
+        /// Bytes set aside for other writes being applied then.
+        reserved: u64,
         /// Copies of the environment the estimate counts.
         copies: u64,
-        /// `resident + copies × env_bytes`.
+        /// `resident + reserved + copies × env_bytes`.
         projected: u64,
         /// The budget (`memory-budget`).
         budget: u64,

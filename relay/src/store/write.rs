@@ -28,8 +28,22 @@ const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A planned write: ready to commit, or changing nothing.
 enum Prepared {
-    Commit { commit: Box<Commit>, state: Box<EnvState>, result: WriteResult },
+    Commit { commit: Box<Commit>, state: Box<EnvState>, result: WriteResult, budget: Option<Reserved> },
     NoOp(WriteResult),
+}
+
+/// Memory the budget set aside for one write until it is published (or
+/// fails): released when dropped.
+#[derive(Debug)]
+pub(super) struct Reserved {
+    store: Store,
+    bytes: u64,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.store.inner.budget_reserved.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl Store {
@@ -151,8 +165,9 @@ impl Store {
             let (store, planning) = (self.clone(), env.clone());
             let (ops, who2, comment2) = (ops.clone(), who.clone(), comment.clone());
             let prepared = blocking(move || store.prepare(&planning, &state, ops, &who2, &comment2)).await;
-            let (commit, state, result) = match prepared {
-                Ok(Prepared::Commit { commit, state, result }) => (*commit, *state, result),
+            // Held until the write is published or has failed.
+            let (commit, state, result, _budget) = match prepared {
+                Ok(Prepared::Commit { commit, state, result, budget }) => (*commit, *state, result, budget),
                 Ok(Prepared::NoOp(result)) => return Ok(result),
                 Err(StoreError::Conflict { kind, key, expected, current, changed_by: None }) => {
                     let changed_by = match current {
@@ -286,7 +301,7 @@ impl Store {
             }
         }
         self.check_size_quota(env_name, &state.items, &items)?;
-        self.check_memory_budget(env_name, &state.items, &items)?;
+        let budget = self.check_memory_budget(env_name, &state.items, &items)?;
         let entry = LogEntry {
             revision,
             changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
@@ -330,7 +345,7 @@ impl Store {
             request_id: crate::secret::new_epoch(),
         };
         let result = WriteResult { revision, items: plan.versions };
-        Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result })
+        Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result, budget })
     }
 
     /// Refuses a write that takes an environment past a size quota. A
@@ -371,47 +386,60 @@ impl Store {
     }
 
     /// Refuses a write that grows an environment when the relay's resident
-    /// memory plus [`WRITE_COPIES`] × the environment's new size would pass
-    /// the memory budget (checked once the write is planned, before its
-    /// state is built and committed). A write that does not grow the
-    /// environment always goes through, so memory can always be freed.
+    /// memory, plus what is set aside for other writes being applied, plus
+    /// [`WRITE_COPIES`] × the environment's new size would pass the memory
+    /// budget (checked once the write is planned, before it is committed
+    /// and published); else sets that much aside until the write is
+    /// published. A write that does not grow the environment always goes
+    /// through, so memory can always be freed.
     fn check_memory_budget(
         &self,
         env: &str,
         before: &BTreeMap<ItemKey, Item>,
         after: &BTreeMap<ItemKey, Item>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Reserved>, StoreError> {
         let budget = self.inner.size_quota.load().memory_budget;
         if budget == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let bytes = |m: &BTreeMap<ItemKey, Item>| m.values().map(|i| i.bytes.len() as u64).sum::<u64>();
         let env_bytes = bytes(after);
         if env_bytes <= bytes(before) {
-            return Ok(());
+            return Ok(None);
         }
         let resident = crate::process::resident_bytes();
-        let projected = resident.saturating_add(WRITE_COPIES.saturating_mul(env_bytes));
-        if projected <= budget {
-            return Ok(());
+        let need = WRITE_COPIES.saturating_mul(env_bytes);
+        let set_aside = &self.inner.budget_reserved;
+        let mut reserved = set_aside.load(Ordering::Relaxed);
+        loop {
+            let projected = resident.saturating_add(reserved).saturating_add(need);
+            if projected > budget {
+                self.inner.metrics.limit_hit("memory_budget");
+                let e = StoreError::MemoryBudget {
+                    env: env.to_owned(),
+                    env_bytes,
+                    resident,
+                    reserved,
+                    copies: WRITE_COPIES,
+                    projected,
+                    budget,
+                };
+                tracing::warn!(error = %e, "write refused by the memory budget");
+                return Err(e);
+            }
+            match set_aside.compare_exchange(reserved, reserved + need, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(Some(Reserved { store: self.clone(), bytes: need })),
+                Err(now) => reserved = now,
+            }
         }
-        self.inner.metrics.limit_hit("memory_budget");
-        let e = StoreError::MemoryBudget {
-            env: env.to_owned(),
-            env_bytes,
-            resident,
-            copies: WRITE_COPIES,
-            projected,
-            budget,
-        };
-        tracing::warn!(error = %e, "write refused by the memory budget");
-        Err(e)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     use flagstream::{FlagSet, Limits};
 
@@ -470,5 +498,35 @@ mod tests {
         assert_eq!(store.env(ENV).unwrap().state.load().revision, r1 + 1);
         let r = store.write(ENV, vec![flag("c")], None, &who, "").await.unwrap().revision;
         assert_eq!(r, r1 + 2);
+    }
+
+    /// What the memory budget sets aside for writes being applied counts
+    /// against every other write, and is released once a write is done.
+    #[tokio::test]
+    async fn the_memory_budget_counts_writes_being_applied() {
+        const ENV: &str = "budget";
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let who = Who::relay("test");
+        store.create_env(ENV, "", &who).await.unwrap();
+        let budget = 1u64 << 40;
+        store.set_size_quota(crate::limit::SizeQuota {
+            memory_budget: budget,
+            ..crate::limit::QuotaConfig::default().sizes()
+        });
+        store.write(ENV, vec![flag("a")], None, &who, "").await.expect("within the budget");
+        assert_eq!(store.inner.budget_reserved.load(Ordering::Relaxed), 0, "released once published");
+        // Writes being applied elsewhere hold the whole budget.
+        store.inner.budget_reserved.fetch_add(budget, Ordering::Relaxed);
+        let e = store.write(ENV, vec![flag("b")], None, &who, "").await.unwrap_err();
+        match &e {
+            StoreError::MemoryBudget { reserved, budget: b, .. } => {
+                assert_eq!((*reserved, *b), (budget, budget))
+            }
+            other => panic!("refused by the budget, not {other:?}"),
+        }
+        assert!(e.to_string().contains("set aside for other writes"), "{e}");
+        store.inner.budget_reserved.fetch_sub(budget, Ordering::Relaxed);
+        store.write(ENV, vec![flag("b")], None, &who, "").await.expect("once they are done");
     }
 }
