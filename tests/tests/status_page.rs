@@ -51,6 +51,7 @@ fn run(what: &str, cmd: &mut Command) -> Output {
 /// `GET path` on the metrics listener; the status code and body.
 async fn get(addr: SocketAddr, path: &str, authorization: Option<&str>) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("metrics listener");
+    // No credential: no authorization header at all.
     let auth = authorization.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
     let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
@@ -58,6 +59,8 @@ async fn get(addr: SocketAddr, path: &str, authorization: Option<&str>) -> (u16,
     s.read_to_string(&mut out).await.expect("read");
     let code =
         out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status: {out}"));
+    // A response without a body separator has no body (the callers then
+    // fail on what they expect in it).
     let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (code, body)
 }
@@ -181,6 +184,7 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
             .env("FLAGSTREAM_CHROMIUM", &chromium),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // No output at all fails the parse below, with the output shown.
     let page: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the script's output is not JSON ({e}): {stdout}"));
     println!("{page:#}");

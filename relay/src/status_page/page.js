@@ -180,6 +180,7 @@ async function poll(mine) {
     if (mine !== generation) return;
     document.getElementById("summary").textContent = "Cannot load the status: " + e.message;
   }
+  // The next poll: the page refreshes every POLL_MS while it is open.
   timer = setTimeout(() => poll(mine), POLL_MS);
 }
 
