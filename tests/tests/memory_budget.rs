@@ -8,11 +8,11 @@
 //! the relay's own resident memory.
 
 use std::process::Command;
-use std::time::Duration;
 
 use flagstream::{Client, Context};
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
+use flagstream_tests::cluster::eventually;
 use flagstream_tests::relay::{Relay, bool_flag};
 use tonic::Code;
 
@@ -53,12 +53,7 @@ async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
     std::fs::write(&path, format!("memory-budget = {budget}\n")).unwrap();
     let hup = Command::new("kill").args(["-HUP", &relay.pid().to_string()]).status().unwrap();
     assert!(hup.success());
-    let deadline = tokio::time::Instant::now() + STEP;
-    while !relay.log().contains("SIGHUP: configuration reloaded") {
-        assert!(tokio::time::Instant::now() < deadline, "no reload in the log:\n{}", relay.log());
-        // Poll interval: the log has no notification; the deadline bounds it.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the reload in the log", || relay.log().contains("SIGHUP: configuration reloaded")).await;
 
     // ~4 MiB at a time until the budget refuses one (the size quota,
     // 64 MiB, would refuse only at the 16th).
@@ -86,16 +81,19 @@ async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
 
     // Nothing of the refused batch is stored or served; the SDK holds the
     // head the relay reports.
+    let mut changes = sdk.changes();
     let (revision, checksum) = head(&relay).await;
     let refused_key = format!("big-{}", accepted * 100);
     let ctx = Context::new("u");
-    let deadline = tokio::time::Instant::now() + STEP;
-    while sdk.snapshot().revision() != revision {
-        assert!(tokio::time::Instant::now() < deadline, "the SDK never reached revision {revision}");
-        // Poll interval: bounded by the deadline; the SDK's change events
-        // would do too, but the revision may already be there.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The SDK's change events up to the relay's head (subscribed before
+    // the head was read, so none is missed).
+    let reached = async {
+        while sdk.snapshot().revision() < revision {
+            changes.recv().await.expect("the client's change events");
+        }
+    };
+    tokio::time::timeout(STEP, reached).await.expect("the SDK reaches the relay's head");
+    assert_eq!(sdk.snapshot().revision(), revision);
     assert!(sdk.bool("big-0", &ctx, false), "accepted batches are served");
     assert!(sdk.bool_detail(&refused_key, &ctx, false).error.is_some(), "the refused batch is not");
     assert_eq!(head(&relay).await, (revision, checksum));

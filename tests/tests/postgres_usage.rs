@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use flagstream::{Client, Context};
 use flagstream_tests::STEP;
+use flagstream_tests::cluster::eventually;
 use flagstream_tests::postgres::Postgres;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 
@@ -46,27 +47,20 @@ fn usage(relay: &Relay, key: &str) -> (u64, u64, u64, serde_json::Value) {
     (evaluations, missing, f["sdks"].as_u64().unwrap_or(0), f)
 }
 
-/// Waits until `relay` counts `evaluations` of `key` (fails past them or
-/// on timeout); returns the SDKs it counts.
+/// Waits until `relay` counts `evaluations` of `key`, failing as soon as
+/// it counts more; returns the SDKs it counts.
 async fn wait_for(relay: &Relay, name: &str, key: &str, evaluations: u64) -> u64 {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let (n, _, sdks, f) = usage(relay, key);
+    let what = format!("relay {name} counting {evaluations} evaluations of {key}");
+    eventually(&what, || {
+        let (n, _, _, f) = usage(relay, key);
         assert!(
             n <= evaluations,
             "relay {name} counts {n} evaluations of {key}, more than the {evaluations} made: {f}"
         );
-        if n == evaluations {
-            return sdks;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "relay {name} never counted {evaluations} of {key}: {f}"
-        );
-        // Poll interval: usage has no change notification to wait on; the
-        // deadline above bounds the wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        n == evaluations
+    })
+    .await;
+    usage(relay, key).2
 }
 
 #[tokio::test]
@@ -96,12 +90,7 @@ async fn usage_reported_at_one_relay_is_seen_at_every_relay_of_the_database() {
     assert_ne!(id(&a), id(&b), "each relay has its own persistent id");
     let (_, _, _, f) = usage(&b, "kill-switch");
     assert_eq!(f["default_mismatch"], true, "B warns about A's callers' default: {f}");
-    let deadline = tokio::time::Instant::now() + STEP;
-    while usage(&b, "gone-flag").1 < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the missing flag's fallbacks never reached B");
-        // Poll interval, bounded by the deadline (no change notification).
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the missing flag's fallbacks at B", || usage(&b, "gone-flag").1 >= 3).await;
     assert_eq!(usage(&b, "gone-flag").1, 3);
 
     // Five more at B: both relays count 15 and two SDKs, never more (an

@@ -21,7 +21,7 @@ use std::time::Duration;
 use flagstream::{Client, Context};
 use flagstream_proto::v1 as pb;
 use flagstream_tests::STEP;
-use flagstream_tests::cluster::Cluster;
+use flagstream_tests::cluster::{Cluster, eventually_async};
 use flagstream_tests::relay::{Relay, bool_flag, put};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -138,28 +138,12 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
 
     // The fallbacks reach the primary's per-flag metric: the real flag's
     // under its key, the two keys that are no flag (5 + 1) under `_unknown`.
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let text = primary.metrics_text().await;
-        let series: Vec<&str> =
-            text.lines().filter(|l| l.starts_with("flagstream_usage_flag_fallbacks_total{")).collect();
-        let demo = "flagstream_usage_flag_fallbacks_total{environment=\"demo\",flag=";
-        if series.contains(&format!("{demo}\"_unknown\"}} 6").as_str())
-            && series.contains(&format!("{demo}\"kill-switch\"}} 1").as_str())
-        {
-            break;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            let r = c.replicas[0].metrics_text().await;
-            let fb: Vec<&str> = text.lines().chain(r.lines()).filter(|l| l.contains("fallbacks")).collect();
-            panic!(
-                "the per-flag fallbacks never reached the primary: {series:?}; all fallback lines: {fb:#?}"
-            );
-        }
-        // Poll interval: metrics have no change notification; the
-        // deadline above bounds the wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let demo = "flagstream_usage_flag_fallbacks_total{environment=\"demo\",flag=";
+    eventually_async("the per-flag fallbacks at the primary", || async {
+        primary.try_metric(&format!("{demo}\"_unknown\"}}")).await == Some(6.0)
+            && primary.try_metric(&format!("{demo}\"kill-switch\"}}")).await == Some(1.0)
+    })
+    .await;
 
     run(
         "npm ci (tests/browser)",
