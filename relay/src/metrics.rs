@@ -362,7 +362,7 @@ impl Metrics {
         for result in ["ok", "invalid", "conflict", "not_found", "poisoned", "abandoned", "quota", "error"] {
             m.admin_writes.get_or_create(&vec![("result", result.to_owned())]).inc_by(0);
         }
-        for kind in ["snapshot", "delta"] {
+        for kind in ["snapshot", "snapshot_chunk", "delta"] {
             m.encodes.get_or_create(&vec![("kind", kind.to_owned())]).inc_by(0);
         }
         for cause in ["empty_cursor", "foreign_epoch", "too_old", "delta_too_large", "inside_diffed_snapshot"]
@@ -399,6 +399,12 @@ impl Metrics {
     /// Refusals counted so far for `(env, quota)` (tests).
     pub fn quota_refusals_for(&self, env: &str, quota: &str) -> u64 {
         self.quota_refusals.get_or_create(&vec![("env", env.to_owned()), ("quota", quota.to_owned())]).get()
+    }
+
+    /// Counts one snapshot chunk assembled for sending
+    /// (`encodes{kind="snapshot_chunk"}`).
+    pub fn chunk_assembled(&self) {
+        self.encodes.get_or_create(&vec![("kind", "snapshot_chunk".to_owned())]).inc();
     }
 
     /// Counts one triggered limit.

@@ -20,7 +20,7 @@ use tokio::time::{Instant, Interval};
 use tonic::Status;
 
 use crate::access::Tokens;
-use crate::encoded::{self, Encoded};
+use crate::encoded::{self, Encoded, SnapshotChunks};
 use crate::error::{self, Refusal};
 use crate::hub::{Hub, Rejection, Subscriber};
 use crate::inbound::Inbound;
@@ -399,7 +399,7 @@ impl Drop for Leave {
 /// A snapshot being sent: the shared chunks, the next index, and the
 /// permit that counts it against the snapshot budget.
 struct Pending {
-    chunks: Arc<Vec<Encoded>>,
+    chunks: Arc<SnapshotChunks>,
     next: usize,
     _permit: OwnedSemaphorePermit,
     /// `snapshot_sends`, decremented when the send ends or is abandoned.
@@ -482,7 +482,7 @@ impl Outbound {
             self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
         }
         if let Some(p) = &mut self.pending {
-            let chunk = p.chunks[p.next].clone();
+            let chunk = p.chunks.chunk(p.next, || self.store.metrics().chunk_assembled());
             p.next += 1;
             if p.next == p.chunks.len() {
                 self.pending = None;
@@ -624,7 +624,7 @@ impl Outbound {
                     let on_its_way = if chunks.len() > 1 { cursor.1 } else { 0 };
                     self.guard.sub.snapshot_revision.store(on_its_way, Ordering::Relaxed);
                     self.cursor = cursor;
-                    let first = chunks[0].clone();
+                    let first = chunks.chunk(0, || metrics.chunk_assembled());
                     if chunks.len() > 1 {
                         metrics.snapshot_sends.inc();
                         let gauge = metrics.snapshot_sends.clone();

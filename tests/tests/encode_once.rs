@@ -21,6 +21,11 @@ async fn thousand_subscribers_share_one_encoding() {
         assert!(matches!(s.next(STEP).await.unwrap(), Update::Snapshot { .. }));
     }
     assert_eq!(relay.metric("flagstream_encodes_total{kind=\"snapshot\"}").await, 1.0);
+    assert_eq!(
+        relay.metric("flagstream_encodes_total{kind=\"snapshot_chunk\"}").await,
+        1.0,
+        "a one-chunk snapshot is assembled once and kept for every subscriber"
+    );
 
     let mut admin = relay.admin().await;
     for round in 0..3 {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use flagstream::Snapshot;
 
-use crate::encoded::{self, ChunkHeader, DeltaParts, Encoded};
+use crate::encoded::{self, ChunkHeader, DeltaParts, Encoded, SnapshotChunks};
 use crate::metrics::Metrics;
 
 /// Item kinds, numbered as `ItemKind` in admin.proto and as the checksum's
@@ -100,8 +100,9 @@ pub(crate) struct EnvState {
     /// Compiled form, for validation of the next write and server-side
     /// evaluation.
     pub snapshot: Arc<Snapshot>,
-    /// Encoded snapshot chunks at this revision, made on first demand.
-    chunks: OnceLock<Arc<Vec<Encoded>>>,
+    /// The snapshot's chunks at this revision, planned on first demand
+    /// (assembled while streams need them, [`SnapshotChunks`]).
+    chunks: OnceLock<Arc<SnapshotChunks>>,
     /// The delta from the previous revision: what nearly every subscriber
     /// needs, read without a lock (`None`: larger than the delta bound).
     delta_from_previous: OnceLock<Option<Encoded>>,
@@ -141,7 +142,7 @@ pub(crate) enum Catchup {
     /// One delta to head.
     Delta(Encoded),
     /// A full snapshot (cursor empty, foreign or too old).
-    Snapshot(Arc<Vec<Encoded>>),
+    Snapshot(Arc<SnapshotChunks>),
     /// The cursor is ahead of this head (same epoch): nothing may be sent
     /// until the head reaches it (PROTOCOL.md §2.2).
     Ahead,
@@ -208,27 +209,22 @@ impl EnvState {
         Catchup::Snapshot(self.chunks(bounds.chunk_bytes, metrics))
     }
 
-    /// The encoded snapshot at this revision (encoded once).
-    pub(crate) fn chunks(&self, chunk_bytes: usize, metrics: &Metrics) -> Arc<Vec<Encoded>> {
+    /// The snapshot at this revision, planned once.
+    pub(crate) fn chunks(&self, chunk_bytes: usize, metrics: &Metrics) -> Arc<SnapshotChunks> {
         self.chunks
             .get_or_init(|| {
                 metrics.encodes.get_or_create(&vec![("kind", "snapshot".to_owned())]).inc();
-                let flags: Vec<&Bytes> =
-                    self.items.iter().filter(|((k, _), _)| *k == Kind::Flag).map(|(_, i)| &i.bytes).collect();
-                let segments: Vec<&Bytes> = self
-                    .items
-                    .iter()
-                    .filter(|((k, _), _)| *k == Kind::Segment)
-                    .map(|(_, i)| &i.bytes)
-                    .collect();
+                let of = |kind: Kind| -> Vec<Bytes> {
+                    self.items.iter().filter(|((k, _), _)| *k == kind).map(|(_, i)| i.bytes.clone()).collect()
+                };
                 let header = ChunkHeader {
-                    environment: &self.name,
-                    epoch: &self.epoch,
+                    environment: self.name.clone(),
+                    epoch: self.epoch.clone(),
                     revision: self.revision,
                     checksum: self.checksum,
                     committed_unix_ms: self.committed_unix_ms,
                 };
-                Arc::new(encoded::snapshot_chunks(&header, &flags, &segments, chunk_bytes))
+                Arc::new(SnapshotChunks::plan(header, of(Kind::Flag), of(Kind::Segment), chunk_bytes))
             })
             .clone()
     }

@@ -18,9 +18,9 @@ use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detach
 const BEHIND_ATTEMPTS: usize = 64;
 
 /// Copies of an environment the memory budget counts for a write: the new
-/// state's item bytes, its compiled flags and its encoded snapshot exist
-/// next to the old state's until the write is published (RESILIENCE.md §5
-/// has the measured heap profile).
+/// state's item bytes, its models and its compiled flags exist next to the
+/// old state's until the write is published (RESILIENCE.md §5 has the
+/// measured heap profile).
 const WRITE_COPIES: u64 = 3;
 /// How long a write waits for the change feed to catch up before planning
 /// again.
