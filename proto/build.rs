@@ -5,7 +5,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     // Handed to prost-build directly rather than through the PROTOC variable:
-    // `set_var` is unsafe in edition 2024 and this workspace forbids unsafe.
+    // `set_var` is unsafe in edition 2024 and this workspace denies unsafe.
     let files = [
         "flagstream/v1/model.proto",
         "flagstream/v1/sync.proto",

@@ -10,6 +10,7 @@
 
 mod access;
 mod admin;
+pub mod allocator;
 mod auth;
 mod catalog;
 pub mod config;
@@ -61,6 +62,7 @@ pub fn init_tracing(json: bool) {
 
 /// Runs the `flagstream-relay` command on the relay's runtime.
 pub fn main_blocking() {
+    allocator::tune();
     let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -116,6 +118,15 @@ pub async fn main_entry() {
         config::Action::Serve(options, demo) => {
             let cfg = resolve(options);
             init_tracing(cfg.log_json);
+            match allocator::applied() {
+                Some(allocator::Tuning::Set { arenas, threshold }) => {
+                    tracing::info!(arenas, threshold, "allocator: glibc arenas and mmap/trim threshold set")
+                }
+                Some(allocator::Tuning::Operator) => {
+                    tracing::info!("allocator: settings from the environment (MALLOC_*, GLIBC_TUNABLES) kept")
+                }
+                Some(allocator::Tuning::Unsupported) | None => {}
+            }
             server::run(cfg, demo).await
         }
         config::Action::Check(options) => {

@@ -298,7 +298,7 @@ pub struct Options {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota_snapshot_bytes: Option<usize>,
     /// Bytes of sled's page cache (sled store). The relay reads sled only
-    /// at start; the cache speeds up commits [default: 67108864].
+    /// at start; the cache speeds up commits [default: 16777216].
     #[arg(long, env = "FLAGSTREAM_SLED_CACHE_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sled_cache_bytes: Option<u64>,

@@ -50,8 +50,10 @@ const LEGACY_TOKEN_KEY: &str = "admin_token_sha256";
 /// `sled-cache-bytes`). The relay holds every item in memory and reads
 /// sled only at start, so the cache only speeds up commits; bounded so a
 /// relay under a heavy write load does not grow towards a gigabyte of
-/// cached pages.
-pub(crate) const SLED_CACHE_BYTES: u64 = 64 << 20;
+/// cached pages. 16 MiB: filling a 50 MiB environment peaks 20–40 MiB
+/// lower than with 64 MiB, at a few percent of fill time
+/// (docs/RESILIENCE.md §5).
+pub(crate) const SLED_CACHE_BYTES: u64 = 16 << 20;
 
 /// The sled backend. Cheap to clone.
 #[derive(Debug, Clone)]
