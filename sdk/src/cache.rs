@@ -1,7 +1,9 @@
-//! The last-known-good cache: one sled value holding the applied snapshot
-//! (raw items, cursor, checksum). Written from the sync side only, debounced,
-//! as a single atomic insert followed by a flush, so a crash leaves the old
-//! or the new snapshot, never a torn one. Loaded at `build()` before any
+//! The last-known-good cache: the applied snapshot (raw items, cursor,
+//! checksum) in sled, as a header value and the items in parts of about
+//! 1 MiB (so sled never serialises a copy of the whole snapshot at once).
+//! Written from the sync side only, debounced, as one atomic batch followed
+//! by a flush, so a crash leaves the old or the new snapshot, never a torn
+//! one. Loaded at `build()` before any
 //! network; whatever fails to decode or verify is reported and ignored,
 //! never trusted. Compiled with the `cache` feature (on by default) only;
 //! it knows nothing of the client: the client's tasks (`client/tasks.rs`)
@@ -16,7 +18,7 @@ use crate::clock::now_ms;
 use crate::error::CacheError;
 use crate::held::{CachedHeld, Held};
 use crate::private_dir::make_private;
-use crate::raw::CacheBlob;
+use crate::raw::{CACHE_FORMAT, CACHE_PART_BYTES, CacheBlob, CachePart};
 use flagstream_core::{Limits, Snapshot};
 
 /// How long opening waits for a cache directory locked by a client that
@@ -26,8 +28,16 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// How often it tries again meanwhile.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// sled key of the snapshot value.
+/// sled key of the snapshot's header ([`CacheBlob`]).
 pub(crate) const KEY: &[u8] = b"snapshot";
+
+/// sled key of the snapshot's part `i` ([`CachePart`]): `part/` and `i`
+/// as 4 big-endian bytes.
+fn part_key(i: u32) -> [u8; 9] {
+    let mut key = *b"part/\0\0\0\0";
+    key[5..].copy_from_slice(&i.to_be_bytes());
+    key
+}
 
 /// The fingerprint that ties a cache to its SDK key (not a secret: a
 /// 64-bit hash, so a cache file does not reveal the key).
@@ -59,8 +69,27 @@ impl State {
         if self.last.as_ref().is_some_and(|last| Arc::ptr_eq(last, held)) {
             return Ok(false);
         }
-        let blob = held.to_blob(now_ms(), key_fingerprint);
-        db.insert(KEY, blob.encode_to_vec())?;
+        let mut blob = held.to_blob(now_ms(), key_fingerprint);
+        let parts = CachePart::split(
+            std::mem::take(&mut blob.flags),
+            std::mem::take(&mut blob.segments),
+            CACHE_PART_BYTES,
+        );
+        blob.parts = parts.len() as u32;
+        // Parts beyond the new count that the previous header names go in
+        // the same batch (a header that does not decode names none).
+        let before = db.get(KEY)?.and_then(|v| CacheBlob::decode(&*v).ok()).map_or(0, |b| b.parts);
+        let mut batch = sled::Batch::default();
+        for i in blob.parts..before {
+            batch.remove(&part_key(i)[..]);
+        }
+        for (i, part) in parts.iter().enumerate() {
+            batch.insert(&part_key(i as u32)[..], part.encode_to_vec());
+        }
+        batch.insert(KEY, blob.encode_to_vec());
+        // One atomic batch: a crash leaves the old header with its parts or
+        // the new one with its parts.
+        db.apply_batch(batch)?;
         db.flush()?;
         self.last = Some(held.clone());
         Ok(true)
@@ -117,14 +146,23 @@ impl Cache {
         key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<Option<(CachedHeld, Arc<Snapshot>)>, CacheError> {
-        let value = match &self.state().db {
-            Some(db) => db.get(KEY)?,
-            None => None,
-        };
-        let Some(value) = value else { return Ok(None) };
-        // One copy into `Bytes`, so every item decodes as a slice of it
-        // rather than an allocation of its own.
-        let blob = CacheBlob::decode(bytes::Bytes::copy_from_slice(&value))?;
+        let state = self.state();
+        let Some(db) = &state.db else { return Ok(None) };
+        let Some(value) = db.get(KEY)? else { return Ok(None) };
+        // No copy: every item decodes as a slice of sled's own buffer
+        // rather than an allocation of its own (a 50 MiB cache is not
+        // held twice while the client starts).
+        let mut blob = CacheBlob::decode(bytes::Bytes::from_owner(value))?;
+        if blob.format == CACHE_FORMAT {
+            for i in 0..blob.parts {
+                let value =
+                    db.get(part_key(i))?.ok_or(CacheError::MissingPart { part: i, parts: blob.parts })?;
+                let part = CachePart::decode(bytes::Bytes::from_owner(value))?;
+                blob.flags.extend(part.flags);
+                blob.segments.extend(part.segments);
+            }
+        }
+        drop(state);
         Ok(Some(Held::from_blob(blob, key_fingerprint, limits)?))
     }
 
@@ -147,5 +185,85 @@ impl Cache {
         };
         state.db = None;
         wrote
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use flagstream_core::wire::flag_to_proto;
+    use flagstream_core::{Flag, FlagSet};
+
+    use super::*;
+
+    /// A held state of `n` flags, each carrying `pad` bytes of description.
+    fn held(n: usize, pad: usize) -> Arc<Held> {
+        let yaml = "{key: k, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}";
+        let template: Flag = serde_yaml_ng::from_str(yaml).expect("flag");
+        let set = FlagSet {
+            flags: (0..n)
+                .map(|i| Flag {
+                    key: format!("flag-{i:05}"),
+                    description: "d".repeat(pad),
+                    ..template.clone()
+                })
+                .collect(),
+            segments: vec![],
+        };
+        let bytes: Vec<Bytes> =
+            set.flags.iter().map(|f| Bytes::from(flag_to_proto(f).encode_to_vec())).collect();
+        let (held, _) =
+            Held::from_items("e1".into(), 7, bytes, Vec::new(), &Limits::default()).expect("valid");
+        Arc::new(held)
+    }
+
+    fn stored_parts(db: &sled::Db) -> usize {
+        db.scan_prefix(b"part/").count()
+    }
+
+    /// A snapshot larger than a part is stored in parts and loads back
+    /// whole; a smaller one written next removes the parts it does not use.
+    #[test]
+    fn parts_round_trip_and_shrink() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let big = held(3_000, 1_000); // ~3 MiB
+        assert!(cache.store(&big, 9).unwrap());
+        let db = cache.state().db.clone().unwrap();
+        assert!(stored_parts(&db) >= 3, "{} parts", stored_parts(&db));
+        let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("stored");
+        assert_eq!((loaded.revision, loaded.checksum, snap.len()), (7, big.checksum, 3_000));
+
+        let small = held(10, 10);
+        assert!(cache.store(&small, 9).unwrap());
+        assert_eq!(stored_parts(&db), 1, "the parts beyond the new count were removed");
+        let (_, snap) = cache.load(9, &Limits::default()).unwrap().expect("stored");
+        assert_eq!(snap.len(), 10);
+    }
+
+    /// A header naming a part that is not stored is reported, not served.
+    #[test]
+    fn a_missing_part_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        assert!(cache.store(&held(3_000, 1_000), 9).unwrap());
+        let db = cache.state().db.clone().unwrap();
+        db.remove(part_key(1)).unwrap();
+        let Err(err) = cache.load(9, &Limits::default()) else { panic!("a cache missing a part was served") };
+        assert!(matches!(err, CacheError::MissingPart { part: 1, .. }), "{err}");
+    }
+
+    /// A cache of format 1 (one value, the items inline), as SDKs before
+    /// format 2 wrote it, is still served.
+    #[test]
+    fn format_1_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let h = held(50, 100);
+        let mut blob = h.to_blob(1, 9);
+        blob.format = crate::raw::CACHE_FORMAT_INLINE;
+        cache.state().db.clone().unwrap().insert(KEY, blob.encode_to_vec()).unwrap();
+        let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("served");
+        assert_eq!((loaded.checksum, snap.len()), (h.checksum, 50));
     }
 }

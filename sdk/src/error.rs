@@ -89,7 +89,7 @@ pub enum ApplyError {
     #[error("cache belongs to another SDK key")]
     OtherKey,
     /// A cache of another format version.
-    #[error("cache format {0} is not {CACHE_FORMAT}")]
+    #[error("cache format {0} is not {CACHE_FORMAT} (or 1, still read)")]
     Format(u32),
     /// The receiver could not store what it received (a replica relay's
     /// database failed).
@@ -155,6 +155,14 @@ pub enum CacheError {
     /// The stored value does not decode.
     #[error("cache is corrupt or truncated")]
     Corrupt(#[from] prost::DecodeError),
+    /// The header names a part that is not stored.
+    #[error("cache is missing part {part} of {parts}")]
+    MissingPart {
+        /// The missing part's number.
+        part: u32,
+        /// Parts the header names.
+        parts: u32,
+    },
     /// The stored snapshot does not verify or compile.
     #[error("cached snapshot is unusable")]
     Unusable(#[from] ApplyError),

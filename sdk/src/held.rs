@@ -15,7 +15,7 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 
 use crate::error::ApplyError;
-use crate::raw::{CACHE_FORMAT, CacheBlob, RawChunk, RawDelta};
+use crate::raw::{CACHE_FORMAT, CACHE_FORMAT_INLINE, CacheBlob, RawChunk, RawDelta};
 use flagstream_core::checksum::{FLAG, SEGMENT, item_hash};
 use flagstream_core::model::FlagSet;
 use flagstream_core::wire::flag_key;
@@ -106,6 +106,10 @@ impl Held {
     ) -> Result<(Held, Snapshot), ApplyError> {
         let mut r = Held { epoch, revision, ..Held::default() };
         let mut set = FlagSet::default();
+        let flags = flags.into_iter();
+        // Sized once: grown by doubling, a 50,000-flag set would pass
+        // through 1.5× its models' array on the way.
+        set.flags.reserve(flags.size_hint().0);
         for bytes in flags {
             let p = decode_flag(&bytes)?;
             let hash = item_hash(FLAG, &p.key, &bytes);
@@ -119,7 +123,9 @@ impl Held {
             r.segments.insert(p.key.into(), Item { bytes, hash });
         }
         r.checksum = r.sum();
-        let snapshot = Snapshot::compile(&set, limits)?.with_cursor(&r.epoch, r.revision);
+        // By value: the decoded models move into the snapshot (a 50 MiB
+        // set is not held twice while it compiles).
+        let snapshot = Snapshot::compile_set(set, limits)?.with_cursor(&r.epoch, r.revision);
         Ok((r, snapshot))
     }
 
@@ -252,7 +258,8 @@ impl Held {
         Ok(Applied { held: next, snapshot, changed_flags })
     }
 
-    /// The cache form, stamped with the SDK key's fingerprint.
+    /// The cache form, stamped with the SDK key's fingerprint, the items
+    /// inline (the cache moves them into parts).
     pub(crate) fn to_blob(&self, now_ms: u64, key_fingerprint: u64) -> CacheBlob {
         CacheBlob {
             key_fingerprint,
@@ -263,6 +270,7 @@ impl Held {
             flags: self.flags.values().map(|i| i.bytes.clone()).collect(),
             segments: self.segments.values().map(|i| i.bytes.clone()).collect(),
             written_unix_ms: now_ms,
+            parts: 0,
         }
     }
 
@@ -275,7 +283,7 @@ impl Held {
         key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<(CachedHeld, Arc<Snapshot>), ApplyError> {
-        if blob.format != CACHE_FORMAT {
+        if blob.format != CACHE_FORMAT && blob.format != CACHE_FORMAT_INLINE {
             return Err(ApplyError::Format(blob.format));
         }
         if blob.key_fingerprint != key_fingerprint {

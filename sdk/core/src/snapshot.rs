@@ -131,6 +131,14 @@ impl Snapshot {
         Ok(Snapshot::compile_unvalidated(set, limits))
     }
 
+    /// [`Snapshot::compile`] taking the set by value: validated, then the
+    /// model items move into the snapshot instead of being copied (a large
+    /// set is not held twice while it compiles).
+    pub fn compile_set(set: FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
+        validate::flag_set(&set, limits)?;
+        Ok(Snapshot::compile_owned(set, limits))
+    }
+
     /// Compiles without validating. Flags that cannot be compiled are kept
     /// and evaluate to `MALFORMED_FLAG`; nothing panics. For data already
     /// validated elsewhere, and for tests of the evaluator's own guards.
@@ -142,8 +150,11 @@ impl Snapshot {
     /// model items move into the snapshot instead of being copied.
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
         let segments = compile_segments(set.segments, limits);
-        let flags: Vec<_> =
+        let mut flags: Vec<_> =
             set.flags.into_iter().map(|f| Arc::new(FlagCell::compiled(compile_flag(f, limits)))).collect();
+        // Collected in place, the pointers would keep the models' buffer
+        // (50,000 flags: 22 MiB held for 400 KiB of pointers).
+        flags.shrink_to_fit();
         Snapshot::assemble(flags, segments, limits)
     }
 

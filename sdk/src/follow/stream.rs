@@ -223,7 +223,7 @@ impl<S: Sink> Follower<S> {
                 self.sink.event(Event::Connected { endpoint });
             }
             let applied = match msg.kind {
-                Some(RawKind::SnapshotChunk(c)) => {
+                Some(RawKind::SnapshotChunk(mut c)) => {
                     if c.chunk_index == 0 {
                         chunks.clear();
                         chunk_bytes = 0;
@@ -250,6 +250,7 @@ impl<S: Sink> Follower<S> {
                         });
                     }
                     let last = c.last_chunk;
+                    c.compact();
                     chunks.push(c);
                     if last {
                         let (sink, all) = (self.sink.clone(), std::mem::take(&mut chunks));
@@ -261,8 +262,9 @@ impl<S: Sink> Follower<S> {
                         None
                     }
                 }
-                Some(RawKind::Delta(d)) => {
+                Some(RawKind::Delta(mut d)) => {
                     chunks.clear();
+                    d.compact();
                     let sink = self.sink.clone();
                     match off_runtime(move || sink.apply_delta(d)).await {
                         Ok(cursor) => Some((cursor, false)),
