@@ -79,6 +79,23 @@ enum Cmd {
         #[arg(long, default_value_t = 1_024)]
         bytes: usize,
     },
+    /// (Run by `large`.) One SDK client in this process: syncs from `url`
+    /// (or, with `--cold`, starts from its cache), then prints its figures.
+    #[command(hide = true)]
+    SdkPeak {
+        /// The relay.
+        #[arg(long)]
+        url: String,
+        /// The SDK key.
+        #[arg(long, env = "FLAGSTREAM_SDK_KEY", hide_env_values = true)]
+        key: String,
+        /// The client's cache directory.
+        #[arg(long)]
+        cache: std::path::PathBuf,
+        /// The relay is down: serve from the cache.
+        #[arg(long)]
+        cold: bool,
+    },
     /// The relay CPU cost of the SDK's default keepalive pings at scale.
     PingCost {
         /// HTTP/2 connections.
@@ -137,21 +154,38 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             Cmd::Large { flags, bytes } => {
-                let r = fault::large::run(dir.path(), flags, bytes, guard).await;
-                println!("| flags | snapshot | chunks | relay peak RSS | SDK first sync | SDK cold start (cache) | process peak RSS |");
-                println!("|---|---|---|---|---|---|---|");
+                let bin = std::env::current_exe()?;
+                let r = fault::large::run(dir.path(), flags, bytes, &bin, guard).await;
+                let snapshot_mib = r.snapshot_bytes as f64 / (1 << 20) as f64;
+                let times = |kib: u64| kib as f64 / 1024.0 / snapshot_mib;
+                let [first, cold] = r.sdk;
+                println!("| flags | snapshot | chunks | relay peak RSS | SDK first sync | SDK first-sync process peak | SDK cold start (cache) | SDK cold-start process peak |");
+                println!("|---|---|---|---|---|---|---|---|");
                 println!(
-                    "| {} | {:.1} MiB | {} | {} MiB | {} | {} ({} flags) | {} MiB |",
+                    "| {} | {snapshot_mib:.1} MiB | {} | {} MiB | {} | {} MiB (from {} MiB) | {} ({} flags) | {} MiB (from {} MiB) |",
                     r.flags,
-                    r.snapshot_bytes as f64 / (1 << 20) as f64,
                     r.chunks,
                     r.relay_peak_rss_kib / 1024,
-                    ms(r.first_sync),
-                    ms(r.cold_start),
-                    r.cold_flags,
-                    r.process_peak_rss_kib / 1024
+                    ms(first.elapsed),
+                    first.peak_kib / 1024,
+                    first.start_kib / 1024,
+                    ms(cold.elapsed),
+                    cold.flags,
+                    cold.peak_kib / 1024,
+                    cold.start_kib / 1024,
+                );
+                println!();
+                println!(
+                    "relay peak {} MiB = {:.1}× the snapshot; SDK peak {} MiB = {:.1}× (first sync), {} MiB = {:.1}× (cold start)",
+                    r.relay_peak_rss_kib / 1024,
+                    times(r.relay_peak_rss_kib),
+                    first.peak_kib / 1024,
+                    times(first.peak_kib),
+                    cold.peak_kib / 1024,
+                    times(cold.peak_kib),
                 );
             }
+            Cmd::SdkPeak { url, key, cache, cold } => fault::large::sdk_peak(&url, &key, &cache, cold, guard).await,
             Cmd::PingCost { connections, rate, seconds } => {
                 let r = fault::ping::run(dir.path(), connections, rate, Duration::from_secs(seconds)).await;
                 println!("| connections | pings answered/s | relay CPU idle | relay CPU pinging | cost |");

@@ -1,7 +1,9 @@
 //! Scenario 5, large flag sets: an environment of many flags (50,000 of
 //! ~1 KiB at full size, a ~50 MiB snapshot) is sent in chunks within the
 //! message limits, an SDK syncs it from the relay and cold-starts from its
-//! cache with every relay down, and the memory peaks are reported.
+//! cache with every relay down, and the memory peaks are reported. The two
+//! SDK clients run in processes of their own (`resilience sdk-peak`), so
+//! each peak is the SDK's alone.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,22 +22,83 @@ pub struct LargeReport {
     pub snapshot_bytes: u64,
     /// Chunks the snapshot came in.
     pub chunks: u32,
-    /// An SDK's first sync: build → ready from the relay.
-    pub first_sync: Duration,
-    /// An SDK's cold start from its cache with the relay down: build →
-    /// serving (`build` returns with the cache loaded).
-    pub cold_start: Duration,
-    /// Flags the cold-started SDK serves.
-    pub cold_flags: usize,
     /// Relay peak resident memory, KiB.
     pub relay_peak_rss_kib: u64,
-    /// This process's peak resident memory, KiB (the SDKs plus the
-    /// harness; meaningful in the full-size command's own process).
-    pub process_peak_rss_kib: u64,
+    /// The SDK's first sync from the relay, then its cold start from the
+    /// cache with the relay down, each in a process of its own.
+    pub sdk: [SdkPeak; 2],
+}
+
+/// One SDK client's run in a process of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct SdkPeak {
+    /// Build → ready (first sync), or build → serving from the cache
+    /// (cold; its peak is taken after every flag was compiled).
+    pub elapsed: Duration,
+    /// Flags it held.
+    pub flags: usize,
+    /// The process's resident memory before the client was built, KiB.
+    pub start_kib: u64,
+    /// The process's peak resident memory, KiB (`VmHWM` after the client
+    /// was dropped, its cache written included).
+    pub peak_kib: u64,
+}
+
+/// The child's side of [`run`]'s SDK runs (`<bin> sdk-peak`): builds a
+/// client against `url` with `cache` (`cold`: the relay is down, it serves from the cache and
+/// compiles every flag), drops it, and prints its [`SdkPeak`] as one line.
+pub async fn sdk_peak(url: &str, key: &str, cache: &Path, cold: bool, guard: Duration) {
+    let start_kib = self_peak_rss_kib();
+    let started = Instant::now();
+    let c = Client::builder().endpoints([url]).sdk_key(key).cache_dir(cache).build().expect("builds");
+    let elapsed = if cold {
+        // Serving from here; the peak counts every flag compiled too.
+        let serving = started.elapsed();
+        c.snapshot().warm_up();
+        serving
+    } else {
+        c.wait_ready(guard).await;
+        started.elapsed()
+    };
+    let flags = c.snapshot().len();
+    drop(c); // writes the cache
+    println!(
+        "elapsed_us={} flags={flags} start_kib={start_kib} peak_kib={}",
+        elapsed.as_micros(),
+        self_peak_rss_kib()
+    );
+}
+
+async fn sdk_child(bin: &Path, url: &str, key: &str, cache: &Path, cold: bool) -> SdkPeak {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("sdk-peak").arg("--url").arg(url).arg("--cache").arg(cache).env("FLAGSTREAM_SDK_KEY", key);
+    if cold {
+        cmd.arg("--cold");
+    }
+    let out = cmd.output().await.expect("the sdk-peak child runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "sdk-peak failed: {}", String::from_utf8_lossy(&out.stderr));
+    let field = |name: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("sdk-peak printed no {name}: {text}"))
+    };
+    SdkPeak {
+        elapsed: Duration::from_micros(field("elapsed_us")),
+        flags: field("flags") as usize,
+        start_kib: field("start_kib"),
+        peak_kib: field("peak_kib"),
+    }
 }
 
 /// Runs the scenario with `flags` flags of `description_bytes` each.
-pub async fn run(dir: &Path, flags: usize, description_bytes: usize, guard: Duration) -> LargeReport {
+pub async fn run(
+    dir: &Path,
+    flags: usize,
+    description_bytes: usize,
+    sdk_bin: &Path,
+    guard: Duration,
+) -> LargeReport {
     let quota = (flags + 100).to_string();
     let mut relay = Relay::start(&dir.join("relay"), &["--quota-flags", &quota]).await;
     let key = relay.create_filled_env("big", flags, description_bytes).await;
@@ -50,37 +113,13 @@ pub async fn run(dir: &Path, flags: usize, description_bytes: usize, guard: Dura
     drop(raw);
 
     let cache = dir.join("sdk-cache");
-    let started = Instant::now();
-    let c = Client::builder()
-        .endpoints([relay.url()])
-        .sdk_key(key.clone())
-        .cache_dir(&cache)
-        .build()
-        .expect("builds");
-    c.wait_ready(guard).await;
-    let first_sync = started.elapsed();
-    assert_eq!(c.snapshot().len(), flags, "the SDK holds every flag");
-    drop(c); // writes the cache
+    let first = sdk_child(sdk_bin, &relay.url(), &key, &cache, false).await;
+    assert_eq!(first.flags, flags, "the SDK holds every flag");
     let relay_peak_rss_kib = relay.rss_kib().1;
     relay.kill9();
     relay.wait(guard).await;
-
-    let started = Instant::now();
-    let cold =
-        Client::builder().endpoints([relay.url()]).sdk_key(key).cache_dir(&cache).build().expect("builds");
-    let cold_start = started.elapsed();
-    let cold_flags = cold.snapshot().len();
-    drop(cold);
-    LargeReport {
-        flags,
-        snapshot_bytes,
-        chunks,
-        first_sync,
-        cold_start,
-        cold_flags,
-        relay_peak_rss_kib,
-        process_peak_rss_kib: self_peak_rss_kib(),
-    }
+    let cold = sdk_child(sdk_bin, &relay.url(), &key, &cache, true).await;
+    LargeReport { flags, snapshot_bytes, chunks, relay_peak_rss_kib, sdk: [first, cold] }
 }
 
 /// This process's VmHWM, KiB.
