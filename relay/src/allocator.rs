@@ -6,12 +6,11 @@
 //! come from the heap, where freed space is rarely returned; and up to
 //! 8 arenas per core each keep their own free pages. Measured with
 //! `resilience large --flags 50000` (docs/RESILIENCE.md §5), a fixed
-//! 128 KiB mmap and trim threshold and one arena per worker thread take
-//! the relay's peak from ~385 to ~300 MiB. [`tune`] sets them once, at
-//! start, before any thread exists; a setting the operator gave through
-//! glibc's environment variables (`MALLOC_ARENA_MAX`,
-//! `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) or `GLIBC_TUNABLES`
-//! is left as given.
+//! 128 KiB mmap and trim threshold and one arena per core (at least two)
+//! take the relay's peak from ~385–430 to ~290–310 MiB. [`tune`] sets them
+//! once, at start, before any thread exists; when the operator's
+//! environment sets the allocator (any `MALLOC_*` variable, or
+//! `GLIBC_TUNABLES`), nothing is set.
 
 /// Blocks of at least this size are mapped on their own and returned to
 /// the system when freed; the heap's top is trimmed past it.
@@ -22,8 +21,11 @@ pub const THRESHOLD_BYTES: usize = 128 * 1024;
 pub enum Tuning {
     /// Set: the arena count, and the two thresholds in bytes.
     Set { arenas: usize, threshold: usize },
-    /// Left alone: the operator's environment sets the allocator.
+    /// Left alone: the operator's environment sets the allocator (a
+    /// `MALLOC_*` variable or `GLIBC_TUNABLES`).
     Operator,
+    /// glibc refused these parameters (the others were set).
+    Refused(Vec<&'static str>),
     /// Not glibc: nothing to set.
     Unsupported,
 }
@@ -43,8 +45,11 @@ pub fn applied() -> Option<&'static Tuning> {
 }
 
 fn decide() -> Tuning {
-    let given = ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"];
-    if given.iter().any(|v| std::env::var_os(v).is_some()) {
+    let given = std::env::vars_os().any(|(name, _)| {
+        let name = name.to_string_lossy();
+        name.starts_with("MALLOC_") || name == "GLIBC_TUNABLES"
+    });
+    if given {
         return Tuning::Operator;
     }
     let arenas = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
@@ -54,16 +59,24 @@ fn decide() -> Tuning {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set(arenas: usize, threshold: usize) -> Tuning {
     let as_int = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `mallopt` only changes allocator parameters; it is called
-    // with valid parameter numbers and values, before other threads run.
-    // It returns 0 on a value it rejects, which leaves glibc's default.
-    #[allow(unsafe_code)]
-    let ok = unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, as_int(arenas)) == 1
-            && libc::mallopt(libc::M_MMAP_THRESHOLD, as_int(threshold)) == 1
-            && libc::mallopt(libc::M_TRIM_THRESHOLD, as_int(threshold)) == 1
-    };
-    if ok { Tuning::Set { arenas, threshold } } else { Tuning::Unsupported }
+    let settings = [
+        ("M_ARENA_MAX", libc::M_ARENA_MAX, arenas),
+        ("M_MMAP_THRESHOLD", libc::M_MMAP_THRESHOLD, threshold),
+        ("M_TRIM_THRESHOLD", libc::M_TRIM_THRESHOLD, threshold),
+    ];
+    let mut refused = Vec::new();
+    for (name, param, value) in settings {
+        // SAFETY: `mallopt` only changes allocator parameters; it is called
+        // with valid parameter numbers and values, before other threads
+        // run. It returns 0 for a value it rejects, which leaves glibc's
+        // default for that parameter.
+        #[allow(unsafe_code)]
+        let ok = unsafe { libc::mallopt(param, as_int(value)) } == 1;
+        if !ok {
+            refused.push(name);
+        }
+    }
+    if refused.is_empty() { Tuning::Set { arenas, threshold } } else { Tuning::Refused(refused) }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

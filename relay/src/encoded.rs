@@ -120,8 +120,9 @@ const CHUNK_SEGMENTS: u32 = 7;
 /// shared with every stream that needs it while any still holds it. A
 /// multi-chunk snapshot is therefore not kept encoded a second time next
 /// to its items: memory holds what is in flight. A snapshot of one chunk
-/// is kept once assembled (it is at most `max_bytes`, and nearly every
-/// subscriber of a small environment needs it).
+/// is kept once assembled (at most `max_bytes`, or its one item when that
+/// alone is larger; nearly every subscriber of a small environment needs
+/// it).
 pub(crate) struct SnapshotChunks {
     header: ChunkHeader,
     /// `(field, bytes)` of every item, in snapshot order.

@@ -125,6 +125,12 @@ pub async fn main_entry() {
                 Some(allocator::Tuning::Operator) => {
                     tracing::info!("allocator: settings from the environment (MALLOC_*, GLIBC_TUNABLES) kept")
                 }
+                Some(allocator::Tuning::Refused(params)) => {
+                    tracing::warn!(
+                        ?params,
+                        "allocator: glibc refused these settings; its defaults apply to them"
+                    )
+                }
                 Some(allocator::Tuning::Unsupported) | None => {}
             }
             server::run(cfg, demo).await

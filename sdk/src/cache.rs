@@ -28,14 +28,27 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// How often it tries again meanwhile.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// sled's page cache for the client's cache (sled's default is 1 GiB).
+/// The client reads its cache once, at start, and only writes it after:
+/// sled's copy of the written parts is of no use in memory.
+const CACHE_CAPACITY: u64 = 4 << 20;
+
 /// sled key of the snapshot's header ([`CacheBlob`]).
 pub(crate) const KEY: &[u8] = b"snapshot";
+
+/// Prefix of the parts' keys.
+const PART_PREFIX: &[u8] = b"part/";
+
+/// Most parts a write removes by the previous header's count (a header
+/// that decodes with a larger count names parts no write made: 2^16 parts
+/// are 64 GiB of items).
+const MAX_PARTS: u32 = 1 << 16;
 
 /// sled key of the snapshot's part `i` ([`CachePart`]): `part/` and `i`
 /// as 4 big-endian bytes.
 fn part_key(i: u32) -> [u8; 9] {
     let mut key = *b"part/\0\0\0\0";
-    key[5..].copy_from_slice(&i.to_be_bytes());
+    key[PART_PREFIX.len()..].copy_from_slice(&i.to_be_bytes());
     key
 }
 
@@ -76,12 +89,27 @@ impl State {
             CACHE_PART_BYTES,
         );
         blob.parts = parts.len() as u32;
-        // Parts beyond the new count that the previous header names go in
-        // the same batch (a header that does not decode names none).
-        let before = db.get(KEY)?.and_then(|v| CacheBlob::decode(&*v).ok()).map_or(0, |b| b.parts);
+        // Parts beyond the new count go in the same batch: those the
+        // previous header names (at most MAX_PARTS), or, without a readable
+        // format-2 header (a format-1 cache, one that does not decode, one
+        // an older SDK rewrote after a newer one), whatever parts are stored.
+        let previous = db.get(KEY)?.and_then(|v| CacheBlob::decode(bytes::Bytes::from_owner(v)).ok());
         let mut batch = sled::Batch::default();
-        for i in blob.parts..before {
-            batch.remove(&part_key(i)[..]);
+        match previous {
+            Some(h) if h.format == CACHE_FORMAT => {
+                for i in blob.parts..h.parts.min(MAX_PARTS) {
+                    batch.remove(&part_key(i)[..]);
+                }
+            }
+            _ => {
+                for key in db.scan_prefix(PART_PREFIX).keys() {
+                    let key = key?;
+                    let index = key.get(PART_PREFIX.len()..).and_then(|i| <[u8; 4]>::try_from(i).ok());
+                    if index.is_none_or(|i| u32::from_be_bytes(i) >= blob.parts) {
+                        batch.remove(key);
+                    }
+                }
+            }
         }
         for (i, part) in parts.iter().enumerate() {
             batch.insert(&part_key(i as u32)[..], part.encode_to_vec());
@@ -119,7 +147,7 @@ impl Cache {
         // this polls.
         let deadline = std::time::Instant::now() + LOCK_WAIT;
         loop {
-            match sled::Config::new().path(dir).open() {
+            match sled::Config::new().path(dir).cache_capacity(CACHE_CAPACITY).open() {
                 Ok(db) => {
                     make_private(dir).map_err(private)?;
                     return Ok(Cache {
@@ -153,7 +181,9 @@ impl Cache {
         // rather than an allocation of its own (a 50 MiB cache is not
         // held twice while the client starts).
         let mut blob = CacheBlob::decode(bytes::Bytes::from_owner(value))?;
-        if blob.format == CACHE_FORMAT {
+        // Parts are read only for a header this client can use: another
+        // key's or format's cache is refused by `from_blob` unread.
+        if blob.format == CACHE_FORMAT && blob.key_fingerprint == key_fingerprint {
             for i in 0..blob.parts {
                 let value =
                     db.get(part_key(i))?.ok_or(CacheError::MissingPart { part: i, parts: blob.parts })?;
@@ -218,7 +248,7 @@ mod tests {
     }
 
     fn stored_parts(db: &sled::Db) -> usize {
-        db.scan_prefix(b"part/").count()
+        db.scan_prefix(PART_PREFIX).count()
     }
 
     /// A snapshot larger than a part is stored in parts and loads back
@@ -239,6 +269,21 @@ mod tests {
         assert_eq!(stored_parts(&db), 1, "the parts beyond the new count were removed");
         let (_, snap) = cache.load(9, &Limits::default()).unwrap().expect("stored");
         assert_eq!(snap.len(), 10);
+    }
+
+    /// Parts no readable header names (left by a format-1 rewrite, or a
+    /// header that no longer decodes) are removed by the next write.
+    #[test]
+    fn leftover_parts_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        assert!(cache.store(&held(3_000, 1_000), 9).unwrap());
+        let db = cache.state().db.clone().unwrap();
+        db.insert(KEY, b"\x0a\xff not a header".to_vec()).unwrap();
+        let small = held(10, 10);
+        assert!(cache.store(&small, 9).unwrap());
+        assert_eq!(stored_parts(&db), 1, "only the new part is left");
+        assert_eq!(cache.load(9, &Limits::default()).unwrap().expect("stored").1.len(), 10);
     }
 
     /// A header naming a part that is not stored is reported, not served.

@@ -30,6 +30,8 @@ pub fn subscribe_response(bytes: &[u8]) -> bool {
 /// A cache value as a client start reads it: decoded and checked (its own
 /// key fingerprint, so that check passes); its items then indexed lazily
 /// and every flag compiled on first use, as after a matching checksum.
+/// The value is the inline form (format 1); a format-2 cache is checked
+/// the same way once its parts' items are joined to the header.
 pub fn cache_blob(bytes: &[u8]) -> bool {
     let Ok(blob) = CacheBlob::decode(Bytes::copy_from_slice(bytes)) else { return false };
     let fingerprint = blob.key_fingerprint;
@@ -64,9 +66,12 @@ fn evaluate_all(snap: &Snapshot) {
     }
 }
 
-/// A valid cache value holding these encoded items (a seed for the
-/// `cache_blob` target), or `None` if they do not validate.
+/// A valid cache value (format 1, the items inline) holding these encoded
+/// items (a seed for the `cache_blob` target), or `None` if they do not
+/// validate.
 pub fn cache_blob_seed(flags: Vec<Bytes>, segments: Vec<Bytes>) -> Option<Vec<u8>> {
     let (held, _) = Held::from_items("seed-epoch".into(), 1, flags, segments, &Limits::default()).ok()?;
-    Some(held.to_blob(0, 7).encode_to_vec())
+    let mut blob = held.to_blob(0, 7);
+    blob.format = crate::raw::CACHE_FORMAT_INLINE;
+    Some(blob.encode_to_vec())
 }

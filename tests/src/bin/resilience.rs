@@ -159,18 +159,20 @@ fn main() -> anyhow::Result<()> {
                 let snapshot_mib = r.snapshot_bytes as f64 / (1 << 20) as f64;
                 let times = |kib: u64| kib as f64 / 1024.0 / snapshot_mib;
                 let [first, cold] = r.sdk;
-                println!("| flags | snapshot | chunks | relay peak RSS | SDK first sync | SDK first-sync process peak | SDK cold start (cache) | SDK cold-start process peak |");
+                println!("| flags | snapshot | chunks | relay peak RSS | SDK first sync | SDK first-sync process: serving / peak | SDK cold start (cache) | SDK cold-start process: serving / peak |");
                 println!("|---|---|---|---|---|---|---|---|");
                 println!(
-                    "| {} | {snapshot_mib:.1} MiB | {} | {} MiB | {} | {} MiB (from {} MiB) | {} ({} flags) | {} MiB (from {} MiB) |",
+                    "| {} | {snapshot_mib:.1} MiB | {} | {} MiB | {} | {} / {} MiB (from {} MiB) | {} ({} flags) | {} / {} MiB (from {} MiB) |",
                     r.flags,
                     r.chunks,
                     r.relay_peak_rss_kib / 1024,
                     ms(first.elapsed),
+                    first.held_kib / 1024,
                     first.peak_kib / 1024,
                     first.start_kib / 1024,
                     ms(cold.elapsed),
                     cold.flags,
+                    cold.held_kib / 1024,
                     cold.peak_kib / 1024,
                     cold.start_kib / 1024,
                 );

@@ -39,6 +39,9 @@ pub struct SdkPeak {
     pub flags: usize,
     /// The process's resident memory before the client was built, KiB.
     pub start_kib: u64,
+    /// The process's resident memory while the client serves, KiB: synced
+    /// and its cache written (first sync), or every flag compiled (cold).
+    pub held_kib: u64,
     /// The process's peak resident memory, KiB (`VmHWM` after the client
     /// was dropped, its cache written included).
     pub peak_kib: u64,
@@ -58,12 +61,15 @@ pub async fn sdk_peak(url: &str, key: &str, cache: &Path, cold: bool, guard: Dur
         serving
     } else {
         c.wait_ready(guard).await;
-        started.elapsed()
+        let ready = started.elapsed();
+        crate::cluster::eventually("the SDK wrote its cache", || c.stats().cache_writes >= 1).await;
+        ready
     };
+    let held_kib = self_rss_kib();
     let flags = c.snapshot().len();
     drop(c); // writes the cache
     println!(
-        "elapsed_us={} flags={flags} start_kib={start_kib} peak_kib={}",
+        "elapsed_us={} flags={flags} start_kib={start_kib} held_kib={held_kib} peak_kib={}",
         elapsed.as_micros(),
         self_peak_rss_kib()
     );
@@ -87,6 +93,7 @@ async fn sdk_child(bin: &Path, url: &str, key: &str, cache: &Path, cold: bool) -
         elapsed: Duration::from_micros(field("elapsed_us")),
         flags: field("flags") as usize,
         start_kib: field("start_kib"),
+        held_kib: field("held_kib"),
         peak_kib: field("peak_kib"),
     }
 }
@@ -124,10 +131,19 @@ pub async fn run(
 
 /// This process's VmHWM, KiB.
 pub fn self_peak_rss_kib() -> u64 {
-    // A missing file would report 0 KiB: a false figure, so fail.
+    self_status_kib("VmHWM:")
+}
+
+/// This process's VmRSS, KiB.
+pub fn self_rss_kib() -> u64 {
+    self_status_kib("VmRSS:")
+}
+
+fn self_status_kib(field: &str) -> u64 {
+    // A missing file or field would report 0 KiB: a false figure, so fail.
     std::fs::read_to_string("/proc/self/status")
         .expect("this process's /proc status")
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:")?.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+        .find_map(|l| l.strip_prefix(field)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
