@@ -714,7 +714,7 @@ impl Hub {
                 self.leave(&s, "behind_deadline");
                 s.stop();
                 if let Some(conn) = &s.conn {
-                    conn.kill.cancel();
+                    conn.kill.fire();
                 }
             }
             for s in stuck {
@@ -724,7 +724,7 @@ impl Hub {
                 self.leave(&s, "send_deadline");
                 s.stop();
                 if let Some(conn) = &s.conn {
-                    conn.kill.cancel();
+                    conn.kill.fire();
                 }
             }
         }

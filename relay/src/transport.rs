@@ -19,7 +19,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -30,10 +30,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Semaphore;
 
 use futures_util::Stream;
+use futures_util::task::AtomicWaker;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 
 use crate::error;
 use crate::limit::{ConnCaps, client_of};
@@ -150,7 +151,7 @@ async fn idle_deadline(info: ConnInfo, within: Duration, admission: Arc<Admissio
         }
         admission.metrics.limit_hit("connection_idle");
         tracing::debug!(listener = admission.listener, client.addr = ?info.remote, idle_ms = idle, "no request on the connection for the idle timeout: closing it");
-        info.kill.cancel();
+        info.kill.fire();
         return;
     }
 }
@@ -285,8 +286,8 @@ impl Admission {
 pub(crate) struct ConnInfo {
     /// Peer address.
     pub remote: Option<SocketAddr>,
-    /// Cancelling this closes the connection.
-    pub kill: CancellationToken,
+    /// Firing this closes the connection.
+    pub kill: Arc<KillSwitch>,
     /// Its requests, for the idle deadline.
     pub activity: Arc<Activity>,
     /// Cancelled when the connection is dropped (ends its idle deadline).
@@ -303,15 +304,46 @@ impl ConnInfo {
     }
 }
 
+/// Cuts one connection off: fired by the hub (a subscriber past its send
+/// or behind deadline) and by the idle deadline; every read and write of
+/// the connection that would block waits on it too. Registering the
+/// connection's task is a compare-and-swap: a cancellation token would
+/// take a mutex on every such wait, i.e. on every delivery to a
+/// subscriber on a connection of its own (2.6 % of the relay's CPU at
+/// 10,000 connections, docs/BENCHMARKS.md "Fan-out").
+#[derive(Debug, Default)]
+pub(crate) struct KillSwitch {
+    fired: AtomicBool,
+    /// The connection's task (one task drives a connection's reads and
+    /// writes, TLS included).
+    waker: AtomicWaker,
+}
+
+impl KillSwitch {
+    /// Closes the connection: its next (or current, blocked) read or write
+    /// fails with `ConnectionAborted`.
+    pub(crate) fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Whether [`KillSwitch::fire`] was called.
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// Ready once fired; registers the task first, so a fire in between is
+    /// not missed.
+    fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.waker.register(cx.waker());
+        if self.is_fired() { Poll::Ready(()) } else { Poll::Pending }
+    }
+}
+
 /// An accepted connection that fails all I/O once its kill switch fires.
 pub(crate) struct RelayIo {
     inner: TcpStream,
     info: ConnInfo,
-    /// Polled only when the socket would block (polling the token takes a
-    /// lock), so a kill wakes a blocked read or write.
-    killed: Pin<Box<WaitForCancellationFutureOwned>>,
-    /// Set once the kill fired.
-    dead: bool,
     /// Its place under the listener's connection caps.
     _slot: Slot,
 }
@@ -333,19 +365,21 @@ fn aborted() -> io::Error {
 }
 
 impl RelayIo {
+    /// Whether the kill switch fired: checked before every read and write
+    /// (an atomic load), so a connection whose socket never blocks, e.g. a
+    /// peer that keeps reading, is cut off too.
+    fn is_dead(&self) -> bool {
+        self.info.kill.is_fired()
+    }
+
     /// After the socket returned Pending: also wait for the kill switch.
-    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        match self.killed.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.dead = true;
-                Poll::Ready(Err(aborted()))
-            }
+    fn pending<T>(&self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match self.info.kill.poll_fired(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(aborted())),
             Poll::Pending => Poll::Pending,
         }
     }
 }
-
-use std::future::Future;
 
 impl AsyncRead for RelayIo {
     fn poll_read(
@@ -353,7 +387,7 @@ impl AsyncRead for RelayIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.dead {
+        if self.is_dead() {
             return Poll::Ready(Err(aborted()));
         }
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
@@ -365,7 +399,7 @@ impl AsyncRead for RelayIo {
 
 impl AsyncWrite for RelayIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        if self.dead {
+        if self.is_dead() {
             return Poll::Ready(Err(aborted()));
         }
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
@@ -374,7 +408,7 @@ impl AsyncWrite for RelayIo {
         }
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.dead {
+        if self.is_dead() {
             return Poll::Ready(Err(aborted()));
         }
         match Pin::new(&mut self.inner).poll_flush(cx) {
@@ -420,10 +454,9 @@ pub(crate) fn incoming(
                             tracing::warn!(error = %e, client.addr = %remote, "setting socket options failed; closing");
                             continue;
                         }
-                        let kill = CancellationToken::new();
                         let info = ConnInfo {
                             remote: Some(remote),
-                            kill: kill.clone(),
+                            kill: Arc::new(KillSwitch::default()),
                             activity: Arc::new(Activity {
                                 open: AtomicUsize::new(0),
                                 idle_since_ms: AtomicU64::new(mono_ms()),
@@ -431,13 +464,7 @@ pub(crate) fn incoming(
                             closed: CancellationToken::new(),
                         };
                         tokio::spawn(idle_deadline(info.clone(), admission.idle, admission.clone()));
-                        let io = RelayIo {
-                            inner: stream,
-                            info,
-                            killed: Box::pin(kill.cancelled_owned()),
-                            dead: false,
-                            _slot: slot,
-                        };
+                        let io = RelayIo { inner: stream, info, _slot: slot };
                         return Some((Ok(io), listener));
                     }
                     Err(e) => {
@@ -448,4 +475,39 @@ pub(crate) fn incoming(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::task::{ArcWake, waker};
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl ArcWake for Count {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_kill_wakes_the_waiting_connection_and_is_never_missed() {
+        let count = Arc::new(Count::default());
+        let w = waker(count.clone());
+        let mut cx = Context::from_waker(&w);
+
+        let kill = KillSwitch::default();
+        assert!(kill.poll_fired(&mut cx).is_pending());
+        kill.fire();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the waiting task is woken");
+        assert!(kill.poll_fired(&mut cx).is_ready());
+        assert!(kill.is_fired(), "a fired switch stays fired");
+
+        // Fired before anyone waits: the first wait sees it.
+        let early = KillSwitch::default();
+        early.fire();
+        assert!(early.poll_fired(&mut cx).is_ready());
+    }
 }
