@@ -310,7 +310,8 @@ impl ConnInfo {
 /// connection's task is a compare-and-swap: a cancellation token would
 /// take a mutex on every such wait, i.e. on every delivery to a
 /// subscriber on a connection of its own (2.6 % of the relay's CPU at
-/// 10,000 connections, docs/BENCHMARKS.md "Fan-out").
+/// 10,000 connections, docs/BENCHMARKS.md "Fan-out at one connection per
+/// subscriber").
 #[derive(Debug, Default)]
 pub(crate) struct KillSwitch {
     fired: AtomicBool,
@@ -341,6 +342,12 @@ impl KillSwitch {
 }
 
 /// An accepted connection that fails all I/O once its kill switch fires.
+///
+/// It does not offer vectored writes, on purpose: without them h2 copies
+/// a DATA payload of under 1 KiB into its write buffer, where the deltas
+/// of many streams on one connection share a single socket write; with
+/// them it chains every payload over 256 bytes as the one frame in
+/// flight and writes it on its own (h2 `codec::framed_write`).
 pub(crate) struct RelayIo {
     inner: TcpStream,
     info: ConnInfo,
@@ -351,6 +358,9 @@ pub(crate) struct RelayIo {
 impl Drop for RelayIo {
     fn drop(&mut self) {
         self.info.closed.cancel();
+        // `ConnInfo` clones (a subscriber's record, request extensions)
+        // can outlive the connection: they must not keep its task alive.
+        drop(self.info.kill.waker.take());
     }
 }
 
