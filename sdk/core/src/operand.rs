@@ -23,6 +23,9 @@ pub(crate) struct RegexBudget {
     pub(crate) item_bytes: usize,
     /// Compiled bytes left to the environment (`usize::MAX`: not tracked).
     pub(crate) env_bytes: usize,
+    /// Compiled bytes charged to the item so far, in full (the budgets
+    /// above stop at 0; a pattern may overshoot what was left of them).
+    pub(crate) charged: usize,
 }
 
 impl RegexBudget {
@@ -33,6 +36,7 @@ impl RegexBudget {
             patterns: limits.max_regex_patterns,
             item_bytes: limits.max_regex_item_compiled,
             env_bytes,
+            charged: 0,
         }
     }
 }
@@ -78,6 +82,7 @@ pub(crate) fn compile_regex(
     let used = re.memory_usage();
     budget.item_bytes = budget.item_bytes.saturating_sub(used);
     budget.env_bytes = budget.env_bytes.saturating_sub(used);
+    budget.charged += used;
     Ok(re)
 }
 

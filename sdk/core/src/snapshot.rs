@@ -10,8 +10,8 @@
 //! flag's compiled form independent of all others.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use once_cell::race::OnceBox;
@@ -22,7 +22,7 @@ use crate::error::ValidationErrors;
 use crate::limit::Limits;
 use crate::model::{Flag, FlagSet, FlagType, Segment};
 use crate::usage::FlagUsage;
-use crate::validate;
+use crate::validate::{self, ItemCost};
 use crate::wire;
 
 /// Source of [`Snapshot::generation`]: every snapshot built in this process
@@ -69,6 +69,11 @@ pub(crate) struct Head {
 pub(crate) struct FlagCell {
     pub(crate) usage: FlagUsage,
     form: Form,
+    /// What the flag adds to its environment's totals, kept so a change
+    /// to the environment validates only what changed
+    /// ([`Snapshot::apply`]); measured on first need for a flag that
+    /// arrived in wire form.
+    cost: OnceLock<ItemCost>,
 }
 
 #[derive(Debug)]
@@ -78,8 +83,17 @@ enum Form {
 }
 
 impl FlagCell {
-    fn compiled(flag: CompiledFlag) -> FlagCell {
-        FlagCell { usage: FlagUsage::default(), form: Form::Compiled(flag) }
+    fn compiled(flag: CompiledFlag, cost: Option<ItemCost>) -> FlagCell {
+        FlagCell {
+            usage: FlagUsage::default(),
+            form: Form::Compiled(flag),
+            cost: cost.map_or_else(OnceLock::new, OnceLock::from),
+        }
+    }
+
+    /// The flag's [`ItemCost`], measured now if it is not known yet.
+    fn cost(&self, limits: &Limits) -> ItemCost {
+        *self.cost.get_or_init(|| validate::item_cost(&self.get().source, limits))
     }
 
     /// The compiled flag, compiling it now if it is still in wire form.
@@ -127,16 +141,23 @@ impl Snapshot {
     /// Validates `set` and compiles it. Nothing is compiled if anything is
     /// invalid; every problem is reported with its path.
     pub fn compile(set: &FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        validate::flag_set(set, limits)?;
-        Ok(Snapshot::compile_unvalidated(set, limits))
+        let costs = Snapshot::validate(set, limits)?;
+        Ok(Snapshot::compile_with(set.clone(), costs.into_iter().map(Some), limits))
     }
 
     /// [`Snapshot::compile`] taking the set by value: validated, then the
     /// model items move into the snapshot instead of being copied (a large
     /// set is not held twice while it compiles).
     pub fn compile_set(set: FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        validate::flag_set(&set, limits)?;
-        Ok(Snapshot::compile_owned(set, limits))
+        let costs = Snapshot::validate(&set, limits)?;
+        Ok(Snapshot::compile_with(set, costs.into_iter().map(Some), limits))
+    }
+
+    /// Validates `set` whole; returns each flag's cost, in order.
+    fn validate(set: &FlagSet, limits: &Limits) -> Result<Vec<ItemCost>, ValidationErrors> {
+        let flags: Vec<&Flag> = set.flags.iter().collect();
+        let segments: Vec<&Segment> = set.segments.iter().collect();
+        validate::change(&[], &flags, &segments, limits)
     }
 
     /// Compiles without validating. Flags that cannot be compiled are kept
@@ -149,9 +170,22 @@ impl Snapshot {
     /// [`Snapshot::compile_unvalidated`] taking the set by value, so the
     /// model items move into the snapshot instead of being copied.
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
+        Snapshot::compile_with(set, std::iter::repeat(None), limits)
+    }
+
+    /// Compiles `set`, each flag with its cost where known (in order).
+    fn compile_with(
+        set: FlagSet,
+        costs: impl Iterator<Item = Option<ItemCost>>,
+        limits: &Limits,
+    ) -> Snapshot {
         let segments = compile_segments(set.segments, limits);
-        let mut flags: Vec<_> =
-            set.flags.into_iter().map(|f| Arc::new(FlagCell::compiled(compile_flag(f, limits)))).collect();
+        let mut flags: Vec<_> = set
+            .flags
+            .into_iter()
+            .zip(costs)
+            .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f, limits), cost)))
+            .collect();
         // Collected in place, the pointers would keep the models' buffer
         // (50,000 flags: 22 MiB held for 400 KiB of pointers).
         flags.shrink_to_fit();
@@ -191,6 +225,7 @@ impl Snapshot {
                 Arc::new(FlagCell {
                     usage: FlagUsage::default(),
                     form: Form::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() },
+                    cost: OnceLock::new(),
                 })
             })
             .collect();
@@ -312,7 +347,11 @@ impl Snapshot {
     /// A new snapshot with the flags and segments of `change` replacing or
     /// adding to this one's, and the deleted keys removed. Only changed items
     /// are compiled; unchanged ones are shared. The result is validated as a
-    /// whole, and on error nothing is returned.
+    /// whole, with the errors a whole-set validation gives, and on error
+    /// nothing is returned; but only the changed flags are checked on their
+    /// own: an unchanged flag counts through its kept `ItemCost` and in
+    /// the rules that cross items (`validate::change`), so the cost of a
+    /// change grows with the change, plus a light walk of the rest.
     pub fn apply(
         &self,
         change: &FlagSet,
@@ -320,38 +359,48 @@ impl Snapshot {
         deleted_segments: &[String],
         limits: &Limits,
     ) -> Result<Snapshot, ValidationErrors> {
-        let drop_flag: HashSet<&str> = deleted_flags
+        // Asked of every flag and segment: not std's SipHash.
+        type Keys<'k> = HashSet<&'k str, foldhash::fast::RandomState>;
+        let drop_flag: Keys = deleted_flags
             .iter()
             .map(String::as_str)
             .chain(change.flags.iter().map(|f| f.key.as_str()))
             .collect();
-        let drop_segment: HashSet<&str> = deleted_segments
+        let drop_segment: Keys = deleted_segments
             .iter()
             .map(String::as_str)
             .chain(change.segments.iter().map(|s| s.key.as_str()))
             .collect();
-        // Validate the would-be state as a whole (prerequisites and segment
-        // references cross items).
+        // Validate the would-be state: the changed flags on their own, the
+        // kept ones through what they add to the totals, every flag in the
+        // checks that cross items (prerequisites, segment references).
         // By reference: cloning every item to validate would double a large
         // environment's memory on every write.
-        let next_flags: Vec<&Flag> =
-            self.flags().filter(|f| !drop_flag.contains(f.key.as_str())).chain(&change.flags).collect();
+        let kept_cells: Vec<&Arc<FlagCell>> =
+            self.flags.iter().filter(|f| !drop_flag.contains(f.key())).collect();
+        let kept: Vec<(&Flag, ItemCost)> =
+            kept_cells.iter().map(|&f| (&*f.get().source, f.cost(limits))).collect();
+        let fresh: Vec<&Flag> = change.flags.iter().collect();
         let next_segments: Vec<&Segment> = self
             .segments()
             .filter(|s| !drop_segment.contains(s.key.as_str()))
             .chain(&change.segments)
             .collect();
-        validate::items(&next_flags, &next_segments, limits)?;
+        let costs = validate::change(&kept, &fresh, &next_segments, limits)?;
 
         let mut segments = self.segments.clone();
         segments.retain(|k, _| !drop_segment.contains(k.as_ref()));
         for s in &change.segments {
             segments.insert(Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits)));
         }
-        let mut flags: Vec<Arc<FlagCell>> =
-            self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned().collect();
+        let mut flags: Vec<Arc<FlagCell>> = Vec::with_capacity(kept_cells.len() + change.flags.len());
+        flags.extend(kept_cells.into_iter().cloned());
         flags.extend(
-            change.flags.iter().map(|f| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits)))),
+            change
+                .flags
+                .iter()
+                .zip(costs)
+                .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost)))),
         );
         Ok(Snapshot::assemble(flags, segments, limits).with_cursor(&self.epoch, self.revision))
     }
@@ -411,6 +460,188 @@ flags:
         let next = lazy.apply(&change, &[], &[], &Limits::default()).unwrap();
         assert!(!next.bool("a", &Context::new("u"), true));
         assert_eq!(next.string("b", &Context::new("u"), "?"), "x", "prerequisite a now fails: off variation");
+    }
+
+    const CROSSING: &str = r#"
+flags:
+  - {key: a, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
+  - {key: b, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0},
+     prerequisites: [{key: a, variation: 1}]}
+  - key: c
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules: [{id: in-s, clauses: [{attribute: key, op: segment_match, values: [s]}], serve: {variation: 0}}]
+    fallthrough: {variation: 1}
+  - key: d
+    type: bool
+    variations: [true, false]
+    on: true
+    off_variation: 1
+    rules: [{id: mail, clauses: [{attribute: email, op: matches, values: ['^[a-z]+@example\.com$']}], serve: {variation: 0}}]
+    fallthrough: {variation: 1}
+segments:
+  - {key: s, included: [u1]}
+"#;
+
+    /// What `apply` must answer: the whole would-be set validated, the kept
+    /// items first, in the order `apply` lists them.
+    fn whole(
+        base: &Snapshot,
+        change: &FlagSet,
+        deleted: (&[&str], &[&str]),
+        limits: &Limits,
+    ) -> Result<(), ValidationErrors> {
+        let gone_flags: HashSet<&str> =
+            change.flags.iter().map(|f| f.key.as_str()).chain(deleted.0.iter().copied()).collect();
+        let gone_segments: HashSet<&str> =
+            change.segments.iter().map(|s| s.key.as_str()).chain(deleted.1.iter().copied()).collect();
+        let flags: Vec<&Flag> =
+            base.flags().filter(|f| !gone_flags.contains(f.key.as_str())).chain(&change.flags).collect();
+        let segments: Vec<&Segment> = base
+            .segments()
+            .filter(|s| !gone_segments.contains(s.key.as_str()))
+            .chain(&change.segments)
+            .collect();
+        validate::items(&flags, &segments, limits)
+    }
+
+    #[test]
+    fn a_change_is_judged_exactly_like_the_whole_would_be_set() {
+        let set: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
+        let one = |yaml: &str| -> Flag { serde_yaml_ng::from_str(yaml).unwrap() };
+        let regex_flag = |key: &str| {
+            let mut f = set.flags[3].clone();
+            f.key = key.into();
+            f
+        };
+        // Budgets that the set fits with a little room: a change that
+        // needs more must be refused with the same figures as a whole-set
+        // validation gives (what the kept flags used counts).
+        let mut limits = Limits::default();
+        let used = validate::item_cost(&set.flags[3], &limits).regex_bytes as usize;
+        let bytes: usize =
+            set.flags.iter().map(|f| validate::item_cost(f, &limits).encoded_bytes as usize).sum();
+        limits.max_regex_env_compiled = used + 16;
+        limits.max_flags = 5;
+        limits.max_prerequisite_depth = 1;
+        limits.max_snapshot_bytes =
+            bytes + 100 + crate::wire::segment_to_proto(&set.segments[0]).encoded_len();
+        let on = |key: &str, on: bool| {
+            let mut f = set.flags.iter().find(|f| f.key == key).unwrap().clone();
+            f.on = on;
+            f
+        };
+        let flags = |fs: Vec<Flag>| FlagSet { flags: fs, segments: Vec::new() };
+        let renamed = |mut f: Flag, key: &str| {
+            f.key = key.into();
+            f
+        };
+        let described = |mut f: Flag| {
+            f.description = "x".repeat(200);
+            f
+        };
+        let cases: Vec<(&str, FlagSet, &[&str], &[&str])> = vec![
+            ("a toggle", flags(vec![on("a", false)]), &[], &[]),
+            ("a prerequisite deleted", flags(vec![]), &["a"], &[]),
+            (
+                "a prerequisite's variation gone",
+                flags(vec![one(
+                    "{key: a, type: bool, variations: [true], on: true, off_variation: 0, fallthrough: {variation: 0}}",
+                )]),
+                &[],
+                &[],
+            ),
+            ("a referenced segment deleted", flags(vec![]), &[], &["s"]),
+            (
+                "a prerequisite cycle through a kept flag",
+                flags(vec![one(
+                    "{key: a, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}, prerequisites: [{key: b, variation: 0}]}",
+                )]),
+                &[],
+                &[],
+            ),
+            ("a key twice", flags(vec![renamed(on("a", true), "e"), renamed(on("a", false), "e")]), &[], &[]),
+            ("the environment's regex budget", flags(vec![regex_flag("d2")]), &[], &[]),
+            ("a regex flag replaced", flags(vec![regex_flag("d")]), &[], &[]),
+            ("the snapshot's bytes", flags(vec![described(renamed(on("a", true), "big"))]), &[], &[]),
+            (
+                "a flag its own prerequisite",
+                flags(vec![one("{key: a, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}, prerequisites: [{key: a, variation: 0}]}")]),
+                &[],
+                &[],
+            ),
+            (
+                "a chain too deep",
+                flags(vec![one("{key: e, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}, prerequisites: [{key: b, variation: 0}]}")]),
+                &[],
+                &[],
+            ),
+            (
+                // Segments take from the regex budget before flags: the kept
+                // flag's regex no longer fits.
+                "a segment's regex ahead of a kept flag's",
+                FlagSet {
+                    flags: Vec::new(),
+                    segments: vec![serde_yaml_ng::from_str(
+                        r"{key: s2, rules: [{clauses: [{attribute: email, op: matches, values: ['^[a-z]+@example\.com$']}]}]}",
+                    )
+                    .unwrap()],
+                },
+                &[],
+                &[],
+            ),
+        ];
+        let encoded = Snapshot::from_encoded(encoded(&set), set.segments.clone(), &limits).unwrap();
+        for base in [Snapshot::compile(&set, &limits).unwrap(), encoded] {
+            for (what, change, del_flags, del_segments) in &cases {
+                let want = whole(&base, change, (del_flags, del_segments), &limits);
+                let owned = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+                let got = base.apply(change, &owned(del_flags), &owned(del_segments), &limits).map(drop);
+                assert_eq!(got, want, "{what}");
+            }
+        }
+        // The cases refuse for the reasons they name, not for one another's.
+        let base = Snapshot::compile(&set, &limits).unwrap();
+        let refused = |i: usize| {
+            let (_, change, f, s) = &cases[i];
+            let owned = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+            base.apply(change, &owned(f), &owned(s), &limits).map(drop).unwrap_err().to_string()
+        };
+        assert!(base.apply(&cases[0].1, &[], &[], &limits).is_ok());
+        assert!(base.apply(&cases[7].1, &[], &[], &limits).is_ok(), "the replaced flag's budget is freed");
+        for (i, want) in [
+            (1, r#"flags["b"].prerequisites[0].key: unknown flag "a""#),
+            (2, r#"flags["b"].prerequisites[0].variation: index 1 out of range"#),
+            (3, r#"flags["c"].rules[0].clauses[0].values[0]: unknown segment "s""#),
+            (4, "prerequisite cycle"),
+            (5, r#"flags["e"]: duplicate flag key"#),
+            (5, "flags: 6 flags, limit 5"),
+            (6, "over the environment's regex budget"),
+            (8, "encoded bytes, limit"),
+            (9, r#"flags["a"].prerequisites[0].key: a flag cannot be its own prerequisite"#),
+            (10, "prerequisite chain 2 deep, limit 1"),
+            (
+                11,
+                r#"flags["d"].rules[0].clauses[0].values[0]: compiled regex over the environment's regex budget"#,
+            ),
+        ] {
+            let got = refused(i);
+            assert!(got.contains(want), "{}: {got}", cases[i].0);
+        }
+    }
+
+    #[test]
+    fn a_flag_costs_the_same_measured_alone_or_in_its_set() {
+        let set: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
+        let limits = Limits::default();
+        let snap = Snapshot::compile(&set, &limits).unwrap();
+        for cell in &snap.flags {
+            let f = &cell.get().source;
+            assert_eq!(cell.cost.get(), Some(&validate::item_cost(f, &limits)), "{}", f.key);
+        }
+        assert!(snap.flags[3].cost.get().unwrap().regex_bytes > 0, "the regex is counted");
     }
 
     #[test]

@@ -4,7 +4,13 @@
 //! the offending field and, where one applies, the limit:
 //! `flags["checkout"].rules[2].clauses[0].values: 10001 values, limit 10000`.
 
-use std::collections::{HashMap, HashSet};
+/// Hash maps and sets of item keys: foldhash's quality hasher, seeded per
+/// process (less DoS-resistant than std's SipHash with its per-map OS-random
+/// keys, which took most of a change's validation time on an environment of
+/// 50,000 flags; the keys come from authenticated writes and the relay, are
+/// short and of a narrow alphabet, and the walks that report are sorted).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
 
 use prost::Message;
 use serde_json::Value as Json;
@@ -37,15 +43,60 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
 /// one's items and a change validates with nothing cloned (a write to a
 /// large environment must not copy every item to check it).
 pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<(), ValidationErrors> {
+    change(&[], flags, segments, limits).map(drop)
+}
+
+/// What a flag that passed validation adds to its environment's totals:
+/// its encoded size and the compiled bytes of its regular expressions
+/// (`max_snapshot_bytes`, `max_regex_env_compiled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ItemCost {
+    pub(crate) encoded_bytes: u32,
+    pub(crate) regex_bytes: u32,
+}
+
+/// The [`ItemCost`] of a flag validated before (in this process or where it
+/// came from), measured by validating it alone; its problems, if any, are
+/// not reported here.
+pub(crate) fn item_cost(f: &Flag, limits: &Limits) -> ItemCost {
+    let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits, usize::MAX), item: "flag" };
+    let bytes = flag(&mut r, "", f, limits);
+    cost(bytes, r.regex.charged)
+}
+
+fn cost(encoded_bytes: usize, regex_bytes: usize) -> ItemCost {
+    // Both are bounded far below 4 GiB by the per-item limits of a valid
+    // flag; saturate rather than wrap for one that is not.
+    let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    ItemCost { encoded_bytes: clamp(encoded_bytes), regex_bytes: clamp(regex_bytes) }
+}
+
+/// [`items`] for an environment whose flags are `kept` ones, each validated
+/// before and given with its [`ItemCost`], and `fresh` ones (new or
+/// changed). Only the fresh flags are validated on their own; the kept ones
+/// count in the totals (flags, encoded bytes, the environment's regex
+/// budget, before the fresh ones as if listed first) and take part in every
+/// check that crosses items (prerequisites and their variations, segment
+/// references, cycles, depths), which still runs over all flags but
+/// allocates nothing for a flag without a problem. Segments are validated
+/// in full. So a one-flag change to an environment of 50,000 costs one
+/// flag's validation plus a walk of the others' references, not 50,000
+/// validations. Returns the fresh flags' costs, in order.
+pub(crate) fn change(
+    kept: &[(&Flag, ItemCost)],
+    fresh: &[&Flag],
+    segments: &[&Segment],
+    limits: &Limits,
+) -> Result<Vec<ItemCost>, ValidationErrors> {
     let mut r = Report {
         errors: Vec::new(),
         regex: RegexBudget::item(limits, limits.max_regex_env_compiled),
         item: "flag",
     };
-    r.max("flags", "flags", flags.len(), limits.max_flags);
+    r.max("flags", "flags", kept.len() + fresh.len(), limits.max_flags);
     r.max("segments", "segments", segments.len(), limits.max_segments);
 
-    let mut segment_keys = HashSet::new();
+    let mut segment_keys = HashSet::default();
     let mut bytes = 0usize;
     for &s in segments {
         let path = format!("segments[{:?}]", s.key);
@@ -56,27 +107,54 @@ pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<
     }
     for &s in segments {
         for (ri, rule) in s.rules.iter().enumerate() {
-            segment_refs(&mut r, &format!("segments[{:?}].rules[{ri}]", s.key), &rule.clauses, &segment_keys);
+            segment_refs(
+                &mut r,
+                || format!("segments[{:?}].rules[{ri}]", s.key),
+                &rule.clauses,
+                &segment_keys,
+            );
         }
     }
     segment_depths(&mut r, segments, limits);
-    let by_key: HashMap<&str, &Flag> = flags.iter().map(|&f| (f.key.as_str(), f)).collect();
-    let mut seen = HashSet::new();
-    for &f in flags {
-        let path = format!("flags[{:?}]", f.key);
-        if !seen.insert(f.key.as_str()) {
-            r.err(&path, "duplicate flag key");
+    let all = || kept.iter().map(|&(f, _)| f).chain(fresh.iter().copied());
+    let by_key: HashMap<&str, &Flag> = all().map(|f| (f.key.as_str(), f)).collect();
+    // The kept flags are charged what they were charged when validated:
+    // the whole set's answer while that fits what the segments left of the
+    // regex budget. Past it the whole set would refuse a kept flag, so then
+    // every flag is checked on its own, as the whole set is.
+    let kept_regex: usize = kept.iter().map(|(_, c)| c.regex_bytes as usize).sum();
+    let recheck = kept_regex > r.regex.env_bytes;
+    if !recheck {
+        bytes += kept.iter().map(|(_, c)| c.encoded_bytes as usize).sum::<usize>();
+        r.regex.env_bytes -= kept_regex;
+    }
+    let mut costs = Vec::with_capacity(fresh.len());
+    // Keys are looked for twice only when some key is there twice.
+    let mut seen = (by_key.len() < kept.len() + fresh.len())
+        .then(|| HashSet::with_capacity_and_hasher(by_key.len(), Default::default()));
+    for (i, f) in all().enumerate() {
+        let path = || format!("flags[{:?}]", f.key);
+        if let Some(seen) = &mut seen
+            && !seen.insert(f.key.as_str())
+        {
+            r.err(path(), "duplicate flag key");
         }
-        bytes += flag(&mut r, &path, f, limits);
+        if recheck || i >= kept.len() {
+            let size = flag(&mut r, &path(), f, limits);
+            bytes += size;
+            if i >= kept.len() {
+                costs.push(cost(size, r.regex.charged));
+            }
+        }
         for (i, p) in f.prerequisites.iter().enumerate() {
-            let ppath = format!("{path}.prerequisites[{i}]");
+            let ppath = || format!("{}.prerequisites[{i}]", path());
             match by_key.get(p.key.as_str()) {
-                None => r.err(format!("{ppath}.key"), format!("unknown flag {:?}", p.key)),
+                None => r.err(format!("{}.key", ppath()), format!("unknown flag {:?}", p.key)),
                 Some(_) if p.key == f.key => {
-                    r.err(format!("{ppath}.key"), "a flag cannot be its own prerequisite")
+                    r.err(format!("{}.key", ppath()), "a flag cannot be its own prerequisite")
                 }
                 Some(pre) if p.variation as usize >= pre.variations.len() => r.err(
-                    format!("{ppath}.variation"),
+                    format!("{}.variation", ppath()),
                     format!(
                         "index {} out of range: {:?} has {} variations",
                         p.variation,
@@ -88,16 +166,17 @@ pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<
             }
         }
         for (ri, rule) in f.rules.iter().enumerate() {
-            segment_refs(&mut r, &format!("{path}.rules[{ri}]"), &rule.clauses, &segment_keys);
+            segment_refs(&mut r, || format!("{}.rules[{ri}]", path()), &rule.clauses, &segment_keys);
         }
     }
     prerequisite_depths(&mut r, &by_key, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
-    if r.errors.is_empty() { Ok(()) } else { Err(ValidationErrors(r.errors)) }
+    if r.errors.is_empty() { Ok(costs) } else { Err(ValidationErrors(r.errors)) }
 }
 
-/// Reports `segment_match` values naming no segment.
-fn segment_refs(r: &mut Report, path: &str, clauses: &[Clause], segment_keys: &HashSet<&str>) {
+/// Reports `segment_match` values naming no segment (`path`: the rule's,
+/// formatted only for a problem).
+fn segment_refs(r: &mut Report, path: impl Fn() -> String, clauses: &[Clause], segment_keys: &HashSet<&str>) {
     for (ci, c) in clauses.iter().enumerate() {
         if c.op != Operator::SegmentMatch {
             continue;
@@ -106,7 +185,7 @@ fn segment_refs(r: &mut Report, path: &str, clauses: &[Clause], segment_keys: &H
             if let Some(k) = v.as_str()
                 && !segment_keys.contains(k)
             {
-                r.err(format!("{path}.clauses[{ci}].values[{vi}]"), format!("unknown segment {k:?}"));
+                r.err(format!("{}.clauses[{ci}].values[{vi}]", path()), format!("unknown segment {k:?}"));
             }
         }
     }
@@ -155,7 +234,7 @@ fn segment_depths(r: &mut Report, segments: &[&Segment], limits: &Limits) {
         memo.insert(key.to_owned(), Some(deepest + 1));
         Ok(deepest + 1)
     }
-    let mut memo = HashMap::new();
+    let mut memo = HashMap::default();
     let mut keys: Vec<&str> = by_key.keys().copied().collect();
     keys.sort_unstable();
     for key in keys {
@@ -223,8 +302,11 @@ fn prerequisite_depths(r: &mut Report, flags: &HashMap<&str, &Flag>, limits: &Li
         memo.insert(key, Some(deepest));
         Ok(deepest)
     }
-    let mut memo = HashMap::new();
-    let mut keys: Vec<&str> = flags.keys().copied().collect();
+    let mut memo = HashMap::default();
+    // A flag without prerequisites is 0 deep and on no cycle: walked from
+    // the flags that have some (sorted, so the report is deterministic).
+    let mut keys: Vec<&str> =
+        flags.iter().filter(|(_, f)| !f.prerequisites.is_empty()).map(|(&k, _)| k).collect();
     keys.sort_unstable();
     let mut reported_cycle = false;
     for key in keys {
@@ -305,7 +387,7 @@ fn flag(r: &mut Report, path: &str, f: &Flag, limits: &Limits) -> usize {
     }
     r.max(&format!("{path}.targets"), "target values", target_values, limits.max_target_values);
     r.max(&format!("{path}.rules"), "rules", f.rules.len(), limits.max_rules);
-    let mut ids = HashSet::new();
+    let mut ids = HashSet::default();
     for (i, rule) in f.rules.iter().enumerate() {
         let rpath = format!("{path}.rules[{i}]");
         if !rule.id.is_empty() && !ids.insert(rule.id.as_str()) {
