@@ -162,6 +162,7 @@ pub(crate) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
         version: flag.version,
         malformed,
         source: Arc::new(flag),
+        regex_bytes: budget.charged,
     }
 }
 

@@ -130,6 +130,11 @@ pub(crate) struct CompiledFlag {
     pub(crate) constant: Option<Constant>,
     /// The model form, for listeners, exports and caches.
     pub(crate) source: Arc<Flag>,
+    /// Compiled bytes of the flag's regular expressions, in full: what
+    /// validation charges it against the environment's regex budget (the
+    /// same patterns compiled the same way), kept for
+    /// `Snapshot::apply`.
+    pub(crate) regex_bytes: usize,
 }
 
 /// A segment in evaluation form.

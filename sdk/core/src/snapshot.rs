@@ -71,8 +71,9 @@ pub(crate) struct FlagCell {
     form: Form,
     /// What the flag adds to its environment's totals, kept so a change
     /// to the environment validates only what changed
-    /// ([`Snapshot::apply`]); measured on first need for a flag that
-    /// arrived in wire form.
+    /// ([`Snapshot::apply`]); read from the compiled form on first need
+    /// for a flag that was not validated here (one that arrived in wire
+    /// form).
     cost: OnceLock<ItemCost>,
 }
 
@@ -91,9 +92,20 @@ impl FlagCell {
         }
     }
 
-    /// The flag's [`ItemCost`], measured now if it is not known yet.
-    fn cost(&self, limits: &Limits) -> ItemCost {
-        *self.cost.get_or_init(|| validate::item_cost(&self.get().source, limits))
+    /// The flag's [`ItemCost`]: as validation found it, else from the
+    /// compiled form (compiling the flag if it is still in wire form, as
+    /// the warm-up does anyway): its regex bytes as compiling charged
+    /// them, its encoded size the wire bytes' (a model's, encoded to
+    /// measure, for compiled data that was never validated).
+    fn cost(&self) -> ItemCost {
+        *self.cost.get_or_init(|| {
+            let compiled = self.get();
+            let encoded = match &self.form {
+                Form::Lazy { raw, .. } => raw.len(),
+                Form::Compiled(f) => prost::Message::encoded_len(&crate::wire::flag_to_proto(&f.source)),
+            };
+            ItemCost::new(encoded, compiled.regex_bytes)
+        })
     }
 
     /// The compiled flag, compiling it now if it is still in wire form.
@@ -378,8 +390,7 @@ impl Snapshot {
         // environment's memory on every write.
         let kept_cells: Vec<&Arc<FlagCell>> =
             self.flags.iter().filter(|f| !drop_flag.contains(f.key())).collect();
-        let kept: Vec<(&Flag, ItemCost)> =
-            kept_cells.iter().map(|&f| (&*f.get().source, f.cost(limits))).collect();
+        let kept: Vec<(&Flag, ItemCost)> = kept_cells.iter().map(|&f| (&*f.get().source, f.cost())).collect();
         let fresh: Vec<&Flag> = change.flags.iter().collect();
         let next_segments: Vec<&Segment> = self
             .segments()
@@ -408,6 +419,8 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use prost::Message;
 
     use super::*;
@@ -520,9 +533,9 @@ segments:
         // needs more must be refused with the same figures as a whole-set
         // validation gives (what the kept flags used counts).
         let mut limits = Limits::default();
-        let used = validate::item_cost(&set.flags[3], &limits).regex_bytes as usize;
-        let bytes: usize =
-            set.flags.iter().map(|f| validate::item_cost(f, &limits).encoded_bytes as usize).sum();
+        let costs = validated_costs(&set, &limits);
+        let used = costs["d"].regex_bytes as usize;
+        let bytes: usize = costs.values().map(|c| c.encoded_bytes as usize).sum();
         limits.max_regex_env_compiled = used + 16;
         limits.max_flags = 5;
         limits.max_prerequisite_depth = 1;
@@ -632,16 +645,28 @@ segments:
         }
     }
 
+    /// Each flag's cost as validating `set` whole finds it, by key.
+    fn validated_costs(set: &FlagSet, limits: &Limits) -> HashMap<String, ItemCost> {
+        let snap = Snapshot::compile(set, limits).unwrap();
+        snap.flags.iter().map(|c| (c.key().to_owned(), *c.cost.get().expect("validated"))).collect()
+    }
+
     #[test]
-    fn a_flag_costs_the_same_measured_alone_or_in_its_set() {
+    fn a_flag_costs_the_same_validated_or_read_from_its_compiled_form() {
         let set: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
         let limits = Limits::default();
-        let snap = Snapshot::compile(&set, &limits).unwrap();
-        for cell in &snap.flags {
-            let f = &cell.get().source;
-            assert_eq!(cell.cost.get(), Some(&validate::item_cost(f, &limits)), "{}", f.key);
+        let validated = validated_costs(&set, &limits);
+        assert!(validated["d"].regex_bytes > 0, "the regex is counted");
+        // Never validated here: the cost comes from the compiled form (and
+        // the wire bytes), as for a client started from its cache.
+        let lazy = Snapshot::from_encoded(encoded(&set), set.segments.clone(), &limits).unwrap();
+        let unvalidated = Snapshot::compile_unvalidated(&set, &limits);
+        for snap in [&lazy, &unvalidated] {
+            for cell in &snap.flags {
+                assert!(cell.cost.get().is_none());
+                assert_eq!(cell.cost(), validated[cell.key()], "{}", cell.key());
+            }
         }
-        assert!(snap.flags[3].cost.get().unwrap().regex_bytes > 0, "the regex is counted");
     }
 
     #[test]

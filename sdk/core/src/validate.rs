@@ -55,20 +55,13 @@ pub(crate) struct ItemCost {
     pub(crate) regex_bytes: u32,
 }
 
-/// The [`ItemCost`] of a flag validated before (in this process or where it
-/// came from), measured by validating it alone; its problems, if any, are
-/// not reported here.
-pub(crate) fn item_cost(f: &Flag, limits: &Limits) -> ItemCost {
-    let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits, usize::MAX), item: "flag" };
-    let bytes = flag(&mut r, "", f, limits);
-    cost(bytes, r.regex.charged)
-}
-
-fn cost(encoded_bytes: usize, regex_bytes: usize) -> ItemCost {
-    // Both are bounded far below 4 GiB by the per-item limits of a valid
-    // flag; saturate rather than wrap for one that is not.
-    let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    ItemCost { encoded_bytes: clamp(encoded_bytes), regex_bytes: clamp(regex_bytes) }
+impl ItemCost {
+    pub(crate) fn new(encoded_bytes: usize, regex_bytes: usize) -> ItemCost {
+        // Both are bounded far below 4 GiB by the per-item limits of a
+        // valid flag; saturate rather than wrap for one that is not.
+        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        ItemCost { encoded_bytes: clamp(encoded_bytes), regex_bytes: clamp(regex_bytes) }
+    }
 }
 
 /// [`items`] for an environment whose flags are `kept` ones, each validated
@@ -143,7 +136,7 @@ pub(crate) fn change(
             let size = flag(&mut r, &path(), f, limits);
             bytes += size;
             if i >= kept.len() {
-                costs.push(cost(size, r.regex.charged));
+                costs.push(ItemCost::new(size, r.regex.charged));
             }
         }
         for (i, p) in f.prerequisites.iter().enumerate() {
