@@ -136,6 +136,26 @@ impl FlagCell {
     }
 }
 
+/// Adds `flags` to `index`, the first at position `first`; on a duplicate
+/// key (unvalidated data) the first one wins.
+fn index_flags(index: &mut FastMap<Arc<str>, Slot>, flags: &[Arc<FlagCell>], first: usize) {
+    for (i, f) in flags.iter().enumerate() {
+        let key = match &f.form {
+            Form::Lazy { key, .. } => key.clone(),
+            Form::Compiled(c) => Arc::from(c.source.key.as_str()),
+        };
+        index.entry(key).or_insert_with(|| Slot {
+            index: (first + i) as u32,
+            cell: f.clone(),
+            head: f.get_now().map(|f| Head {
+                flag_type: f.flag_type,
+                version: f.version,
+                constant: f.constant.clone(),
+            }),
+        });
+    }
+}
+
 /// An immutable, compiled set of flags and segments at one revision.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -267,22 +287,16 @@ impl Snapshot {
         limits: &Limits,
     ) -> Snapshot {
         let mut index = FastMap::with_capacity_and_hasher(flags.len(), Default::default());
-        for (i, f) in flags.iter().enumerate() {
-            // On a duplicate key (unvalidated data) the first one wins.
-            let key = match &f.form {
-                Form::Lazy { key, .. } => key.clone(),
-                Form::Compiled(c) => Arc::from(c.source.key.as_str()),
-            };
-            index.entry(key).or_insert_with(|| Slot {
-                index: i as u32,
-                cell: f.clone(),
-                head: f.get_now().map(|f| Head {
-                    flag_type: f.flag_type,
-                    version: f.version,
-                    constant: f.constant.clone(),
-                }),
-            });
-        }
+        index_flags(&mut index, &flags, 0);
+        Snapshot::with_index(flags, index, segments, limits)
+    }
+
+    fn with_index(
+        flags: Vec<Arc<FlagCell>>,
+        index: FastMap<Arc<str>, Slot>,
+        segments: FastMap<Box<str>, Arc<CompiledSegment>>,
+        limits: &Limits,
+    ) -> Snapshot {
         Snapshot {
             flags,
             index,
@@ -406,6 +420,7 @@ impl Snapshot {
         }
         let mut flags: Vec<Arc<FlagCell>> = Vec::with_capacity(kept_cells.len() + change.flags.len());
         flags.extend(kept_cells.into_iter().cloned());
+        let kept = flags.len();
         flags.extend(
             change
                 .flags
@@ -413,7 +428,26 @@ impl Snapshot {
                 .zip(costs)
                 .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost)))),
         );
-        Ok(Snapshot::assemble(flags, segments, limits).with_cursor(&self.epoch, self.revision))
+        // The key index is this one's with the changed and deleted keys
+        // taken out, the kept flags' positions moved up past the dropped
+        // ones, and the changed flags added: no key copied or hashed again
+        // for a flag that did not change (rebuilding it was most of what
+        // a change cost a large environment after validation).
+        let mut index = self.index.clone();
+        for key in &drop_flag {
+            index.remove(*key);
+        }
+        let mut position = Vec::with_capacity(self.flags.len());
+        let mut next = 0u32;
+        for f in &self.flags {
+            position.push(next);
+            next += u32::from(!drop_flag.contains(f.key()));
+        }
+        for slot in index.values_mut() {
+            slot.index = position[slot.index as usize];
+        }
+        index_flags(&mut index, &flags[kept..], kept);
+        Ok(Snapshot::with_index(flags, index, segments, limits).with_cursor(&self.epoch, self.revision))
     }
 }
 
@@ -665,6 +699,46 @@ segments:
             for cell in &snap.flags {
                 assert!(cell.cost.get().is_none());
                 assert_eq!(cell.cost(), validated[cell.key()], "{}", cell.key());
+            }
+        }
+    }
+
+    #[test]
+    fn changes_find_every_flag_where_a_fresh_compile_does() {
+        let flag = |i: usize, on: bool| -> Flag {
+            serde_yaml_ng::from_str(&format!(
+                "{{key: f{i}, type: string, variations: [v{i}, off], on: {on}, off_variation: 1, fallthrough: {{variation: 0}}}}"
+            ))
+            .unwrap()
+        };
+        let limits = Limits::default();
+        let mut set = FlagSet { flags: (0..20).map(|i| flag(i, true)).collect(), segments: Vec::new() };
+        let mut snap = Snapshot::compile(&set, &limits).unwrap();
+        // Delete, change and add, twice over, each step against a fresh
+        // compile of the same flags: the index moved, not rebuilt, must
+        // find the same flag under every key.
+        let steps: [(&[usize], &[usize], &[usize]); 2] =
+            [(&[3, 7], &[5, 12], &[20, 21]), (&[0, 19, 20], &[21, 6], &[3])];
+        for (deleted, changed, added) in steps {
+            let change = FlagSet {
+                flags: changed
+                    .iter()
+                    .map(|&i| flag(i, false))
+                    .chain(added.iter().map(|&i| flag(i, true)))
+                    .collect(),
+                segments: Vec::new(),
+            };
+            let gone: Vec<String> = deleted.iter().map(|i| format!("f{i}")).collect();
+            snap = snap.apply(&change, &gone, &[], &limits).unwrap();
+            set.flags.retain(|f| !gone.contains(&f.key) && !change.flags.iter().any(|c| c.key == f.key));
+            set.flags.extend(change.flags.iter().cloned());
+            let fresh = Snapshot::compile(&set, &limits).unwrap();
+            assert_eq!(snap.len(), fresh.len());
+            let ctx = Context::new("u");
+            for i in 0..22 {
+                let key = format!("f{i}");
+                assert_eq!(snap.flag(&key), fresh.flag(&key), "{key}");
+                assert_eq!(snap.detail(&key, &ctx, "?"), fresh.detail(&key, &ctx, "?"), "{key}");
             }
         }
     }

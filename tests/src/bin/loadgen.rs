@@ -101,6 +101,11 @@ struct Args {
     /// Seconds each throughput phase runs.
     #[arg(long, default_value_t = 10)]
     throughput_secs: u64,
+    /// With `--throughput-writers`: the writers write to an environment of
+    /// this many flags (each with a 200-byte description), filled before
+    /// the phase, instead of the demo environment.
+    #[arg(long, default_value_t = 0)]
+    throughput_flags: usize,
     /// First run the floor: a minimal tonic server (a child process of this
     /// tool, on the relay's runtime settings) that pushes one pre-encoded
     /// delta per write to the same connections and streams (no acks read,
@@ -768,7 +773,12 @@ async fn connection(
 /// The propagation run (or `--throughput-writers`); `None` for the latter.
 async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     if args.throughput_writers > 0 {
-        throughput::run(args.throughput_writers, Duration::from_secs(args.throughput_secs)).await?;
+        throughput::run(
+            args.throughput_writers,
+            Duration::from_secs(args.throughput_secs),
+            args.throughput_flags,
+        )
+        .await?;
         return Ok(None);
     }
     let dir = tempfile::tempdir()?;
@@ -1119,17 +1129,24 @@ mod throughput {
 
     /// `writers` concurrent writers, each toggling its own flag, for `secs`;
     /// commits per second and the commit latency.
-    async fn phase(name: &str, relays: &[&Relay], writers: usize, secs: Duration) -> anyhow::Result<()> {
+    async fn phase(
+        name: &str,
+        relays: &[&Relay],
+        env: &str,
+        writers: usize,
+        secs: Duration,
+    ) -> anyhow::Result<()> {
         let mut tasks = Vec::new();
         for w in 0..writers {
             let relay = relays[w % relays.len()];
             let mut admin = relay.admin().await;
+            let env = env.to_owned();
             tasks.push(tokio::spawn(async move {
                 let (mut lat, started) = (Vec::new(), Instant::now());
                 let mut i = 0u64;
                 while started.elapsed() < secs {
                     let t = Instant::now();
-                    put(&mut admin, "demo", bool_flag(&format!("writer-{w}"), i.is_multiple_of(2))).await?;
+                    put(&mut admin, &env, bool_flag(&format!("writer-{w}"), i.is_multiple_of(2))).await?;
                     lat.push(t.elapsed().as_micros() as u64);
                     i += 1;
                 }
@@ -1150,11 +1167,31 @@ mod throughput {
         Ok(())
     }
 
-    pub(super) async fn run(writers: usize, secs: Duration) -> anyhow::Result<()> {
-        let quota = ["--quota-writes-per-sec", "100000", "--quota-token-writes-per-sec", "100000"];
+    /// The environment the writers write to: the demo one, or one of
+    /// `flags` flags filled now.
+    async fn environment(relay: &Relay, flags: usize) -> &'static str {
+        if flags == 0 {
+            return "demo";
+        }
+        relay.create_filled_env("filled", flags, 200).await;
+        println!("environment \"filled\": {flags} flags");
+        "filled"
+    }
+
+    pub(super) async fn run(writers: usize, secs: Duration, flags: usize) -> anyhow::Result<()> {
+        let quota_flags = (flags + 1_000).to_string();
+        let quota = [
+            "--quota-writes-per-sec",
+            "100000",
+            "--quota-token-writes-per-sec",
+            "100000",
+            "--quota-flags",
+            quota_flags.as_str(),
+        ];
         let dir = tempfile::tempdir()?;
         let sled = Relay::start(&dir.path().join("sled"), &quota).await;
-        phase("sled (one relay)", &[&sled], writers, secs).await?;
+        let env = environment(&sled, flags).await;
+        phase("sled (one relay)", &[&sled], env, writers, secs).await?;
         drop(sled);
         let pg = flagstream_tests::postgres::Postgres::start_durable()
             .ok_or_else(|| anyhow::anyhow!("no PostgreSQL server binaries"))?;
@@ -1162,12 +1199,13 @@ mod throughput {
         let mut args = quota.to_vec();
         args.extend(["--store", url.as_str()]);
         let a = Relay::start(&dir.path().join("pg-a"), &args).await;
-        phase("postgres (one relay)", &[&a], writers, secs).await?;
+        let env = environment(&a, flags).await;
+        phase("postgres (one relay)", &[&a], env, writers, secs).await?;
         let mut args_b = args.clone();
         args_b.extend(["--demo", "false"]);
         let mut b = Relay::start(&dir.path().join("pg-b"), &args_b).await;
         b.admin_secret = Some(a.admin_token());
-        phase("postgres (two relays, writers split)", &[&a, &b], writers, secs).await?;
+        phase("postgres (two relays, writers split)", &[&a, &b], env, writers, secs).await?;
         Ok(())
     }
 }
