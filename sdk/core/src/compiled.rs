@@ -132,7 +132,7 @@ pub(crate) struct CompiledFlag {
     pub(crate) source: Arc<Flag>,
     /// Compiled bytes of the flag's regular expressions, in full: what
     /// validation charges it against the environment's regex budget (the
-    /// same patterns compiled the same way), kept for
+    /// same patterns in the same order under the same per-item budget), kept for
     /// `Snapshot::apply`.
     pub(crate) regex_bytes: usize,
 }

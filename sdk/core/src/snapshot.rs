@@ -52,6 +52,12 @@ pub(crate) struct Head {
     pub(crate) constant: Option<Constant>,
 }
 
+impl Head {
+    fn of(f: &CompiledFlag) -> Head {
+        Head { flag_type: f.flag_type, version: f.version, constant: f.constant.clone() }
+    }
+}
+
 /// One flag of a snapshot: compiled, or still in its wire form and compiled
 /// on first use.
 ///
@@ -147,11 +153,7 @@ fn index_flags(index: &mut FastMap<Arc<str>, Slot>, flags: &[Arc<FlagCell>], fir
         index.entry(key).or_insert_with(|| Slot {
             index: (first + i) as u32,
             cell: f.clone(),
-            head: f.get_now().map(|f| Head {
-                flag_type: f.flag_type,
-                version: f.version,
-                constant: f.constant.clone(),
-            }),
+            head: f.get_now().map(Head::of),
         });
     }
 }
@@ -402,8 +404,16 @@ impl Snapshot {
         // checks that cross items (prerequisites, segment references).
         // By reference: cloning every item to validate would double a large
         // environment's memory on every write.
-        let kept_cells: Vec<&Arc<FlagCell>> =
-            self.flags.iter().filter(|f| !drop_flag.contains(f.key())).collect();
+        // Kept flags, and where each flag of this snapshot moves in the
+        // next one's (its position among the kept), in one pass.
+        let mut kept_cells: Vec<&Arc<FlagCell>> = Vec::with_capacity(self.flags.len());
+        let mut position: Vec<u32> = Vec::with_capacity(self.flags.len());
+        for f in &self.flags {
+            position.push(kept_cells.len() as u32);
+            if !drop_flag.contains(f.key()) {
+                kept_cells.push(f);
+            }
+        }
         let kept: Vec<(&Flag, ItemCost)> = kept_cells.iter().map(|&f| (&*f.get().source, f.cost())).collect();
         let fresh: Vec<&Flag> = change.flags.iter().collect();
         let next_segments: Vec<&Segment> = self
@@ -430,21 +440,20 @@ impl Snapshot {
         );
         // The key index is this one's with the changed and deleted keys
         // taken out, the kept flags' positions moved up past the dropped
-        // ones, and the changed flags added: no key copied or hashed again
-        // for a flag that did not change (rebuilding it was most of what
-        // a change cost a large environment after validation).
+        // ones, and the changed flags added: no key of a flag that did not
+        // change is copied or inserted again (rebuilding the index was most
+        // of what a change cost a large environment after validation). A
+        // slot made while its flag was still in wire form gets the flag's
+        // head now that it is compiled, as a rebuilt index would.
         let mut index = self.index.clone();
         for key in &drop_flag {
             index.remove(*key);
         }
-        let mut position = Vec::with_capacity(self.flags.len());
-        let mut next = 0u32;
-        for f in &self.flags {
-            position.push(next);
-            next += u32::from(!drop_flag.contains(f.key()));
-        }
         for slot in index.values_mut() {
             slot.index = position[slot.index as usize];
+            if slot.head.is_none() {
+                slot.head = slot.cell.get_now().map(Head::of);
+            }
         }
         index_flags(&mut index, &flags[kept..], kept);
         Ok(Snapshot::with_index(flags, index, segments, limits).with_cursor(&self.epoch, self.revision))
@@ -701,6 +710,28 @@ segments:
                 assert_eq!(cell.cost(), validated[cell.key()], "{}", cell.key());
             }
         }
+        // Patterns in several rules, charged in the same order either way.
+        let mut many = set.flags[3].clone();
+        many.key = "many".into();
+        let mut rule = many.rules[0].clone();
+        rule.id = "more".into();
+        rule.clauses[0].values = vec!["^a+$".into(), "^(b|c)[0-9]{2,5}$".into()];
+        many.rules.push(rule);
+        let set = FlagSet { flags: vec![many], segments: Vec::new() };
+        let validated = validated_costs(&set, &limits)["many"];
+        let lazy = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
+        assert_eq!(lazy.flags[0].cost(), validated);
+        // A field this build does not know (a newer relay's): the wire
+        // bytes count whole, more than validation would measure after
+        // decoding; on the safe side of `max_snapshot_bytes`.
+        let mut raw = encoded(&set)[0].to_vec();
+        raw.extend_from_slice(b"\x98\x06\x01"); // field 99, varint 1
+        let newer = Snapshot::from_encoded([Bytes::from(raw)], Vec::new(), &limits).unwrap();
+        let cost = newer.flags[0].cost();
+        assert_eq!(
+            (cost.encoded_bytes, cost.regex_bytes),
+            (validated.encoded_bytes + 3, validated.regex_bytes)
+        );
     }
 
     #[test]
@@ -712,11 +743,28 @@ segments:
             .unwrap()
         };
         let limits = Limits::default();
-        let mut set = FlagSet { flags: (0..20).map(|i| flag(i, true)).collect(), segments: Vec::new() };
-        let mut snap = Snapshot::compile(&set, &limits).unwrap();
-        // Delete, change and add, twice over, each step against a fresh
-        // compile of the same flags: the index moved, not rebuilt, must
-        // find the same flag under every key.
+        let start = FlagSet { flags: (0..20).map(|i| flag(i, true)).collect(), segments: Vec::new() };
+        // Compiled, and as a client started from its cache holds it (wire
+        // form, compiled by the warm-up: its slots made without a head).
+        let cached = Snapshot::from_encoded(encoded(&start), Vec::new(), &limits).unwrap();
+        assert!(cached.index.values().all(|s| s.head.is_none()));
+        cached.warm_up();
+        for mut snap in [Snapshot::compile(&start, &limits).unwrap(), cached] {
+            changes_find_every_flag(&mut snap, start.clone(), &limits, &flag);
+        }
+    }
+
+    /// Deletes, changes and adds, twice over, each step against a fresh
+    /// compile of the same flags: the index moved, not rebuilt, must find
+    /// the same flag under every key, with every slot's head as a rebuilt
+    /// index would have it.
+    fn changes_find_every_flag(
+        snap: &mut Snapshot,
+        mut set: FlagSet,
+        limits: &Limits,
+        flag: &dyn Fn(usize, bool) -> Flag,
+    ) {
+        let limits = limits.clone();
         let steps: [(&[usize], &[usize], &[usize]); 2] =
             [(&[3, 7], &[5, 12], &[20, 21]), (&[0, 19, 20], &[21, 6], &[3])];
         for (deleted, changed, added) in steps {
@@ -729,7 +777,8 @@ segments:
                 segments: Vec::new(),
             };
             let gone: Vec<String> = deleted.iter().map(|i| format!("f{i}")).collect();
-            snap = snap.apply(&change, &gone, &[], &limits).unwrap();
+            *snap = snap.apply(&change, &gone, &[], &limits).unwrap();
+            assert!(snap.index.values().all(|s| s.head.is_some()), "every flag is compiled: a head each");
             set.flags.retain(|f| !gone.contains(&f.key) && !change.flags.iter().any(|c| c.key == f.key));
             set.flags.extend(change.flags.iter().cloned());
             let fresh = Snapshot::compile(&set, &limits).unwrap();

@@ -1179,7 +1179,9 @@ mod throughput {
     }
 
     pub(super) async fn run(writers: usize, secs: Duration, flags: usize) -> anyhow::Result<()> {
-        let quota_flags = (flags + 1_000).to_string();
+        // Room for the filled environment and a flag per writer (the
+        // relay's default quota is 20,000 flags per environment).
+        let quota_flags = (flags + writers + 1_000).max(20_000).to_string();
         let quota = [
             "--quota-writes-per-sec",
             "100000",
