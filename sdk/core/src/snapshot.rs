@@ -175,7 +175,7 @@ impl Snapshot {
     /// Validates `set` and compiles it. Nothing is compiled if anything is
     /// invalid; every problem is reported with its path.
     pub fn compile(set: &FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        let costs = Snapshot::validate(set, limits)?;
+        let costs = validate::flag_set_costs(set, limits)?;
         Ok(Snapshot::compile_with(set.clone(), costs.into_iter().map(Some), limits))
     }
 
@@ -183,15 +183,8 @@ impl Snapshot {
     /// model items move into the snapshot instead of being copied (a large
     /// set is not held twice while it compiles).
     pub fn compile_set(set: FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        let costs = Snapshot::validate(&set, limits)?;
+        let costs = validate::flag_set_costs(&set, limits)?;
         Ok(Snapshot::compile_with(set, costs.into_iter().map(Some), limits))
-    }
-
-    /// Validates `set` whole; returns each flag's cost, in order.
-    fn validate(set: &FlagSet, limits: &Limits) -> Result<Vec<ItemCost>, ValidationErrors> {
-        let flags: Vec<&Flag> = set.flags.iter().collect();
-        let segments: Vec<&Segment> = set.segments.iter().collect();
-        validate::change(&[], &flags, &segments, limits)
     }
 
     /// Compiles without validating. Flags that cannot be compiled are kept
@@ -403,9 +396,9 @@ impl Snapshot {
         // kept ones through what they add to the totals, every flag in the
         // checks that cross items (prerequisites, segment references).
         // By reference: cloning every item to validate would double a large
-        // environment's memory on every write.
-        // Kept flags, and where each flag of this snapshot moves in the
-        // next one's (its position among the kept), in one pass.
+        // environment's memory on every write. One pass finds the kept
+        // flags and where each flag of this snapshot moves in the next
+        // one's (its position among the kept).
         let mut kept_cells: Vec<&Arc<FlagCell>> = Vec::with_capacity(self.flags.len());
         let mut position: Vec<u32> = Vec::with_capacity(self.flags.len());
         for f in &self.flags {

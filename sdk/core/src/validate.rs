@@ -4,14 +4,6 @@
 //! the offending field and, where one applies, the limit:
 //! `flags["checkout"].rules[2].clauses[0].values: 10001 values, limit 10000`.
 
-/// Hash maps and sets of item keys: foldhash's quality hasher, seeded per
-/// process (less DoS-resistant than std's SipHash with its per-map OS-random
-/// keys, which took most of a change's validation time on an environment of
-/// 50,000 flags; the keys come from authenticated writes and the relay, are
-/// short and of a narrow alphabet, and the walks that report are sorted).
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
-
 use prost::Message;
 use serde_json::Value as Json;
 
@@ -22,6 +14,14 @@ use crate::operand::{RegexBudget, compile_regex, json_instant, parse_semver, reg
 use crate::reference::{kind_problem, parse_attr};
 use crate::value::Value;
 use crate::wire;
+
+/// Hash maps and sets of item keys: foldhash's quality hasher, seeded per
+/// process (less DoS-resistant than std's SipHash with its per-map OS-random
+/// keys, which took most of a change's validation time on an environment of
+/// 50,000 flags; the keys come from authenticated writes and the relay, are
+/// short and of a narrow alphabet, and the walks that report are sorted).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
 
 mod regex_budget;
 mod report;
@@ -34,9 +34,14 @@ use report::Report;
 /// Validates a whole environment: every flag and segment, plus the rules
 /// that cross items (unique keys, prerequisites, segment references, sizes).
 pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> {
+    flag_set_costs(set, limits).map(drop)
+}
+
+/// [`flag_set`], returning each flag's [`ItemCost`] in order.
+pub(crate) fn flag_set_costs(set: &FlagSet, limits: &Limits) -> Result<Vec<ItemCost>, ValidationErrors> {
     let flags: Vec<&Flag> = set.flags.iter().collect();
     let segments: Vec<&Segment> = set.segments.iter().collect();
-    items(&flags, &segments, limits)
+    change(&[], &flags, &segments, limits)
 }
 
 /// [`flag_set`] over borrowed items: an environment assembled from another
