@@ -105,6 +105,8 @@ pub struct Config {
     pub max_subscribers: usize,
     /// Per-environment subscriber limit.
     pub max_subscribers_per_env: usize,
+    /// Per-environment replica relay stream limit.
+    pub max_replica_streams_per_env: usize,
     /// Concurrent snapshot sends.
     pub snapshot_concurrency: usize,
     /// Send deadline.
@@ -373,6 +375,7 @@ impl Options {
             max_subscribers_per_env: self
                 .max_subscribers_per_env
                 .unwrap_or(crate::limit::QuotaConfig::default().subscribers),
+            max_replica_streams_per_env: self.max_replica_streams_per_env.unwrap_or(256),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
             send_deadline: d(self.send_deadline, 30),
             behind_deadline: d(self.behind_deadline, 60),
@@ -442,6 +445,7 @@ impl Options {
         check(c.audit_revisions >= 1, "audit-revisions: must be at least 1".into())?;
         check(c.max_subscribers >= 1, "max-subscribers: must be at least 1".into())?;
         check(c.max_subscribers_per_env >= 1, "max-subscribers-per-env: must be at least 1".into())?;
+        check(c.max_replica_streams_per_env >= 1, "max-replica-streams-per-env: must be at least 1".into())?;
         check(c.snapshot_concurrency >= 1, "snapshot-concurrency: must be at least 1".into())?;
         check(c.backlog >= 1, "backlog: must be at least 1".into())?;
         check(c.max_concurrent_streams >= 1, "max-concurrent-streams: must be at least 1".into())?;

@@ -70,7 +70,8 @@ impl tower_service::Service<http::Request<Body>> for SyncRoute {
                 return Ok(Status::from(Refusal::NoMethod(req.uri().path().to_owned())).into_http());
             }
             let (parts, body) = req.into_parts();
-            let inbound = Inbound::new(body, max);
+            let held = service.metrics().stream_buffer_bytes.clone();
+            let inbound = Inbound::new(body, max, held);
             Ok(match service.subscribe(&parts.extensions, inbound).await {
                 Ok(stream) => {
                     let mut res = http::Response::new(Body::new(SubscribeBody { stream, done: false }));

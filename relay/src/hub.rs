@@ -27,6 +27,8 @@ pub(crate) struct HubLimits {
     pub max_subscribers: usize,
     /// Most subscribers of one environment.
     pub max_subscribers_per_env: usize,
+    /// Most replica relay streams of one environment.
+    pub max_replica_streams_per_env: usize,
     /// Most subscribers receiving a full snapshot at once.
     pub snapshot_concurrency: usize,
     /// How long a stream may go without its transport pulling a message
@@ -154,6 +156,8 @@ pub(crate) enum Rejection {
     RelayFull,
     /// The environment's limit.
     EnvFull,
+    /// The environment's replica stream limit.
+    ReplicasFull,
     /// The relay is draining.
     Draining,
 }
@@ -186,6 +190,9 @@ pub(crate) struct Propagation {
 pub(crate) struct Hub {
     subs: Mutex<HashMap<u64, Arc<Subscriber>>>,
     per_env: Mutex<HashMap<String, usize>>,
+    /// Replica relay streams per environment (locked with `per_env`);
+    /// entries removed at zero.
+    replicas_per_env: Mutex<HashMap<String, usize>>,
     /// `subs` by environment (SDKs and replica relays): what propagation
     /// reads per poll, without walking every environment's subscribers.
     /// Locked after `subs` and `per_env`; entries removed when empty.
@@ -219,6 +226,7 @@ impl Hub {
         Hub {
             subs: Mutex::new(HashMap::new()),
             per_env: Mutex::new(HashMap::new()),
+            replicas_per_env: Mutex::new(HashMap::new()),
             by_env: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
@@ -294,6 +302,7 @@ impl Hub {
             Ok(_) => ("accepted", "ok"),
             Err(Rejection::RelayFull) => ("rejected", "relay_full"),
             Err(Rejection::EnvFull) => ("rejected", "environment_full"),
+            Err(Rejection::ReplicasFull) => ("rejected", "replica_streams_full"),
             Err(Rejection::Draining) => ("rejected", "draining"),
         };
         self.metrics
@@ -305,6 +314,14 @@ impl Hub {
             Err(Rejection::EnvFull) => {
                 self.metrics.limit_hit("max_subscribers_per_env");
                 self.metrics.quota_refusal(env, "subscribers");
+            }
+            Err(Rejection::ReplicasFull) => {
+                self.metrics.limit_hit("max_replica_streams_per_env");
+                tracing::warn!(
+                    env,
+                    limit = self.limits.max_replica_streams_per_env,
+                    "replica stream refused: the environment's replica stream limit (max-replica-streams-per-env) is reached"
+                );
             }
             // Refusals while draining are expected on every deploy; they
             // are counted in `subscribes`, not as a limit.
@@ -338,6 +355,16 @@ impl Hub {
             }
             *n += 1;
             self.metrics.subscribers.get_or_create(&vec![("env", env.to_owned())]).set(*n as i64);
+        } else {
+            let mut replicas = Self::lock(&self.replicas_per_env);
+            let n = replicas.entry(env.to_owned()).or_default();
+            if *n >= self.limits.max_replica_streams_per_env {
+                if *n == 0 {
+                    replicas.remove(env);
+                }
+                return Err(Rejection::ReplicasFull);
+            }
+            *n += 1;
         }
         let mono = self.mono_ms();
         let sub = Arc::new(Subscriber {
@@ -388,6 +415,15 @@ impl Hub {
         {
             *n = n.saturating_sub(1);
             self.metrics.subscribers.get_or_create(&vec![("env", sub.env.clone())]).set(*n as i64);
+        }
+        if sub.relay {
+            let mut replicas = Self::lock(&self.replicas_per_env);
+            if let Some(n) = replicas.get_mut(&sub.env) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    replicas.remove(&sub.env);
+                }
+            }
         }
         let age_s = self.mono_ms().saturating_sub(sub.started_mono_ms) as f64 / 1000.0;
         self.metrics.stream_age.observe(age_s);
@@ -739,6 +775,7 @@ mod tests {
         let limits = HubLimits {
             max_subscribers: 10,
             max_subscribers_per_env: 10,
+            max_replica_streams_per_env: 2,
             snapshot_concurrency: 1,
             send_deadline: Duration::from_secs(2),
             heartbeat: Duration::from_secs(1),

@@ -1,10 +1,17 @@
 //! The request side of a Subscribe call: gRPC-framed `SubscribeRequest`
 //! messages (the Hello, then acks) read straight off the HTTP/2 body, each
 //! under a size limit that tightens once the caller is known.
+//!
+//! A stream's buffer holds what it holds now, not the largest message it
+//! ever received: once a message larger than [`RETAIN_BYTES`] has been
+//! decoded, what follows it is copied into a fresh, small buffer and the
+//! large allocation is freed. The bytes every stream's buffer holds are the
+//! `stream_buffer_bytes` gauge.
 
 use bytes::{Buf, BytesMut};
 use flagstream_proto::v1 as pb;
 use http_body_util::BodyExt;
+use prometheus_client::metrics::gauge::Gauge;
 use prost::Message;
 use tonic::Status;
 use tonic::body::Body;
@@ -14,6 +21,11 @@ use crate::error::Refusal;
 /// Length of the gRPC message prefix: compression flag and u32 length.
 const PREFIX: usize = 5;
 
+/// Buffer capacity a stream keeps between messages, bytes: an ack, a
+/// report or a small usage summary fits (an HTTP/2 DATA frame is at most
+/// 16 KiB by default); past it the buffer is released after the message.
+pub(crate) const RETAIN_BYTES: usize = 16 * 1024;
+
 /// The request side of a Subscribe call: `SubscribeRequest` messages read
 /// off the HTTP/2 body.
 pub(crate) struct Inbound {
@@ -21,12 +33,16 @@ pub(crate) struct Inbound {
     buf: BytesMut,
     max: usize,
     ended: bool,
+    /// Every stream's buffered bytes (capacity), and this one's share.
+    held: Gauge,
+    counted: usize,
 }
 
 impl Inbound {
-    /// Reads request messages of at most `max` bytes off `body`.
-    pub(crate) fn new(body: Body, max: usize) -> Inbound {
-        Inbound { body, buf: BytesMut::new(), max, ended: false }
+    /// Reads request messages of at most `max` bytes off `body`, counting
+    /// the buffer's capacity in `held`.
+    pub(crate) fn new(body: Body, max: usize, held: Gauge) -> Inbound {
+        Inbound { body, buf: BytesMut::new(), max, ended: false, held, counted: 0 }
     }
 
     /// Sets the size limit for the following request messages.
@@ -37,6 +53,12 @@ impl Inbound {
     /// The size limit for the next request message, bytes.
     pub(crate) fn limit(&self) -> usize {
         self.max
+    }
+
+    /// The buffer's capacity, bytes (what this stream holds between reads).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// The next request message; `None` when the client half-closed. A
@@ -59,6 +81,7 @@ impl Inbound {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         self.buf.extend_from_slice(&data);
+                        self.count();
                     }
                 }
                 Some(Err(status)) => return Err(status),
@@ -80,10 +103,107 @@ impl Inbound {
         if self.buf.len() < PREFIX + len {
             return Ok(None);
         }
-        self.buf.advance(PREFIX);
-        let msg = self.buf.split_to(len);
-        pb::SubscribeRequest::decode(&msg[..])
-            .map(Some)
-            .map_err(|e| Refusal::Protocol(format!("undecodable request message: {e}")).into())
+        let decoded = pb::SubscribeRequest::decode(&self.buf[PREFIX..PREFIX + len]);
+        self.buf.advance(PREFIX + len);
+        self.release();
+        decoded.map(Some).map_err(|e| Refusal::Protocol(format!("undecodable request message: {e}")).into())
+    }
+
+    /// After a message: a buffer grown past [`RETAIN_BYTES`] gives its
+    /// allocation back, keeping only what is buffered of the next message
+    /// (copied; at most what arrived in the same frames).
+    fn release(&mut self) {
+        if self.counted > RETAIN_BYTES && self.buf.len() <= RETAIN_BYTES {
+            self.buf = BytesMut::from(&self.buf[..]);
+            let now = self.buf.capacity();
+            self.adjust(now);
+        }
+    }
+
+    /// Brings the gauge up to date with the buffer's allocation. Advancing
+    /// past a message leaves its bytes in the allocation (they count until
+    /// [`release`](Self::release)); a grown buffer counts its new capacity.
+    fn count(&mut self) {
+        let now = self.buf.capacity();
+        if now > self.counted {
+            self.adjust(now);
+        }
+    }
+
+    fn adjust(&mut self, now: usize) {
+        if now > self.counted {
+            self.held.inc_by((now - self.counted) as i64);
+        } else {
+            self.held.dec_by((self.counted - now) as i64);
+        }
+        self.counted = now;
+    }
+}
+
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        self.adjust(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body::Frame;
+
+    fn framed(msg: &pb::SubscribeRequest) -> Vec<u8> {
+        let body = msg.encode_to_vec();
+        let mut out = vec![0u8];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn ack(revision: u64) -> pb::SubscribeRequest {
+        let ack = pb::Ack { epoch: "e".into(), revision, apply_duration_us: 0 };
+        pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) }
+    }
+
+    /// A body delivering `bytes` in HTTP/2-sized (16 KiB) DATA frames.
+    fn body(bytes: Vec<u8>) -> Body {
+        let frames: Vec<Result<Frame<Bytes>, Status>> =
+            bytes.chunks(16 * 1024).map(|c| Ok(Frame::data(Bytes::copy_from_slice(c)))).collect();
+        Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(frames)))
+    }
+
+    #[tokio::test]
+    async fn a_large_message_leaves_no_large_buffer_behind() {
+        let usage = pb::UsageSummary { flags: vec![Default::default(); 1], ..Default::default() };
+        let mut big = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Usage(usage)) };
+        if let Some(pb::subscribe_request::Kind::Usage(u)) = &mut big.kind {
+            u.flags[0].key = "k".repeat(900_000);
+        }
+        let mut wire = framed(&big);
+        wire.extend(framed(&ack(1)));
+        wire.extend(framed(&ack(2)));
+        let held = Gauge::default();
+        let mut inbound = Inbound::new(body(wire), 1 << 20, held.clone());
+        let first = inbound.message().await.unwrap().unwrap();
+        assert_eq!(first, big);
+        assert!(inbound.capacity() <= RETAIN_BYTES, "kept {} bytes after the message", inbound.capacity());
+        assert!(held.get() as usize <= RETAIN_BYTES, "gauge says {}", held.get());
+        assert_eq!(inbound.message().await.unwrap().unwrap(), ack(1));
+        assert_eq!(inbound.message().await.unwrap().unwrap(), ack(2));
+        assert!(inbound.message().await.unwrap().is_none());
+        drop(inbound);
+        assert_eq!(held.get(), 0, "a dropped stream counts nothing");
+    }
+
+    #[tokio::test]
+    async fn the_gauge_counts_a_large_message_while_it_arrives() {
+        let held = Gauge::default();
+        let mut prefix = vec![0u8];
+        prefix.extend_from_slice(&(600_000u32).to_be_bytes());
+        prefix.extend(vec![0u8; 300_000]);
+        let mut inbound = Inbound::new(body(prefix), 1 << 20, held.clone());
+        // The body ends inside the message: an error, after it was buffered.
+        assert!(inbound.message().await.is_err());
+        assert!(held.get() >= 300_000, "gauge says {}", held.get());
     }
 }

@@ -70,6 +70,9 @@ pub struct Metrics {
     pub limit_hits: Family<Labels, Counter>,
     /// Subscribers sending a snapshot right now.
     pub snapshot_sends: Gauge,
+    /// Bytes held by the request buffers of open Subscribe streams
+    /// (`inbound.rs`: at most 16 KiB each between messages).
+    pub stream_buffer_bytes: Gauge,
     /// Streams ended, by reason.
     pub stream_ends: Family<Labels, Counter>,
     /// Deltas evicted from the per-revision delta cache (its byte bound).
@@ -173,6 +176,7 @@ impl Metrics {
             store_bytes: Family::default(),
             limit_hits: Family::default(),
             snapshot_sends: Gauge::default(),
+            stream_buffer_bytes: Gauge::default(),
             stream_ends: Family::default(),
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
@@ -249,6 +253,11 @@ impl Metrics {
         r.register("store_bytes", "Bytes of stored item encodings per environment", m.store_bytes.clone());
         r.register("limit_hits", "Limits that triggered, by limit", m.limit_hits.clone());
         r.register("snapshot_sends", "Subscribers currently receiving a snapshot", m.snapshot_sends.clone());
+        r.register(
+            "stream_buffer_bytes",
+            "Bytes held by the request buffers of open Subscribe streams",
+            m.stream_buffer_bytes.clone(),
+        );
         r.register("stream_ends", "Subscribe streams ended, by reason", m.stream_ends.clone());
         r.register(
             "delta_cache_evictions",
@@ -323,6 +332,7 @@ impl Metrics {
         for limit in [
             "max_subscribers",
             "max_subscribers_per_env",
+            "max_replica_streams_per_env",
             "snapshot_concurrency",
             "send_deadline",
             "behind_deadline",

@@ -336,6 +336,7 @@ pub(crate) async fn serve(
         HubLimits {
             max_subscribers: cfg.max_subscribers,
             max_subscribers_per_env: cfg.max_subscribers_per_env,
+            max_replica_streams_per_env: cfg.max_replica_streams_per_env,
             snapshot_concurrency: cfg.snapshot_concurrency,
             send_deadline: cfg.send_deadline,
             behind_deadline: cfg.behind_deadline,

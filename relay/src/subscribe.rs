@@ -83,6 +83,11 @@ pub(crate) struct SyncService {
 }
 
 impl SyncService {
+    /// The relay's metrics.
+    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+        self.store.metrics()
+    }
+
     /// A service over `store`, registering subscribers in `hub`, new
     /// subscriptions limited by `quotas`, replica relays authenticated by
     /// `tokens`.
@@ -223,6 +228,9 @@ impl SyncService {
                 Rejection::RelayFull => ("relay subscriber limit reached", 5_000),
                 Rejection::EnvFull => {
                     ("environment subscriber quota reached (max-subscribers-per-env)", 5_000)
+                }
+                Rejection::ReplicasFull => {
+                    ("environment replica stream limit reached (max-replica-streams-per-env)", 5_000)
                 }
                 Rejection::Draining => ("relay is draining", 1_000),
             };

@@ -364,6 +364,12 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_MAX_SUBSCRIBERS_PER_ENV")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers_per_env: Option<usize>,
+    /// Most replica relay streams per environment (one per replica
+    /// following it; a replicate token is trusted, a bug in a replica must
+    /// still not open streams without bound) [default: 256].
+    #[arg(long, env = "FLAGSTREAM_MAX_REPLICA_STREAMS_PER_ENV")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_replica_streams_per_env: Option<usize>,
     /// Most subscribers receiving a full snapshot at once [default: 64].
     #[arg(long, env = "FLAGSTREAM_SNAPSHOT_CONCURRENCY")]
     #[serde(skip_serializing_if = "Option::is_none")]
