@@ -79,6 +79,9 @@ pub struct Metrics {
     pub delta_cache_evictions: Counter,
     /// Every non-OK status answered, by service, method and code.
     pub refusals: Family<Labels, Counter>,
+    /// Requests whose body was not a well-formed message (answered
+    /// `INVALID_ARGUMENT`), by service and method.
+    pub undecodable_requests: Family<Labels, Counter>,
     /// Requests refused by a quota, by environment and quota.
     pub quota_refusals: Family<Labels, Counter>,
     /// Replicas: upstream streams ended, by environment and how
@@ -180,6 +183,7 @@ impl Metrics {
             stream_ends: Family::default(),
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
+            undecodable_requests: Family::default(),
             quota_refusals: Family::default(),
             upstream_ends: Family::default(),
             upstream_live: Family::default(),
@@ -273,6 +277,11 @@ impl Metrics {
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",
             m.refusals.clone(),
+        );
+        r.register(
+            "undecodable_requests",
+            "Requests whose body was not a well-formed message (answered INVALID_ARGUMENT), by service and method",
+            m.undecodable_requests.clone(),
         );
         r.register(
             "postgres_connections",

@@ -5,6 +5,16 @@
 //! its cause, rate-limited so a flood (a client guessing admin tokens)
 //! cannot fill the disk; lines dropped by the limit are counted in the next
 //! line logged.
+//!
+//! It is also where a request the relay could not decode becomes the
+//! client's error: tonic's generated services answer a request body that
+//! is not a well-formed message (garbage protobuf, a bad length prefix or
+//! compression flag, a body that ends inside a message) with `INTERNAL`,
+//! which PROTOCOL.md §6 keeps for the relay's own faults. Those statuses,
+//! made by tonic before any handler runs, are answered `INVALID_ARGUMENT`
+//! naming the decode failure and counted in
+//! `flagstream_undecodable_requests_total{service, method}`
+//! ([`undecodable`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -67,6 +77,7 @@ const METHODS: &[(&str, &[&str])] = &[
             "WatchPropagation",
             "Evaluate",
             "Status",
+            "GetUsage",
             "VerifyAudit",
             "CreateSdkKey",
             "ListSdkKeys",
@@ -114,6 +125,26 @@ pub(crate) fn code_name(code: Code) -> &'static str {
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
     }
+}
+
+/// What tonic's request decoding answers (with `INTERNAL`) for a request
+/// body that is not one well-formed message: prost's decode error, the
+/// gRPC framing errors, a body that ends inside a message or holds none.
+/// The relay's own `INTERNAL` statuses (`error.rs`) never start so.
+const DECODE_FAILURES: &[&str] = &[
+    "failed to decode Protobuf message",
+    "protocol error: received message with",
+    "Unexpected EOF decoding stream",
+    "Missing request message",
+];
+
+/// The client's error for a request tonic could not decode (an `INTERNAL`
+/// status it made before any handler ran); `None` for any other status.
+pub(crate) fn undecodable(status: &Status) -> Option<Status> {
+    if status.code() != Code::Internal || !DECODE_FAILURES.iter().any(|p| status.message().starts_with(p)) {
+        return None;
+    }
+    Some(Status::invalid_argument(format!("undecodable request message: {}", status.message())))
 }
 
 /// Counts and logs refusals; shared by every request.
@@ -236,10 +267,24 @@ where
         let watch = Watch { recorder: self.recorder.clone(), service, method, peer };
         let response = self.inner.call(req);
         Box::pin(async move {
-            let (parts, body) = response.await?.into_parts();
+            let (mut parts, body) = response.await?.into_parts();
             // Trailers-Only: the status is in the headers, the body empty.
+            // A request tonic could not decode is refused this way, before
+            // any handler ran.
             let watch = match Status::from_header_map(&parts.headers) {
                 Some(status) => {
+                    let status = match undecodable(&status) {
+                        Some(client_error) => {
+                            watch.undecodable();
+                            match client_error.add_header(&mut parts.headers) {
+                                Ok(()) => client_error,
+                                // Cannot happen (the message was a header
+                                // value already); the original stands.
+                                Err(_) => status,
+                            }
+                        }
+                        None => status,
+                    };
                     watch.see(&status);
                     None
                 }
@@ -259,6 +304,11 @@ struct Watch {
 }
 
 impl Watch {
+    fn undecodable(&self) {
+        let labels = vec![("service", self.service.to_owned()), ("method", self.method.to_owned())];
+        self.recorder.metrics.undecodable_requests.get_or_create(&labels).inc();
+    }
+
     fn see(&self, status: &Status) {
         self.recorder.record(status, self.service, self.method, self.peer);
     }
@@ -303,6 +353,25 @@ impl http_body::Body for Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_tonics_decode_failures_become_the_clients_error() {
+        for message in [
+            "failed to decode Protobuf message: invalid wire type value: 6",
+            "protocol error: received message with invalid compression flag: 2 (valid flags are 0 and 1), while sending request",
+            "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+            "Unexpected EOF decoding stream.",
+            "Missing request message.",
+        ] {
+            let got = undecodable(&Status::internal(message)).expect(message);
+            assert_eq!(got.code(), Code::InvalidArgument);
+            assert_eq!(got.message(), format!("undecodable request message: {message}"));
+        }
+        // The relay's own faults stay INTERNAL; other codes are untouched.
+        assert!(undecodable(&Status::internal("stored flag is corrupt")).is_none());
+        assert!(undecodable(&Status::internal("the blocking task failed")).is_none());
+        assert!(undecodable(&Status::unavailable("failed to decode Protobuf message")).is_none());
+    }
 
     #[test]
     fn labels_are_a_closed_set() {
