@@ -119,7 +119,7 @@ pub(crate) async fn live(
         let users: Vec<Context<'static>> = (1..=20).map(|i| Context::new(format!("user-{i}"))).collect();
         let rolled = users.iter().filter(|c| client.bool("new-checkout", c, false)).count();
         let banner = client.bool("beta-banner", &Context::new("user-1"), false);
-        let theme = client.string("theme", &Context::new("user-42"), "?");
+        let theme = client.string("theme", &Context::new("user-42"), "light");
         println!(
             "[sdk] revision {:>3}: new-checkout on for {rolled:>2}/20 users | beta-banner(user-1)={banner} | theme(user-42)={theme}",
             client.snapshot().revision()

@@ -375,6 +375,13 @@ async fn read_acks(
                 );
                 return;
             }
+            // The client is closing: everything it sent before was read
+            // (usage counted above); ending the stream (OK) tells it so.
+            Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Goodbye(_)) })) => {
+                tracing::debug!(env = %sub.env, subscriber = sub.id, "goodbye: ending the stream");
+                sub.stop();
+                return;
+            }
             // Unknown kinds: ignored (forward compatibility, PROTOCOL.md §8).
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending

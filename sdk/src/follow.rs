@@ -25,6 +25,7 @@
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
@@ -49,9 +50,25 @@ pub use transport::{connect, error_chain};
 
 /// Follows until the task is aborted (or the returned future dropped).
 pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
+    let (_never, closing) = watch::channel(false);
+    run_until_closed(sink, cfg, closing).await;
+}
+
+/// Follows until `closing` turns true (or its sender is dropped). Then, on
+/// an open stream, sends the usage counted since the last summary and a
+/// Goodbye, and waits for the relay to end the stream, which says it has
+/// read them all: returns `true` then. Returns `false` when the close found
+/// no open stream, or the stream failed first. The caller bounds the wait
+/// (a relay that predates the Goodbye never ends the stream for it).
+pub async fn run_until_closed<S: Sink>(
+    sink: Arc<S>,
+    cfg: FollowConfig,
+    mut closing: watch::Receiver<bool>,
+) -> bool {
     if cfg.endpoints.is_empty() {
         tracing::error!("follow: no endpoints configured");
-        return std::future::pending().await;
+        stream::closed(&mut closing).await;
+        return false;
     }
     let mut f = Follower { sink, cfg, mismatches: 0 };
     let mut backoff = Backoff::new(f.cfg.backoff_base, f.cfg.backoff_cap);
@@ -66,10 +83,16 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
     let mut refusals_in_row = 0u32;
     let mut stale_raised = false;
     loop {
+        if closing.has_changed().is_err() || *closing.borrow() {
+            return false;
+        }
         let endpoint = f.cfg.endpoints[idx % f.cfg.endpoints.len()].clone();
         let started = Instant::now();
         let mut progress = Progress::default();
-        let end = f.stream_once(&endpoint, &mut progress).await;
+        let end = f.stream_once(&endpoint, &mut progress, &mut closing).await;
+        if let End::Closed(confirmed) = end {
+            return confirmed;
+        }
         if started.elapsed() >= f.cfg.healthy_after {
             backoff.reset();
         }
@@ -115,7 +138,11 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
                 f.sink.event(Event::Stale { reason: &reason });
             }
             let next = if stale_raised { wake } else { wake.min(stale_at) };
-            tokio::time::sleep_until(next).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                // Closed between streams: nothing open to send usage on.
+                () = stream::closed(&mut closing) => return false,
+            }
             if Instant::now() >= wake {
                 break;
             }

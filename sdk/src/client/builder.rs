@@ -276,14 +276,26 @@ impl Builder {
         let held = None;
         let mut tasks = Tasks::none();
         let sink = Arc::new(ClientSink::new(shared.clone(), self.limits.clone(), self.cfg.stale_after, held));
-        tasks.handles.push(runtime.spawn(crate::follow::run(sink, self.cfg.clone())));
+        let (closing, closed) = watch::channel(false);
+        tasks.sync = std::sync::Mutex::new(Some(runtime.spawn(crate::follow::run_until_closed(
+            sink,
+            self.cfg.clone(),
+            closed,
+        ))));
+        tasks.closing = Some(closing);
+        tasks.runtime = Some(runtime.clone());
         #[cfg(feature = "cache")]
         if let (Some(cache), Some(rx)) = (cache, cache_rx) {
             let cache = Arc::new(cache);
             let writer =
                 cache_writer(shared.clone(), Arc::downgrade(&cache), rx.clone(), self.cache_interval, fp);
-            tasks.handles.push(runtime.spawn(writer));
-            tasks.cache = Some(FinalWrite { shared: shared.clone(), cache, latest: rx, key_fingerprint: fp });
+            tasks.handles.get_mut().unwrap_or_else(|p| p.into_inner()).push(runtime.spawn(writer));
+            tasks.cache = std::sync::Mutex::new(Some(FinalWrite {
+                shared: shared.clone(),
+                cache,
+                latest: rx,
+                key_fingerprint: fp,
+            }));
         }
         Ok(Client { shared, _tasks: Arc::new(tasks) })
     }

@@ -40,6 +40,23 @@ impl Client {
         self.shared.status.subscribe()
     }
 
+    /// Closes the client (every clone): sends the usage counted since the
+    /// last summary to the relay, with a Goodbye, and waits at most
+    /// `timeout` for the relay to confirm it read them; then stops the sync
+    /// and writes the cache once more. Evaluations go on serving the last
+    /// data, and never wait for this. Returns `true` when the relay
+    /// confirmed; `false` for an offline or test-data client, a client
+    /// without an open stream, a relay that does not know the Goodbye (it
+    /// then waits the whole `timeout`), or a second close.
+    ///
+    /// A short-lived process (a cron job, a CLI, a serverless handler)
+    /// should call it before it exits, so that the flags it used are not
+    /// reported unused. Dropping the last handle without it starts the same
+    /// flush without waiting (at most 2 s, while the runtime runs).
+    pub async fn close(&self, timeout: Duration) -> bool {
+        self._tasks.close(timeout).await
+    }
+
     /// Waits until data is served (from the stream, cache or a file), up to
     /// `timeout`; returns the status either way.
     pub async fn wait_ready(&self, timeout: Duration) -> Status {

@@ -1,41 +1,124 @@
-//! The background tasks a client owns, stopped when its last handle goes:
-//! the sync task and, with the `cache` feature and a cache directory, the
-//! debounced cache writer and the final cache write at drop.
+//! The background tasks a client owns, stopped when it is closed or its
+//! last handle goes: the sync task and, with the `cache` feature and a
+//! cache directory, the debounced cache writer and the final cache write.
+//!
+//! Closing ([`Tasks::close`], `Client::close`) asks the sync task to send
+//! the usage counted since the last summary and a Goodbye, and waits for
+//! the relay to confirm, a bounded time. Dropping the last handle without a
+//! close does the same without waiting: the sync task goes on alone for at
+//! most [`DROP_FLUSH`] on the client's runtime (while that runtime runs).
 
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 #[cfg(feature = "cache")]
 pub(super) use with_cache::{FinalWrite, cache_writer};
 
-/// Owns the background tasks; they stop when the last client handle goes.
+/// How long the sync task of a client dropped without `close()` may go on
+/// sending its final usage summary.
+pub(super) const DROP_FLUSH: Duration = Duration::from_secs(2);
+
+/// Owns the background tasks; they stop when the client is closed or the
+/// last client handle goes.
 #[derive(Debug)]
 pub(super) struct Tasks {
-    pub(super) handles: Vec<JoinHandle<()>>,
-    /// The cache and the newest held state, for the final write at drop.
+    /// The sync task: `true` when the relay confirmed the final summary.
+    pub(super) sync: Mutex<Option<JoinHandle<bool>>>,
+    /// Tells the sync task to close.
+    pub(super) closing: Option<watch::Sender<bool>>,
+    /// Other tasks (the cache writer), aborted at close.
+    pub(super) handles: Mutex<Vec<JoinHandle<()>>>,
+    /// Where the sync task runs (the drop's bounded flush waits there).
+    pub(super) runtime: Option<tokio::runtime::Handle>,
+    /// The cache and the newest held state, for the final write.
     #[cfg(feature = "cache")]
-    pub(super) cache: Option<FinalWrite>,
+    pub(super) cache: Mutex<Option<FinalWrite>>,
 }
 
 impl Tasks {
     pub(super) fn none() -> Tasks {
         Tasks {
-            handles: Vec::new(),
+            sync: Mutex::new(None),
+            closing: None,
+            handles: Mutex::new(Vec::new()),
+            runtime: None,
             #[cfg(feature = "cache")]
-            cache: None,
+            cache: Mutex::new(None),
         }
+    }
+
+    /// Closes: the sync task sends its final usage and a Goodbye, waited
+    /// for at most `timeout`; then every task stops and the cache is
+    /// written once more (on the blocking pool). `true` when the relay
+    /// confirmed it had read the final summary. A second close returns
+    /// `false` at once.
+    pub(super) async fn close(&self, timeout: Duration) -> bool {
+        let sync = self.sync.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut sync) = sync else { return false };
+        if let Some(c) = &self.closing {
+            c.send_replace(true);
+        }
+        let confirmed = match tokio::time::timeout(timeout, &mut sync).await {
+            Ok(Ok(confirmed)) => confirmed,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the sync task failed while closing");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    "closing: the relay did not confirm the final usage summary in time"
+                );
+                sync.abort();
+                false
+            }
+        };
+        for t in self.handles.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+        #[cfg(feature = "cache")]
+        if let Some(f) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).take()
+            && let Err(e) = tokio::task::spawn_blocking(move || f.write()).await
+        {
+            tracing::warn!(error = %e, "the final cache write failed");
+        }
+        confirmed
     }
 }
 
 impl Drop for Tasks {
-    /// Stops the sync and cache tasks, then writes the newest applied
-    /// revision to the cache if the debounced writer had not yet (a few
-    /// milliseconds of blocking I/O, once, when the last clone goes).
+    /// Without a close: the sync task is told to close and may go on for
+    /// [`DROP_FLUSH`] sending its final usage (aborted then); the other
+    /// tasks stop; the newest applied revision is written to the cache if
+    /// the debounced writer had not yet (a few milliseconds of blocking I/O,
+    /// once, when the last clone goes).
     fn drop(&mut self) {
-        for t in &self.handles {
+        if let Some(c) = &self.closing {
+            c.send_replace(true);
+        }
+        let sync = self.sync.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(sync) = sync {
+            match &self.runtime {
+                Some(rt) => {
+                    let bounded = async move {
+                        let abort = sync.abort_handle();
+                        if tokio::time::timeout(DROP_FLUSH, sync).await.is_err() {
+                            abort.abort();
+                        }
+                    };
+                    drop(rt.spawn(bounded));
+                }
+                None => sync.abort(),
+            }
+        }
+        for t in self.handles.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
         }
         #[cfg(feature = "cache")]
-        if let Some(f) = self.cache.take() {
+        if let Some(f) = self.cache.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             f.write();
         }
     }

@@ -26,6 +26,9 @@ pub(super) enum End {
     /// The relay asked us to go elsewhere after `delay`.
     Reconnect(Duration, String),
     Resync(ApplyError),
+    /// The owner asked to close: the final usage and a Goodbye were sent;
+    /// whether the relay then ended the stream (it had read them all).
+    Closed(bool),
 }
 
 /// Whether a stream error is the keepalive's signature: a transport error

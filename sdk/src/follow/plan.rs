@@ -79,6 +79,9 @@ pub(super) fn plan(
             true,
             format!("{endpoint}: relay asked to reconnect: {why}"),
         ),
+        // `run` returns on a close before planning; planned, it is an end
+        // like any other.
+        End::Closed(_) => (EndKind::Broken, Duration::ZERO, false, format!("{endpoint}: closed")),
         End::Resync(e) => {
             let reason = format!("{endpoint}: resync after: {e}");
             if resyncs_in_row > 1 {

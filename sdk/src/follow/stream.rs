@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flagstream_proto::v1 as pb;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -22,6 +22,13 @@ use crate::raw::{RawChunk, RawKind, RawResponse};
 /// (acks are cumulative and reports replace each other, so nothing is lost
 /// by keeping only the newest).
 const REQUEST_QUEUE: usize = 4;
+
+/// Until a first usage summary with counts was sent (for at most
+/// [`QUICK_USAGE_TICKS`] ticks), counts are looked at this often instead
+/// of every usage interval: a process that evaluates and ends within a
+/// minute (a cron job, a CLI, a serverless handler) is seen.
+const QUICK_USAGE: Duration = Duration::from_secs(1);
+const QUICK_USAGE_TICKS: u32 = 10;
 
 /// What one stream achieved before it ended.
 #[derive(Debug, Default)]
@@ -38,6 +45,12 @@ pub(super) struct Follower<S> {
     pub(super) cfg: FollowConfig,
     /// Checksum mismatches seen by this follower (sent in every Hello).
     pub(super) mismatches: u64,
+}
+
+/// Resolves once `closing` is true or its sender is gone.
+pub(super) async fn closed(closing: &mut watch::Receiver<bool>) {
+    // Either answer means "close"; the value's guard is not held.
+    let _closed = closing.wait_for(|c| *c).await.is_ok();
 }
 
 /// Runs apply work on the blocking pool; a panic in it becomes a resync.
@@ -97,6 +110,45 @@ fn offer_usage(
 }
 
 impl<S: Sink> Follower<S> {
+    /// The stream's last requests: the queued request, every usage summary
+    /// not yet sent and the counts since the last one, then a Goodbye; then
+    /// waits for the relay to end the stream, which it does once it has read
+    /// them all (PROTOCOL.md §4.1). The caller bounds the wait (a relay that
+    /// predates the Goodbye never ends the stream for it).
+    async fn goodbye(
+        &self,
+        tx: &mpsc::Sender<pb::SubscribeRequest>,
+        pending: Option<pb::SubscribeRequest>,
+        backlog: &mut Vec<pb::UsageSummary>,
+        stream: &mut tonic::Streaming<RawResponse>,
+    ) -> End {
+        use pb::subscribe_request::Kind;
+        let mut last: Vec<pb::SubscribeRequest> = pending.into_iter().collect();
+        // `backlog` is sent from its end.
+        last.extend(backlog.drain(..).rev().map(|u| pb::SubscribeRequest { kind: Some(Kind::Usage(u)) }));
+        last.extend(
+            self.sink.usage().into_iter().map(|u| pb::SubscribeRequest { kind: Some(Kind::Usage(u)) }),
+        );
+        last.push(pb::SubscribeRequest { kind: Some(Kind::Goodbye(pb::Goodbye {})) });
+        for msg in last {
+            if tx.send(msg).await.is_err() {
+                tracing::warn!("closing: the request stream ended before the final usage summary was sent");
+                return End::Closed(false);
+            }
+        }
+        loop {
+            match stream.message().await {
+                Ok(None) => return End::Closed(true),
+                // Data after the Goodbye is not applied: the client is closing.
+                Ok(Some(_)) => {}
+                Err(status) => {
+                    tracing::warn!(code = ?status.code(), message = status.message(), "closing: the stream failed before the relay confirmed the final usage summary");
+                    return End::Closed(false);
+                }
+            }
+        }
+    }
+
     /// A heartbeat names our cursor as the relay's head but carries another
     /// checksum (PROTOCOL.md §2.6): the relay holds other content under our
     /// revision. A relay that sends no checksum (an older version) is not
@@ -111,8 +163,14 @@ impl<S: Sink> Follower<S> {
         (ours != theirs).then_some(ApplyError::Diverged { revision: cursor.revision, ours, theirs })
     }
 
-    /// One connection and stream, until it ends.
-    pub(super) async fn stream_once(&mut self, endpoint: &str, progress: &mut Progress) -> End {
+    /// One connection and stream, until it ends, or until `closing` turns
+    /// true (or its sender goes): then [`goodbye`](Self::goodbye).
+    pub(super) async fn stream_once(
+        &mut self,
+        endpoint: &str,
+        progress: &mut Progress,
+        closing: &mut watch::Receiver<bool>,
+    ) -> End {
         let cfg = &self.cfg;
         let channel = match connect(cfg, endpoint).await {
             Ok(c) => c,
@@ -160,8 +218,8 @@ impl<S: Sink> Follower<S> {
         let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
         reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let usage_every = cfg.usage_interval.max(Duration::from_millis(10));
-        let mut usage = tokio::time::interval_at(Instant::now() + usage_every, usage_every);
-        usage.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut quick_usage = QUICK_USAGE_TICKS;
+        let mut usage_at = Instant::now() + usage_every.min(QUICK_USAGE);
         let mut deadline = Instant::now() + watchdog;
         let mut last_message = Instant::now();
         loop {
@@ -177,6 +235,10 @@ impl<S: Sink> Follower<S> {
             }
             let msg = tokio::select! {
                 m = stream.message() => m,
+                // A closed sender closes too (the owner is gone).
+                () = closed(closing) => {
+                    return self.goodbye(&tx, pending.take(), &mut usage_backlog, &mut stream).await;
+                }
                 _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog, None),
                 _ = reports.tick(), if relay => {
                     if let Some(r) = self.sink.report() {
@@ -187,12 +249,20 @@ impl<S: Sink> Follower<S> {
                     }
                     continue;
                 }
-                _ = usage.tick(), if progress.messages > 0 => {
+                _ = tokio::time::sleep_until(usage_at), if progress.messages > 0 => {
                     // New counts only once the last interval's summaries
                     // are all queued: until then they stay in the sink.
                     if usage_backlog.is_empty() {
                         usage_backlog = self.sink.usage();
                         usage_backlog.reverse();
+                    }
+                    // Quick ticks until counts were first sent.
+                    if !usage_backlog.is_empty() || quick_usage == 0 {
+                        quick_usage = 0;
+                        usage_at = Instant::now() + usage_every;
+                    } else {
+                        quick_usage -= 1;
+                        usage_at = Instant::now() + usage_every.min(QUICK_USAGE);
                     }
                     if let Err(end) = offer_usage(&tx, &mut usage_backlog) {
                         return end;
