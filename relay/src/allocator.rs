@@ -79,6 +79,30 @@ fn set(arenas: usize, threshold: usize) -> Tuning {
     if refused.is_empty() { Tuning::Set { arenas, threshold } } else { Tuning::Refused(refused) }
 }
 
+/// Gives the free pages inside the allocator's arenas back to the system
+/// (glibc's `malloc_trim(0)`): a large write's transient allocations are
+/// many small blocks, freed in the middle of the heap where the trim
+/// threshold never reaches, so without this the process keeps them
+/// resident and the memory budget then sees memory nobody uses. Costs a
+/// walk of the arenas (milliseconds for hundreds of MiB): call it off the
+/// async workers, after a large write. Returns whether anything was given
+/// back.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn release_free_memory() -> bool {
+    // SAFETY: `malloc_trim` takes the arenas' locks itself and only
+    // returns free pages to the kernel (madvise); it is safe to call from
+    // any thread at any time.
+    #[allow(unsafe_code)]
+    let released = unsafe { libc::malloc_trim(0) };
+    released == 1
+}
+
+/// Not glibc: nothing to give back this way.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() -> bool {
+    false
+}
+
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn set(_arenas: usize, _threshold: usize) -> Tuning {
     Tuning::Unsupported

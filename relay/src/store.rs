@@ -12,6 +12,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod backend;
+mod budget;
 mod chain;
 mod environment;
 mod error;

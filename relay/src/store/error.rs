@@ -87,27 +87,54 @@ pub enum StoreError {
         /// The quota.
         limit: usize,
     },
-    /// The write would take the relay past its memory budget.
+    /// The write would take the relay past its memory budget (or, for an
+    /// environment over its fair share, past the part of the budget such an
+    /// environment may fill).
     #[error(
-        "environment {env:?}: the write would grow it to {env_bytes} bytes; with the relay at {resident} bytes resident, \
-         {reserved} bytes set aside for other writes being applied and {copies}× the environment's size held while this one \
-         is applied, that is {projected} bytes, over memory-budget {budget}; nothing was written"
+        "environment {env:?}: the write would grow it to {env_bytes} bytes{}; with the relay at {resident} bytes resident, \
+         {reserved} bytes set aside for other writes being applied, {copies}× the environment's size held while this one \
+         is applied and {transient} bytes to process its {request_bytes}-byte request, that is {projected} bytes, over {}; \
+         nothing was written",
+        if *estimated { " (estimated from the request, before planning it)" } else { "" },
+        match fair_share {
+            Some(share) => format!(
+                "{limit} bytes, 3/4 of memory-budget {budget}: the environment would hold more than its fair share \
+                 of the data ({share} bytes, 1/{environments} of all environments' item bytes), so the rest of the \
+                 budget is kept for the other environments"
+            ),
+            None => format!("memory-budget {budget}"),
+        }
     )]
     MemoryBudget {
         /// Environment.
         env: String,
         /// The environment's bytes of item encodings after the write.
         env_bytes: u64,
-        /// The relay's resident bytes when the write was planned.
+        /// Whether `env_bytes` is estimated from the request (before
+        /// planning).
+        estimated: bool,
+        /// The relay's resident bytes when the write was checked.
         resident: u64,
         /// Bytes set aside for other writes being applied then.
         reserved: u64,
         /// Copies of the environment the estimate counts.
         copies: u64,
-        /// `resident + reserved + copies × env_bytes`.
+        /// The encoded bytes of the items the request carries.
+        request_bytes: u64,
+        /// What processing the request is estimated to add, bytes.
+        transient: u64,
+        /// `resident + reserved + copies × env_bytes + transient`.
         projected: u64,
         /// The budget (`memory-budget`).
         budget: u64,
+        /// The limit applied: the budget, or 3/4 of it for an environment
+        /// over its fair share.
+        limit: u64,
+        /// The environment's fair share of all environments' item bytes,
+        /// when it would hold more than that.
+        fair_share: Option<u64>,
+        /// Environments the budget is shared by.
+        environments: u64,
     },
     /// This relay is a replica: its data comes from upstream, and every
     /// change is made at the primary.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::backend::{Commit, ItemChange};
+use super::budget::{self, Reserved, Stage};
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
@@ -17,11 +18,9 @@ use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detach
 /// (writers of one environment at several relays).
 const BEHIND_ATTEMPTS: usize = 64;
 
-/// Copies of an environment the memory budget counts for a write: the new
-/// state's item bytes, its models and its compiled flags exist next to the
-/// old state's until the write is published (RESILIENCE.md §5 has the
-/// measured heap profile).
-const WRITE_COPIES: u64 = 3;
+/// Writes of at least this many ops give the allocator's free pages back
+/// to the system once done (`allocator::release_free_memory`).
+const LARGE_WRITE_OPS: usize = 100;
 /// How long a write waits for the change feed to catch up before planning
 /// again.
 const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -30,20 +29,6 @@ const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 enum Prepared {
     Commit { commit: Box<Commit>, state: Box<EnvState>, result: WriteResult, budget: Option<Reserved> },
     NoOp(WriteResult),
-}
-
-/// Memory the budget set aside for one write until it is published (or
-/// fails): released when dropped.
-#[derive(Debug)]
-pub(super) struct Reserved {
-    store: Store,
-    bytes: u64,
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        self.store.inner.budget_reserved.fetch_sub(self.bytes, Ordering::Relaxed);
-    }
 }
 
 impl Store {
@@ -71,8 +56,18 @@ impl Store {
         // finishes whole).
         let caller = Arc::new(());
         let waiting = Arc::downgrade(&caller);
+        let large = ops.len() >= LARGE_WRITE_OPS;
         let result = detached(async move {
             let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
+            if large {
+                // Its transient blocks are free now, spread through the
+                // heap: give their pages back, so resident memory (what the
+                // memory budget reads) is what is in use.
+                let released = tokio::task::spawn_blocking(crate::allocator::release_free_memory).await;
+                if let Err(e) = released {
+                    tracing::warn!(error = %e, "releasing free memory after a large write failed");
+                }
+            }
             let label = match &result {
                 Ok(_) => "ok",
                 Err(StoreError::Invalid(_)) => "invalid",
@@ -279,6 +274,17 @@ impl Store {
     ) -> Result<Prepared, StoreError> {
         let env_name = state.name.as_str();
         let revision = state.revision + 1;
+        // The memory budget, from the request alone: a write that cannot
+        // fit allocates nothing of its plan.
+        let before_bytes = state.item_bytes() as u64;
+        let request = budget::Request::of(&ops);
+        self.check_memory_budget(
+            env_name,
+            before_bytes,
+            before_bytes + request.bytes,
+            request,
+            Stage::Request,
+        )?;
         let plan = op::plan(state, ops, revision, &self.inner.limits)?;
         if plan.changes.is_empty() {
             return Ok(Prepared::NoOp(WriteResult { revision: state.revision, items: plan.versions }));
@@ -301,7 +307,9 @@ impl Store {
             }
         }
         self.check_size_quota(env_name, &state.items, &items)?;
-        let budget = self.check_memory_budget(env_name, &state.items, &items)?;
+        let after_bytes = items.values().map(|i| i.bytes.len() as u64).sum::<u64>();
+        let budget =
+            self.check_memory_budget(env_name, before_bytes, after_bytes, request, Stage::Planned)?;
         let entry = LogEntry {
             revision,
             changed: plan.changes.iter().map(|c| c.key.clone()).collect(),
@@ -383,56 +391,6 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// Refuses a write that grows an environment when the relay's resident
-    /// memory, plus what is set aside for other writes being applied, plus
-    /// [`WRITE_COPIES`] × the environment's new size would pass the memory
-    /// budget (checked once the write is planned, before it is committed
-    /// and published); else sets that much aside until the write is
-    /// published. A write that does not grow the environment always goes
-    /// through, so memory can always be freed.
-    fn check_memory_budget(
-        &self,
-        env: &str,
-        before: &BTreeMap<ItemKey, Item>,
-        after: &BTreeMap<ItemKey, Item>,
-    ) -> Result<Option<Reserved>, StoreError> {
-        let budget = self.inner.size_quota.load().memory_budget;
-        if budget == 0 {
-            return Ok(None);
-        }
-        let bytes = |m: &BTreeMap<ItemKey, Item>| m.values().map(|i| i.bytes.len() as u64).sum::<u64>();
-        let env_bytes = bytes(after);
-        if env_bytes <= bytes(before) {
-            return Ok(None);
-        }
-        let resident = crate::process::resident_bytes();
-        let need = WRITE_COPIES.saturating_mul(env_bytes);
-        let set_aside = &self.inner.budget_reserved;
-        let mut reserved = set_aside.load(Ordering::Relaxed);
-        loop {
-            let projected = resident.saturating_add(reserved).saturating_add(need);
-            if projected > budget {
-                self.inner.metrics.limit_hit("memory_budget");
-                let e = StoreError::MemoryBudget {
-                    env: env.to_owned(),
-                    env_bytes,
-                    resident,
-                    reserved,
-                    copies: WRITE_COPIES,
-                    projected,
-                    budget,
-                };
-                tracing::warn!(error = %e, "write refused by the memory budget");
-                return Err(e);
-            }
-            match set_aside.compare_exchange(reserved, reserved + need, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(Some(Reserved { store: self.clone(), bytes: need })),
-                Err(now) => reserved = now,
-            }
-        }
     }
 }
 
