@@ -77,7 +77,7 @@ fn compile_targets(targets: &[Target]) -> Option<Box<[TargetGroup]>> {
 /// unvalidated data gets here). The environment's budget is validation's:
 /// every set an SDK receives is validated, its cache held validated data.
 fn item_budget<'c>(clauses: impl IntoIterator<Item = &'c Clause>, limits: &Limits) -> RegexBudget {
-    let mut budget = RegexBudget::item(limits, usize::MAX);
+    let mut budget = RegexBudget::item(limits);
     if regex_patterns(clauses) > limits.max_regex_patterns {
         budget.patterns = 0;
     }

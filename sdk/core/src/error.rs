@@ -113,8 +113,6 @@ pub(crate) enum RegexBound {
     Pattern,
     /// What was left of the flag's or segment's budget.
     Item,
-    /// What was left of the environment's budget.
-    Env,
 }
 
 /// Why a pattern was not compiled.

@@ -13,40 +13,39 @@ use crate::limit::Limits;
 use crate::model::{Clause, Operator};
 
 /// What compiling `matches` patterns may still use: patterns and compiled
-/// bytes of the flag or segment being compiled and, in validation, compiled
-/// bytes of the whole environment (EVALUATION.md, "Regular expressions").
+/// bytes of the flag or segment being compiled (EVALUATION.md, "Regular
+/// expressions"). The environment's budget is a sum of what each item was
+/// charged, checked by validation over all items (`validate.rs`): whether
+/// an environment fits never depends on the order its items are looked at.
 #[derive(Debug, Clone)]
 pub(crate) struct RegexBudget {
     /// Patterns the item may still compile.
     pub(crate) patterns: usize,
     /// Compiled bytes left to the item.
     pub(crate) item_bytes: usize,
-    /// Compiled bytes left to the environment (`usize::MAX`: not tracked).
-    pub(crate) env_bytes: usize,
-    /// Compiled bytes charged to the item so far, in full (the budgets
-    /// above stop at 0; a pattern may overshoot what was left of them).
+    /// Compiled bytes charged to the item so far: the heap size of every
+    /// pattern it compiled.
     pub(crate) charged: usize,
 }
 
 impl RegexBudget {
-    /// A fresh budget for one item under `limits`, the environment's
-    /// remaining bytes carried over.
-    pub(crate) fn item(limits: &Limits, env_bytes: usize) -> RegexBudget {
+    /// A fresh budget for one item under `limits`.
+    pub(crate) fn item(limits: &Limits) -> RegexBudget {
         RegexBudget {
             patterns: limits.max_regex_patterns,
             item_bytes: limits.max_regex_item_compiled,
-            env_bytes,
             charged: 0,
         }
     }
 }
 
-/// Compiles a `matches` pattern with its compiled size limited to the
-/// smallest of its own limit and what is left of `budget`, so an oversized
-/// pattern fails while it compiles (never compiled first and measured
-/// after); then charges the budget with the compiled regex's heap size.
-/// The lazy DFA's cache, grown while matching, is capped by
-/// `max_regex_dfa` per thread.
+/// Compiles a `matches` pattern with its NFA limited to `max_regex_compiled`
+/// (so an oversized pattern fails while it compiles, never compiled first
+/// and measured after), then charges the item's budget with the compiled
+/// regex's heap size: a pattern whose heap size is more than the item has
+/// left is refused (and not charged). What is checked is what is charged,
+/// and a pattern's verdict depends only on its item. The lazy DFA's cache,
+/// grown while matching, is capped by `max_regex_dfa` per thread.
 pub(crate) fn compile_regex(
     pattern: &str,
     limits: &Limits,
@@ -56,14 +55,7 @@ pub(crate) fn compile_regex(
         return Err(RegexError::Patterns);
     }
     budget.patterns -= 1;
-    let (limit, bound) = [
-        (limits.max_regex_compiled, RegexBound::Pattern),
-        (budget.item_bytes, RegexBound::Item),
-        (budget.env_bytes, RegexBound::Env),
-    ]
-    .into_iter()
-    .min_by_key(|(limit, _)| *limit)
-    .expect("three bounds");
+    let (limit, bound) = (limits.max_regex_compiled, RegexBound::Pattern);
     // As `regex::RegexBuilder::size_limit` / `dfa_size_limit` configure the
     // same engine; the meta regex also reports its heap size.
     let config = regex_automata::meta::Config::new()
@@ -80,8 +72,10 @@ pub(crate) fn compile_regex(
             None => RegexError::Syntax(e.to_string()),
         })?;
     let used = re.memory_usage();
-    budget.item_bytes = budget.item_bytes.saturating_sub(used);
-    budget.env_bytes = budget.env_bytes.saturating_sub(used);
+    if used > budget.item_bytes {
+        return Err(RegexError::TooBig { limit: budget.item_bytes, bound: RegexBound::Item });
+    }
+    budget.item_bytes -= used;
     budget.charged += used;
     Ok(re)
 }

@@ -671,10 +671,7 @@ segments:
             (8, "encoded bytes, limit"),
             (9, r#"flags["a"].prerequisites[0].key: a flag cannot be its own prerequisite"#),
             (10, "prerequisite chain 2 deep, limit 1"),
-            (
-                11,
-                r#"flags["d"].rules[0].clauses[0].values[0]: compiled regex over the environment's regex budget"#,
-            ),
+            (11, r#"flags["d"]: compiled regexes over the environment's regex budget"#),
         ] {
             let got = refused(i);
             assert!(got.contains(want), "{}: {got}", cases[i].0);

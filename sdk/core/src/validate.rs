@@ -28,7 +28,7 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-use regex_budget::{regex_item, regex_problem};
+use regex_budget::{Charge, env_budget, regex_item, regex_problem};
 use report::Report;
 
 /// Validates a whole environment: every flag and segment, plus the rules
@@ -73,7 +73,7 @@ impl ItemCost {
 /// before and given with its [`ItemCost`], and `fresh` ones (new or
 /// changed). Only the fresh flags are validated on their own; the kept ones
 /// count in the totals (flags, encoded bytes, the environment's regex
-/// budget, before the fresh ones as if listed first) and take part in every
+/// budget: sums, so their order is no matter) and take part in every
 /// check that crosses items (prerequisites and their variations, segment
 /// references, cycles, depths), which still runs over all flags but
 /// allocates nothing for a flag without a problem. Segments are validated
@@ -86,22 +86,21 @@ pub(crate) fn change(
     segments: &[&Segment],
     limits: &Limits,
 ) -> Result<Vec<ItemCost>, ValidationErrors> {
-    let mut r = Report {
-        errors: Vec::new(),
-        regex: RegexBudget::item(limits, limits.max_regex_env_compiled),
-        item: "flag",
-    };
+    let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits), item: "flag" };
     r.max("flags", "flags", kept.len() + fresh.len(), limits.max_flags);
     r.max("segments", "segments", segments.len(), limits.max_segments);
 
     let mut segment_keys = HashSet::default();
     let mut bytes = 0usize;
+    // What each item's regexes were charged, for the environment's budget.
+    let mut charges = Vec::with_capacity(segments.len() + kept.len() + fresh.len());
     for &s in segments {
         let path = format!("segments[{:?}]", s.key);
         if !segment_keys.insert(s.key.as_str()) {
             r.err(&path, "duplicate segment key");
         }
         bytes += segment(&mut r, &path, s, limits);
+        charges.push(Charge { segment: true, key: &s.key, bytes: r.regex.charged });
     }
     for &s in segments {
         for (ri, rule) in s.rules.iter().enumerate() {
@@ -116,16 +115,15 @@ pub(crate) fn change(
     segment_depths(&mut r, segments, limits);
     let all = || kept.iter().map(|&(f, _)| f).chain(fresh.iter().copied());
     let by_key: HashMap<&str, &Flag> = all().map(|f| (f.key.as_str(), f)).collect();
-    // The kept flags are charged what they were charged when validated:
-    // the whole set's answer while that fits what the segments left of the
-    // regex budget. Past it the whole set would refuse a kept flag, so then
-    // every flag is checked on its own, as the whole set is.
-    let kept_regex: usize = kept.iter().map(|(_, c)| c.regex_bytes as usize).sum();
-    let recheck = kept_regex > r.regex.env_bytes;
-    if !recheck {
-        bytes += kept.iter().map(|(_, c)| c.encoded_bytes as usize).sum::<usize>();
-        r.regex.env_bytes -= kept_regex;
-    }
+    // The kept flags count what they were charged when validated: what
+    // validating them again would charge (an item's charge depends on the
+    // item alone).
+    bytes += kept.iter().map(|(_, c)| c.encoded_bytes as usize).sum::<usize>();
+    charges.extend(kept.iter().map(|(f, c)| Charge {
+        segment: false,
+        key: &f.key,
+        bytes: c.regex_bytes as usize,
+    }));
     let mut costs = Vec::with_capacity(fresh.len());
     // Keys are looked for twice only when some key is there twice.
     let mut seen = (by_key.len() < kept.len() + fresh.len())
@@ -137,12 +135,11 @@ pub(crate) fn change(
         {
             r.err(path(), "duplicate flag key");
         }
-        if recheck || i >= kept.len() {
+        if i >= kept.len() {
             let size = flag(&mut r, &path(), f, limits);
             bytes += size;
-            if i >= kept.len() {
-                costs.push(ItemCost::new(size, r.regex.charged));
-            }
+            costs.push(ItemCost::new(size, r.regex.charged));
+            charges.push(Charge { segment: false, key: &f.key, bytes: r.regex.charged });
         }
         for (i, p) in f.prerequisites.iter().enumerate() {
             let ppath = || format!("{}.prerequisites[{i}]", path());
@@ -168,6 +165,7 @@ pub(crate) fn change(
         }
     }
     prerequisite_depths(&mut r, &by_key, limits);
+    env_budget(&mut r, charges, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
     if r.errors.is_empty() { Ok(costs) } else { Err(ValidationErrors(r.errors)) }
 }

@@ -1,6 +1,10 @@
 //! The regex budget in validation: patterns per flag or segment, compiled
 //! bytes per flag or segment and per environment (EVALUATION.md, "Regular
-//! expressions"), and the messages naming the limit a pattern ran into.
+//! expressions"), and the messages naming the limit a pattern or an item
+//! ran into. The environment's budget is the sum of what its items were
+//! charged: whether it fits does not depend on any order; when it does not,
+//! the item that crosses it with segments, then flags, each in key order,
+//! is named ([`env_budget`]).
 
 use super::report::Report;
 use crate::error::{RegexBound, RegexError};
@@ -12,7 +16,7 @@ use crate::operand::RegexBudget;
 /// patterns is compiled.
 pub(super) fn regex_item(r: &mut Report, path: &str, item: &'static str, patterns: usize, limits: &Limits) {
     r.item = item;
-    r.regex = RegexBudget::item(limits, r.regex.env_bytes);
+    r.regex = RegexBudget::item(limits);
     if patterns > limits.max_regex_patterns {
         r.err(
             path,
@@ -35,11 +39,42 @@ pub(super) fn regex_problem(item: &str, e: RegexError, limits: &Limits) -> Optio
             "compiled regex over the {item}'s regex budget: {limit} of {} bytes left (max_regex_item_compiled)",
             limits.max_regex_item_compiled
         ),
-        RegexError::TooBig { limit, bound: RegexBound::Env } => format!(
-            "compiled regex over the environment's regex budget: {limit} of {} bytes left (max_regex_env_compiled)",
-            limits.max_regex_env_compiled
-        ),
     })
+}
+
+/// One item's compiled regex bytes, for the environment's budget.
+pub(super) struct Charge<'a> {
+    /// Segments sort before flags.
+    pub(super) segment: bool,
+    pub(super) key: &'a str,
+    pub(super) bytes: usize,
+}
+
+/// The environment's regex budget: when the items' charges sum to more
+/// than `max_regex_env_compiled`, the item that crosses it, segments then
+/// flags each in key order, is refused, naming the running total. Sorts
+/// only when the budget is passed.
+pub(super) fn env_budget(r: &mut Report, mut charges: Vec<Charge<'_>>, limits: &Limits) {
+    let limit = limits.max_regex_env_compiled;
+    let total: usize = charges.iter().map(|c| c.bytes).sum();
+    if total <= limit {
+        return;
+    }
+    charges.sort_unstable_by(|a, b| (!a.segment, a.key).cmp(&(!b.segment, b.key)));
+    let mut sum = 0usize;
+    for c in charges {
+        sum += c.bytes;
+        if sum > limit {
+            let (kind, item) = if c.segment { ("segments", "segment") } else { ("flags", "flag") };
+            r.err(
+                format!("{kind}[{:?}]", c.key),
+                format!(
+                    "compiled regexes over the environment's regex budget: {sum} bytes with this {item} (segments, then flags, in key order; {total} bytes in all), limit {limit} (max_regex_env_compiled)"
+                ),
+            );
+            return;
+        }
+    }
 }
 
 fn one_line(s: &str) -> String {
@@ -96,7 +131,7 @@ mod tests {
     /// The heap size of one compiled pattern, as the budget charges it.
     fn cost(pattern: &str) -> usize {
         let limits = Limits::default();
-        let mut budget = RegexBudget::item(&limits, usize::MAX);
+        let mut budget = RegexBudget::item(&limits);
         compile_regex(pattern, &limits, &mut budget).unwrap();
         limits.max_regex_item_compiled - budget.item_bytes
     }
@@ -159,18 +194,45 @@ mod tests {
         );
     }
 
-    /// The environment's budget spans flags.
+    /// The environment's budget spans flags and segments: the sum of what
+    /// each was charged. Past it, the item that crosses it (segments, then
+    /// flags, each in key order) is named, in whatever order they come.
     #[test]
     fn environment_budget() {
         let p = "^[a-z]+@example\\.com$";
-        let limits = Limits { max_regex_env_compiled: 3 * cost(p), ..Limits::default() };
-        let errs = errors(vec![flag("f", &[p, p]), flag("g", &[p, p])], &limits);
-        assert_eq!(errs.len(), 1, "{errs:#?}");
-        assert!(
-            errs[0].starts_with(r#"flags["g"].rules[0].clauses[0].values[1]: compiled regex over the environment's regex budget: 0 of "#)
-                && errs[0].ends_with("bytes left (max_regex_env_compiled)"),
-            "{errs:#?}"
+        let c = cost(p);
+        let limits = Limits { max_regex_env_compiled: 3 * c, ..Limits::default() };
+        let want = format!(
+            r#"flags["g"]: compiled regexes over the environment's regex budget: {} bytes with this flag (segments, then flags, in key order; {} bytes in all), limit {} (max_regex_env_compiled)"#,
+            4 * c,
+            4 * c,
+            3 * c
         );
+        assert_eq!(errors(vec![flag("f", &[p, p]), flag("g", &[p, p])], &limits), vec![want.clone()]);
+        assert_eq!(errors(vec![flag("g", &[p, p]), flag("f", &[p, p])], &limits), vec![want]);
+        assert!(
+            errors(vec![flag("f", &[p, p]), flag("g", &[p])], &limits).is_empty(),
+            "exactly the budget fits"
+        );
+        // A segment is counted before every flag.
+        let f = flag("a", &[p, p]);
+        let segment = Segment {
+            key: "z".into(),
+            rules: vec![crate::model::SegmentRule {
+                clauses: f.rules[0].clauses.clone(),
+                ..Default::default()
+            }],
+            ..Segment::default()
+        };
+        let e =
+            flag_set(&FlagSet { flags: vec![f.clone(), flag("b", &[p])], segments: vec![segment] }, &limits)
+                .unwrap_err();
+        // Without the segment the flags fit (3 of 3); with it, "a" crosses.
+        assert!(
+            e.to_string().starts_with(r#"flags["a"]: compiled regexes over the environment's regex budget"#),
+            "{e}"
+        );
+        assert_eq!(e.limits().into_iter().collect::<Vec<_>>(), vec!["max_regex_env_compiled"]);
     }
 
     /// Unvalidated data over a flag's budget or pattern count compiles to

@@ -7,8 +7,7 @@ use crate::operand::RegexBudget;
 /// Collects errors under a path prefix.
 pub(super) struct Report {
     pub(super) errors: Vec<ValidationError>,
-    /// The regex budget of the item being validated and what is left of
-    /// the environment's.
+    /// The regex budget of the item being validated.
     pub(super) regex: RegexBudget,
     /// "flag" or "segment": whose budget `regex` is.
     pub(super) item: &'static str,
