@@ -32,6 +32,8 @@ use crate::store::state::Kind;
 use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
 use convert::{env_to_proto, flag_arg, kind_to_proto, result_to_proto, segment_arg};
 use page::{page, page_size};
+
+use crate::usage::Keys;
 use watch::PropagationStream;
 
 /// Largest page a list call returns.
@@ -548,12 +550,24 @@ impl Admin for AdminService {
         req: Request<pb::GetUsageRequest>,
     ) -> Result<Response<pb::GetUsageResponse>, Status> {
         let env_name = req.get_ref().environment.clone();
-        authorize(&req, Role::Read, Some(&env_name), "read usage")?;
+        let p = authorize(&req, Role::Read, Some(&env_name), "read usage")?;
         let r = req.into_inner();
         let env = self.store.env(&r.environment)?;
-        let state = env.state.load();
-        let key = (!r.key.is_empty()).then_some(r.key.as_str());
-        Ok(Response::new(self.hub.usage.view(&r.environment, &state.snapshot, key)))
+        self.quotas.check_usage_read(&self.quota_env(&env_name), p.name())?;
+        let state = env.state.load_full();
+        let hub = self.hub.clone();
+        // A walk of the environment's usage: on the blocking pool, under
+        // that environment's lock only.
+        let view = tokio::task::spawn_blocking(move || {
+            let keys = match r.key.as_str() {
+                "" => Keys::Page { after: &r.page_token, size: page_size(r.page_size) },
+                key => Keys::One(key),
+            };
+            hub.usage.view(&r.environment, &state.snapshot, keys)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("reading usage failed: {e}")))?;
+        Ok(Response::new(view))
     }
 
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {

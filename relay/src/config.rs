@@ -363,6 +363,7 @@ impl Options {
                     sdk_keys_per_env: self.quota_sdk_keys_per_env.unwrap_or(q.sdk_keys_per_env),
                     tokens: self.quota_tokens.unwrap_or(q.tokens),
                     audit_reads_per_sec: self.quota_audit_reads_per_sec.unwrap_or(q.audit_reads_per_sec),
+                    usage_reads_per_sec: self.quota_usage_reads_per_sec.unwrap_or(q.usage_reads_per_sec),
                     memory_budget: self.memory_budget.unwrap_or(q.memory_budget),
                 }
             },
@@ -429,6 +430,7 @@ impl Options {
             ("quota-sdk-keys-per-env", q.sdk_keys_per_env),
             ("quota-tokens", q.tokens),
             ("quota-audit-reads-per-sec", q.audit_reads_per_sec as usize),
+            ("quota-usage-reads-per-sec", q.usage_reads_per_sec as usize),
         ] {
             check(v >= 1, format!("{name}: must be at least 1"))?;
         }

@@ -179,7 +179,7 @@ impl From<StoreError> for Status {
             // means the loop gave up: retryable.
             StoreError::Behind { .. } => Status::aborted(e.to_string()),
             // A size: retrying unchanged cannot help, so no retry hint.
-            StoreError::Quota { .. } | StoreError::MemoryBudget { .. } => {
+            StoreError::Quota { .. } | StoreError::MemoryBudget(_) => {
                 Status::resource_exhausted(e.to_string())
             }
             StoreError::Task(cause) => {

@@ -767,6 +767,13 @@ impl Hub {
     }
 }
 
+impl crate::store::EnvGone for Hub {
+    /// A deleted environment's usage (and usage series) go with it.
+    fn env_gone(&self, name: &str) {
+        self.usage.forget_env(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

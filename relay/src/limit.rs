@@ -37,6 +37,9 @@ pub struct QuotaConfig {
     /// Audit reads (`ListAudit` pages and `VerifyAudit` walks) per second
     /// by one admin token, bursts of twice that (`quota-audit-reads-per-sec`).
     pub audit_reads_per_sec: u32,
+    /// Usage reads (`GetUsage` pages) per second by one admin token, bursts
+    /// of twice that (`quota-usage-reads-per-sec`).
+    pub usage_reads_per_sec: u32,
     /// Resident bytes the relay keeps within when it takes a write that
     /// grows an environment (`memory-budget`; 0: no budget).
     pub memory_budget: u64,
@@ -57,6 +60,7 @@ impl Default for QuotaConfig {
             sdk_keys_per_env: 100,
             tokens: 1_000,
             audit_reads_per_sec: 10,
+            usage_reads_per_sec: 20,
             memory_budget: 0,
         }
     }

@@ -535,24 +535,34 @@ async fn serve_one(
         let metrics = metrics.clone();
         let pages = pages.clone();
         async move {
-            let path = req.uri().path();
-            if path == "/metrics" {
-                if let Some(p) = &pages {
-                    p.before_scrape();
+            let path = req.uri().path().to_owned();
+            let auth = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            // Rendering and the pages walk state (the relay tree, usage):
+            // on the blocking pool, never on the async workers.
+            tokio::task::spawn_blocking(move || {
+                if path == "/metrics" {
+                    if let Some(p) = &pages {
+                        p.before_scrape();
+                    }
+                    return Response::builder()
+                        .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+                        .body(Full::new(Bytes::from(metrics.render())))
+                        .map_err(std::io::Error::other);
                 }
-                return Response::builder()
-                    .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-                    .body(Full::new(Bytes::from(metrics.render())))
-                    .map_err(std::io::Error::other);
-            }
-            let auth = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-            if let Some(resp) = pages.as_ref().and_then(|p| p.get(path, auth)) {
-                return Ok(resp);
-            }
-            Response::builder()
-                .status(StatusCode::NOT_FOUND)
-                .body(Full::new(Bytes::from_static(b"not found\n")))
-                .map_err(std::io::Error::other)
+                if let Some(resp) = pages.as_ref().and_then(|p| p.get(&path, auth.as_deref())) {
+                    return Ok(resp);
+                }
+                Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Full::new(Bytes::from_static(b"not found\n")))
+                    .map_err(std::io::Error::other)
+            })
+            .await
+            .map_err(std::io::Error::other)?
         }
     });
     let conn = http1::Builder::new()

@@ -42,6 +42,7 @@ struct Buckets {
     relay_subscribes: DefaultDirectRateLimiter,
     token_evaluates: DefaultKeyedRateLimiter<String>,
     audit_reads: DefaultKeyedRateLimiter<String>,
+    usage_reads: DefaultKeyedRateLimiter<String>,
     /// Where the queue of refused subscribers ends, per environment and
     /// relay-wide (see [`Turns`]).
     turns: Turns,
@@ -108,6 +109,7 @@ impl Buckets {
             relay_subscribes: RateLimiter::direct(quota(cfg.relay_subscribes_per_sec)),
             token_evaluates: RateLimiter::keyed(quota(cfg.token_evaluates_per_sec)),
             audit_reads: RateLimiter::keyed(quota(cfg.audit_reads_per_sec)),
+            usage_reads: RateLimiter::keyed(quota(cfg.usage_reads_per_sec)),
             turns: Turns::new(),
         }
     }
@@ -151,7 +153,9 @@ impl Quotas {
     /// keyed limiters' memory stays bounded by recent use.
     pub(crate) fn prune(&self) {
         let b = self.buckets.load();
-        for l in [&b.writes, &b.token_writes, &b.subscribes, &b.token_evaluates, &b.audit_reads] {
+        for l in
+            [&b.writes, &b.token_writes, &b.subscribes, &b.token_evaluates, &b.audit_reads, &b.usage_reads]
+        {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -192,6 +196,21 @@ impl Quotas {
                 b.cfg.audit_reads_per_sec
             );
             return Err(self.refuse(env, "audit_reads_per_sec", msg, Some(not_until.wait_time_from(now))));
+        }
+        Ok(())
+    }
+
+    /// A usage read (a `GetUsage` page) of `env` by `token`, as
+    /// [`Quotas::check_audit_read`] (`quota-usage-reads-per-sec`).
+    pub(crate) fn check_usage_read(&self, env: &str, token: &str) -> Result<(), Status> {
+        let b = self.buckets.load();
+        let now = DefaultClock::default().now();
+        if let Err(not_until) = b.usage_reads.check_key(&token.to_owned()) {
+            let msg = format!(
+                "token {token:?}: over its usage read rate of {}/s (quota-usage-reads-per-sec)",
+                b.cfg.usage_reads_per_sec
+            );
+            return Err(self.refuse(env, "usage_reads_per_sec", msg, Some(not_until.wait_time_from(now))));
         }
         Ok(())
     }

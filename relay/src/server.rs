@@ -349,6 +349,7 @@ pub(crate) async fn serve(
     // shared database for the other relays.
     let passes_usage = cfg.upstream.is_some() || postgres.is_some();
     let hub = Arc::new(if passes_usage { hub.forwarding_usage() } else { hub });
+    store.set_env_gone(hub.clone());
     hub.node.set_name(cfg.advertise_url.clone().unwrap_or_else(|| running.grpc.to_string()));
     let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
     store.set_size_quota(cfg.quotas.sizes());

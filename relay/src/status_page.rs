@@ -41,6 +41,13 @@ type LogLimiter = RateLimiter<
     governor::middleware::NoOpMiddleware,
 >;
 
+/// How often at most the relay tree is merged for the drift series and
+/// the page.
+const DRIFT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The relay tree's drift per environment.
+type Drift = Arc<Vec<(String, u64)>>;
+
 /// The page's data sources.
 pub(crate) struct StatusPage {
     store: Store,
@@ -51,6 +58,10 @@ pub(crate) struct StatusPage {
     logs: LogLimiter,
     /// The environments with a `revision_drift` series.
     drift_series: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The relay tree's drift per environment and when it was merged:
+    /// merged at most once per [`DRIFT_EVERY`], however often the
+    /// (unauthenticated) metrics port is scraped.
+    drift: std::sync::Mutex<(Option<std::time::Instant>, Drift)>,
 }
 
 impl StatusPage {
@@ -63,7 +74,18 @@ impl StatusPage {
             metrics,
             logs: RateLimiter::direct(Quota::per_second(five)),
             drift_series: std::sync::Mutex::new(std::collections::HashSet::new()),
+            drift: std::sync::Mutex::new((None, Arc::default())),
         }
+    }
+
+    /// The relay tree's drift per environment, merged at most once per
+    /// [`DRIFT_EVERY`].
+    fn drift(&self) -> Drift {
+        let mut cached = self.drift.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.0.is_none_or(|at| at.elapsed() >= DRIFT_EVERY) {
+            *cached = (Some(std::time::Instant::now()), Arc::new(crate::tree::drift(&self.store, &self.hub)));
+        }
+        cached.1.clone()
     }
 
     fn counted(&self, result: &str) {
@@ -115,8 +137,7 @@ impl StatusPage {
                 })
             })
             .collect();
-        let drift: std::collections::HashMap<String, u64> =
-            crate::tree::drift(&self.store, &self.hub).into_iter().collect();
+        let drift: std::collections::HashMap<String, u64> = self.drift().iter().cloned().collect();
         let environments: Vec<Json> = self.store.envs().iter().map(|e| self.environment(e, &drift)).collect();
         json!({
             "relay": {"name": tree.first().map(|n| n.name.clone()), "version": env!("CARGO_PKG_VERSION")},
@@ -153,7 +174,7 @@ impl StatusPage {
                 })
             })
             .collect();
-        let usage = self.hub.usage.view(&s.name, &s.snapshot, None);
+        let usage = self.hub.usage.view(&s.name, &s.snapshot, crate::usage::Keys::Reported);
         let mut flags: Vec<(u64, Json)> = usage
             .flags
             .iter()
@@ -209,7 +230,7 @@ fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Re
 
 impl Pages for StatusPage {
     fn before_scrape(&self) {
-        let drift = crate::tree::drift(&self.store, &self.hub);
+        let drift = self.drift();
         // Set in place (a scrape running at the same time never sees the
         // family empty); deleted environments' series go.
         let mut series = self.drift_series.lock().unwrap_or_else(|p| p.into_inner());
@@ -217,8 +238,8 @@ impl Pages for StatusPage {
         for gone in series.difference(&now) {
             self.metrics.revision_drift.remove(&vec![("environment", gone.clone())]);
         }
-        for (env, d) in drift {
-            self.metrics.revision_drift.get_or_create(&vec![("environment", env)]).set(d as i64);
+        for (env, d) in drift.iter() {
+            self.metrics.revision_drift.get_or_create(&vec![("environment", env.clone())]).set(*d as i64);
         }
         *series = now;
     }

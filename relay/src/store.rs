@@ -195,6 +195,14 @@ pub(crate) trait CatchUp: Send + Sync + std::fmt::Debug {
     async fn catch_up_locked(&self, env: &Arc<Env>, row_locked: bool) -> CatchUpOutcome;
 }
 
+/// Told when an environment leaves this relay's memory (deleted here, at
+/// the upstream, or by another relay of a shared database), so what is
+/// kept about it elsewhere (its usage) goes with it.
+pub(crate) trait EnvGone: Send + Sync + std::fmt::Debug {
+    /// Environment `name` is gone.
+    fn env_gone(&self, name: &str);
+}
+
 /// What [`CatchUp::catch_up_locked`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CatchUpOutcome {
@@ -254,6 +262,8 @@ struct Inner {
     /// Brings an environment to a shared database's head on demand (a
     /// write found it behind): the change feed, once it runs.
     catch_up: std::sync::Mutex<Option<Arc<dyn CatchUp>>>,
+    /// Told when an environment is gone.
+    env_gone: std::sync::Mutex<Option<Arc<dyn EnvGone>>>,
 }
 
 /// The environment a deleted environment's archived audit chain belongs
@@ -357,6 +367,7 @@ impl Store {
                 key_index: index::KeyIndex::default(),
                 feed_kick: tokio::sync::Notify::new(),
                 catch_up: std::sync::Mutex::new(None),
+                env_gone: std::sync::Mutex::new(None),
             }),
         };
         store.update_gauges();
@@ -517,6 +528,19 @@ impl Store {
     }
 
     /// Sets what catches an environment up on demand (the change feed).
+    /// Who is told when an environment is gone.
+    pub(crate) fn set_env_gone(&self, g: Arc<dyn EnvGone>) {
+        *self.inner.env_gone.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
+    }
+
+    /// Tells who asked that environment `name` is gone.
+    pub(crate) fn tell_env_gone(&self, name: &str) {
+        let g = self.inner.env_gone.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(g) = g {
+            g.env_gone(name);
+        }
+    }
+
     pub(crate) fn set_catch_up(&self, c: Arc<dyn CatchUp>) {
         *self.inner.catch_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
     }

@@ -17,7 +17,7 @@ async fn usage(relay: &Relay, key: &str) -> pb::FlagUsageView {
     let r = relay
         .admin()
         .await
-        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: key.into() })
+        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: key.into(), ..Default::default() })
         .await
         .expect("GetUsage answers")
         .into_inner();

@@ -61,7 +61,7 @@ async fn an_oversized_summary_is_refused_and_counted_and_the_stream_goes_on() {
     let r = relay
         .admin()
         .await
-        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: "k1".into() })
+        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: "k1".into(), ..Default::default() })
         .await
         .unwrap()
         .into_inner();

@@ -14,7 +14,16 @@ use flagstream_tests::relay::Relay;
 fn shortlived(relay: &Relay, flag: &str, seconds: &str, close: bool) -> u64 {
     let exe = flagstream_relay_sibling("shortlived");
     let mut cmd = Command::new(exe);
-    cmd.args(["--endpoint", &relay.url(), "--sdk-key", &relay.demo_key(), "--flag", flag, "--seconds", seconds]);
+    cmd.args([
+        "--endpoint",
+        &relay.url(),
+        "--sdk-key",
+        &relay.demo_key(),
+        "--flag",
+        flag,
+        "--seconds",
+        seconds,
+    ]);
     if !close {
         cmd.arg("--no-close");
     }
@@ -40,7 +49,7 @@ async fn evaluated(relay: &Relay, flag: &str) -> u64 {
     let usage = relay
         .admin()
         .await
-        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: flag.into() })
+        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: flag.into(), ..Default::default() })
         .await
         .unwrap()
         .into_inner();

@@ -31,7 +31,11 @@ async fn a_flag_never_evaluated_is_stale_with_its_evidence() {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let r = admin
-            .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: "in-use".into() })
+            .get_usage(pb::GetUsageRequest {
+                environment: "demo".into(),
+                key: "in-use".into(),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();

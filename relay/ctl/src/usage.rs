@@ -73,16 +73,43 @@ fn age(now: u64, at: u64) -> String {
     }
 }
 
+/// The environment's usage for `key`, or (empty `key`) for every flag and
+/// reported key, page by page (a page is at most 1,000 flags and 4 MiB).
 async fn get_usage(conn: &mut Conn, key: &str) -> Result<pb::GetUsageResponse, Failure> {
     let env = conn.env.clone();
     let key = key.to_owned();
     let admin = conn.admin.clone();
-    Ok(crate::conn::with_retry(|| {
-        let mut admin = admin.clone();
-        let req = pb::GetUsageRequest { environment: env.clone(), key: key.clone() };
-        async move { admin.get_usage(req).await.map(tonic::Response::into_inner) }
-    })
-    .await?)
+    let mut all: Option<pb::GetUsageResponse> = None;
+    let mut token = String::new();
+    loop {
+        let page = crate::conn::with_retry(|| {
+            let mut admin = admin.clone();
+            let req = pb::GetUsageRequest {
+                environment: env.clone(),
+                key: key.clone(),
+                page_size: 0,
+                page_token: token.clone(),
+            };
+            async move { admin.get_usage(req).await.map(tonic::Response::into_inner) }
+        })
+        .await?;
+        token = page.next_page_token.clone();
+        match &mut all {
+            None => all = Some(page),
+            Some(all) => {
+                all.flags.extend(page.flags);
+                all.now_unix_ms = page.now_unix_ms;
+                all.dropped_keys = page.dropped_keys;
+                all.untracked_evaluations_day = page.untracked_evaluations_day;
+            }
+        }
+        if token.is_empty() {
+            break;
+        }
+    }
+    let mut all = all.unwrap_or_default();
+    all.next_page_token.clear();
+    Ok(all)
 }
 
 /// `flagctl flag usage [KEY]`.

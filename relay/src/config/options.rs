@@ -343,6 +343,11 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_QUOTA_AUDIT_READS_PER_SEC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota_audit_reads_per_sec: Option<u32>,
+    /// Usage reads (GetUsage pages) per second by one admin token, bursts
+    /// of twice that [default: 20].
+    #[arg(long, env = "FLAGSTREAM_QUOTA_USAGE_READS_PER_SEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota_usage_reads_per_sec: Option<u32>,
     /// Change-log revisions kept for deltas [default: 1024].
     #[arg(long, env = "FLAGSTREAM_CHANGELOG_REVISIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -198,7 +198,7 @@ impl Store {
         if f.over_share.is_some() {
             self.inner.metrics.quota_refusal(env, "memory_share");
         }
-        let e = StoreError::MemoryBudget {
+        let e = StoreError::MemoryBudget(Box::new(super::error::BudgetRefusal {
             env: env.to_owned(),
             env_bytes,
             estimated: stage == Stage::Request,
@@ -212,7 +212,7 @@ impl Store {
             limit: f.limit,
             fair_share: f.over_share,
             environments,
-        };
+        }));
         debug_assert!(f.need >= f.transient);
         tracing::warn!(error = %e, "write refused by the memory budget");
         e

@@ -202,6 +202,7 @@ impl Store {
         m.head_revision.remove(&labels);
         m.upstream_live.remove(&labels);
         m.staleness_seconds.remove(&labels);
+        self.tell_env_gone(name);
         self.catalog_changed();
     }
 }

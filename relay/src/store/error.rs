@@ -89,53 +89,9 @@ pub enum StoreError {
     },
     /// The write would take the relay past its memory budget (or, for an
     /// environment over its fair share, past the part of the budget such an
-    /// environment may fill).
-    #[error(
-        "environment {env:?}: the write would grow it to {env_bytes} bytes{}; with the relay at {resident} bytes resident, \
-         {reserved} bytes set aside for other writes being applied, {copies}× the environment's size held while this one \
-         is applied and {transient} bytes to process its {request_bytes}-byte request, that is {projected} bytes, over {}; \
-         nothing was written",
-        if *estimated { " (estimated from the request, before planning it)" } else { "" },
-        match fair_share {
-            Some(share) => format!(
-                "{limit} bytes, 3/4 of memory-budget {budget}: the environment would hold more than its fair share \
-                 of the data ({share} bytes, 1/{environments} of all environments' item bytes), so the rest of the \
-                 budget is kept for the other environments"
-            ),
-            None => format!("memory-budget {budget}"),
-        }
-    )]
-    MemoryBudget {
-        /// Environment.
-        env: String,
-        /// The environment's bytes of item encodings after the write.
-        env_bytes: u64,
-        /// Whether `env_bytes` is estimated from the request (before
-        /// planning).
-        estimated: bool,
-        /// The relay's resident bytes when the write was checked.
-        resident: u64,
-        /// Bytes set aside for other writes being applied then.
-        reserved: u64,
-        /// Copies of the environment the estimate counts.
-        copies: u64,
-        /// The encoded bytes of the items the request carries.
-        request_bytes: u64,
-        /// What processing the request is estimated to add, bytes.
-        transient: u64,
-        /// `resident + reserved + copies × env_bytes + transient`.
-        projected: u64,
-        /// The budget (`memory-budget`).
-        budget: u64,
-        /// The limit applied: the budget, or 3/4 of it for an environment
-        /// over its fair share.
-        limit: u64,
-        /// The environment's fair share of all environments' item bytes,
-        /// when it would hold more than that.
-        fair_share: Option<u64>,
-        /// Environments the budget is shared by.
-        environments: u64,
-    },
+    /// environment may fill): the figures.
+    #[error("{0}")]
+    MemoryBudget(Box<BudgetRefusal>),
     /// This relay is a replica: its data comes from upstream, and every
     /// change is made at the primary.
     #[error("this relay is a replica (it follows {upstream}); send changes to the primary{}", primary.as_ref().map(|p| format!(" at {p}")).unwrap_or_default())]
@@ -223,4 +179,53 @@ pub(crate) fn corrupt(what: String, e: impl std::error::Error + Send + Sync + 's
 /// (corrupt) value.
 pub(crate) fn to_json<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(v).map_err(|e| corrupt(format!("{what} (while encoding)"), e))
+}
+
+/// The figures of a write the memory budget refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "environment {env:?}: the write would grow it to {env_bytes} bytes{}; with the relay at {resident} bytes resident, \
+     {reserved} bytes set aside for other writes being applied, {copies}× the environment's size held while this one \
+     is applied and {transient} bytes to process its {request_bytes}-byte request, that is {projected} bytes, over {}; \
+     nothing was written",
+    if *estimated { " (estimated from the request, before planning it)" } else { "" },
+    match fair_share {
+        Some(share) => format!(
+            "{limit} bytes, 3/4 of memory-budget {budget}: the environment would hold more than its fair share \
+             of the data ({share} bytes, 1/{environments} of all environments' item bytes), so the rest of the \
+             budget is kept for the other environments"
+        ),
+        None => format!("memory-budget {budget}"),
+    }
+)]
+pub struct BudgetRefusal {
+    /// Environment.
+    pub(crate) env: String,
+    /// The environment's bytes of item encodings after the write.
+    pub(crate) env_bytes: u64,
+    /// Whether `env_bytes` is estimated from the request (before
+    /// planning).
+    pub(crate) estimated: bool,
+    /// The relay's resident bytes when the write was checked.
+    pub(crate) resident: u64,
+    /// Bytes set aside for other writes being applied then.
+    pub(crate) reserved: u64,
+    /// Copies of the environment the estimate counts.
+    pub(crate) copies: u64,
+    /// The encoded bytes of the items the request carries.
+    pub(crate) request_bytes: u64,
+    /// What processing the request is estimated to add, bytes.
+    pub(crate) transient: u64,
+    /// `resident + reserved + copies × env_bytes + transient`.
+    pub(crate) projected: u64,
+    /// The budget (`memory-budget`).
+    pub(crate) budget: u64,
+    /// The limit applied: the budget, or 3/4 of it for an environment
+    /// over its fair share.
+    pub(crate) limit: u64,
+    /// The environment's fair share of all environments' item bytes,
+    /// when it would hold more than that.
+    pub(crate) fair_share: Option<u64>,
+    /// Environments the budget is shared by.
+    pub(crate) environments: u64,
 }

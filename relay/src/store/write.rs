@@ -75,7 +75,7 @@ impl Store {
                 Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
                 Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
                 Err(StoreError::Abandoned) => "abandoned",
-                Err(StoreError::Quota { .. } | StoreError::MemoryBudget { .. }) => "quota",
+                Err(StoreError::Quota { .. } | StoreError::MemoryBudget(_)) => "quota",
                 Err(_) => "error",
             };
             this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
@@ -478,9 +478,7 @@ mod tests {
         store.inner.budget_reserved.fetch_add(budget, Ordering::Relaxed);
         let e = store.write(ENV, vec![flag("b")], None, &who, "").await.unwrap_err();
         match &e {
-            StoreError::MemoryBudget { reserved, budget: b, .. } => {
-                assert_eq!((*reserved, *b), (budget, budget))
-            }
+            StoreError::MemoryBudget(r) => assert_eq!((r.reserved, r.budget), (budget, budget)),
             other => panic!("refused by the budget, not {other:?}"),
         }
         assert!(e.to_string().contains("set aside for other writes"), "{e}");

@@ -80,10 +80,13 @@ impl Tasks {
             t.abort();
         }
         #[cfg(feature = "cache")]
-        if let Some(f) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).take()
-            && let Err(e) = tokio::task::spawn_blocking(move || f.write()).await
         {
-            tracing::warn!(error = %e, "the final cache write failed");
+            let last = self.cache.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(f) = last
+                && let Err(e) = tokio::task::spawn_blocking(move || f.write()).await
+            {
+                tracing::warn!(error = %e, "the final cache write failed");
+            }
         }
         confirmed
     }
