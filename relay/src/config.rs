@@ -69,6 +69,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Metrics listen address.
     pub metrics_listen: SocketAddr,
+    /// Serve the metrics listener over TLS (with `tls`).
+    pub metrics_tls: bool,
+    /// Accept a status page token over plaintext from non-loopback clients.
+    pub status_page_remote_plaintext: bool,
     /// Admin API address, if separate from `listen`.
     pub admin_listen: Option<SocketAddr>,
     /// Data directory.
@@ -331,6 +335,8 @@ impl Options {
             stale_after: d(self.stale_after, 5),
             listen: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             metrics_listen: self.metrics_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
+            metrics_tls: self.metrics_tls.unwrap_or(false),
+            status_page_remote_plaintext: self.status_page_remote_plaintext.unwrap_or(false),
             admin_listen: self.admin_listen,
             data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from("./flagstream-data")),
             demo: self.demo.unwrap_or(false),
@@ -435,6 +441,11 @@ impl Options {
             check(v >= 1, format!("{name}: must be at least 1"))?;
         }
         check(c.hello_timeout >= Duration::from_millis(100), "hello-timeout: must be at least 100ms".into())?;
+        check(
+            !c.metrics_tls || c.tls.is_some(),
+            "metrics-tls: needs tls-cert and tls-key (the metrics listener serves the relay's certificate)"
+                .into(),
+        )?;
         check(
             c.sled_cache_bytes >= 1 << 20,
             format!("sled-cache-bytes: {} is below the least, 1048576 (1 MiB)", c.sled_cache_bytes),

@@ -34,6 +34,7 @@ mod quota;
 mod refusal;
 mod replica;
 mod replication;
+pub mod scrape;
 mod secret;
 mod server;
 mod status_page;

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::config::StoreUrl;
 use crate::grpc::SyncRoute;
 use crate::hub::{Hub, HubLimits};
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::promote::ROLE_SETTING;
 use crate::quota::Quotas;
 use crate::refusal::RefusalLayer;
@@ -212,6 +212,9 @@ async fn restored_epochs(backend: &dyn Backend, metrics: &Metrics) -> anyhow::Re
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
 /// clear.
 fn warn_if_plaintext(cfg: &Config, running: &Running) {
+    if !cfg.metrics_tls && !running.metrics.ip().is_loopback() {
+        tracing::warn!(addr = %running.metrics, remote_tokens = cfg.status_page_remote_plaintext, "serving metrics and the status page WITHOUT TLS on a non-loopback address: the status page takes a token only from this host unless status-page-remote-plaintext is set; set metrics-tls (docs/SECURITY.md)");
+    }
     if cfg.tls.is_some() {
         return;
     }
@@ -321,7 +324,7 @@ pub(crate) async fn serve(
     };
     let listener = transport::bind(cfg.listen, &opts)?;
     let admin_listener = cfg.admin_listen.map(|a| transport::bind(a, &opts)).transpose()?;
-    let metrics_listener = metrics::bind(cfg.metrics_listen).await?;
+    let metrics_listener = crate::scrape::bind(cfg.metrics_listen).await?;
     let running = Running {
         grpc: listener.local_addr()?,
         metrics: metrics_listener.local_addr()?,
@@ -381,12 +384,22 @@ pub(crate) async fn serve(
     );
     tokio::spawn(reload_on_sighup(cfg.source.clone(), store.clone(), quotas.clone(), hub.clone()));
     let background = CancellationToken::new();
-    let pages =
-        crate::status_page::StatusPage::new(store.clone(), hub.clone(), tokens.clone(), metrics.clone());
-    tokio::spawn(metrics::serve(
+    let pages = crate::status_page::StatusPage::new(
+        store.clone(),
+        hub.clone(),
+        tokens.clone(),
+        metrics.clone(),
+        cfg.status_page_remote_plaintext,
+    );
+    let metrics_tls = match (&cfg.tls, cfg.metrics_tls) {
+        (Some(tls), true) => Some(crate::scrape::tls_acceptor(&tls.cert, &tls.key)?),
+        _ => None,
+    };
+    tokio::spawn(crate::scrape::serve(
         metrics_listener,
         metrics.clone(),
         Some(Arc::new(pages)),
+        metrics_tls,
         background.clone(),
     ));
     tokio::spawn(hub.clone().reap(background.clone()));

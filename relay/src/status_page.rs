@@ -5,6 +5,14 @@
 //! which requires `authorization: Bearer <token>` of a token with role
 //! read on all environments. Also sets the gauges computed from state
 //! before a scrape (the revision drift).
+//!
+//! The token is a secret: on a metrics listener without TLS it is
+//! accepted only from a client on this host (a loopback address), unless
+//! `status-page-remote-plaintext` allows it; any other is refused (403,
+//! `status_page_requests{result="plaintext_remote"}`) with the reason the
+//! page shows. Without a token, `/status.json` says whether one would be
+//! accepted over this connection, so the page does not send it when it
+//! would cross the network in clear.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -17,7 +25,8 @@ use serde_json::{Value as Json, json};
 
 use crate::access::{Role, Tokens};
 use crate::hub::Hub;
-use crate::metrics::{Metrics, Pages};
+use crate::metrics::Metrics;
+use crate::scrape::{Caller, Pages};
 use crate::store::{Store, now_ms};
 
 const HTML: &str = include_str!("status_page/index.html");
@@ -45,6 +54,28 @@ type LogLimiter = RateLimiter<
 /// the page.
 const DRIFT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Why a token from another host over plaintext is refused (shown on the
+/// page).
+const PLAINTEXT_REMOTE: &str = "this status page is served without TLS, so a token sent to it crosses the network in clear: \
+     it is accepted only from this host (loopback). Serve the metrics listener over TLS (metrics-tls, with tls-cert and tls-key), \
+     open the page through an SSH tunnel or a port-forward to 127.0.0.1, or set status-page-remote-plaintext to accept it anyway";
+
+/// Whether a token is accepted from `caller`: over TLS, from this host,
+/// or when `status-page-remote-plaintext` (`remote_plaintext`) allows it.
+fn token_accepted(caller: Caller, remote_plaintext: bool) -> bool {
+    caller.tls || remote_plaintext || is_local(caller.peer.ip())
+}
+
+/// A client on this host: a loopback address (IPv4, IPv6, or IPv4-mapped).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        v4 => v4.is_loopback(),
+    }
+}
+
 /// The relay tree's drift per environment.
 type Drift = Arc<Vec<(String, u64)>>;
 
@@ -62,10 +93,18 @@ pub(crate) struct StatusPage {
     /// merged at most once per [`DRIFT_EVERY`], however often the
     /// (unauthenticated) metrics port is scraped.
     drift: std::sync::Mutex<(Option<std::time::Instant>, Drift)>,
+    /// Accept a token over plaintext from clients not on this host.
+    remote_plaintext: bool,
 }
 
 impl StatusPage {
-    pub(crate) fn new(store: Store, hub: Arc<Hub>, tokens: Arc<Tokens>, metrics: Metrics) -> StatusPage {
+    pub(crate) fn new(
+        store: Store,
+        hub: Arc<Hub>,
+        tokens: Arc<Tokens>,
+        metrics: Metrics,
+        remote_plaintext: bool,
+    ) -> StatusPage {
         let five = NonZeroU32::MIN.saturating_add(4);
         StatusPage {
             store,
@@ -75,6 +114,7 @@ impl StatusPage {
             logs: RateLimiter::direct(Quota::per_second(five)),
             drift_series: std::sync::Mutex::new(std::collections::HashSet::new()),
             drift: std::sync::Mutex::new((None, Arc::default())),
+            remote_plaintext,
         }
     }
 
@@ -100,6 +140,11 @@ impl StatusPage {
             tracing::warn!(result, cause, "status page request refused");
         }
         respond(status, "application/json", json!({ "error": cause }).to_string())
+    }
+
+    /// Whether a token is accepted from `caller` ([`token_accepted`]).
+    fn token_accepted(&self, caller: Caller) -> bool {
+        token_accepted(caller, self.remote_plaintext)
     }
 
     /// The JSON the page shows.
@@ -244,19 +289,27 @@ impl Pages for StatusPage {
         *series = now;
     }
 
-    fn get(&self, path: &str, authorization: Option<&str>) -> Option<Response<Full<Bytes>>> {
+    fn get(&self, path: &str, authorization: Option<&str>, caller: Caller) -> Option<Response<Full<Bytes>>> {
         let (content_type, body) = match path {
             "/status" | "/status/" => ("text/html; charset=utf-8", HTML),
             "/status/page.js" => ("text/javascript; charset=utf-8", SCRIPT),
             "/status/page.css" => ("text/css; charset=utf-8", STYLE),
             "/status.json" => {
+                let token_ok = self.token_accepted(caller);
                 let Some(secret) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
-                    return Some(self.refuse(
-                        StatusCode::UNAUTHORIZED,
-                        "unauthenticated",
-                        "token required: send `authorization: Bearer <token>`",
-                    ));
+                    self.counted("unauthenticated");
+                    let body = json!({
+                        "error": "token required: send `authorization: Bearer <token>`",
+                        // Whether a token would be accepted over this
+                        // connection: the page sends none otherwise.
+                        "token_accepted": token_ok,
+                        "token_refused_because": (!token_ok).then_some(PLAINTEXT_REMOTE),
+                    });
+                    return Some(respond(StatusCode::UNAUTHORIZED, "application/json", body.to_string()));
                 };
+                if !token_ok {
+                    return Some(self.refuse(StatusCode::FORBIDDEN, "plaintext_remote", PLAINTEXT_REMOTE));
+                }
                 let Some(p) = self.tokens.authenticate(secret.trim()) else {
                     return Some(self.refuse(
                         StatusCode::UNAUTHORIZED,
@@ -278,5 +331,32 @@ impl Pages for StatusPage {
         };
         self.counted("ok");
         Some(respond(StatusCode::OK, content_type, body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(addr: &str, tls: bool) -> Caller {
+        Caller { peer: addr.parse().unwrap(), tls }
+    }
+
+    /// Over plaintext a token is taken only from this host; over TLS, or
+    /// with `status-page-remote-plaintext`, from anywhere.
+    #[test]
+    fn a_token_over_plaintext_only_from_this_host() {
+        for local in ["127.0.0.1:5000", "127.8.9.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
+            assert!(token_accepted(caller(local, false), false), "{local}");
+        }
+        for remote in ["192.0.2.7:5000", "[2001:db8::1]:5000", "[::ffff:192.0.2.7]:5000"] {
+            assert!(!token_accepted(caller(remote, false), false), "{remote}: refused in clear");
+            assert!(token_accepted(caller(remote, true), false), "{remote}: over TLS");
+            assert!(token_accepted(caller(remote, false), true), "{remote}: allowed by the option");
+        }
+        assert!(
+            PLAINTEXT_REMOTE.contains("metrics-tls")
+                && PLAINTEXT_REMOTE.contains("status-page-remote-plaintext")
+        );
     }
 }

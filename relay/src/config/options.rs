@@ -177,6 +177,17 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_METRICS_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the metrics listener (metrics and the status page) over TLS
+    /// with `tls-cert` and `tls-key` [default: false].
+    #[arg(long, env = "FLAGSTREAM_METRICS_TLS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_tls: Option<bool>,
+    /// On a metrics listener without TLS, accept a status page token from
+    /// clients that are not on this host (the token then crosses the
+    /// network in clear) [default: false: loopback clients only].
+    #[arg(long, env = "FLAGSTREAM_STATUS_PAGE_REMOTE_PLAINTEXT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_page_remote_plaintext: Option<bool>,
     /// `primary` (owns the flag store and takes writes) or `replica`
     /// (follows `upstream`, serves reads and SDKs, takes no writes)
     /// [default: primary].

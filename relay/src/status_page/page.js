@@ -192,10 +192,17 @@ function start() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  document.getElementById("login").addEventListener("submit", (ev) => {
+  document.getElementById("login").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem(KEY, document.getElementById("token").value.trim());
+    const token = document.getElementById("token").value.trim();
     document.getElementById("token").value = "";
+    // Ask first whether a token is accepted over this connection (no TLS,
+    // another host: it would cross the network in clear): if not, it is
+    // never sent, and the page says why.
+    const check = await fetch("/status.json", { cache: "no-store" }).catch(() => null);
+    const body = check ? await check.json().catch(() => ({})) : {};
+    if (body.token_accepted === false) return showLogin(body.token_refused_because);
+    sessionStorage.setItem(KEY, token);
     start();
   });
   document.getElementById("forget").addEventListener("click", () => {
