@@ -5,8 +5,11 @@
 //! A stream's buffer holds what it holds now, not the largest message it
 //! ever received: once a message larger than [`RETAIN_BYTES`] has been
 //! decoded, what follows it is copied into a fresh, small buffer and the
-//! large allocation is freed. The bytes every stream's buffer holds are the
-//! `stream_buffer_bytes` gauge.
+//! large allocation is freed; and a message larger than that, once begun,
+//! must be complete within [`LARGE_MESSAGE_DEADLINE`] (else the stream
+//! ends with `DEADLINE_EXCEEDED`), so no stream holds a large buffer
+//! longer than that by never finishing its message. The bytes every
+//! stream's buffer holds are the `stream_buffer_bytes` gauge.
 
 use bytes::{Buf, BytesMut};
 use flagstream_proto::v1 as pb;
@@ -26,6 +29,10 @@ const PREFIX: usize = 5;
 /// 16 KiB by default); past it the buffer is released after the message.
 pub(crate) const RETAIN_BYTES: usize = 16 * 1024;
 
+/// How long a request message larger than [`RETAIN_BYTES`] may take to
+/// arrive once begun (a 1 MiB usage summary needs milliseconds).
+pub(crate) const LARGE_MESSAGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The request side of a Subscribe call: `SubscribeRequest` messages read
 /// off the HTTP/2 body.
 pub(crate) struct Inbound {
@@ -36,13 +43,15 @@ pub(crate) struct Inbound {
     /// Every stream's buffered bytes (capacity), and this one's share.
     held: Gauge,
     counted: usize,
+    /// When the large message being buffered must be complete.
+    large_until: Option<tokio::time::Instant>,
 }
 
 impl Inbound {
     /// Reads request messages of at most `max` bytes off `body`, counting
     /// the buffer's capacity in `held`.
     pub(crate) fn new(body: Body, max: usize, held: Gauge) -> Inbound {
-        Inbound { body, buf: BytesMut::new(), max, ended: false, held, counted: 0 }
+        Inbound { body, buf: BytesMut::new(), max, ended: false, held, counted: 0, large_until: None }
     }
 
     /// Sets the size limit for the following request messages.
@@ -76,7 +85,19 @@ impl Inbound {
                     false => Err(Refusal::Protocol("request stream ended inside a message".into()).into()),
                 };
             }
-            match self.body.frame().await {
+            let frame = match self.large_deadline() {
+                None => self.body.frame().await,
+                Some(until) => match tokio::time::timeout_at(until, self.body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) => {
+                        return Err(Refusal::TooSlow(
+                            "a request message over 16 KiB was not complete within 10 s of its start",
+                        )
+                        .into());
+                    }
+                },
+            };
+            match frame {
                 // Request trailers carry nothing for us.
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
@@ -86,6 +107,21 @@ impl Inbound {
                 }
                 Some(Err(status)) => return Err(status),
                 None => self.ended = true,
+            }
+        }
+    }
+
+    /// The deadline of the message being buffered, when it is a large one
+    /// (set when its prefix is first seen, cleared once it is complete).
+    fn large_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let len = self.buf.get(1..PREFIX).map(|p| u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize);
+        match len {
+            Some(len) if len > RETAIN_BYTES => Some(
+                *self.large_until.get_or_insert_with(|| tokio::time::Instant::now() + LARGE_MESSAGE_DEADLINE),
+            ),
+            _ => {
+                self.large_until = None;
+                None
             }
         }
     }
@@ -105,6 +141,7 @@ impl Inbound {
         }
         let decoded = pb::SubscribeRequest::decode(&self.buf[PREFIX..PREFIX + len]);
         self.buf.advance(PREFIX + len);
+        self.large_until = None;
         self.release();
         decoded.map(Some).map_err(|e| Refusal::Protocol(format!("undecodable request message: {e}")).into())
     }
@@ -205,5 +242,29 @@ mod tests {
         // The body ends inside the message: an error, after it was buffered.
         assert!(inbound.message().await.is_err());
         assert!(held.get() >= 300_000, "gauge says {}", held.get());
+    }
+
+    /// A large message begun and never finished ends the stream after the
+    /// deadline, instead of holding its buffer for as long as it stays open.
+    #[tokio::test(start_paused = true)]
+    async fn a_large_message_left_unfinished_ends_the_stream() {
+        let mut prefix = vec![0u8];
+        prefix.extend_from_slice(&(600_000u32).to_be_bytes());
+        prefix.extend(vec![0u8; 300_000]);
+        let frames = futures_util::stream::iter(
+            prefix
+                .chunks(16 * 1024)
+                .map(|c| Ok::<_, Status>(Frame::data(Bytes::copy_from_slice(c))))
+                .collect::<Vec<_>>(),
+        );
+        // The rest never comes: the body stays open.
+        let body = Body::new(http_body_util::StreamBody::new(futures_util::StreamExt::chain(
+            frames,
+            futures_util::stream::pending(),
+        )));
+        let mut inbound = Inbound::new(body, 1 << 20, Gauge::default());
+        let err = inbound.message().await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert!(err.message().contains("within 10 s"), "{}", err.message());
     }
 }

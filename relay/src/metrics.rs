@@ -324,6 +324,7 @@ impl Metrics {
             "storage_failure",
             "stored_data_invalid",
             "subscribe_request_bytes",
+            "subscribe_request_slow",
             "hello_bytes",
             "delta_cache_bytes",
             "cursor_ahead",

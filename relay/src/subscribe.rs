@@ -351,8 +351,22 @@ async fn read_acks(
                     false => crate::usage::check(&summary),
                 };
                 match checked {
+                    // A deleted environment's usage is gone (its stream ends).
+                    Ok(()) if env.deleted.load(Ordering::Acquire) => {}
+                    // On the blocking pool: it takes the environment's usage
+                    // lock, which a `GetUsage` page may hold a while. Awaited,
+                    // so a stream's messages still count in order (a Goodbye
+                    // after it sees it counted).
                     Ok(()) => {
-                        hub.usage.ingest(&sub.env, &instance, sub.relay, &env.state.load().snapshot, summary)
+                        let (hub, name, instance) = (hub.clone(), sub.env.clone(), instance.clone());
+                        let (relay, snap) = (sub.relay, env.state.load().snapshot.clone());
+                        let counted = tokio::task::spawn_blocking(move || {
+                            hub.usage.ingest(&name, &instance, relay, &snap, summary)
+                        })
+                        .await;
+                        if let Err(e) = counted {
+                            tracing::warn!(env = %sub.env, subscriber = sub.id, error = %e, "counting a usage summary failed");
+                        }
                     }
                     // Dropped whole, counted, logged (the first per stream
                     // at warn); the stream goes on: usage is diagnostic and
@@ -386,8 +400,13 @@ async fn read_acks(
             Ok(Some(_)) => {}
             Ok(None) => return, // client half-closed; keep sending
             Err(status) => {
-                if status.code() == tonic::Code::OutOfRange {
-                    store.metrics().limit_hit("subscribe_request_bytes");
+                match status.code() {
+                    tonic::Code::OutOfRange => store.metrics().limit_hit("subscribe_request_bytes"),
+                    tonic::Code::DeadlineExceeded => {
+                        store.metrics().limit_hit("subscribe_request_slow");
+                        tracing::warn!(env = %sub.env, subscriber = sub.id, sdk = %sub.sdk, error = %status, "subscriber stream ended: a large request message was not completed in time");
+                    }
+                    _ => {}
                 }
                 tracing::debug!(env = %sub.env, subscriber = sub.id, error = %status, "subscriber request stream failed");
                 sub.fail(status);

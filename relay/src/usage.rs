@@ -103,8 +103,9 @@ struct DefaultStat {
     /// Compact JSON text.
     json: String,
     last_seen_ms: u64,
-    /// SDK instances (hashes) that listed it, at most [`MAX_INSTANCES`].
-    instances: Vec<u64>,
+    /// SDK instances (hash, last seen) that listed it within a day, at
+    /// most [`MAX_INSTANCES`].
+    instances: Vec<(u64, u64)>,
 }
 
 /// One flag's usage.
@@ -132,18 +133,26 @@ struct FlagStats {
 
 impl FlagStats {
     /// Counts default `json` listed by instance `who`. Full, a default
-    /// listed by a single instance gives way (the least recently seen);
-    /// one listed by several never does, so one SDK key sending made-up
-    /// defaults cannot push out what a fleet passes. `false`: not listed.
+    /// listed by a single instance within the day gives way (the least
+    /// recently seen); one listed by several does not, so one stream
+    /// sending made-up defaults cannot push out what a fleet passes (a
+    /// key holder opening more streams than the fleet has instances can
+    /// still outrank it in the list, never hide its mismatch:
+    /// `mismatch_ms`). `false`: not listed.
     fn see_default(&mut self, json: &str, who: u64, now: u64) -> bool {
+        for d in &mut self.defaults {
+            d.instances.retain(|i| i.1 + DAY > now);
+        }
         if let Some(d) = self.defaults.iter_mut().find(|d| d.json == json) {
             d.last_seen_ms = now;
-            if !d.instances.contains(&who) && d.instances.len() < MAX_INSTANCES {
-                d.instances.push(who);
+            match d.instances.iter().position(|i| i.0 == who) {
+                Some(at) => d.instances[at].1 = now,
+                None if d.instances.len() < MAX_INSTANCES => d.instances.push((who, now)),
+                None => {}
             }
             return true;
         }
-        let fresh = DefaultStat { json: json.to_owned(), last_seen_ms: now, instances: vec![who] };
+        let fresh = DefaultStat { json: json.to_owned(), last_seen_ms: now, instances: vec![(who, now)] };
         if self.defaults.len() < MAX_DEFAULT_CANDIDATES {
             self.defaults.push(fresh);
             return true;
@@ -205,6 +214,9 @@ struct EnvUsage {
     generation: u64,
     /// Summary entries dropped: keys that are no flag past the share.
     dropped: u64,
+    /// The environment was deleted: what still arrives for it is dropped
+    /// (set under this lock by [`Usage::forget_env`]).
+    gone: bool,
     untracked: Ring,
     outbox: Outbox,
 }
@@ -357,7 +369,10 @@ impl Usage {
     pub(crate) fn forget_env(&self, env: &str) {
         let removed = self.envs.write().unwrap_or_else(|p| p.into_inner()).remove(env);
         if let Some(cell) = removed {
-            let e = lock(&cell);
+            let mut e = lock(&cell);
+            // A summary that took the entry before it was removed finds it
+            // gone and adds nothing: the totals stay exact.
+            e.gone = true;
             self.counts.keys.fetch_sub(e.flags.len(), Ordering::Relaxed);
             self.counts.absent.fetch_sub(e.absent, Ordering::Relaxed);
         }
@@ -435,7 +450,12 @@ impl Usage {
         let mut per_flag: Vec<(String, u64)> = Vec::new();
         let cell = self.env_cell_or_new(env);
         let mut guard = lock(&cell);
-        if guard.generation != snap.generation() {
+        if guard.gone {
+            return;
+        }
+        // Generations only grow: a summary read against an older snapshot
+        // does not reclassify back to it.
+        if snap.generation() > guard.generation {
             guard.reclassify(snap, now, &self.counts);
         }
         let e = &mut *guard;

@@ -54,7 +54,14 @@ async fn evaluated(relay: &Relay, flag: &str) -> u64 {
         .unwrap()
         .into_inner();
     let f = usage.flags.iter().find(|f| f.key == flag).expect("the flag's usage");
-    f.hour.as_ref().map_or(0, |w| w.variations.iter().sum())
+    // Evaluations that served a variation, and those that fell back.
+    f.hour.as_ref().map_or(0, |w| {
+        w.variations.iter().sum::<u64>()
+            + w.fallback_missing
+            + w.fallback_wrong_type
+            + w.fallback_malformed
+            + w.fallback_not_ready
+    })
 }
 
 #[tokio::test]
@@ -70,7 +77,27 @@ async fn a_process_that_evaluates_for_two_seconds_and_closes_is_counted_whole() 
 
     // Without close(), a process that ends before its first summary (about
     // a second after its stream opened) leaves nothing: close() matters.
-    let n = shortlived(&relay, "theme", "0.3", false);
-    let seen = evaluated(&relay, "theme").await;
+    let n = shortlived(&relay, "beta-banner", "0.3", false);
+    let seen = evaluated(&relay, "beta-banner").await;
     assert!(seen < n, "without close(), {seen} of {n} evaluations arrived");
+}
+
+/// A client dropped without `close()`, while its runtime goes on, sends
+/// what it counted (the drop starts the same flush, bounded at 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_client_flushes_its_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let client =
+        flagstream::Client::builder().endpoints([relay.url()]).sdk_key(relay.demo_key()).build().unwrap();
+    assert!(client.wait_ready(flagstream_tests::STEP).await.has_data());
+    let ctx = flagstream::Context::new("user-1");
+    for _ in 0..25 {
+        std::hint::black_box(client.int("max-upload-mb", &ctx, 10));
+    }
+    drop(client);
+    flagstream_tests::cluster::eventually_async("the dropped client's evaluations counted", || async {
+        evaluated(&relay, "max-upload-mb").await == 25
+    })
+    .await;
 }

@@ -23,7 +23,10 @@
 
 use std::sync::atomic::Ordering;
 
+use std::collections::BTreeMap;
+
 use super::op::Op;
+use super::state::{Item, ItemKey, Kind};
 use super::{Store, StoreError};
 
 /// Copies of an environment a write holds until it is published
@@ -69,42 +72,56 @@ impl Drop for Reserved {
 }
 
 /// What a write's request brings: the encoded size of the items its ops
-/// carry, and the resident bytes processing them is estimated to add.
+/// carry, how much it is estimated to grow the environment, and the
+/// resident bytes processing it is estimated to add.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Request {
     pub(super) bytes: u64,
+    /// Estimated growth of the environment's item bytes: a put's encoding
+    /// over the stored item's, a patch's own size (an upper bound), a
+    /// delete's stored item taken off. At most 0: the write does not grow
+    /// the environment and is not checked.
+    pub(super) growth: i64,
     pub(super) transient: u64,
 }
 
 impl Request {
-    pub(super) fn of(ops: &[Op]) -> Request {
-        let bytes = request_bytes(ops);
+    /// The request of `ops` against the environment's `items`. One item at
+    /// a time, so the estimate allocates nothing that lives.
+    pub(super) fn of(ops: &[Op], items: &BTreeMap<ItemKey, Item>) -> Request {
+        use prost::Message;
+        let stored =
+            |kind: Kind, key: &str| items.get(&(kind, key.to_owned())).map_or(0, |i| i.bytes.len()) as i64;
+        let (mut bytes, mut growth) = (0u64, 0i64);
+        for op in ops {
+            let (carried, grows) = match op {
+                Op::PutFlag { flag, .. } => {
+                    let n = flagstream::wire::flag_to_proto(flag).encoded_len();
+                    (n, n as i64 - stored(Kind::Flag, &flag.key))
+                }
+                Op::PutSegment { segment, .. } => {
+                    let n = flagstream::wire::segment_to_proto(segment).encoded_len();
+                    (n, n as i64 - stored(Kind::Segment, &segment.key))
+                }
+                Op::PatchFlag { patches, .. } => {
+                    let n = patches.iter().map(Message::encoded_len).sum::<usize>();
+                    (n, n as i64)
+                }
+                Op::PatchSegment { patches, .. } => {
+                    let n = patches.iter().map(Message::encoded_len).sum::<usize>();
+                    (n, n as i64)
+                }
+                Op::DeleteFlag { key, .. } => (key.len(), -stored(Kind::Flag, key)),
+                Op::DeleteSegment { key, .. } => (key.len(), -stored(Kind::Segment, key)),
+            };
+            bytes += carried as u64;
+            growth += grows;
+        }
         let transient = TRANSIENT_PER_OP
             .saturating_mul(ops.len() as u64)
             .saturating_add(TRANSIENT_PER_REQUEST_BYTE.saturating_mul(bytes));
-        Request { bytes, transient }
+        Request { bytes, growth, transient }
     }
-}
-
-/// The encoded size of the items a write's ops carry, bytes. One item at
-/// a time, so the estimate allocates nothing that lives.
-fn request_bytes(ops: &[Op]) -> u64 {
-    use prost::Message;
-    ops.iter()
-        .map(|op| match op {
-            Op::PutFlag { flag, .. } => flagstream::wire::flag_to_proto(flag).encoded_len() + flag.key.len(),
-            Op::PutSegment { segment, .. } => {
-                flagstream::wire::segment_to_proto(segment).encoded_len() + segment.key.len()
-            }
-            Op::PatchFlag { key, patches, .. } => {
-                key.len() + patches.iter().map(Message::encoded_len).sum::<usize>()
-            }
-            Op::PatchSegment { key, patches, .. } => {
-                key.len() + patches.iter().map(Message::encoded_len).sum::<usize>()
-            }
-            Op::DeleteFlag { key, .. } | Op::DeleteSegment { key, .. } => key.len(),
-        } as u64)
-        .sum()
 }
 
 /// The verdict's figures, for the refusal.

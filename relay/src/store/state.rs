@@ -88,6 +88,8 @@ pub(crate) struct EnvState {
     pub revision: u64,
     /// Checksum of all items (wrapping sum of item hashes).
     pub checksum: u64,
+    /// Bytes of all item encodings (summed with the checksum).
+    bytes: usize,
     /// Commit time of the head revision, Unix ms.
     pub committed_unix_ms: u64,
     /// All live items.
@@ -159,7 +161,9 @@ impl EnvState {
         log: Arc<VecDeque<LogEntry>>,
         snapshot: Arc<Snapshot>,
     ) -> EnvState {
-        let checksum = items.values().fold(0u64, |sum, i| sum.wrapping_add(i.hash));
+        let (checksum, bytes) = items
+            .values()
+            .fold((0u64, 0usize), |(sum, bytes), i| (sum.wrapping_add(i.hash), bytes + i.bytes.len()));
         let holes = log.iter().filter_map(|e| e.diffed_from.map(|from| (from, e.revision))).collect();
         EnvState {
             holes,
@@ -167,6 +171,7 @@ impl EnvState {
             epoch,
             revision,
             checksum,
+            bytes,
             committed_unix_ms,
             items,
             log,
@@ -304,7 +309,7 @@ impl EnvState {
 
     /// Bytes of all item encodings (store size).
     pub(crate) fn item_bytes(&self) -> usize {
-        self.items.values().map(|i| i.bytes.len()).sum()
+        self.bytes
     }
 }
 

@@ -59,7 +59,7 @@ impl Store {
         let large = ops.len() >= LARGE_WRITE_OPS;
         let result = detached(async move {
             let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
-            if large {
+            if large && result.is_ok() {
                 // Its transient blocks are free now, spread through the
                 // heap: give their pages back, so resident memory (what the
                 // memory budget reads) is what is in use.
@@ -277,14 +277,11 @@ impl Store {
         // The memory budget, from the request alone: a write that cannot
         // fit allocates nothing of its plan.
         let before_bytes = state.item_bytes() as u64;
-        let request = budget::Request::of(&ops);
-        self.check_memory_budget(
-            env_name,
-            before_bytes,
-            before_bytes + request.bytes,
-            request,
-            Stage::Request,
-        )?;
+        let request = budget::Request::of(&ops, &state.items);
+        if request.growth > 0 {
+            let estimated = before_bytes.saturating_add(request.growth as u64);
+            self.check_memory_budget(env_name, before_bytes, estimated, request, Stage::Request)?;
+        }
         let plan = op::plan(state, ops, revision, &self.inner.limits)?;
         if plan.changes.is_empty() {
             return Ok(Prepared::NoOp(WriteResult { revision: state.revision, items: plan.versions }));
@@ -292,22 +289,24 @@ impl Store {
         let committed = now_ms();
         let mut items = BTreeMap::clone(&state.items);
         let mut entry_bytes = 0;
+        // The environment's item bytes after the write, from the change.
+        let mut after_bytes = before_bytes;
         for c in &plan.changes {
-            match &c.bytes {
+            let old = match &c.bytes {
                 Some(bytes) => {
                     entry_bytes += bytes.len();
+                    after_bytes += bytes.len() as u64;
                     let hash = item_hash(c.key.0, &c.key.1, bytes);
-                    items
-                        .insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after });
+                    items.insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after })
                 }
                 None => {
                     entry_bytes += c.key.1.len();
-                    items.remove(&c.key);
+                    items.remove(&c.key)
                 }
-            }
+            };
+            after_bytes -= old.map_or(0, |o| o.bytes.len() as u64);
         }
         self.check_size_quota(env_name, &state.items, &items)?;
-        let after_bytes = items.values().map(|i| i.bytes.len() as u64).sum::<u64>();
         let budget =
             self.check_memory_budget(env_name, before_bytes, after_bytes, request, Stage::Planned)?;
         let entry = LogEntry {
@@ -484,5 +483,32 @@ mod tests {
         assert!(e.to_string().contains("set aside for other writes"), "{e}");
         store.inner.budget_reserved.fetch_sub(budget, Ordering::Relaxed);
         store.write(ENV, vec![flag("b")], None, &who, "").await.expect("once they are done");
+    }
+
+    /// A write that does not grow the environment passes whatever the
+    /// budget: a delete and a toggle with resident memory far past it; a
+    /// write that grows it is refused before it is planned.
+    #[tokio::test]
+    async fn a_write_that_does_not_grow_always_passes_the_budget() {
+        const ENV: &str = "shrink";
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let who = Who::relay("test");
+        store.create_env(ENV, "", &who).await.unwrap();
+        store.write(ENV, vec![flag("a"), flag("b")], None, &who, "").await.unwrap();
+        store.set_size_quota(crate::limit::SizeQuota {
+            memory_budget: 1,
+            ..crate::limit::QuotaConfig::default().sizes()
+        });
+        let e = store.write(ENV, vec![flag("c")], None, &who, "").await.unwrap_err();
+        match &e {
+            StoreError::MemoryBudget(r) => assert!(r.estimated, "refused from the request, before planning"),
+            other => panic!("refused by the budget, not {other:?}"),
+        }
+        store.write(ENV, vec![flag("a")], None, &who, "").await.expect("the same flag again: no growth");
+        store
+            .write(ENV, vec![Op::DeleteFlag { key: "b".into(), expected: None }], None, &who, "")
+            .await
+            .expect("a delete always passes");
     }
 }

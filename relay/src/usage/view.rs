@@ -46,25 +46,36 @@ impl Usage {
                 ks.into_iter().map(|k| entry(e, snap, k, now)).collect()
             }
             Keys::Page { after, size } => {
+                // The page's keys: the flags of the data and the other keys
+                // reported, after `after`; the first `size` selected in
+                // linear time, then sorted (no sort of the whole set per
+                // page).
                 let mut ks: Vec<&str> = snap
                     .flags()
                     .map(|f| f.key.as_str())
-                    .chain(e.flags.keys().map(String::as_str))
+                    .chain(e.flags.keys().map(String::as_str).filter(|k| snap.flag(k).is_none()))
                     .filter(|k| *k > after)
                     .collect();
+                let size = size.max(1);
+                let more = ks.len() > size;
+                if more {
+                    ks.select_nth_unstable(size - 1);
+                    ks.truncate(size);
+                }
                 ks.sort_unstable();
-                ks.dedup();
                 let (mut out, mut bytes) = (Vec::new(), 0usize);
-                for k in ks {
+                for k in &ks {
                     let v = entry(e, snap, k, now);
                     let len = v.encoded_len();
-                    if out.len() == size.max(1) || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
-                        next_page_token =
-                            out.last().map(|l: &pb::FlagUsageView| l.key.clone()).unwrap_or_default();
+                    if !out.is_empty() && bytes + len > MAX_PAGE_BYTES {
                         break;
                     }
                     bytes += len;
                     out.push(v);
+                }
+                if more || out.len() < ks.len() {
+                    next_page_token =
+                        out.last().map(|l: &pb::FlagUsageView| l.key.clone()).unwrap_or_default();
                 }
                 out
             }

@@ -58,6 +58,10 @@ impl Tasks {
     pub(super) async fn close(&self, timeout: Duration) -> bool {
         let sync = self.sync.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(mut sync) = sync else { return false };
+        // A caller that stops waiting (drops this future) stops the sync
+        // task too, rather than leaving it to flush with no bound; once the
+        // task has ended this is a no-op.
+        let _stop = AbortOnDrop(sync.abort_handle());
         if let Some(c) = &self.closing {
             c.send_replace(true);
         }
@@ -89,6 +93,15 @@ impl Tasks {
             }
         }
         confirmed
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

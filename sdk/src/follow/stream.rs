@@ -30,6 +30,11 @@ const REQUEST_QUEUE: usize = 4;
 const QUICK_USAGE: Duration = Duration::from_secs(1);
 const QUICK_USAGE_TICKS: u32 = 10;
 
+/// Longest a closing stream waits to send its last requests and for the
+/// relay to end it (whatever its owner waits: `Client::close` bounds its
+/// own wait, and a relay that predates the Goodbye never ends the stream).
+const GOODBYE_WAIT: Duration = Duration::from_secs(30);
+
 /// What one stream achieved before it ended.
 #[derive(Debug, Default)]
 pub(super) struct Progress {
@@ -116,6 +121,22 @@ impl<S: Sink> Follower<S> {
     /// them all (PROTOCOL.md §4.1). The caller bounds the wait (a relay that
     /// predates the Goodbye never ends the stream for it).
     async fn goodbye(
+        &self,
+        tx: &mpsc::Sender<pb::SubscribeRequest>,
+        pending: Option<pb::SubscribeRequest>,
+        backlog: &mut Vec<pb::UsageSummary>,
+        stream: &mut tonic::Streaming<RawResponse>,
+    ) -> End {
+        match tokio::time::timeout(GOODBYE_WAIT, self.goodbye_unbounded(tx, pending, backlog, stream)).await {
+            Ok(end) => end,
+            Err(_) => {
+                tracing::warn!(wait = ?GOODBYE_WAIT, "closing: the relay did not end the stream after the Goodbye");
+                End::Closed(false)
+            }
+        }
+    }
+
+    async fn goodbye_unbounded(
         &self,
         tx: &mpsc::Sender<pb::SubscribeRequest>,
         pending: Option<pb::SubscribeRequest>,
