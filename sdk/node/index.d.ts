@@ -202,7 +202,15 @@ export interface FlagChangeEvent {
  * Events: `change` (ChangeEvent) per applied revision, `change:<flagKey>`
  * (FlagChangeEvent) per changed flag, `close`; a listener's exception goes
  * to `error` listeners if any, else to console.error. The client never
- * holds the process open; `close()` stops it and writes the cache.
+ * holds the process open (a pending `waitReady()` or `close()` promise
+ * does, until it settles); `close()` sends the final usage summary, stops
+ * it and writes the cache.
+ *
+ * Lifetime: a client that nothing references is garbage collected, and
+ * collecting it stops it (its relay stream ends, its tasks and memory are
+ * released, its final usage is sent without waiting). A client with
+ * `change` or `change:<flagKey>` listeners is kept alive until `close()`
+ * or until those listeners are removed.
  */
 export class Client extends EventEmitter {
   constructor(options: ClientOptions);
@@ -240,8 +248,17 @@ export class Client extends EventEmitter {
   dataAgeMs(): number | null;
   /** The flags served now, in the file form. */
   flagSet(): FlagSet;
-  /** Stops the sync task, writes the cache, releases the listeners' thread link. Idempotent. */
-  close(): void;
+  /**
+   * Closes the client. At once: change events stop, evaluations return
+   * their defaults, `stats()` is frozen. Then the usage counted since the
+   * last summary is sent to the relay (waiting at most 2 s for it to
+   * confirm), the sync stops and the cache is written. Resolves to whether
+   * the relay confirmed the final summary (false without a relay stream,
+   * or when closed already); until it settles the process stays alive, so
+   * a short-lived process may call it without awaiting it. Await it before
+   * another process reads the same cache directory. Idempotent.
+   */
+  close(): Promise<boolean>;
 
   on(event: 'change', listener: (e: ChangeEvent) => void): this;
   on(event: `change:${string}`, listener: (e: FlagChangeEvent) => void): this;

@@ -315,6 +315,21 @@ function nowOf(options) {
   throw new TypeError('now must be a Date, Unix milliseconds or an ISO 8601 string');
 }
 
+/** Whether `name` is an event the change forwarder emits. */
+function isChangeEvent(name) {
+  return typeof name === 'string' && (name === 'change' || name.startsWith('change:'));
+}
+
+// Lifetime. The addon's change forwarder calls into JS through a
+// threadsafe function, which holds its callback for good; the callback
+// holds its client only through a WeakRef, so a client that nothing
+// references is garbage collected and its native half's finalizer stops
+// it (its stream, tasks and memory go; src/lib.rs). A client with `change`
+// or `change:<flagKey>` listeners is kept in this set until close() or
+// until its last such listener is removed: whoever listens is using it,
+// and collecting it would silently stop their events.
+const listened = new Set();
+
 /**
  * A flagstream client: streams flags from relays on the addon's own
  * threads and evaluates them synchronously in memory. Emits `change`
@@ -324,6 +339,37 @@ function nowOf(options) {
 class Client extends EventEmitter {
   #n;
   #id;
+  #closed = false;
+
+  // Every way of adding or removing a listener updates `listened`.
+  static {
+    for (const method of ['addListener', 'on', 'prependListener', 'once', 'prependOnceListener',
+      'removeListener', 'off', 'removeAllListeners']) {
+      const base = EventEmitter.prototype[method];
+      Object.defineProperty(Client.prototype, method, {
+        value: function (...args) {
+          const out = base.apply(this, args);
+          Client.#keepWhileListened(this);
+          return out;
+        },
+        writable: true,
+        configurable: true,
+      });
+    }
+  }
+
+  static #keepWhileListened(client) {
+    if (!client.#closed && client.eventNames().some(isChangeEvent)) listened.add(client);
+    else listened.delete(client);
+  }
+
+  /** The forwarder's callback: holds the client weakly (see `listened`). */
+  static #forwardTo(ref) {
+    return (event) => {
+      const client = ref.deref();
+      if (client !== undefined) client.#onChange(event);
+    };
+  }
 
   constructor(options = {}) {
     super();
@@ -336,7 +382,7 @@ class Client extends EventEmitter {
     if (typeof o.endpoints === 'string') o.endpoints = [o.endpoints];
     this.#n = new NativeClient(o);
     this.#id = this.#n.id;
-    this.#n.listen((event) => this.#onChange(event));
+    this.#n.listen(Client.#forwardTo(new WeakRef(this)));
   }
 
   /** A client serving these flags (`{flags, segments}`, the file form): for unit tests. */
@@ -447,10 +493,21 @@ class Client extends EventEmitter {
     return this.#n.flagSet();
   }
 
-  /** Stops the sync, writes the cache, releases everything; idempotent. */
+  /**
+   * Closes the client. At once: change events stop and evaluations return
+   * their defaults. Then the usage counted since the last summary is sent
+   * to the relay (waiting at most 2 s for it to confirm), the sync stops
+   * and the cache is written. Returns a promise of whether the relay
+   * confirmed the final summary (false without a relay stream, or when
+   * closed already); until it settles it keeps the process alive, so a
+   * short-lived process may call close() without awaiting it. Idempotent.
+   */
   close() {
-    this.#n.close();
+    this.#closed = true;
+    listened.delete(this);
+    const done = this.#n.close();
     this.emit('close');
+    return done;
   }
 }
 

@@ -134,8 +134,9 @@ class FlagstreamProvider {
     }
   }
 
+  /** Closes the client (unless `closeClient: false`), its final usage summary sent or 2 s passed. */
   async onClose() {
-    if (this.#closeClient) this.#client.close();
+    if (this.#closeClient) await this.#client.close();
   }
 
   #resolve(method, key, defaultValue, ec, check) {

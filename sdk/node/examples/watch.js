@@ -37,6 +37,7 @@ client.waitReady(5000).then((ready) => {
   const keepAlive = setInterval(() => {}, 1 << 30);
   const stop = () => {
     clearInterval(keepAlive);
+    // The process exits once the final usage summary is sent (or 2 s passed).
     client.close();
   };
   process.once('SIGINT', stop);

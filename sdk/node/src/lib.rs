@@ -11,10 +11,17 @@
 //! function (it never holds the event loop open); the forwarder sends one
 //! change at a time and waits for the JS side to take it, so the only
 //! queue is the client's bounded change buffer (64 revisions; a listener
-//! further behind gets a `lagged` event). `close()` aborts the forwarder
-//! (releasing the threadsafe function) and drops the client, which stops
-//! its tasks and writes the cache: nothing of the client keeps the process
-//! alive afterwards. `index.js` wraps this in the JS API (EventEmitter,
+//! further behind gets a `lagged` event). The function's callback holds
+//! the JS client only through a `WeakRef` (index.js), so a client that
+//! nothing references (and nothing listens to) is collected, and this
+//! module's `Drop` stops it.
+//!
+//! `close()` releases the forwarder and the hot path's handle at once and
+//! returns a promise: the Rust client's `close` sends the final usage
+//! summary (waiting at most 2 s for the relay), stops the sync and writes
+//! the cache on the runtime; the promise resolves to whether the relay
+//! confirmed. Nothing of a closed client keeps the process alive once that
+//! promise settles. `index.js` wraps this in the JS API (EventEmitter,
 //! options, OpenFeature).
 
 use std::sync::Arc;
@@ -36,6 +43,10 @@ mod values;
 
 use options::{NativeOptions, builder, flag_set, ms};
 use report::{JsStats, JsStatus, js_stats, js_status};
+
+/// How long `close()` waits for the relay to confirm the final usage
+/// summary.
+const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Registers the addon's runtime with napi-rs (`spawn_future`, `spawn`).
 #[napi_derive::module_init]
@@ -439,28 +450,46 @@ impl NativeClient {
         serde_json::to_value(&set).map_err(error)
     }
 
-    /// Stops the sync task, writes the cache and releases the change
-    /// forwarder. Idempotent.
+    /// Closes the client: at once, the change forwarder is released, the
+    /// hot path's handle removed and the counters kept (evaluations
+    /// return their defaults from now on); then, on the addon's runtime,
+    /// the usage counted since the last summary is sent to the relay, the
+    /// sync stops and the cache is written ([`flagstream::Client::close`],
+    /// waiting at most [`CLOSE_FLUSH`] for the relay). Resolves to whether
+    /// the relay confirmed the final summary (`false` without a relay
+    /// stream, or when closed already). The pending promise keeps the
+    /// event loop alive, so a process that calls `close()` without
+    /// awaiting it still sends its final usage before it exits.
     #[napi]
-    pub fn close(&mut self) {
+    pub fn close<'e>(&mut self, env: &'e Env) -> Result<PromiseRaw<'e, bool>> {
+        let client = self.stop();
+        env.spawn_future(async move {
+            let Some(c) = client else { return Ok(false) };
+            Ok(c.close(CLOSE_FLUSH).await)
+        })
+    }
+
+    /// What closing does at once (see `close`); the client, unless closed
+    /// already.
+    fn stop(&mut self) -> Option<Client> {
         if let Some(f) = self.forwarder.take() {
             f.abort();
         }
-        if let Some(c) = self.client.take() {
-            self.final_stats = c.stats();
-            drop(fast::TABLES.with(|t| t.clients.borrow_mut().remove(self.id)));
-            drop(c);
-        }
+        let c = self.client.take()?;
+        self.final_stats = c.stats();
+        drop(fast::TABLES.with(|t| t.clients.borrow_mut().remove(self.id)));
+        Some(c)
     }
 }
 
 impl Drop for NativeClient {
-    /// A client collected without `close()`: its hot-path clone goes too,
-    /// so its tasks stop.
+    /// A client collected without `close()` (index.js holds its clients
+    /// only weakly from the change forwarder): the forwarder and the
+    /// hot-path handle go, and the last handle's drop stops the tasks,
+    /// writes the cache and leaves the final usage summary to a bounded
+    /// flush on the runtime (at most 2 s, not waited for).
     fn drop(&mut self) {
-        if self.client.is_some() {
-            self.close();
-        }
+        drop(self.stop());
     }
 }
 

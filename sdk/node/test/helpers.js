@@ -109,20 +109,31 @@ function whenChanged(client, check) {
  * A TCP proxy to `upstream` ("host:port"). `blackholeExisting()` stops
  * forwarding on every open connection without closing it (no FIN, no
  * RST: a silent stall); later connections are forwarded as usual.
+ * `whenOpen(n)` resolves once exactly `n` connections are open.
  */
 async function startProxy(upstream) {
   const [host, port] = [upstream.slice(0, upstream.lastIndexOf(':')), Number(upstream.slice(upstream.lastIndexOf(':') + 1))];
   const pairs = new Set();
   let connections = 0;
+  const waiting = new Set(); // {n, resolve}
+  const settle = () => {
+    for (const w of waiting) {
+      if (pairs.size === w.n) {
+        waiting.delete(w);
+        w.resolve();
+      }
+    }
+  };
   const server = net.createServer((client) => {
     connections++;
     const up = net.connect(port, host);
     const pair = { client, up };
     pairs.add(pair);
+    settle();
     client.pipe(up);
     up.pipe(client);
     const drop = () => {
-      pairs.delete(pair);
+      if (pairs.delete(pair)) settle();
       client.destroy();
       up.destroy();
     };
@@ -136,6 +147,13 @@ async function startProxy(upstream) {
   return {
     url: `http://127.0.0.1:${addr.port}`,
     connections: () => connections,
+    open: () => pairs.size,
+    whenOpen(n) {
+      return new Promise((resolve) => {
+        waiting.add({ n, resolve });
+        settle();
+      });
+    },
     blackholeExisting() {
       for (const { client, up } of pairs) {
         client.unpipe(up);

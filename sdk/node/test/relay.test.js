@@ -135,7 +135,9 @@ test('the cache serves the last flags after a restart with every relay down', GU
   assert.equal(await first.waitReady(20_000), true);
   putTrueFlag(relay, 'cached-flag');
   await whenChanged(first, () => first.bool('cached-flag', { key: 'u' }, false));
-  first.close(); // writes the newest revision to the cache
+  // Resolves once the newest revision is in the cache (after the final
+  // usage summary, which the relay confirms).
+  assert.equal(await first.close(), true);
   await relay.stop('SIGKILL');
 
   // The restarted service: a new process, the only relay down.

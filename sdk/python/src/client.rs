@@ -3,12 +3,28 @@
 //! Evaluations read the snapshot of the client that serves (one atomic load
 //! of [`Live`], one compare of the fork count), convert the context and call
 //! the Rust client's evaluation: no I/O, no lock, no await. Everything that
-//! waits releases the GIL.
+//! waits releases the GIL: construction (the cache's lock and read),
+//! `wait_ready`, the change feed, `close()` (the final usage summary, at
+//! most 2 s, the sync's stop and the cache write), and the drop of a
+//! client collected without `close()` (the sync's stop and the cache
+//! write; the Rust client sends the final summary from its own runtime,
+//! for at most 2 s, without waiting).
+//!
+//! No lock is held across a GIL release. The restart lock is taken only
+//! with the GIL held and let go before anything waits, so no thread can
+//! block on it while holding the GIL, and none holds it at a fork
+//! (`os.fork` holds the GIL). A second `close()` finds the client closed
+//! and returns while the first is still stopping it.
+//!
+//! After a fork the child never calls the parent's Rust client (its tasks'
+//! locks may have been held at the fork, `serving.rs`): it serves the
+//! parent's snapshot, read without a lock, until its own sync has data,
+//! and the parent's client and change feed are leaked, never dropped.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -21,13 +37,31 @@ use tokio::sync::broadcast;
 use crate::context::with_context;
 use crate::convert::{from_json, to_json, utf8};
 use crate::detail::PyDetail;
-use crate::options::{apply_options, at_ms, build, endpoints, flag_set};
+use crate::options::{apply_options, at_ms, build, build_detached, endpoints, flag_set};
 use crate::report;
-use crate::serving::{Live, Serving, count, fixed_parts};
-use crate::{FORKS, runtime};
+use crate::serving::{DataSeen, Live, Serving, count, fixed_parts};
+use crate::{FORKS, gate, runtime};
+
+/// How long `close()` waits for the relay to confirm the final usage
+/// summary.
+const CLOSE_FLUSH: Duration = Duration::from_secs(2);
 
 /// Ids of the change feeds (one per Rust client started).
 static FEEDS: AtomicU64 = AtomicU64::new(1);
+
+/// What a client being dropped leaves behind in its cell (one shared
+/// value: a drop allocates nothing).
+static GONE: LazyLock<Arc<Live>> = LazyLock::new(|| {
+    Arc::new(Live {
+        serving: Serving::fixed(None, false),
+        pending: None,
+        forks: 0,
+        pid: 0,
+        feed: 0,
+        closed: true,
+        data: DataSeen::yes(),
+    })
+});
 
 /// How to start the sync again in a forked child.
 #[derive(Debug)]
@@ -41,7 +75,9 @@ struct Restart {
 pub(crate) struct NativeClient {
     live: Arc<ArcSwap<Live>>,
     restart: Option<Restart>,
-    /// Serialises restarts after a fork.
+    /// Serialises restarts after a fork with each other and with
+    /// `close()`. Taken only with the GIL held, never held across a GIL
+    /// release or a wait.
     restart_lock: Mutex<()>,
     /// The change feed's receiver, with the feed id it belongs to. Taken
     /// out while a wait is in progress (no lock is held across a wait).
@@ -61,7 +97,14 @@ fn not_ready<T>(value: T) -> Detail<'static, T> {
 }
 
 impl NativeClient {
-    fn from_serving(serving: Serving, restart: Option<Restart>) -> NativeClient {
+    fn from_serving(serving: Serving, restart: Option<Restart>) -> PyResult<NativeClient> {
+        let data = match &serving {
+            // A relay's client (read after a fork).
+            Serving::Client(c) if restart.is_some() => DataSeen::watch(c, &*runtime()?),
+            // Test data and flag files have their data when built; a fixed
+            // snapshot's is its own.
+            _ => DataSeen::yes(),
+        };
         let live = Live {
             serving,
             pending: None,
@@ -69,13 +112,14 @@ impl NativeClient {
             pid: std::process::id(),
             feed: FEEDS.fetch_add(1, Ordering::Relaxed),
             closed: false,
+            data,
         };
-        NativeClient {
+        Ok(NativeClient {
             live: Arc::new(ArcSwap::from_pointee(live)),
             restart,
             restart_lock: Mutex::new(()),
             changes: Mutex::new(None),
-        }
+        })
     }
 
     /// The state to evaluate with; in a forked child, the sync is
@@ -101,8 +145,8 @@ impl NativeClient {
     }
 
     fn restart_after_fork_inner(&self) -> PyResult<()> {
-        // Held with the GIL and never across a wait: no other thread can
-        // hold it at a fork.
+        // Held with the GIL and never across a release or a wait: no other
+        // thread can hold it at a fork.
         let _one = self.restart_lock.lock().map_err(|_| PyRuntimeError::new_err("restart lock poisoned"))?;
         let forks = FORKS.load(Ordering::SeqCst);
         let cur = self.live.load_full();
@@ -111,21 +155,36 @@ impl NativeClient {
         }
         // The parent's Rust clients stay alive for good in this process:
         // their tasks ran on threads that do not exist here, and their
-        // last drop would write the parent's cache. The snapshot they hold
-        // stays readable.
+        // last drop would write the parent's cache. So does the parent's
+        // change feed: dropping a receiver takes the channel's lock, which
+        // the parent's sync may have held at the fork.
         std::mem::forget(cur.clone());
-        let pending = match (&self.restart, cur.closed) {
-            (Some(r), false) => Some(build(r.builder.clone())?),
-            _ => None,
+        let parents_feed =
+            self.changes.lock().map_err(|_| PyRuntimeError::new_err("changes lock poisoned"))?.take();
+        std::mem::forget(parents_feed);
+        let (serving, pending) = match (&self.restart, cur.closed) {
+            (Some(r), false) => {
+                // The parent's snapshot, read without a lock (the cell is
+                // an ArcSwap), if it had data.
+                let snap = match &cur.serving {
+                    Serving::Client(c) => cur.data.snapshot_of(c),
+                    Serving::Fixed { snap, .. } => snap.clone(),
+                };
+                (Serving::fixed(snap, true), Some(build(r.builder.clone())?))
+            }
+            // Closed, or test data or a flag file: no task of the client
+            // ran in the parent, so no lock of it can be held.
+            _ => (cur.serving.clone(), None),
         };
         let feed = if pending.is_some() { FEEDS.fetch_add(1, Ordering::Relaxed) } else { cur.feed };
         let next = Live {
-            serving: cur.serving.clone(),
+            serving,
             pending: pending.clone(),
             forks,
             pid: std::process::id(),
             feed,
             closed: cur.closed,
+            data: cur.data.clone(),
         };
         self.live.store(Arc::new(next));
         if let Some(p) = pending {
@@ -145,6 +204,7 @@ impl NativeClient {
                         pid: cur.pid,
                         feed: cur.feed,
                         closed: cur.closed,
+                        data: DataSeen::yes(),
                     }),
                     _ => cur.clone(),
                 });
@@ -178,7 +238,7 @@ macro_rules! eval_value {
         let key = utf8($key)?;
         with_context($context, |ctx| match &live.serving {
             Serving::Client(c) => $conv(c, key, ctx),
-            Serving::Fixed { snap, fallbacks } => {
+            Serving::Fixed { snap, fallbacks, .. } => {
                 let d = NativeClient::snapshot_detail(snap.as_deref(), key, ctx, $default, None);
                 if let Reason::Error(k) = d.reason {
                     fallbacks.count(k);
@@ -195,6 +255,7 @@ impl NativeClient {
     #[new]
     #[pyo3(signature = (endpoints=None, sdk_key=None, cache_dir=None, **options))]
     fn new(
+        py: Python<'_>,
         endpoints: Option<&Bound<'_, PyAny>>,
         sdk_key: Option<String>,
         cache_dir: Option<PathBuf>,
@@ -208,19 +269,16 @@ impl NativeClient {
                     opts.get_item("_validate")?.map(|v| v.extract::<bool>()).transpose()?.unwrap_or(true);
                 let set = flag_set(&data)?;
                 if validate {
-                    let c = build(Builder::default().test_data(set))?;
-                    return Ok(NativeClient::from_serving(Serving::Client(c), None));
+                    let c = build_detached(py, Builder::default().test_data(set))?;
+                    return NativeClient::from_serving(Serving::Client(c), None);
                 }
-                let snap = Snapshot::compile_unvalidated(&set, &Limits::default());
-                return Ok(NativeClient::from_serving(
-                    Serving::Fixed { snap: Some(Arc::new(snap)), fallbacks: Arc::default() },
-                    None,
-                ));
+                let snap = py.detach(|| Snapshot::compile_unvalidated(&set, &Limits::default()));
+                return NativeClient::from_serving(Serving::fixed(Some(Arc::new(snap)), false), None);
             }
             if let Some(path) = opts.get_item("_offline_file")? {
                 let path: PathBuf = path.extract()?;
-                let c = build(Builder::default().offline_file(path))?;
-                return Ok(NativeClient::from_serving(Serving::Client(c), None));
+                let c = build_detached(py, Builder::default().offline_file(path))?;
+                return NativeClient::from_serving(Serving::Client(c), None);
             }
         }
         let mut b = flagstream::Client::builder();
@@ -235,8 +293,8 @@ impl NativeClient {
             Some(dir) => b.clone().cache_dir(dir),
             None => b.clone(),
         };
-        let c = build(with_cache)?;
-        Ok(NativeClient::from_serving(Serving::Client(c), Some(Restart { builder: b })))
+        let c = build_detached(py, with_cache)?;
+        NativeClient::from_serving(Serving::Client(c), Some(Restart { builder: b }))
     }
 
     /// A bool flag's value for `context`, or `default` (never raises for a
@@ -270,7 +328,7 @@ impl NativeClient {
             Serving::Client(c) => c.string_with(key, ctx, d, |s| {
                 if std::ptr::eq(s, d) { default.clone() } else { PyString::new(py, s) }
             }),
-            Serving::Fixed { snap, fallbacks } => {
+            Serving::Fixed { snap, fallbacks, .. } => {
                 let r = NativeClient::snapshot_detail(snap.as_deref(), key, ctx, d, None);
                 if let Reason::Error(k) = r.reason {
                     fallbacks.count(k);
@@ -410,14 +468,23 @@ impl NativeClient {
         let timeout = Duration::try_from_secs_f64(timeout_s)
             .map_err(|e| PyValueError::new_err(format!("timeout_s: {timeout_s}: {e}")))?;
         let live = self.live_checked()?;
-        let c = match &live.serving {
+        let mut status = match &live.serving {
             Serving::Fixed { snap, .. } => return Ok(snap.is_some()),
             Serving::Client(c) if c.status().has_data() => return Ok(true),
-            Serving::Client(c) => c.clone(),
+            // Only the status: the wait keeps nothing of the client alive,
+            // so close() (dropping the sender) ends it.
+            Serving::Client(c) => c.status_watch(),
         };
         drop(live);
         let rt = runtime()?;
-        Ok(py.detach(|| rt.block_on(c.wait_ready(timeout))).has_data())
+        // The timer is made inside the runtime (it needs its reactor).
+        let waited = py.detach(|| {
+            rt.block_on(async {
+                tokio::time::timeout(timeout, status.wait_for(Status::has_data)).await.map(|r| r.is_ok())
+            })
+        });
+        // A timeout, or the client closed meanwhile: not ready.
+        Ok(matches!(waited, Ok(true)))
     }
 
     /// The client's status as a dict: state (initializing, ready, stale,
@@ -446,33 +513,58 @@ impl NativeClient {
         self.live.load().closed
     }
 
-    /// Stops the background sync (writing the cache once more, if any),
-    /// releasing the GIL meanwhile. Evaluations afterwards serve the last
-    /// data. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let _one = self.restart_lock.lock().map_err(|_| PyRuntimeError::new_err("restart lock poisoned"))?;
-        let cur = self.live.load_full();
-        if cur.closed {
-            return Ok(());
-        }
-        let snap = match &cur.serving {
-            Serving::Client(c) => c.status().has_data().then(|| c.snapshot()),
-            Serving::Fixed { snap, .. } => snap.clone(),
+    /// Closes the client: sends the usage counted since the last summary
+    /// to the relay and waits for it to confirm, at most [`CLOSE_FLUSH`];
+    /// then stops the background sync and writes the cache once more, all
+    /// with the GIL released. Evaluations afterwards serve the last data.
+    /// Whether the relay confirmed the final summary (false for a client
+    /// without a relay stream, and for a client closed already: a call
+    /// while another is still closing it returns at once).
+    fn close(&self, py: Python<'_>) -> PyResult<bool> {
+        // In a forked child, the parent's state is set aside first (never
+        // stopped here: its tasks' threads are the parent's).
+        drop(self.live_checked()?);
+        let cur = {
+            // Released before the stop below: a thread that held it across
+            // the GIL release would deadlock a second close() (which waits
+            // for it holding the GIL), and a child forked meanwhile would
+            // find it held for good.
+            let _one =
+                self.restart_lock.lock().map_err(|_| PyRuntimeError::new_err("restart lock poisoned"))?;
+            let cur = self.live.load_full();
+            if cur.closed {
+                return Ok(false);
+            }
+            let snap = match &cur.serving {
+                Serving::Client(c) => c.status().has_data().then(|| c.snapshot()),
+                Serving::Fixed { snap, .. } => snap.clone(),
+            };
+            self.live.store(Arc::new(Live {
+                serving: Serving::fixed(snap, false),
+                pending: None,
+                forks: cur.forks,
+                pid: cur.pid,
+                feed: cur.feed,
+                closed: true,
+                data: cur.data.clone(),
+            }));
+            cur
         };
-        self.live.store(Arc::new(Live {
-            serving: Serving::Fixed { snap, fallbacks: Arc::default() },
-            pending: None,
-            forks: cur.forks,
-            pid: cur.pid,
-            feed: cur.feed,
-            closed: true,
-        }));
         // The change feed ends with the client.
-        drop(self.changes.lock().map_err(|_| PyRuntimeError::new_err("changes lock poisoned"))?.take());
-        // The last handle's drop stops the tasks and writes the cache:
-        // blocking I/O, without the GIL.
-        py.detach(move || drop(cur));
-        Ok(())
+        let feed = self.changes.lock().map_err(|_| PyRuntimeError::new_err("changes lock poisoned"))?.take();
+        let rt = runtime()?;
+        // The final summary, the sync's stop and the cache write, then the
+        // last handle's drop: waits and blocking I/O, without the GIL.
+        py.detach(move || {
+            gate::pass()?;
+            let confirmed = match cur.syncing() {
+                Some(c) => rt.block_on(c.close(CLOSE_FLUSH)),
+                None => false,
+            };
+            drop(feed);
+            drop(cur);
+            Ok(confirmed)
+        })
     }
 
     /// Restarts the sync in a forked child now rather than at the next
@@ -590,5 +682,40 @@ impl NativeClient {
             }
         })??;
         Py::new(py, out)
+    }
+}
+
+impl Drop for NativeClient {
+    /// A client collected without `close()`: its Rust client is stopped
+    /// (the last handle's drop stops the sync and writes the cache) without
+    /// the GIL, as `close()` does. A client still holding its parent's
+    /// state in a forked child (the fork not yet seen) leaks it instead.
+    fn drop(&mut self) {
+        let cur = self.live.swap(GONE.clone());
+        // A poisoned lock still holds the receiver: it goes with the client.
+        let feed = match self.changes.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if cur.pid != std::process::id() || cur.forks != FORKS.load(Ordering::SeqCst) {
+            std::mem::forget(cur);
+            std::mem::forget(feed);
+            return;
+        }
+        let stop = move || {
+            let held = gate::pass();
+            drop(feed);
+            drop(cur);
+            held
+        };
+        // Collected on a thread attached to Python (the usual case): the
+        // GIL is released meanwhile. Otherwise (no interpreter to attach
+        // to) `stop` is dropped unrun, which stops the client all the same.
+        Python::try_attach(|py| {
+            if let Err(e) = py.detach(stop) {
+                // A drop has no caller: reported as `__del__` errors are.
+                e.write_unraisable(py, None);
+            }
+        });
     }
 }

@@ -4,13 +4,19 @@
 //! worker threads named `flagstream`, created on first use and again in a
 //! forked child): the stream, stall detection, failover, the cache. Python
 //! threads only read the in-memory snapshot, under the GIL, without I/O;
-//! every wait (`wait_ready`, the change feed) releases the GIL.
+//! every wait (construction, `wait_ready`, the change feed, `close()`, the
+//! stop of a client collected without it) releases the GIL, and no lock of
+//! this module is held across a release (`client.rs`).
 //!
 //! Fork: the runtime's threads do not exist in a child of `os.fork()`.
 //! The package's after-fork hook (and, off the hot path, a PID check) bumps
 //! [`FORKS`]; a client that sees the bump starts a new sync on a new
-//! runtime and keeps serving the snapshot it had until the new sync has
-//! data (`client.rs`).
+//! runtime and serves the snapshot its parent had, without calling the
+//! parent's Rust client, until the new sync has data (`client.rs`,
+//! `serving.rs`).
+//!
+//! `gate.rs` is a hook for the package's tests (holding a client's stop
+//! where it runs without the GIL), off unless a test arms it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +28,7 @@ mod client;
 mod context;
 mod convert;
 mod detail;
+mod gate;
 mod options;
 mod report;
 mod serving;
@@ -91,6 +98,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::PyContext>()?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(_forks, m)?)?;
+    m.add_function(wrap_pyfunction!(gate::_hold_next_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(gate::_wait_stop_held, m)?)?;
+    m.add_function(wrap_pyfunction!(gate::_release_stop, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Building a Rust client from `flagstream.Client`'s keyword options:
 //! each option checked and named in its error (durations in seconds, PEM
-//! files, endpoints, flag sets), and the `at=` argument of evaluations.
+//! files, endpoints, flag sets), the build itself (without the GIL for a
+//! new client), and the `at=` argument of evaluations.
 
 use std::time::Duration;
 
@@ -63,18 +64,36 @@ pub(crate) fn apply_options(mut b: Builder, options: Option<&Bound<'_, PyDict>>)
     Ok(b)
 }
 
+/// Builds the client with the GIL held: for a restart after a fork, which
+/// runs under the client's restart lock (never held across a GIL release)
+/// and has no cache to wait for or read.
 pub(crate) fn build(b: Builder) -> PyResult<flagstream::Client> {
     let rt = runtime()?;
     let _in_runtime = rt.enter();
-    b.build().map_err(|e| {
-        let mut msg = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            msg.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        PyValueError::new_err(msg)
+    b.build().map_err(build_error)
+}
+
+/// Builds the client without the GIL: opening the cache may wait for its
+/// lock (up to 500 ms, a client of this process that was just dropped)
+/// and reads it, and compiling test data or a flag file takes as long as
+/// the flags do. The runtime is fetched first, with the GIL (see
+/// [`runtime`]).
+pub(crate) fn build_detached(py: Python<'_>, b: Builder) -> PyResult<flagstream::Client> {
+    let rt = runtime()?;
+    py.detach(move || {
+        let _in_runtime = rt.enter();
+        b.build().map_err(build_error)
     })
+}
+
+fn build_error(e: flagstream::BuildError) -> PyErr {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    PyValueError::new_err(msg)
 }
 
 pub(crate) fn flag_set(v: &Bound<'_, PyAny>) -> PyResult<FlagSet> {

@@ -1,6 +1,7 @@
 //! `status()` and `stats()` as Python dicts: the client's state (with the
 //! sync restarting after a fork shown as stale, serving the parent's
-//! flags), its failed attempts, and its counters.
+//! flags), its failed attempts, and its counters (a fixed snapshot's
+//! fallbacks added to those of the sync, if any).
 
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -67,17 +68,18 @@ pub(crate) fn status<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, P
 }
 
 pub(crate) fn stats<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, PyDict>> {
-    let s = match (live.syncing(), &live.serving) {
-        (Some(c), _) => c.stats(),
-        (None, Serving::Fixed { fallbacks, .. }) => flagstream::Stats {
-            default_not_found: fallbacks.not_found.load(Ordering::Relaxed),
-            default_not_ready: fallbacks.not_ready.load(Ordering::Relaxed),
-            default_wrong_type: fallbacks.wrong_type.load(Ordering::Relaxed),
-            default_malformed: fallbacks.malformed.load(Ordering::Relaxed),
-            ..Default::default()
-        },
-        (None, Serving::Client(c)) => c.stats(),
+    let mut s = match live.syncing() {
+        Some(c) => c.stats(),
+        None => flagstream::Stats::default(),
     };
+    // A fixed snapshot counts its own fallbacks (after a fork, until the
+    // new sync has data, on top of that sync's counters).
+    if let Serving::Fixed { fallbacks, .. } = &live.serving {
+        s.default_not_found += fallbacks.not_found.load(Ordering::Relaxed);
+        s.default_not_ready += fallbacks.not_ready.load(Ordering::Relaxed);
+        s.default_wrong_type += fallbacks.wrong_type.load(Ordering::Relaxed);
+        s.default_malformed += fallbacks.malformed.load(Ordering::Relaxed);
+    }
     let out = PyDict::new(py);
     for (k, v) in [
         ("default_not_found", s.default_not_found),

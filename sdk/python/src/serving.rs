@@ -1,10 +1,16 @@
 //! What a native client serves from: a Rust client or a fixed snapshot
 //! ([`Serving`]), the state evaluations load whole ([`Live`]: replaced
-//! after a fork once the new sync has data, and at close), and the
+//! after a fork, again once the new sync has data, and at close), and the
 //! fallback counters of a client with no Rust client behind it.
+//!
+//! In a forked child the parent's Rust client is never called: its
+//! background tasks ran on threads the child does not have, and any lock
+//! one of them held at the fork (the usage aggregator's, the status
+//! channel's) stays held. The child serves the parent's snapshot as a
+//! fixed one, read once without a lock, until its own sync has data.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use flagstream::{ErrorKind, Reason, Snapshot};
 
@@ -35,9 +41,17 @@ impl Fallbacks {
 pub(crate) enum Serving {
     /// A Rust client (streaming, a flag file or validated test data).
     Client(flagstream::Client),
-    /// A fixed snapshot: unvalidated test data, or the last data of a
-    /// closed client (`None`: it never had any).
-    Fixed { snap: Option<Arc<Snapshot>>, fallbacks: Arc<Fallbacks> },
+    /// A fixed snapshot: unvalidated test data, the last data of a closed
+    /// client, or, in a forked child until its own sync has data, the
+    /// parent's (`stale`). `None`: there was none.
+    Fixed { snap: Option<Arc<Snapshot>>, fallbacks: Arc<Fallbacks>, stale: bool },
+}
+
+impl Serving {
+    /// A fixed snapshot with counters of its own.
+    pub(crate) fn fixed(snap: Option<Arc<Snapshot>>, stale: bool) -> Serving {
+        Serving::Fixed { snap, fallbacks: Arc::default(), stale }
+    }
 }
 
 /// The client state evaluations load, replaced whole (after a fork, when
@@ -55,6 +69,9 @@ pub(crate) struct Live {
     /// see (the pending one, or the serving one).
     pub(crate) feed: u64,
     pub(crate) closed: bool,
+    /// Whether the serving Rust client has had data, read after a fork
+    /// (when asking the parent's client could wait on a lock).
+    pub(crate) data: DataSeen,
 }
 
 impl Live {
@@ -76,7 +93,7 @@ pub(crate) fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Op
             let status = c.status();
             (status.has_data().then(|| c.snapshot()), status.is_stale(), None)
         }
-        Serving::Fixed { snap, fallbacks } => (snap.clone(), false, Some(fallbacks.clone())),
+        Serving::Fixed { snap, fallbacks, stale } => (snap.clone(), *stale, Some(fallbacks.clone())),
     }
 }
 
@@ -85,5 +102,55 @@ pub(crate) fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Op
 pub(crate) fn count(fallbacks: &Option<Arc<Fallbacks>>, at: Option<i64>, reason: &Reason<'_>) {
     if let (Some(f), None, Reason::Error(k)) = (fallbacks, at, reason) {
         f.count(*k);
+    }
+}
+
+/// Whether a Rust client has had data, told without asking it: in a
+/// forked child its status sits behind a lock a parent thread may have held
+/// at the fork. It has if its snapshot is no longer the empty one it held
+/// when it was made (a publish swaps the snapshot in before the status
+/// says so), or once a task watching its status saw data (for the rare
+/// snapshot published before the empty one was read).
+#[derive(Debug, Clone)]
+pub(crate) struct DataSeen {
+    watched: Arc<AtomicBool>,
+    /// The snapshot the client held without data; `None`: it had data.
+    empty: Option<Arc<Snapshot>>,
+}
+
+impl DataSeen {
+    /// For a client that has data.
+    pub(crate) fn yes() -> DataSeen {
+        DataSeen { watched: Arc::new(AtomicBool::new(true)), empty: None }
+    }
+
+    /// For `client`, watched on `rt` (a task that ends with the client)
+    /// until it has data.
+    pub(crate) fn watch(client: &flagstream::Client, rt: &tokio::runtime::Runtime) -> DataSeen {
+        // The snapshot first: one published after it changes it.
+        let empty = client.snapshot();
+        if client.status().has_data() {
+            return DataSeen::yes();
+        }
+        let watched = Arc::new(AtomicBool::new(false));
+        let mut status = client.status_watch();
+        let set = watched.clone();
+        rt.spawn(async move {
+            // An error: the client is gone without ever having data.
+            if status.wait_for(flagstream::Status::has_data).await.is_ok() {
+                set.store(true, Ordering::Release);
+            }
+        });
+        DataSeen { watched, empty: Some(empty) }
+    }
+
+    /// `client`'s snapshot if it has had data, read without a lock.
+    pub(crate) fn snapshot_of(&self, client: &flagstream::Client) -> Option<Arc<Snapshot>> {
+        let now = client.snapshot();
+        let seen = match &self.empty {
+            None => true,
+            Some(empty) => !Arc::ptr_eq(empty, &now) || self.watched.load(Ordering::Acquire),
+        };
+        seen.then_some(now)
     }
 }

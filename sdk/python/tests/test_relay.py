@@ -233,3 +233,20 @@ def test_usage_reaches_the_relay(relays) -> None:
         assert "callers pass default false but the flag serves true" in f["warnings"][0], f
         gone = _wait_usage(a, "py-gone", lambda f: f["day"]["fallbacks"]["missing"] >= 3)
         assert gone["day"]["fallbacks"]["missing"] == 3 and gone["exists"] is False, gone
+
+
+def test_close_sends_the_usage_counted_since_the_last_summary(relays) -> None:
+    """close() sends what was counted since the last summary (no regular
+    summary is due for an hour; the first may go a second after the first
+    evaluations) and returns once the relay confirmed it read it: the relay
+    has the counts when close() returns, no polling."""
+    a = relays("a")
+    a.flagctl("flag", "create", "py-short-lived", "--on", "--yes")
+    c = flagstream.Client(endpoints=[a.url], sdk_key=a.sdk_key, usage_interval=3600)
+    assert c.wait_ready(STEP), c.status()
+    for i in range(5):
+        assert c.bool("py-short-lived", {"key": f"u{i}"}, False) is True
+    assert c.close() is True, "the relay confirmed the final summary"
+    assert c.close() is False, "a second close has nothing to send"
+    f = _usage(a, "py-short-lived")
+    assert sum(e["evaluations"] for e in f["day"]["evaluations"]) == 5, f

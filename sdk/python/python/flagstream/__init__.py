@@ -13,11 +13,17 @@ caller's default comes back with an ``ERROR`` reason, counted in
         client.wait_ready(2.0)
         on = client.bool("new-checkout", {"key": "user-42", "country": "US"}, False)
 
+Threads: everything that waits (construction, which may wait for and read
+the cache, ``wait_ready``, ``close()``, the listener thread's wait, and the
+stop of a client garbage collected without ``close()``) releases the GIL,
+and ``close()`` may be called from several threads at once.
+
 Fork safety: in a child of ``os.fork()`` (gunicorn, multiprocessing) a
 client restarts its background sync on first use (or at once, through the
-package's ``os.register_at_fork`` hook) and serves the parent's flags until
-the new sync has data. The child runs without the cache (the parent keeps
-it).
+package's ``os.register_at_fork`` hook) and serves the parent's flags,
+marked stale, until the new sync has data. The child runs without the
+cache (the parent keeps it). A fork while another thread is closing a
+client is safe: the child sees the client closed.
 """
 
 from __future__ import annotations
@@ -205,13 +211,24 @@ class Client(_native.NativeClient):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Stops the background sync and the listener thread; evaluations
-        afterwards serve the last data. Idempotent."""
-        super().close()
+    def close(self) -> bool:
+        """Closes the client: sends the usage counted since the last
+        summary to the relay, waiting at most 2 s for it to confirm, then
+        stops the background sync (writing the cache once more) and the
+        listener thread. Evaluations afterwards serve the last data. Returns
+        whether the relay confirmed the final summary (False without a
+        relay stream, and when the client was closed already: a call while
+        another thread is still closing it returns at once).
+
+        A short-lived process should call it (or use ``with``) before it
+        exits, so that the flags it evaluated are reported as used. A
+        client dropped without ``close()`` stops the same way once it is
+        garbage collected, sending its final summary without waiting."""
+        confirmed = super().close()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
+        return confirmed
 
     # Change listeners -------------------------------------------------
 
