@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use flagstream_relay::metrics::{MAX_METRICS_CONNECTIONS, MAX_METRICS_CONNECTIONS_PER_ADDRESS};
+use flagstream_relay::scrape::{MAX_METRICS_CONNECTIONS, MAX_METRICS_CONNECTIONS_PER_ADDRESS};
 use flagstream_tests::STEP;
 use flagstream_tests::relay::Relay;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
