@@ -10,9 +10,9 @@
 //! accepted only from a client on this host (a loopback address), unless
 //! `status-page-remote-plaintext` allows it; any other is refused (403,
 //! `status_page_requests{result="plaintext_remote"}`) with the reason the
-//! page shows. Without a token, `/status.json` says whether one would be
-//! accepted over this connection, so the page does not send it when it
-//! would cross the network in clear.
+//! page shows. `/status/access` says whether a token would be accepted
+//! over this connection, so the page does not send it when it would cross
+//! the network in clear.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -294,20 +294,23 @@ impl Pages for StatusPage {
             "/status" | "/status/" => ("text/html; charset=utf-8", HTML),
             "/status/page.js" => ("text/javascript; charset=utf-8", SCRIPT),
             "/status/page.css" => ("text/css; charset=utf-8", STYLE),
+            // Whether a token would be accepted over this connection: the
+            // page asks before it sends one, and sends none otherwise.
+            "/status/access" => {
+                let ok = self.token_accepted(caller);
+                let body = json!({ "token_accepted": ok, "reason": (!ok).then_some(PLAINTEXT_REMOTE) });
+                self.counted("ok");
+                return Some(respond(StatusCode::OK, "application/json", body.to_string()));
+            }
             "/status.json" => {
-                let token_ok = self.token_accepted(caller);
                 let Some(secret) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
-                    self.counted("unauthenticated");
-                    let body = json!({
-                        "error": "token required: send `authorization: Bearer <token>`",
-                        // Whether a token would be accepted over this
-                        // connection: the page sends none otherwise.
-                        "token_accepted": token_ok,
-                        "token_refused_because": (!token_ok).then_some(PLAINTEXT_REMOTE),
-                    });
-                    return Some(respond(StatusCode::UNAUTHORIZED, "application/json", body.to_string()));
+                    return Some(self.refuse(
+                        StatusCode::UNAUTHORIZED,
+                        "unauthenticated",
+                        "token required: send `authorization: Bearer <token>`",
+                    ));
                 };
-                if !token_ok {
+                if !self.token_accepted(caller) {
                     return Some(self.refuse(StatusCode::FORBIDDEN, "plaintext_remote", PLAINTEXT_REMOTE));
                 }
                 let Some(p) = self.tokens.authenticate(secret.trim()) else {

@@ -2,8 +2,8 @@
 //! listener (metrics and the status page) speaks only TLS with the relay's
 //! certificate: a scrape and the page's data load over HTTPS, a plaintext
 //! request gets nothing, a failed handshake is counted. Over plaintext, the
-//! status page takes a token only from this host: asked without one, it
-//! says whether one would be accepted (so the page never sends it), and a
+//! status page takes a token only from this host: `/status/access` says
+//! whether one would be accepted (so the page never sends it), and a
 //! token from another host is refused with the reason the page shows
 //! (that refusal is decided by the client's address, which a test on this
 //! machine cannot vary: the unit test `status_page::tests` covers it).
@@ -101,8 +101,8 @@ async fn the_metrics_listener_speaks_tls_and_the_page_keeps_tokens_local() {
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Relay::start(plain_dir.path(), &[]).await;
     let tcp = tokio::net::TcpStream::connect(plain.metrics).await.unwrap();
-    let (code, body) = get(tcp, "/status.json", None).await.unwrap();
-    assert_eq!(code, 401);
+    let (code, body) = get(tcp, "/status/access", None).await.unwrap();
+    assert_eq!(code, 200);
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["token_accepted"], true, "{body}");
     let tcp = tokio::net::TcpStream::connect(plain.metrics).await.unwrap();

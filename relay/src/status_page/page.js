@@ -199,9 +199,9 @@ document.addEventListener("DOMContentLoaded", () => {
     // Ask first whether a token is accepted over this connection (no TLS,
     // another host: it would cross the network in clear): if not, it is
     // never sent, and the page says why.
-    const check = await fetch("/status.json", { cache: "no-store" }).catch(() => null);
+    const check = await fetch("/status/access", { cache: "no-store" }).catch(() => null);
     const body = check ? await check.json().catch(() => ({})) : {};
-    if (body.token_accepted === false) return showLogin(body.token_refused_because);
+    if (body.token_accepted === false) return showLogin(body.reason);
     sessionStorage.setItem(KEY, token);
     start();
   });
