@@ -6,7 +6,7 @@
 //! them, [`Postgres::start`] fails the test, saying how to install the
 //! server — unless `FLAGSTREAM_SKIP_POSTGRES=1` is set, the explicit choice
 //! to skip: then it prints one `SKIPPED` line to the test output and the
-//! test returns early. `FLAGSTREAM_REQUIRE_POSTGRES=1` (`.ci/run` sets it)
+//! test returns early. `FLAGSTREAM_REQUIRE_POSTGRES=1` (`tests/run` sets it)
 //! overrides a skip request: a missing server fails. `initdb` refuses to
 //! run as root: as root the server runs as the `postgres` user.
 

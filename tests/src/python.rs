@@ -4,7 +4,7 @@
 //! the Python package, pytest and openfeature-sdk to test it, PyYAML for
 //! the conformance suite), and where they come from.
 //!
-//! With `FLAGSTREAM_PYTHON_PACKAGES` set (`.ci/run` sets it, after
+//! With `FLAGSTREAM_PYTHON_PACKAGES` set (`tests/run` sets it, after
 //! installing every pin of [`PINS`] there) the tests use that directory
 //! and never download: a package missing there fails the test, naming the
 //! command that installs it. Without it, a test installs its packages from
@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Every pinned package: what `.ci/run` installs into
+/// Every pinned package: what `tests/run` installs into
 /// `FLAGSTREAM_PYTHON_PACKAGES` (keep the two lists equal).
 pub const PINS: &[&str] = &[
     "PyYAML==6.0.2",
@@ -33,7 +33,7 @@ pub const PINS: &[&str] = &[
 /// `CARGO_TARGET_TMPDIR`).
 pub fn packages(cache: &Path, pins: &[&str], modules: &[&str]) -> PathBuf {
     for pin in pins {
-        assert!(PINS.contains(pin), "{pin} is not in python::PINS (which .ci/run installs)");
+        assert!(PINS.contains(pin), "{pin} is not in python::PINS (which tests/run installs)");
     }
     let importable = |dir: &Path| {
         let import = format!("import {}", modules.join(", "));
@@ -82,4 +82,17 @@ pub fn packages(cache: &Path, pins: &[&str], modules: &[&str]) -> PathBuf {
     );
     assert!(importable(cache), "{modules:?} do not import from {} after installing them", cache.display());
     cache.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    /// `tests/run` installs exactly [`super::PINS`]: the two lists cannot
+    /// drift apart.
+    #[test]
+    fn the_test_command_installs_every_pin() {
+        let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/run")).unwrap();
+        let line = script.lines().find_map(|l| l.strip_prefix("pins=\"")).expect("a pins= line in tests/run");
+        let listed: Vec<&str> = line.trim_end_matches('"').split_whitespace().collect();
+        assert_eq!(listed, super::PINS, "tests/run and python::PINS list the same packages");
+    }
 }

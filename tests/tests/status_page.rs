@@ -89,7 +89,7 @@ async fn the_status_page_shows_the_tree_and_the_bad_defaults_in_chromium() {
     let chromium = chromium();
     assert!(
         chromium.exists(),
-        "{} not found: the status page test needs Chromium (Debian: apt-get install chromium; .ci/run installs it) \
+        "{} not found: the status page test needs Chromium (Debian: apt-get install chromium; tests/run installs it) \
          or FLAGSTREAM_CHROMIUM pointing at one",
         chromium.display()
     );
