@@ -210,7 +210,7 @@ pub(crate) struct Hub {
     /// environment (PostgreSQL: every relay answers for the deployment).
     peers: Mutex<HashMap<String, Vec<Report>>>,
     /// This relay as a node of the relay tree (`crate::tree`).
-    pub node: crate::tree::Identity,
+    pub node: crate::node::Identity,
     /// Limits in force.
     pub limits: HubLimits,
     /// The per-environment subscriber quota now (reloaded on SIGHUP).
@@ -234,7 +234,7 @@ impl Hub {
             usage: Usage::new(metrics.clone(), false),
             stats: Mutex::new(HashMap::default()),
             peers: Mutex::new(HashMap::new()),
-            node: crate::tree::Identity::default(),
+            node: crate::node::Identity::default(),
             per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
             limits,
             metrics,

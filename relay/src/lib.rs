@@ -25,6 +25,7 @@ mod hub;
 mod inbound;
 mod limit;
 pub mod metrics;
+mod node;
 mod permission;
 mod probe;
 mod process;

@@ -8,6 +8,8 @@ use std::collections::VecDeque;
 
 use flagstream_proto::v1 as pb;
 
+use crate::node::{MAX_NODE_ENVIRONMENTS, MAX_NODE_STRING, MAX_NODES};
+
 /// Revisions per environment whose statistics are kept.
 pub(crate) const TRACKED_REVISIONS: usize = 256;
 
@@ -188,7 +190,7 @@ pub(crate) struct Report {
     pub revisions: Vec<(u64, u64, Histogram)>,
     /// The relays of the reporting subtree (`crate::tree`), parents set.
     pub nodes: Vec<pb::RelayNode>,
-    /// Entries the subtree left out (`crate::tree::received`).
+    /// Entries the subtree left out ([`received`]).
     pub nodes_omitted: u64,
 }
 
@@ -196,10 +198,10 @@ impl Report {
     /// From the wire form, as received by the relay `parent` (empty for a
     /// shared database's peer: a root of the tree).
     /// A report received on `env`'s stream by relay `own` (its tree
-    /// entries kept as `crate::tree::received` says; `parent`: the id the
+    /// entries kept as [`received`] says; `parent`: the id the
     /// sender's own entry hangs below).
     pub(crate) fn from_proto(r: &pb::PropagationReport, parent: &str, env: &str, own: &str) -> Report {
-        let (nodes, nodes_omitted) = crate::tree::received(r, parent, env, own);
+        let (nodes, nodes_omitted) = received(r, parent, env, own);
         Report {
             nodes,
             nodes_omitted,
@@ -239,6 +241,54 @@ impl Report {
                 .collect(),
         }
     }
+}
+
+/// The entries of a report received on `env`'s stream (or a shared
+/// database's row for `env`) this relay keeps: at most [`MAX_NODES`](crate::node::MAX_NODES), each
+/// well formed (non-empty id, strings within [`MAX_NODE_STRING`](crate::node::MAX_NODE_STRING), at most
+/// [`MAX_NODE_ENVIRONMENTS`](crate::node::MAX_NODE_ENVIRONMENTS) environments, only `env` among them), none
+/// claiming this relay's id (`own`) or an id twice. The first entry is the
+/// sender's own: its parent is set to `parent` (the receiving relay; empty
+/// for a shared database's peer, a root). Every later entry must hang
+/// below an entry kept before it in the same report, so a sender can place
+/// relays only inside its own subtree. Returns them and how many were left
+/// out, plus what the sender says it left out.
+pub(crate) fn received(
+    r: &pb::PropagationReport,
+    parent: &str,
+    env: &str,
+    own: &str,
+) -> (Vec<pb::RelayNode>, u64) {
+    let mut omitted = r.nodes_omitted;
+    let mut nodes: Vec<pb::RelayNode> = Vec::with_capacity(r.nodes.len().min(MAX_NODES));
+    let mut ids: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (i, n) in r.nodes.iter().enumerate() {
+        let strings_ok =
+            [&n.id, &n.parent_id, &n.name, &n.role, &n.version].iter().all(|s| s.len() <= MAX_NODE_STRING)
+                && n.environments
+                    .iter()
+                    .all(|e| e.name.len() <= MAX_NODE_STRING && e.epoch.len() <= MAX_NODE_STRING);
+        let placed = i == 0 || ids.contains(n.parent_id.as_str());
+        if nodes.len() >= MAX_NODES
+            || n.id.is_empty()
+            || n.id == own
+            || ids.contains(n.id.as_str())
+            || !placed
+            || !strings_ok
+            || n.environments.len() > MAX_NODE_ENVIRONMENTS
+            || n.environments.iter().any(|e| e.name != env)
+        {
+            omitted = omitted.saturating_add(1);
+            continue;
+        }
+        ids.insert(n.id.as_str());
+        let mut n = n.clone();
+        if i == 0 {
+            n.parent_id = parent.to_owned();
+        }
+        nodes.push(n);
+    }
+    (nodes, omitted)
 }
 
 #[cfg(test)]
@@ -302,5 +352,59 @@ mod tests {
         let p99 = a.percentile(0.99);
         assert!((990..=1000).contains(&p99), "{p99}");
         assert_eq!(a.percentile(1.0), 1000, "capped at the exact maximum");
+    }
+
+    fn node_entry(id: &str, parent: &str, sampled: u64, envs: &[(&str, u64)]) -> pb::RelayNode {
+        pb::RelayNode {
+            id: id.into(),
+            parent_id: parent.into(),
+            sampled_unix_ms: sampled,
+            environments: envs
+                .iter()
+                .map(|(n, r)| pb::NodeEnvironment { name: (*n).into(), revision: *r, ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
+    /// A relay's own entry gets the receiver as parent; an entry from
+    /// further down keeps its parent; malformed entries and entries past
+    /// the bound are left out and counted with what the sender left out.
+    #[test]
+    fn received_entries_are_bounded_and_parented() {
+        let mut nodes =
+            vec![node_entry("a", "", 1, &[]), node_entry("b", "a", 1, &[]), node_entry("", "a", 1, &[])];
+        nodes.push(pb::RelayNode { name: "x".repeat(MAX_NODE_STRING + 1), ..node_entry("c", "a", 1, &[]) });
+        nodes.extend((0..MAX_NODES + 5).map(|i| node_entry(&format!("n{i}"), "a", 1, &[])));
+        let r = pb::PropagationReport { nodes, nodes_omitted: 7, ..Default::default() };
+        let (kept, omitted) = received(&r, "root", "prod", "root");
+        assert_eq!(kept.len(), MAX_NODES);
+        assert_eq!(kept[0].parent_id, "root");
+        assert_eq!(kept[1].parent_id, "a");
+        assert_eq!(omitted, 7 + 2 + 7, "sender's 7, two malformed, seven past the bound");
+    }
+
+    /// A sender cannot place entries outside its own subtree, claim the
+    /// receiver's id or an id twice, or report other environments than the
+    /// stream's.
+    #[test]
+    fn received_entries_stay_in_the_senders_subtree() {
+        let nodes = vec![
+            node_entry("a", "elsewhere", 1, &[("prod", 3)]),
+            node_entry("b", "a", 1, &[("prod", 3)]),
+            node_entry("c", "b", 1, &[("prod", 3)]),
+            node_entry("x", "nowhere", 1, &[("prod", 3)]),
+            node_entry("root", "a", 1, &[("prod", 3)]),
+            node_entry("b", "c", 1, &[("prod", 3)]),
+            node_entry("d", "a", 1, &[("staging", 9)]),
+            node_entry("e", "x", 1, &[("prod", 3)]),
+        ];
+        let r = pb::PropagationReport { nodes, ..Default::default() };
+        let (kept, omitted) = received(&r, "root", "prod", "root");
+        let ids: Vec<_> = kept.iter().map(|n| (n.id.as_str(), n.parent_id.as_str())).collect();
+        assert_eq!(ids, [("a", "root"), ("b", "a"), ("c", "b")]);
+        assert_eq!(
+            omitted, 5,
+            "a foreign parent, the receiver's id, a repeated id, another environment, below a dropped one"
+        );
     }
 }
