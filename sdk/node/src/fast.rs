@@ -27,7 +27,6 @@
 //! An invalid kind name or more kinds or attributes than the context
 //! limits allow is a `TypeError`.
 
-use std::cell::RefCell;
 use std::ffi::c_char;
 use std::ptr;
 
@@ -36,73 +35,8 @@ use napi::sys;
 
 use crate::js_context::*;
 use crate::napi_value::*;
-use crate::values::{MAX_VALUES, Shape, shape_set, update, with_values};
-
-/// A table of values by id, reusing freed ids.
-pub(crate) struct Table<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Table<T> {
-    const fn new() -> Self {
-        Table { slots: Vec::new(), free: Vec::new() }
-    }
-
-    pub(crate) fn insert(&mut self, v: T) -> u32 {
-        if let Some(id) = self.free.pop() {
-            self.slots[id as usize] = Some(v);
-            return id;
-        }
-        self.slots.push(Some(v));
-        (self.slots.len() - 1) as u32
-    }
-
-    pub(crate) fn remove(&mut self, id: u32) -> Option<T> {
-        let v = self.slots.get_mut(id as usize)?.take();
-        if v.is_some() {
-            self.free.push(id);
-        }
-        v
-    }
-
-    pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.slots.get(id as usize)?.as_ref()
-    }
-
-    /// Replaces the value of the live id `id`; false when `id` is not live.
-    pub(crate) fn replace(&mut self, id: u32, v: T) -> bool {
-        match self.slots.get_mut(id as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = Some(v);
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-/// A JS thread's tables, in one thread-local so that an evaluation reaches
-/// all of them with one lookup (in a shared library each lookup is a call).
-pub(crate) struct Tables {
-    /// The open clients.
-    pub(crate) clients: RefCell<Table<Client>>,
-    /// The prebuilt contexts.
-    pub(crate) contexts: RefCell<Table<Context<'static>>>,
-    /// The names and current values of the values form ([`crate::values`]).
-    pub(crate) shape: RefCell<Shape>,
-}
-
-thread_local! {
-    /// This JS thread's tables.
-    pub(crate) static TABLES: Tables = const {
-        Tables {
-            clients: RefCell::new(Table::new()),
-            contexts: RefCell::new(Table::new()),
-            shape: RefCell::new(Shape::new()),
-        }
-    };
-}
+use crate::tables::TABLES;
+use crate::values::{MAX_VALUES, shape_set, update, with_values};
 
 /// The arguments of a typed evaluation: `(clientId, key, ctx, default)`,
 /// then, for the values form (`ctx` is `true`, ignored), the mask and up to

@@ -11,8 +11,8 @@ use serde_json::Value as Json;
 
 use std::cell::RefCell;
 
-use crate::fast::{TABLES, Table};
 use crate::napi_value::*;
+use crate::tables::{TABLES, Table};
 
 pub(crate) fn check_kind(kind: &str) -> R<()> {
     match flagstream::reference::kind_problem(kind) {

@@ -39,6 +39,7 @@ mod js_context;
 mod napi_value;
 mod options;
 mod report;
+mod tables;
 mod values;
 
 use options::{NativeOptions, builder, flag_set, ms};
@@ -139,7 +140,7 @@ type ChangeFn = ThreadsafeFunction<ChangeEvent, Unknown<'static>, ChangeEvent, n
 #[napi]
 pub struct NativeClient {
     client: Option<Client>,
-    /// Its id in `fast::TABLES.clients` (the hot path's handle on a clone).
+    /// Its id in `tables::TABLES.clients` (the hot path's handle on a clone).
     id: u32,
     /// The counters at `close()`, served afterwards.
     final_stats: flagstream::Stats,
@@ -256,7 +257,7 @@ impl NativeClient {
     pub fn new(env: Env, options: NativeOptions) -> Result<Self> {
         let b = js(&env, builder(options))?;
         let client = napi::bindgen_prelude::within_runtime_if_available(|| b.build()).map_err(error)?;
-        let id = fast::TABLES.with(|t| t.clients.borrow_mut().insert(client.clone()));
+        let id = tables::TABLES.with(|t| t.clients.borrow_mut().insert(client.clone()));
         Ok(NativeClient {
             client: Some(client),
             id,
@@ -477,7 +478,7 @@ impl NativeClient {
         }
         let c = self.client.take()?;
         self.final_stats = c.stats();
-        drop(fast::TABLES.with(|t| t.clients.borrow_mut().remove(self.id)));
+        drop(tables::TABLES.with(|t| t.clients.borrow_mut().remove(self.id)));
         Some(c)
     }
 }
@@ -503,7 +504,7 @@ pub fn fast_api(env: &Env) -> Result<Object<'_>> {
 /// A prebuilt context's file form, key and kind (`Context#toJSON`).
 #[napi]
 pub fn context_info(id: u32) -> Result<Json> {
-    fast::TABLES.with(|t| match t.contexts.borrow().get(id) {
+    tables::TABLES.with(|t| match t.contexts.borrow().get(id) {
         Some(c) => {
             let file = serde_json::to_value(c).map_err(error)?;
             let kind = if c.is_multi() { "multi" } else { c.context_kind() };

@@ -4,7 +4,7 @@
 //! same code), is passed as the values that changed only: a bit mask of
 //! their positions and the values, one N-API argument each (no string
 //! built in JS, none parsed here). The addon holds the names and the
-//! current values ([`Shape`], in [`crate::fast::Tables`]: set by `shapeSet(names, values)`, updated by
+//! current values ([`Shape`], in [`crate::tables::Tables`]: set by `shapeSet(names, values)`, updated by
 //! every call in this form before anything else, so that it stays what
 //! index.js recorded even when the client is closed or the context is
 //! invalid). Read into exactly the context
@@ -20,6 +20,7 @@ use napi::sys;
 
 use crate::js_context::check_kind;
 use crate::napi_value::*;
+use crate::tables::{Held, Shape};
 
 /// The most values a context passes in this form (index.js `MAX_VALUES`).
 pub(crate) const MAX_VALUES: usize = 8;
@@ -27,32 +28,7 @@ pub(crate) const MAX_VALUES: usize = 8;
 /// The largest integer every `f64` up to which is one (2^53 - 1).
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
-/// One value held: a string (and whether the packed form reads it: no
-/// U+FFFD, what a lone surrogate reads as), a safe integer, a boolean,
-/// nothing (`null`/`undefined`: a missing attribute), or a value this form
-/// does not take (index.js passes none: the context reads as `None`).
-enum Held {
-    Skip,
-    Str(String, bool),
-    Num(f64),
-    Bool(bool),
-    Other,
-}
-
-/// The names and values of the values form.
-pub(crate) struct Shape {
-    names: Vec<String>,
-    values: Vec<Held>,
-    /// The positions of the names `key` and `kind`, found once.
-    key_at: Option<usize>,
-    kind_at: Option<usize>,
-}
-
 impl Shape {
-    pub(crate) const fn new() -> Self {
-        Shape { names: Vec::new(), values: Vec::new(), key_at: None, kind_at: None }
-    }
-
     /// The string at `at` (`Some(None)`: no such name, or null/undefined),
     /// `None` when the packed form would not read it (not a string, or a
     /// lone surrogate's U+FFFD).
@@ -205,7 +181,7 @@ pub(crate) unsafe extern "C" fn shape_set(
         }
         let key_at = names.iter().position(|n| n == "key");
         let kind_at = names.iter().position(|n| n == "kind");
-        crate::fast::TABLES.with(|t| *t.shape.borrow_mut() = Shape { names, values, key_at, kind_at });
+        crate::tables::TABLES.with(|t| *t.shape.borrow_mut() = Shape { names, values, key_at, kind_at });
         undefined(env)
     })();
     match r {
