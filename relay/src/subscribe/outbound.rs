@@ -1,0 +1,358 @@
+//! One subscriber's outgoing side of `Subscribe`: the next message (the
+//! rest of a snapshot, one delta from its cursor to the head, a heartbeat,
+//! a reconnect request) worked out when the transport asks for one, the
+//! stream's age, its cursor held while ahead of the head, and the guard
+//! that removes the subscriber from the hub when the stream goes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use flagstream_proto::v1 as pb;
+use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Interval};
+use tonic::Status;
+
+use crate::encoded::{self, Encoded, SnapshotChunks};
+use crate::error::Refusal;
+use crate::hub::{Hub, Subscriber};
+use crate::metrics::SentKind;
+use crate::store::state::{Bounds, Catchup, EnvState};
+use crate::store::{Env, Store, now_ms};
+
+use super::{Outgoing, StreamConfig};
+
+/// The outgoing stream of subscriber `sub` of `env`, from `cursor`
+/// (pull-based: see the module docs of `subscribe.rs`); dropping it
+/// removes the subscriber from the hub.
+pub(super) fn stream(
+    store: Store,
+    hub: Arc<Hub>,
+    cfg: Arc<StreamConfig>,
+    env: Arc<Env>,
+    cursor: pb::Cursor,
+    sub: Arc<Subscriber>,
+) -> Outgoing {
+    let jitter = rand::rng().random_range(0.9..=1.1);
+    let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=cfg.heartbeat);
+    let age_deadline = Instant::now() + cfg.max_stream_age.mul_f64(jitter);
+    let out = Outbound {
+        store,
+        hub: hub.clone(),
+        cfg: cfg.clone(),
+        head: env.head.subscribe(),
+        env,
+        cursor: (cursor.epoch, cursor.revision),
+        pending: None,
+        heartbeat: {
+            let mut i = tokio::time::interval_at(Instant::now() + heartbeat_phase, cfg.heartbeat);
+            // After a long send, one heartbeat, not a burst of overdue ones.
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        },
+        age_deadline,
+        age: Box::pin(tokio::time::sleep_until(age_deadline)),
+        ahead_until: None,
+        first: true,
+        guard: Leave { hub: hub.clone(), sub, reason: "client_gone" },
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(out, |mut o| async move {
+        let item = o.next().await?;
+        if let Ok(msg) = &item {
+            let sub = &o.guard.sub;
+            sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
+            sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
+            o.hub_sent(msg);
+        }
+        Some((item, o))
+    });
+    Box::pin(stream)
+}
+
+/// Removes the subscriber from the hub when the stream is dropped.
+struct Leave {
+    hub: Arc<Hub>,
+    sub: Arc<Subscriber>,
+    reason: &'static str,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.sub.stop();
+        self.hub.leave(&self.sub, self.reason);
+    }
+}
+
+/// A snapshot being sent: the shared chunks, the next index, and the
+/// permit that counts it against the snapshot budget.
+struct Pending {
+    chunks: Arc<SnapshotChunks>,
+    next: usize,
+    _permit: OwnedSemaphorePermit,
+    /// `snapshot_sends`, decremented when the send ends or is abandoned.
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// One subscriber's outgoing side.
+struct Outbound {
+    store: Store,
+    hub: Arc<Hub>,
+    cfg: Arc<StreamConfig>,
+    env: Arc<Env>,
+    head: tokio::sync::watch::Receiver<u64>,
+    cursor: (String, u64),
+    pending: Option<Pending>,
+    heartbeat: Interval,
+    age_deadline: Instant,
+    /// Fires at `age_deadline`; kept across waits so the timer is
+    /// registered once per stream, not once per wait.
+    age: Pin<Box<tokio::time::Sleep>>,
+    /// Set when the cursor was first seen ahead of the head: the stream
+    /// is held with heartbeats until then, then asked to go elsewhere.
+    ahead_until: Option<Instant>,
+    first: bool,
+    guard: Leave,
+    done: bool,
+}
+
+impl Outbound {
+    fn hub_sent(&self, msg: &Encoded) {
+        // The first byte is the tag of SubscribeResponse's oneof field.
+        let kind = match msg.message().first() {
+            Some(0x0a) => SentKind::SnapshotChunk,
+            Some(0x12) => SentKind::Delta,
+            Some(0x1a) => SentKind::Heartbeat,
+            _ => SentKind::Reconnect,
+        };
+        self.store.metrics().sent(kind, msg.len());
+    }
+
+    fn heartbeat_msg(&self, state: &EnvState) -> Encoded {
+        encoded::message(pb::subscribe_response::Kind::Heartbeat(pb::Heartbeat {
+            epoch: state.epoch.clone(),
+            head_revision: state.revision,
+            server_time_unix_ms: now_ms(),
+            interval_ms: self.cfg.heartbeat.as_millis() as u32,
+            staleness_ms: self.store.staleness_ms(&self.env),
+            // The head's checksum: a client at exactly this (epoch,
+            // revision) with other content learns it is not current
+            // (a restored store; PROTOCOL.md §2.6).
+            checksum: Some(state.checksum),
+        }))
+    }
+
+    fn reconnect(
+        &mut self,
+        reason: pb::ReconnectReason,
+        delay: Duration,
+        why: &'static str,
+        message: &str,
+    ) -> Encoded {
+        self.done = true;
+        self.guard.reason = why;
+        encoded::message(pb::subscribe_response::Kind::Reconnect(pb::Reconnect {
+            reason: reason as i32,
+            suggested_delay_ms: delay.as_millis() as u32,
+            jitter_ms: 0,
+            alternative_endpoint: String::new(),
+            message: message.to_owned(),
+        }))
+    }
+
+    /// The next message, computed now; `None` ends the stream.
+    async fn next(&mut self) -> Option<Result<Encoded, Status>> {
+        if self.done {
+            return None;
+        }
+        // Set only while it waits below for a snapshot permit.
+        if self.guard.sub.waiting_permit.load(Ordering::Relaxed) {
+            self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
+        }
+        if let Some(p) = &mut self.pending {
+            let chunk = p.chunks.chunk(p.next, || self.store.metrics().chunk_assembled());
+            p.next += 1;
+            if p.next == p.chunks.len() {
+                self.pending = None;
+                // The snapshot's last chunk: the stream has its revision.
+                self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
+                self.guard.sub.snapshot_revision.store(0, Ordering::Relaxed);
+            }
+            return Some(Ok(chunk));
+        }
+        loop {
+            if self.hub.is_draining() {
+                let spread = self.cfg.drain_spread.as_millis().max(1) as u64;
+                let delay = Duration::from_millis(rand::rng().random_range(0..spread));
+                return Some(Ok(self.reconnect(
+                    pb::ReconnectReason::Drain,
+                    delay,
+                    "drain",
+                    "relay is shutting down",
+                )));
+            }
+            if self.guard.sub.is_stopped() {
+                self.done = true;
+                return self.guard.sub.take_failure().map(Err);
+            }
+            if Instant::now() >= self.age_deadline {
+                let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
+                return Some(Ok(self.reconnect(
+                    pb::ReconnectReason::MaxStreamAge,
+                    delay,
+                    "max_stream_age",
+                    "stream reached its maximum age; reconnect (possibly elsewhere)",
+                )));
+            }
+            // `Store::delete_env` marks the head as u64::MAX (and a waiting
+            // stream learns of it from `changed`); checked here once, for a
+            // deletion that raced with this stream's start.
+            if self.first && *self.head.borrow() == u64::MAX {
+                return Some(Err(self.deleted()));
+            }
+            // A guard, not an `Arc` clone: no shared reference count touched
+            // per delivery. Never held across an await (reloaded after).
+            let state = self.env.state.load();
+            if std::mem::take(&mut self.first) {
+                // Every stream opens with a heartbeat: the client learns the
+                // interval (to size its watchdog) and the head revision
+                // before any data, and its first-message deadline holds
+                // even while a snapshot waits for a send permit.
+                return Some(Ok(self.heartbeat_msg(&state)));
+            }
+            let metrics = self.store.metrics();
+            let bounds =
+                Bounds { chunk_bytes: self.cfg.chunk_bytes, delta_cache_bytes: self.cfg.delta_cache_bytes };
+            match state.catchup(&self.cursor.0, self.cursor.1, bounds, metrics) {
+                c @ (Catchup::Current | Catchup::Ahead) => {
+                    drop(state);
+                    let ahead = matches!(c, Catchup::Ahead);
+                    if !ahead && self.ahead_until.take().is_some() {
+                        // The head reached the cursor this stream was held
+                        // at: the subscriber has that revision (it sends no
+                        // ack, as it receives nothing).
+                        self.guard.sub.applied.fetch_max(self.cursor.1, Ordering::Relaxed);
+                        // A heartbeat now, not at the next tick: its
+                        // checksum tells a client holding other content
+                        // under this revision (a restored store) at once.
+                        let state = self.env.state.load();
+                        return Some(Ok(self.heartbeat_msg(&state)));
+                    }
+                    let hold = match (ahead, self.ahead_until) {
+                        (false, _) => None,
+                        (true, Some(until)) => Some(until),
+                        (true, None) => {
+                            self.store.note_cursor_ahead();
+                            // It holds the data up to its cursor: while the
+                            // head catches up it is not behind.
+                            self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
+                            Some(*self.ahead_until.insert(Instant::now() + self.cfg.ahead_hold))
+                        }
+                    };
+                    if hold.is_some_and(|until| Instant::now() >= until) {
+                        return Some(Ok(self.cursor_ahead()));
+                    }
+                    let far = self.age_deadline;
+                    tokio::select! {
+                        // Head first: the common wake-up polls one future.
+                        biased;
+                        changed = self.head.changed() => {
+                            if changed.is_err() || *self.head.borrow() == u64::MAX {
+                                return Some(Err(self.deleted()));
+                            }
+                        }
+                        _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                        _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => {}
+                        _ = self.age.as_mut() => {}
+                        _ = tokio::time::sleep_until(hold.unwrap_or(far)), if hold.is_some() => {}
+                    }
+                }
+                Catchup::Delta(delta) => {
+                    self.ahead_until = None;
+                    // A delta never changes the epoch: no copy of it per send.
+                    self.cursor.1 = state.revision;
+                    self.guard.sub.sent_revision.store(state.revision, Ordering::Relaxed);
+                    return Some(Ok(delta));
+                }
+                Catchup::Snapshot(chunks) => {
+                    let cursor = (state.epoch.clone(), state.revision);
+                    drop(state);
+                    let permit = match self.hub.snapshot_permits.clone().try_acquire_owned() {
+                        Ok(p) => p,
+                        Err(_) => {
+                            metrics.limit_hit("snapshot_concurrency");
+                            // Held back by the relay's own budget: not
+                            // counted as behind (cleared once it has one).
+                            self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
+                            tokio::select! {
+                                p = self.hub.snapshot_permits.clone().acquire_owned() => match p {
+                                    Ok(p) => p,
+                                    Err(_) => return None, // semaphore closed: shutting down
+                                },
+                                // Keep the stream alive while waiting; the
+                                // snapshot is retried on the next pull.
+                                _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                                // A new head: recompute (a newer snapshot),
+                                // or end if the environment was deleted.
+                                changed = self.head.changed() => {
+                                    if changed.is_err() || *self.head.borrow() == u64::MAX {
+                                        return Some(Err(self.deleted()));
+                                    }
+                                    continue;
+                                }
+                                _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => continue,
+                            }
+                        }
+                    };
+                    self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
+                    // The stream has this snapshot's revision once its last
+                    // chunk is handed over.
+                    let whole = if chunks.len() > 1 { 0 } else { cursor.1 };
+                    self.guard.sub.sent_revision.store(whole, Ordering::Relaxed);
+                    let on_its_way = if chunks.len() > 1 { cursor.1 } else { 0 };
+                    self.guard.sub.snapshot_revision.store(on_its_way, Ordering::Relaxed);
+                    self.cursor = cursor;
+                    let first = chunks.chunk(0, || metrics.chunk_assembled());
+                    if chunks.len() > 1 {
+                        metrics.snapshot_sends.inc();
+                        let gauge = metrics.snapshot_sends.clone();
+                        self.pending = Some(Pending { chunks, next: 1, _permit: permit, gauge });
+                    }
+                    return Some(Ok(first));
+                }
+            }
+        }
+    }
+
+    /// Ends the stream: its cursor stayed ahead of this relay's head for
+    /// the whole hold (PROTOCOL.md §2.2); it must not get older data here.
+    fn cursor_ahead(&mut self) -> Encoded {
+        self.store.metrics().limit_hit("cursor_ahead");
+        tracing::info!(env = %self.guard.sub.env, subscriber = self.guard.sub.id, cursor = self.cursor.1, head = self.env.state.load().revision, "cursor ahead of the head for the whole hold: asking the subscriber to reconnect elsewhere");
+        let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
+        self.reconnect(
+            pb::ReconnectReason::Rebalance,
+            delay,
+            "cursor_ahead",
+            "your cursor is ahead of this relay's head; reconnect (possibly elsewhere)",
+        )
+    }
+
+    /// Ends the stream: the environment was deleted.
+    fn deleted(&mut self) -> Status {
+        self.done = true;
+        self.guard.reason = "environment_deleted";
+        Refusal::EnvDeleted(self.guard.sub.env.to_string()).into()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        if self.next < self.chunks.len() {
+            tracing::debug!(sent = self.next, total = self.chunks.len(), "snapshot send abandoned");
+        }
+    }
+}
