@@ -3,7 +3,8 @@
 //!
 //! Everything here is synchronous and allocation-free for bool, string and
 //! number flags: results borrow from the snapshot (rule ids, prerequisite
-//! keys, string values). No I/O, no locks, no panics on any input.
+//! keys, string values). No I/O, no locks, no panics on any input. The
+//! result types are `result.rs`.
 
 use std::borrow::Cow;
 
@@ -16,88 +17,12 @@ use crate::context::Context;
 use crate::error::ErrorKind;
 use crate::model::FlagType;
 use crate::reference::KindSel;
+use crate::result::{Detail, Evaluation, Reason};
 use crate::schedule::Clock;
 use crate::short::Name;
 use crate::snapshot::{FlagCell, Head, Slot, Snapshot};
 use crate::usage::FlagUsage;
-use crate::value::{FromValue, Value};
-
-/// Why an evaluation returned what it did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason<'s> {
-    /// The flag is off; its off variation was served.
-    Off,
-    /// The context key is individually targeted.
-    TargetMatch,
-    /// A rule matched.
-    RuleMatch {
-        /// 0-based rule index.
-        index: u32,
-        /// The rule's id (may be empty).
-        id: &'s str,
-        /// When the rule serves a schedule: its current step, 1-based
-        /// (0 before the first step starts).
-        step: Option<u32>,
-    },
-    /// Nothing matched; the fallthrough was served.
-    Fallthrough {
-        /// Whether a percentage rollout or a schedule chose the variation.
-        rollout: bool,
-        /// When the fallthrough is a schedule: its current step, 1-based
-        /// (0 before the first step starts).
-        step: Option<u32>,
-    },
-    /// A prerequisite did not return its required variation; the off
-    /// variation was served.
-    PrerequisiteFailed {
-        /// The first prerequisite that failed.
-        key: &'s str,
-    },
-    /// The caller's default was returned.
-    Error(ErrorKind),
-}
-
-impl Reason<'_> {
-    /// The reason's upper-case name as used on the wire and in docs.
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Reason::Off => "OFF",
-            Reason::TargetMatch => "TARGET_MATCH",
-            Reason::RuleMatch { .. } => "RULE_MATCH",
-            Reason::Fallthrough { .. } => "FALLTHROUGH",
-            Reason::PrerequisiteFailed { .. } => "PREREQUISITE_FAILED",
-            Reason::Error(_) => "ERROR",
-        }
-    }
-}
-
-/// A typed evaluation result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Detail<'s, T> {
-    /// The served value, or the caller's default on error.
-    pub value: T,
-    /// Index of the served variation; `None` when the default was returned.
-    pub variation: Option<u32>,
-    /// Why.
-    pub reason: Reason<'s>,
-    /// Version of the evaluated flag (0 when not found).
-    pub flag_version: u64,
-    /// Revision of the snapshot evaluated against.
-    pub revision: u64,
-    /// Whether the SDK's data was stale (set by the client, never here).
-    pub stale: bool,
-}
-
-/// An untyped result: the variation served (if any) and why.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Evaluation<'s> {
-    /// Index and value of the served variation; `None` on error.
-    pub served: Option<(u32, &'s Value)>,
-    /// Why.
-    pub reason: Reason<'s>,
-    /// Version of the evaluated flag (0 when not found).
-    pub flag_version: u64,
-}
+use crate::value::FromValue;
 
 /// What evaluating a flag decided: a variation and why, or an error.
 ///

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::cell::SnapshotCell;
 use crate::context::Context;
 use crate::error::ErrorKind;
-use crate::eval::{Detail, Reason};
+use crate::result::{Detail, Reason};
 use crate::snapshot::Snapshot;
 use crate::value::{FromValue, Value};
 

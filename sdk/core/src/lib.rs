@@ -26,6 +26,7 @@ mod limit;
 pub mod model;
 mod operand;
 pub mod reference;
+mod result;
 mod schedule;
 mod short;
 mod snapshot;
@@ -37,13 +38,13 @@ pub mod wire;
 pub use cell::SnapshotCell;
 pub use context::{AttrValue, Context, DEFAULT_KIND, INLINE_ATTRIBUTES, Scalar, Seq};
 pub use error::{ErrorKind, ValidationError, ValidationErrors};
-pub use eval::{Detail, Evaluation, Reason};
 pub use handle::{FlagHandle, HandleUsage};
 pub use limit::{
     Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH, MAX_SEGMENT_DEPTH,
     context_attributes_problem, context_kinds_problem,
 };
 pub use model::{Flag, FlagSet, FlagType, Segment};
+pub use result::{Detail, Evaluation, Reason};
 pub use short::Name;
 pub use snapshot::Snapshot;
 pub use usage::{FlagUsage, UsageCounts};
