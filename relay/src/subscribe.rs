@@ -323,9 +323,9 @@ async fn read_acks(
                     // after it sees it counted).
                     Ok(()) => {
                         let (hub, name, instance) = (hub.clone(), sub.env.clone(), instance.clone());
-                        let (relay, snap) = (sub.relay, env.state.load().snapshot.clone());
+                        let (relay, snap, env) = (sub.relay, env.state.load().snapshot.clone(), env.clone());
                         let counted = tokio::task::spawn_blocking(move || {
-                            hub.usage.ingest(&name, &instance, relay, &snap, summary)
+                            hub.usage.ingest(&env.deleted, &name, &instance, relay, &snap, summary)
                         })
                         .await;
                         if let Err(e) = counted {

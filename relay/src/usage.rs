@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use flagstream::Snapshot;
@@ -403,6 +403,7 @@ impl Usage {
     /// sends).
     pub(crate) fn ingest(
         &self,
+        deleted: &AtomicBool,
         env: &str,
         instance: &str,
         replica: bool,
@@ -410,7 +411,7 @@ impl Usage {
         s: pb::UsageSummary,
     ) {
         let from = if replica { Sender::Replica } else { Sender::Sdk };
-        self.add(env, instance, from, snap, s);
+        self.add(deleted, env, instance, from, snap, s);
     }
 
     /// Adds a checked summary a relay of a shared database passed on
@@ -423,35 +424,64 @@ impl Usage {
     /// a restart does not add an hour's fallbacks to their rates at once.
     pub(crate) fn ingest_peer(
         &self,
+        deleted: &AtomicBool,
         env: &str,
         node: &str,
         row: PeerRow,
         snap: &Snapshot,
         s: pb::UsageSummary,
     ) {
-        self.add(env, node, Sender::Peer(row), snap, s);
+        self.add(deleted, env, node, Sender::Peer(row), snap, s);
     }
 
-    fn add(&self, env: &str, instance: &str, from: Sender, snap: &Snapshot, s: pb::UsageSummary) {
+    /// `deleted`: the environment's deleted mark (`Env::deleted`), set
+    /// before its usage is forgotten: read under the environment's usage
+    /// lock, a summary racing the deletion adds nothing (not even a new,
+    /// empty entry).
+    fn add(
+        &self,
+        deleted: &AtomicBool,
+        env: &str,
+        instance: &str,
+        from: Sender,
+        snap: &Snapshot,
+        s: pb::UsageSummary,
+    ) {
         let replica = from != Sender::Sdk;
         let (peer, own, counted) = match from {
             Sender::Peer(row) => (true, row.own, !row.backlog),
             _ => (false, false, true),
         };
         let pass_on = self.forward && !peer;
-        if counted {
-            let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
-            self.metrics.usage_summaries.get_or_create(&labels).inc();
-        }
         let now = now_ms();
         let who = instance_hash(instance);
         let mut mismatches = 0u64;
         let mut totals = [0u64; 4];
         let mut per_flag: Vec<(String, u64)> = Vec::new();
+        if deleted.load(Ordering::Acquire) {
+            return;
+        }
         let cell = self.env_cell_or_new(env);
         let mut guard = lock(&cell);
-        if guard.gone {
+        // Deleted meanwhile: `forget_env` took the entry out (this one is
+        // gone) or will find this new one (and the mark is set already).
+        if guard.gone || deleted.load(Ordering::Acquire) {
+            // An empty entry this call made after the usage was forgotten
+            // goes again (never one holding anything: a new environment of
+            // the name may have reported already).
+            let empty = !guard.gone && guard.flags.is_empty();
+            drop(guard);
+            if empty {
+                let mut envs = self.envs.write().unwrap_or_else(|p| p.into_inner());
+                if envs.get(env).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                    envs.remove(env);
+                }
+            }
             return;
+        }
+        if counted {
+            let labels = vec![("result", "accepted".to_owned()), ("field", String::new())];
+            self.metrics.usage_summaries.get_or_create(&labels).inc();
         }
         // Generations only grow: a summary read against an older snapshot
         // does not reclassify back to it.

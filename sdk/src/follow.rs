@@ -58,8 +58,9 @@ pub async fn run<S: Sink>(sink: Arc<S>, cfg: FollowConfig) {
 /// an open stream, sends the usage counted since the last summary and a
 /// Goodbye, and waits for the relay to end the stream, which says it has
 /// read them all: returns `true` then. Returns `false` when the close found
-/// no open stream, or the stream failed first. The caller bounds the wait
-/// (a relay that predates the Goodbye never ends the stream for it).
+/// no open stream, or the stream failed first. The wait for the relay is at
+/// most 30 s (a relay that predates the Goodbye never ends the stream for
+/// it); the caller may bound it further.
 pub async fn run_until_closed<S: Sink>(
     sink: Arc<S>,
     cfg: FollowConfig,

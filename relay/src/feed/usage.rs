@@ -187,7 +187,14 @@ impl Feed {
             }
         };
         match crate::usage::check(&summary) {
-            Ok(()) => self.hub.usage.ingest_peer(env, &row.node, peer, &e.state.load().snapshot, summary),
+            Ok(()) => self.hub.usage.ingest_peer(
+                &e.deleted,
+                env,
+                &row.node,
+                peer,
+                &e.state.load().snapshot,
+                summary,
+            ),
             Err(over) => {
                 self.hub.usage.refused(over.field);
                 tracing::warn!(

@@ -19,7 +19,8 @@ use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detach
 const BEHIND_ATTEMPTS: usize = 64;
 
 /// Writes of at least this many ops give the allocator's free pages back
-/// to the system once done (`allocator::release_free_memory`).
+/// to the system once done, whether they succeeded or failed once planned
+/// (`allocator::release_free_memory`).
 const LARGE_WRITE_OPS: usize = 100;
 /// How long a write waits for the change feed to catch up before planning
 /// again.
@@ -59,7 +60,10 @@ impl Store {
         let large = ops.len() >= LARGE_WRITE_OPS;
         let result = detached(async move {
             let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
-            if large && result.is_ok() {
+            // Not after a refusal from the request alone: nothing of it was
+            // planned.
+            let planned = !matches!(&result, Err(StoreError::MemoryBudget(r)) if r.estimated);
+            if large && planned {
                 // Its transient blocks are free now, spread through the
                 // heap: give their pages back, so resident memory (what the
                 // memory budget reads) is what is in use.

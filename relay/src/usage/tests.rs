@@ -3,6 +3,9 @@ use super::*;
 use flagstream::usage::{MAX_DEFAULT_BYTES, MAX_FLAGS_PER_SUMMARY, MAX_VARIATIONS};
 use prost::Message as _;
 
+/// An environment that is not deleted.
+static LIVE: AtomicBool = AtomicBool::new(false);
+
 /// Every key, in one page.
 const ALL: Keys<'static> = Keys::Page { after: "", size: usize::MAX };
 
@@ -25,8 +28,8 @@ fn windows_sdks_defaults_and_mismatch() {
     let u = Usage::new(Metrics::new(), true);
     let s = pb::UsageSummary { flags: vec![entry("kill", vec![0, 5], &["true"])], ..Default::default() };
     check(&s).unwrap();
-    u.ingest("prod", "a", false, &snap, s.clone());
-    u.ingest("prod", "b", false, &snap, s);
+    u.ingest(&LIVE, "prod", "a", false, &snap, s.clone());
+    u.ingest(&LIVE, "prod", "b", false, &snap, s);
     let v = u.view("prod", &snap, ALL);
     let f = &v.flags[0];
     assert_eq!(f.key, "kill");
@@ -53,9 +56,9 @@ fn per_flag_fallback_series_are_bounded() {
     let wrong_type = |key: String| pb::FlagUsage { key, fallback_wrong_type: 2, ..Default::default() };
     // Made-up keys first: they must not take the real flags' series.
     let made_up = (0..MAX_FLAG_SERIES).map(|i| wrong_type(format!("typo-{i}"))).collect();
-    u.ingest("prod", "a", false, &snap, pb::UsageSummary { flags: made_up, ..Default::default() });
+    u.ingest(&LIVE, "prod", "a", false, &snap, pb::UsageSummary { flags: made_up, ..Default::default() });
     let real = (0..MAX_FLAG_SERIES + 5).map(|i| wrong_type(format!("f{i}"))).collect();
-    u.ingest("prod", "a", false, &snap, pb::UsageSummary { flags: real, ..Default::default() });
+    u.ingest(&LIVE, "prod", "a", false, &snap, pb::UsageSummary { flags: real, ..Default::default() });
     let value = |flag: &str| {
         let labels = vec![("environment", "prod".to_owned()), ("flag", flag.to_owned())];
         metrics.usage_flag_fallbacks.get_or_create(&labels).get()
@@ -79,12 +82,13 @@ fn made_up_keys_take_only_their_environments_share() {
     let u = Usage::new(Metrics::new(), false);
     for chunk in 0..3 {
         let flags = (0..1000).map(|i| entry(&format!("junk-{chunk}-{i}"), vec![1], &[])).collect();
-        u.ingest("noisy", "a", false, &snap, pb::UsageSummary { flags, ..Default::default() });
+        u.ingest(&LIVE, "noisy", "a", false, &snap, pb::UsageSummary { flags, ..Default::default() });
     }
     let v = u.view("noisy", &snap, ALL);
     assert_eq!(v.flags.len(), MAX_ABSENT_KEYS);
     assert_eq!(v.dropped_keys, 3000 - MAX_ABSENT_KEYS as u64);
     u.ingest(
+        &LIVE,
         "quiet",
         "b",
         false,
@@ -125,7 +129,7 @@ fn variation_counts_are_clamped_to_the_flag() {
     junk.fallback_missing = 2;
     let s = pb::UsageSummary { flags: vec![entry("kill", counts, &[]), junk], ..Default::default() };
     check(&s).unwrap();
-    u.ingest("prod", "a", false, &snap, s);
+    u.ingest(&LIVE, "prod", "a", false, &snap, s);
     let v = u.view("prod", &snap, ALL);
     let kill = v.flags.iter().find(|f| f.key == "kill").unwrap();
     assert_eq!(kill.day.as_ref().unwrap().variations, vec![1, 7], "2 variations, 2 counts");
@@ -146,15 +150,22 @@ fn made_up_keys_never_displace_real_flags() {
     // Fill the relay-wide bound of keys that are no flag.
     for env in 0..MAX_KEYS / 1000 {
         let flags = (0..1000).map(|i| entry(&format!("junk-{i}"), vec![], &[])).collect();
-        u.ingest(&format!("env-{env}"), "a", false, &snap, pb::UsageSummary { flags, ..Default::default() });
+        u.ingest(
+            &LIVE,
+            &format!("env-{env}"),
+            "a",
+            false,
+            &snap,
+            pb::UsageSummary { flags, ..Default::default() },
+        );
     }
     assert_eq!(u.counts.absent.load(Ordering::Relaxed), MAX_KEYS);
     let s = pb::UsageSummary {
         flags: vec![entry("more-junk", vec![], &[]), entry("kill", vec![0, 1], &[])],
         ..Default::default()
     };
-    u.ingest("env-0", "a", false, &snap, s.clone());
-    u.ingest("fresh", "a", false, &snap, s);
+    u.ingest(&LIVE, "env-0", "a", false, &snap, s.clone());
+    u.ingest(&LIVE, "fresh", "a", false, &snap, s);
     for env in ["env-0", "fresh"] {
         let v = u.view(env, &snap, Keys::One("kill"));
         assert_eq!(v.flags[0].day.as_ref().unwrap().variations, vec![0, 1], "{env}: the real flag is kept");
@@ -170,10 +181,24 @@ fn instances_only_from_replicas() {
     let u = Usage::new(Metrics::new(), false);
     let mut e = entry("kill", vec![0, 1], &[]);
     e.instances = u32::MAX;
-    u.ingest("prod", "sdk", false, &snap, pb::UsageSummary { flags: vec![e.clone()], ..Default::default() });
+    u.ingest(
+        &LIVE,
+        "prod",
+        "sdk",
+        false,
+        &snap,
+        pb::UsageSummary { flags: vec![e.clone()], ..Default::default() },
+    );
     assert_eq!(u.view("prod", &snap, Keys::One("kill")).flags[0].sdks, 1, "an SDK stream is one instance");
     e.instances = 5;
-    u.ingest("prod", "replica", true, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
+    u.ingest(
+        &LIVE,
+        "prod",
+        "replica",
+        true,
+        &snap,
+        pb::UsageSummary { flags: vec![e], ..Default::default() },
+    );
     assert_eq!(u.view("prod", &snap, Keys::One("kill")).flags[0].sdks, 6, "a replica stands for its subtree");
 }
 
@@ -184,10 +209,11 @@ fn a_peers_usage_is_counted_but_not_passed_back() {
     let snap = kill_switch();
     let u = Usage::new(Metrics::new(), true);
     let one = pb::UsageSummary { flags: vec![entry("kill", vec![0, 2], &[])], ..Default::default() };
-    u.ingest("prod", "sdk", false, &snap, one);
+    u.ingest(&LIVE, "prod", "sdk", false, &snap, one);
     let mut theirs = entry("kill", vec![0, 7], &[]);
     theirs.instances = 3;
     u.ingest_peer(
+        &LIVE,
         "prod",
         "relay-b",
         PeerRow::default(),
@@ -204,6 +230,7 @@ fn a_peers_usage_is_counted_but_not_passed_back() {
     // instances (this process's SDKs now) do not.
     let own = PeerRow { own: true, backlog: true };
     u.ingest_peer(
+        &LIVE,
         "prod",
         "this-relay",
         own,
@@ -226,6 +253,7 @@ fn a_backlog_is_not_counted_in_the_metrics() {
     e.fallback_wrong_type = 4;
     let row = PeerRow { own: false, backlog: true };
     u.ingest_peer(
+        &LIVE,
         "prod",
         "relay-b",
         row,
@@ -242,6 +270,7 @@ fn a_backlog_is_not_counted_in_the_metrics() {
         4
     );
     u.ingest_peer(
+        &LIVE,
         "prod",
         "relay-b",
         PeerRow::default(),
@@ -262,7 +291,7 @@ fn other_defaults_count_evaluations() {
                 flags: vec![entry("kill", vec![1], &[&d.to_string()])],
                 ..Default::default()
             };
-            u.ingest("prod", &format!("{who}{d}"), false, &snap, s);
+            u.ingest(&LIVE, "prod", &format!("{who}{d}"), false, &snap, s);
         }
     }
     // Another default, 10 evaluations, 2 more with defaults the SDK could
@@ -270,7 +299,7 @@ fn other_defaults_count_evaluations() {
     let mut e = entry("kill", vec![6, 4], &["99"]);
     e.other_defaults = 2;
     e.fallback_missing = 2;
-    u.ingest("prod", "s9", false, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
+    u.ingest(&LIVE, "prod", "s9", false, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
     let f = &u.view("prod", &snap, Keys::One("kill")).flags[0];
     assert_eq!(f.defaults.len(), MAX_DEFAULTS);
     assert!(f.defaults.iter().all(|d| d.json != "99"));
@@ -283,12 +312,12 @@ fn the_outbox_counts_the_defaults_it_cannot_list() {
     let u = Usage::new(Metrics::new(), true);
     for (i, d) in ["1", "2", "3", "4"].iter().enumerate() {
         let s = pb::UsageSummary { flags: vec![entry("kill", vec![1], &[d])], ..Default::default() };
-        u.ingest("prod", &format!("s{i}"), false, &snap, s);
+        u.ingest(&LIVE, "prod", &format!("s{i}"), false, &snap, s);
     }
     let mut e = entry("kill", vec![6, 4], &["5"]);
     e.other_defaults = 2;
     e.fallback_missing = 2;
-    u.ingest("prod", "s5", false, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
+    u.ingest(&LIVE, "prod", "s5", false, &snap, pb::UsageSummary { flags: vec![e], ..Default::default() });
     let fwd = u.forward("prod");
     assert_eq!(fwd[0].flags[0].defaults.len(), MAX_SUMMARY_DEFAULTS);
     assert_eq!(fwd[0].flags[0].other_defaults, 12, "the outbox counts the default it cannot list");
@@ -302,7 +331,7 @@ fn made_up_defaults_neither_push_out_a_fleets_nor_hide_a_mismatch() {
     let u = Usage::new(Metrics::new(), false);
     let report = |env: &str, who: &str, variations: Vec<u64>, d: &str| {
         let s = pb::UsageSummary { flags: vec![entry("kill", variations, &[d])], ..Default::default() };
-        u.ingest(env, who, false, &snap, s);
+        u.ingest(&LIVE, env, who, false, &snap, s);
     };
     // The fleet serves `false` and passes `true`: a mismatch.
     for i in 0..10 {
@@ -351,7 +380,7 @@ fn forwarded_summaries_stay_under_the_byte_bound() {
     assert!(s.flags.iter().all(|f| f.defaults.iter().all(|d| d.len() == MAX_DEFAULT_BYTES)));
     check(&s).unwrap();
     assert!(s.encoded_len() > 1 << 20, "the case is over the upstream's limit unsplit");
-    u.ingest("prod", "a", false, &snap, s);
+    u.ingest(&LIVE, "prod", "a", false, &snap, s);
     let fwd = u.forward("prod");
     assert!(fwd.len() >= 3, "{} summaries", fwd.len());
     for m in &fwd {
@@ -360,4 +389,21 @@ fn forwarded_summaries_stay_under_the_byte_bound() {
     }
     assert_eq!(fwd.iter().map(|m| m.flags.len()).sum::<usize>(), MAX_FLAGS_PER_SUMMARY);
     assert_eq!(fwd[0].untracked_evaluations, u64::MAX);
+}
+
+/// A summary that was on its way when its environment was deleted adds
+/// nothing, and leaves no entry behind.
+#[test]
+fn a_deleted_environments_summary_adds_nothing() {
+    let snap = kill_switch();
+    let u = Usage::new(Metrics::new(), false);
+    let s = || pb::UsageSummary { flags: vec![entry("kill", vec![1, 0], &["true"])], ..Default::default() };
+    u.ingest(&LIVE, "prod", "a", false, &snap, s());
+    assert_eq!(u.keys(), 1);
+    let deleted = AtomicBool::new(true);
+    u.forget_env("prod");
+    assert_eq!(u.keys(), 0);
+    u.ingest(&deleted, "prod", "a", false, &snap, s());
+    assert_eq!(u.keys(), 0);
+    assert!(u.env_cell("prod").is_none(), "no entry made for it");
 }

@@ -118,8 +118,9 @@ impl<S: Sink> Follower<S> {
     /// The stream's last requests: the queued request, every usage summary
     /// not yet sent and the counts since the last one, then a Goodbye; then
     /// waits for the relay to end the stream, which it does once it has read
-    /// them all (PROTOCOL.md §4.1). The caller bounds the wait (a relay that
-    /// predates the Goodbye never ends the stream for it).
+    /// them all (PROTOCOL.md §4.1). At most [`GOODBYE_WAIT`] (a relay that
+    /// predates the Goodbye never ends the stream for it); the owner may
+    /// wait less (`Client::close`'s timeout).
     async fn goodbye(
         &self,
         tx: &mpsc::Sender<pb::SubscribeRequest>,
