@@ -93,13 +93,16 @@ async fn key_and_token_caps_and_the_audit_read_rate_refuse_count_and_reload() {
     // is refused with a retry hint; VerifyAudit shares the bucket.
     let list = || pb::ListAuditRequest { environment: "demo".into(), limit: 1, ..Default::default() };
     let mut refused = None;
+    let mut served = 0;
     for _ in 0..10 {
         if let Err(e) = admin.list_audit(list()).await {
             refused = Some(e);
             break;
         }
+        served += 1;
     }
     let e = refused.expect("10 audit reads in a row were allowed at 1/s");
+    assert_eq!(served, 2, "the burst is exactly twice the rate: 2 reads served, the 3rd refused");
     assert_refused(&e, "quota-audit-reads-per-sec", true);
     let e = admin.verify_audit(pb::VerifyAuditRequest { environment: "demo".into() }).await.unwrap_err();
     assert_refused(&e, "quota-audit-reads-per-sec", true);

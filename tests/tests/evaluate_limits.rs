@@ -181,13 +181,14 @@ async fn a_token_over_its_evaluation_rate_is_refused_with_a_hint() {
     // The burst is twice the rate; no token refills in the few
     // milliseconds the calls take (2/s: one every 500 ms).
     let mut refusal = None;
-    for _ in 0..10 {
+    for call in 0..10 {
         if let Err(e) = evaluate(&mut admin, "a", kind("user", 1)).await {
-            refusal = Some(e);
+            refusal = Some((call, e));
             break;
         }
     }
-    let e = refusal.expect("a burst past the rate is refused");
+    let (call, e) = refusal.expect("a burst past the rate is refused");
+    assert_eq!(call, 4, "the burst is exactly twice the rate: 4 calls served, the 5th refused");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(
         e.message().contains("over its evaluation rate of 2/s (quota-token-evaluates-per-sec)"),

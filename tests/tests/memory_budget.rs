@@ -60,16 +60,17 @@ async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
     // 64 MiB, would refuse only at the 16th).
     let mut admin = relay.admin().await;
     let mut accepted = 0;
-    let refusal = loop {
+    let (refusal, before_refused) = loop {
         assert!(
             accepted < 15,
             "{accepted} batches (~{} MiB) accepted within a {} MiB budget",
             accepted * 4,
             budget >> 20
         );
+        let before = head(&relay).await;
         match admin.batch(batch(accepted * 100)).await {
             Ok(_) => accepted += 1,
-            Err(e) => break e,
+            Err(e) => break (e, before),
         }
     };
     assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
@@ -84,7 +85,7 @@ async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
     // head the relay reports.
     let mut changes = sdk.changes();
     let (revision, checksum) = head(&relay).await;
-    let refused_key = format!("big-{}", accepted * 100);
+    assert_eq!((revision, checksum), before_refused, "the head is what it was before the refused write");
     let ctx = Context::new("u");
     // The SDK's change events up to the relay's head (subscribed before
     // the head was read, so none is missed).
@@ -95,8 +96,13 @@ async fn a_write_past_the_memory_budget_is_refused_and_nothing_is_lost() {
     };
     tokio::time::timeout(STEP, reached).await.expect("the SDK reaches the relay's head");
     assert_eq!(sdk.snapshot().revision(), revision);
-    assert!(sdk.bool("big-0", &ctx, false), "accepted batches are served");
-    assert!(sdk.bool_detail(&refused_key, &ctx, false).error.is_some(), "the refused batch is not");
+    for i in 0..accepted * 100 {
+        assert!(sdk.bool(&format!("big-{i}"), &ctx, false), "big-{i}: accepted batches are served");
+    }
+    for i in accepted * 100..(accepted + 1) * 100 {
+        let refused = sdk.bool_detail(&format!("big-{i}"), &ctx, false);
+        assert!(refused.error.is_some(), "big-{i}: nothing of the refused batch is served");
+    }
     assert_eq!(head(&relay).await, (revision, checksum));
 
     // Shrinking always goes through, and the relay keeps serving.

@@ -82,6 +82,11 @@ fn python_package_passes_its_pytest_suite() {
         .expect("python3 runs");
     let text = show(&out);
     assert!(out.status.success(), "pytest failed:\n{text}");
-    // Whatever pytest counted (a run of no test exits 5, failing above).
+    // Every test ran: pytest's summary names no skipped, xfailed or
+    // deselected test (a run of no test exits 5, failing above).
+    let summary = text.lines().rev().find(|l| l.contains(" passed")).unwrap_or_default();
+    for not_run in ["skipped", "xfailed", "xpassed", "deselected", "error"] {
+        assert!(!summary.contains(not_run), "pytest did not run everything: {summary}\n{text}");
+    }
     println!("{text}");
 }
