@@ -258,16 +258,22 @@ impl SyncService {
             "" => format!("subscriber-{}", sub.id),
             id => id.to_owned(),
         };
-        tokio::spawn(read_acks(
-            inbound,
-            env.clone(),
-            self.store.clone(),
-            self.hub.clone(),
-            sub.clone(),
-            instance,
+        // The stream's span: its environment, subscriber and SDK on every
+        // line logged for it (acks, usage, delivered revisions, its end).
+        let span = tracing::info_span!(
+            "subscribe",
+            env = %env_name,
+            subscriber = sub.id,
+            sdk = %sub.sdk,
+            relay = sub.relay,
+            cursor = cursor.revision,
+        );
+        tokio::spawn(tracing::Instrument::instrument(
+            read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone(), instance),
+            span.clone(),
         ));
 
-        Ok(outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, cursor, sub))
+        Ok(outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, cursor, sub, span))
     }
 }
 

@@ -58,39 +58,52 @@ impl Store {
         let caller = Arc::new(());
         let waiting = Arc::downgrade(&caller);
         let large = ops.len() >= LARGE_WRITE_OPS;
-        let result = detached(async move {
-            let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
-            // Not after a refusal from the request alone: nothing of it was
-            // planned.
-            let planned = !matches!(&result, Err(StoreError::MemoryBudget(r)) if r.estimated);
-            if large && planned {
-                // Its transient blocks are free now, spread through the
-                // heap: give their pages back, so resident memory (what the
-                // memory budget reads) is what is in use.
-                let released = tokio::task::spawn_blocking(crate::allocator::release_free_memory).await;
-                if let Err(e) = released {
-                    tracing::warn!(error = %e, "releasing free memory after a large write failed");
+        // The write's span: what an operator follows from the call to the
+        // commit (`revision` once committed) to the streams that deliver it
+        // (their `subscribe` spans log `delivered` with the revision).
+        let span = tracing::info_span!(
+            "admin_write",
+            env = %env_name,
+            principal = %who.principal,
+            ops = ops.len(),
+            revision = tracing::field::Empty,
+        );
+        let result = detached(tracing::Instrument::instrument(
+            async move {
+                let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
+                // Not after a refusal from the request alone: nothing of it was
+                // planned.
+                let planned = !matches!(&result, Err(StoreError::MemoryBudget(r)) if r.estimated);
+                if large && planned {
+                    // Its transient blocks are free now, spread through the
+                    // heap: give their pages back, so resident memory (what the
+                    // memory budget reads) is what is in use.
+                    let released = tokio::task::spawn_blocking(crate::allocator::release_free_memory).await;
+                    if let Err(e) = released {
+                        tracing::warn!(error = %e, "releasing free memory after a large write failed");
+                    }
                 }
-            }
-            let label = match &result {
-                Ok(_) => "ok",
-                Err(StoreError::Invalid(_)) => "invalid",
-                Err(StoreError::Poisoned(_)) => "poisoned",
-                Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
-                Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
-                Err(StoreError::Abandoned) => "abandoned",
-                Err(StoreError::Quota { .. } | StoreError::MemoryBudget(_)) => "quota",
-                Err(_) => "error",
-            };
-            this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
-            // Limits the refused write ran into (`… (max_regex_patterns)`).
-            if let Err(StoreError::Invalid(v)) = &result {
-                for limit in v.limits() {
-                    this.inner.metrics.limit_hit(limit);
+                let label = match &result {
+                    Ok(_) => "ok",
+                    Err(StoreError::Invalid(_)) => "invalid",
+                    Err(StoreError::Poisoned(_)) => "poisoned",
+                    Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
+                    Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+                    Err(StoreError::Abandoned) => "abandoned",
+                    Err(StoreError::Quota { .. } | StoreError::MemoryBudget(_)) => "quota",
+                    Err(_) => "error",
+                };
+                this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+                // Limits the refused write ran into (`… (max_regex_patterns)`).
+                if let Err(StoreError::Invalid(v)) = &result {
+                    for limit in v.limits() {
+                        this.inner.metrics.limit_hit(limit);
+                    }
                 }
-            }
-            result
-        })
+                result
+            },
+            span,
+        ))
         .await;
         drop(caller);
         result
@@ -194,6 +207,13 @@ impl Store {
             match committed {
                 Ok(done) => {
                     self.metrics().audit_trimmed.inc_by(done.audit_trimmed as u64);
+                    tracing::Span::current().record("revision", result.revision);
+                    tracing::info!(
+                        revision = result.revision,
+                        commit_ms = started.elapsed().as_millis() as u64,
+                        items = result.items.len(),
+                        "write committed"
+                    );
                     self.publish(&env, meta, state);
                     env.committing.store(false, Ordering::Release);
                     return Ok(result);

@@ -34,6 +34,7 @@ pub(super) fn stream(
     env: Arc<Env>,
     cursor: pb::Cursor,
     sub: Arc<Subscriber>,
+    span: tracing::Span,
 ) -> Outgoing {
     let jitter = rand::rng().random_range(0.9..=1.1);
     let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=cfg.heartbeat);
@@ -59,15 +60,21 @@ pub(super) fn stream(
         guard: Leave { hub: hub.clone(), sub, reason: "client_gone" },
         done: false,
     };
-    let stream = futures_util::stream::unfold(out, |mut o| async move {
-        let item = o.next().await?;
-        if let Ok(msg) = &item {
-            let sub = &o.guard.sub;
-            sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
-            sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
-            o.hub_sent(msg);
-        }
-        Some((item, o))
+    let stream = futures_util::stream::unfold(out, move |mut o| {
+        let span = span.clone();
+        tracing::Instrument::instrument(
+            async move {
+                let item = o.next().await?;
+                if let Ok(msg) = &item {
+                    let sub = &o.guard.sub;
+                    sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
+                    sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
+                    o.hub_sent(msg);
+                }
+                Some((item, o))
+            },
+            span,
+        )
     });
     Box::pin(stream)
 }
@@ -81,6 +88,7 @@ struct Leave {
 
 impl Drop for Leave {
     fn drop(&mut self) {
+        tracing::debug!(env = %self.sub.env, subscriber = self.sub.id, reason = self.reason, "stream ended");
         self.sub.stop();
         self.hub.leave(&self.sub, self.reason);
     }
@@ -128,6 +136,20 @@ impl Outbound {
             _ => SentKind::Reconnect,
         };
         self.store.metrics().sent(kind, msg.len());
+        // A revision handed to the stream whole: what an operator follows
+        // from a write's commit (`admin_write{revision}`) to its streams.
+        let whole = match kind {
+            SentKind::Delta => true,
+            SentKind::SnapshotChunk => self.pending.is_none(),
+            _ => false,
+        };
+        if whole {
+            tracing::debug!(
+                revision = self.cursor.1,
+                snapshot = matches!(kind, SentKind::SnapshotChunk),
+                "delivered"
+            );
+        }
     }
 
     fn heartbeat_msg(&self, state: &EnvState) -> Encoded {
