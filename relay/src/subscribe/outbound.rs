@@ -59,22 +59,17 @@ pub(super) fn stream(
         first: true,
         guard: Leave { hub: hub.clone(), sub, reason: "client_gone" },
         done: false,
+        span,
     };
-    let stream = futures_util::stream::unfold(out, move |mut o| {
-        let span = span.clone();
-        tracing::Instrument::instrument(
-            async move {
-                let item = o.next().await?;
-                if let Ok(msg) = &item {
-                    let sub = &o.guard.sub;
-                    sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
-                    sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
-                    o.hub_sent(msg);
-                }
-                Some((item, o))
-            },
-            span,
-        )
+    let stream = futures_util::stream::unfold(out, |mut o| async move {
+        let item = o.next().await?;
+        if let Ok(msg) = &item {
+            let sub = &o.guard.sub;
+            sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
+            sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
+            o.hub_sent(msg);
+        }
+        Some((item, o))
     });
     Box::pin(stream)
 }
@@ -124,6 +119,8 @@ struct Outbound {
     first: bool,
     guard: Leave,
     done: bool,
+    /// The stream's `subscribe` span (entered only to log in it).
+    span: tracing::Span,
 }
 
 impl Outbound {
@@ -143,12 +140,16 @@ impl Outbound {
             SentKind::SnapshotChunk => self.pending.is_none(),
             _ => false,
         };
-        if whole {
-            tracing::debug!(
-                revision = self.cursor.1,
-                snapshot = matches!(kind, SentKind::SnapshotChunk),
-                "delivered"
-            );
+        // Entered only when the line is logged: nothing on the delivery
+        // path at the default level.
+        if whole && tracing::enabled!(tracing::Level::DEBUG) {
+            self.span.in_scope(|| {
+                tracing::debug!(
+                    revision = self.cursor.1,
+                    snapshot = matches!(kind, SentKind::SnapshotChunk),
+                    "delivered"
+                )
+            });
         }
     }
 
