@@ -90,6 +90,7 @@ impl Identity {
 
     /// The name other relays and operators see (empty before it is set).
     pub(crate) fn name(&self) -> String {
+        // Unset before the server has bound its listener: the id names it.
         self.name.get().cloned().unwrap_or_default()
     }
 

@@ -292,7 +292,7 @@ pub(crate) fn received(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The layout of PROTOCOL.md §4: exact below 16, then eight buckets per
@@ -354,7 +354,8 @@ mod tests {
         assert_eq!(a.percentile(1.0), 1000, "capped at the exact maximum");
     }
 
-    fn node_entry(id: &str, parent: &str, sampled: u64, envs: &[(&str, u64)]) -> pb::RelayNode {
+    /// A relay-tree entry for tests (also `tree.rs`'s).
+    pub(crate) fn node_entry(id: &str, parent: &str, sampled: u64, envs: &[(&str, u64)]) -> pb::RelayNode {
         pb::RelayNode {
             id: id.into(),
             parent_id: parent.into(),

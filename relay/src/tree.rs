@@ -176,19 +176,7 @@ pub(crate) fn drift(store: &Store, hub: &Hub) -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(id: &str, parent: &str, sampled: u64, envs: &[(&str, u64)]) -> pb::RelayNode {
-        pb::RelayNode {
-            id: id.into(),
-            parent_id: parent.into(),
-            sampled_unix_ms: sampled,
-            environments: envs
-                .iter()
-                .map(|(n, r)| pb::NodeEnvironment { name: (*n).into(), revision: *r, ..Default::default() })
-                .collect(),
-            ..Default::default()
-        }
-    }
+    use crate::propagation::tests::node_entry as node;
 
     /// One relay reported on two environments' streams is one entry with
     /// both environments; the newer sample's fields win.

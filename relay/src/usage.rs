@@ -139,10 +139,8 @@ impl FlagStats {
     /// key holder opening more streams than the fleet has instances can
     /// still outrank it in the list, never hide its mismatch:
     /// `mismatch_ms`). `false`: not listed.
+    /// The caller ages the list first ([`FlagStats::age_defaults`]).
     fn see_default(&mut self, json: &str, who: u64, now: u64) -> bool {
-        for d in &mut self.defaults {
-            d.instances.retain(|i| i.1 + DAY > now);
-        }
         if let Some(d) = self.defaults.iter_mut().find(|d| d.json == json) {
             d.last_seen_ms = now;
             match d.instances.iter().position(|i| i.0 == who) {
@@ -165,6 +163,15 @@ impl FlagStats {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Drops the defaults and their instances not seen within a day (once
+    /// per summary entry).
+    fn age_defaults(&mut self, now: u64) {
+        self.defaults.retain(|d| d.last_seen_ms + DAY > now);
+        for d in &mut self.defaults {
+            d.instances.retain(|i| i.1 + DAY > now);
         }
     }
 
@@ -383,6 +390,7 @@ impl Usage {
                 .remove(&vec![("environment", env.to_owned()), ("cause", cause.to_owned())]);
         }
         self.metrics.usage_default_mismatches.remove(&vec![("environment", env.to_owned())]);
+        // No entry: no flag of the environment had a series of its own.
         let labelled =
             self.flag_series.lock().unwrap_or_else(|p| p.into_inner()).remove(env).unwrap_or_default();
         for flag in labelled.into_iter().chain([OTHER_FLAGS.to_owned(), UNKNOWN_FLAGS.to_owned()]) {
@@ -562,7 +570,7 @@ impl Usage {
             }
             let mut unlisted = 0;
             if !f.defaults.is_empty() {
-                stats.defaults.retain(|d| d.last_seen_ms + DAY > now);
+                stats.age_defaults(now);
             }
             for d in &f.defaults {
                 if !stats.see_default(d, who, now) {

@@ -277,6 +277,23 @@ impl Relay {
         key
     }
 
+    /// A new admin token with role read on every environment and the
+    /// replicate scope (what a replica relay presents); its secret.
+    pub async fn replicate_token(&self, name: &str) -> String {
+        self.admin()
+            .await
+            .create_token(pb::CreateTokenRequest {
+                name: name.into(),
+                role: pb::TokenRole::Read as i32,
+                environments: vec![],
+                replicate: true,
+            })
+            .await
+            .expect("create a replicate token")
+            .into_inner()
+            .secret
+    }
+
     /// The relay's `/metrics` text.
     pub async fn metrics_text(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -34,19 +34,7 @@ async fn a_hello_is_bounded_and_what_a_stream_keeps_is_cut() {
 
     // Within the limit but with long names: admitted, names cut. A replica
     // relay's version is what Status shows, so subscribe as one.
-    let token = relay
-        .admin()
-        .await
-        .create_token(pb::CreateTokenRequest {
-            name: "follower".into(),
-            role: pb::TokenRole::Read as i32,
-            environments: vec![],
-            replicate: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .secret;
+    let token = relay.replicate_token("follower").await;
     let long = pb::Hello {
         sdk_key: token,
         subscriber_kind: pb::SubscriberKind::Relay as i32,

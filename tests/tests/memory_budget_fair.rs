@@ -80,6 +80,8 @@ async fn one_tenants_growth_stops_at_the_budget_and_not_at_the_others() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 peak.fetch_max(rss_of(pid), Ordering::Relaxed);
+                // The sampling period (what the budget is measured against),
+                // on a thread of its own: not a wait for an event.
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         })

@@ -43,19 +43,7 @@ async fn replica_streams_are_capped_per_environment() {
     let other_key = relay.create_env("other").await;
     let mut other = Subscriber::connect(relay.channel().await, &other_key, None).await.unwrap();
     other.next_change(STEP).await.unwrap();
-    let token = relay
-        .admin()
-        .await
-        .create_token(pb::CreateTokenRequest {
-            name: "follower".into(),
-            role: pb::TokenRole::Read as i32,
-            environments: vec![],
-            replicate: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .secret;
+    let token = relay.replicate_token("follower").await;
 
     let first = replica_stream(&relay, &token).await.expect("the first replica stream");
     let _second = replica_stream(&relay, &token).await.expect("the second replica stream");

@@ -131,6 +131,8 @@ async fn usage_of_a_large_environment_is_read_page_by_page() {
                         .unwrap()
                         .parse()
                         .unwrap();
+                    // The relay's own retry hint, waited as a client must
+                    // (its token bucket refills on the real clock).
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
                 Err(s) => panic!("GetUsage failed: {s:?}"),

@@ -107,6 +107,7 @@ async fn get_usage(conn: &mut Conn, key: &str) -> Result<pb::GetUsageResponse, F
             break;
         }
     }
+    // The loop ran at least once: `all` is a page (the default is never used).
     let mut all = all.unwrap_or_default();
     all.next_page_token.clear();
     Ok(all)

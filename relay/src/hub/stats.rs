@@ -177,6 +177,7 @@ impl Hub {
         let (own, reports) = self.own_and_reports(env, epoch);
         let revisions: Vec<(u64, u64)> = {
             let stats = Self::lock(&self.stats);
+            // No ring: no SDK of this relay acked on the environment yet.
             let mut revs: Vec<(u64, u64)> = stats
                 .get(env)
                 .map(|ring| ring.latest(REPORTED_REVISIONS).map(|r| (r.revision, r.committed_ms)).collect())
@@ -201,6 +202,8 @@ impl Hub {
             .filter_map(|(revision, _)| {
                 let mut acked =
                     own.iter().filter(|s| s.applied.load(Ordering::Relaxed) >= revision).count() as u64;
+                // Not tracked here (no ack of this relay's SDKs): an empty
+                // histogram, the replicas' reports below fill it.
                 let mut latency =
                     ring.and_then(|r| r.get(revision)).map(|r| r.latency.clone()).unwrap_or_default();
                 for report in &reports {

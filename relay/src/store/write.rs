@@ -300,9 +300,12 @@ impl Store {
         let revision = state.revision + 1;
         // The memory budget, from the request alone: a write that cannot
         // fit allocates nothing of its plan.
+        // Without a budget the request is not measured (it would encode
+        // every put once more than planning does).
         let before_bytes = state.item_bytes() as u64;
-        let request = budget::Request::of(&ops, &state.items);
-        if request.growth > 0 {
+        let budgeted = self.inner.size_quota.load().memory_budget > 0;
+        let request = budgeted.then(|| budget::Request::of(&ops, &state.items));
+        if let Some(request) = request.filter(|r| r.growth > 0) {
             let estimated = before_bytes.saturating_add(request.growth as u64);
             self.check_memory_budget(env_name, before_bytes, estimated, request, Stage::Request)?;
         }
@@ -331,8 +334,12 @@ impl Store {
             after_bytes -= old.map_or(0, |o| o.bytes.len() as u64);
         }
         self.check_size_quota(env_name, &state.items, &items)?;
-        let budget =
-            self.check_memory_budget(env_name, before_bytes, after_bytes, request, Stage::Planned)?;
+        let budget = match request {
+            Some(request) => {
+                self.check_memory_budget(env_name, before_bytes, after_bytes, request, Stage::Planned)?
+            }
+            None => None,
+        };
         let entry = LogEntry {
             revision,
             changed: plan.changes.iter().map(|c| c.key.clone()).collect(),

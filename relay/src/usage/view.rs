@@ -73,6 +73,8 @@ impl Usage {
                     bytes += len;
                     out.push(v);
                 }
+                // `out` holds at least one entry here (the first always
+                // fits), so the token is its last key, never empty.
                 if more || out.len() < ks.len() {
                     next_page_token =
                         out.last().map(|l: &pb::FlagUsageView| l.key.clone()).unwrap_or_default();
