@@ -5,6 +5,8 @@
 //! in memory behind an `ArcSwap`; a primary's first start creates an admin
 //! token named `bootstrap` and writes its secret to the data directory
 //! (mode 0600). A replica holds the tokens its upstream's catalog lists.
+//!
+//! Uses `store` (where token records live) and `ops::secret`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,13 +15,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
 
-use crate::secret::{self, constant_time_eq, hash_secret, new_secret};
+use crate::ops::secret::{self, constant_time_eq, hash_secret, new_secret};
 use crate::store::backend::Revoked;
-pub(crate) use crate::store::token::{Role, TokenRecord};
+pub(crate) use crate::store::token::{BOOTSTRAP, Role, TokenRecord};
 use crate::store::{Backend, StoreError, now_ms};
-
-/// The token the first start creates.
-pub(crate) const BOOTSTRAP: &str = "bootstrap";
 
 /// Who a request was authenticated as: put in the request's extensions by
 /// the admin interceptor.

@@ -5,14 +5,18 @@
 //! the key, token and audit-chain calls are in `admin/access.rs`,
 //! `Evaluate` in `admin/evaluate.rs`, `WatchPropagation` in
 //! `admin/watch.rs`.
+//!
+//! May use every part but the server: `store` (writes and reads),
+//! `access`, `stream` (the hub, quotas), `cluster` (the relay tree),
+//! `usage`, `error`, `config`, `ops`.
 
 mod access;
+pub(crate) mod auth;
 mod convert;
 mod evaluate;
 mod page;
 mod watch;
 
-pub(crate) use access::key_to_proto;
 pub(crate) use convert::op_from_proto;
 pub(crate) use watch::Watches;
 
@@ -26,10 +30,10 @@ use tonic::{Request, Response, Status};
 
 use crate::access::{Principal, Role, Tokens};
 use crate::error::{Refusal, invalid};
-use crate::hub::Hub;
-use crate::quota::Quotas;
 use crate::store::state::Kind;
 use crate::store::{Env, Op, Source as StoreSource, Store, Who, WriteResult};
+use crate::stream::hub::Hub;
+use crate::stream::quota::Quotas;
 use convert::{env_to_proto, flag_arg, kind_to_proto, result_to_proto, segment_arg};
 use page::{page, page_size};
 
@@ -583,7 +587,7 @@ impl Admin for AdminService {
         // every environment.
         let subscribers_total = if p.all_environments() { self.hub.total() as u64 } else { 0 };
         let (tree, tree_omitted) = if p.all_environments() {
-            crate::tree::whole(&self.store, &self.hub, |_| true)
+            crate::cluster::tree::whole(&self.store, &self.hub, |_| true)
         } else {
             (Vec::new(), 0)
         };

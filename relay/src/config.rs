@@ -2,6 +2,9 @@
 //! and an optional TOML file, in that order of precedence, then defaults.
 //! Everything is validated before any port is bound; a bad value is one
 //! clear line and exit code 64.
+//!
+//! May use `store` (its URL parser and defaults) and `ops` (the limits
+//! each part is given).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -94,7 +97,7 @@ pub struct Config {
     /// Delta cache bound per environment revision, bytes.
     pub delta_cache_bytes: usize,
     /// Per-environment quotas and admission rates.
-    pub quotas: crate::limit::QuotaConfig,
+    pub quotas: crate::ops::limit::QuotaConfig,
     /// The options this was resolved from (to reload on SIGHUP).
     pub source: Option<Options>,
     /// Hold for a cursor ahead of the head.
@@ -134,7 +137,7 @@ pub struct Config {
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
     /// Connection caps of each gRPC listener.
-    pub connections: crate::limit::ConnCaps,
+    pub connections: crate::ops::limit::ConnCaps,
     /// A connection with no request for this long is closed.
     pub connection_idle_timeout: Duration,
     /// JSON logs?
@@ -351,8 +354,8 @@ impl Options {
             chunk_bytes: self.chunk_bytes.unwrap_or(1 << 20),
             delta_cache_bytes: self.delta_cache_bytes.unwrap_or(8 << 20),
             quotas: {
-                let q = crate::limit::QuotaConfig::default();
-                crate::limit::QuotaConfig {
+                let q = crate::ops::limit::QuotaConfig::default();
+                crate::ops::limit::QuotaConfig {
                     flags: self.quota_flags.unwrap_or(q.flags),
                     segments: self.quota_segments.unwrap_or(q.segments),
                     snapshot_bytes: self.quota_snapshot_bytes.unwrap_or(q.snapshot_bytes),
@@ -381,7 +384,7 @@ impl Options {
             max_subscribers: self.max_subscribers.unwrap_or(50_000),
             max_subscribers_per_env: self
                 .max_subscribers_per_env
-                .unwrap_or(crate::limit::QuotaConfig::default().subscribers),
+                .unwrap_or(crate::ops::limit::QuotaConfig::default().subscribers),
             max_replica_streams_per_env: self.max_replica_streams_per_env.unwrap_or(256),
             snapshot_concurrency: self.snapshot_concurrency.unwrap_or(64),
             send_deadline: d(self.send_deadline, 30),
@@ -395,7 +398,7 @@ impl Options {
             backlog: self.backlog.unwrap_or(4096),
             max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
             connection_idle_timeout: d(self.connection_idle_timeout, 30),
-            connections: crate::limit::ConnCaps {
+            connections: crate::ops::limit::ConnCaps {
                 total: self.max_connections.unwrap_or(60_000),
                 per_address: self.max_connections_per_address.unwrap_or(4_096),
             },

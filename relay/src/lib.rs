@@ -10,40 +10,19 @@
 
 mod access;
 mod admin;
-pub mod allocator;
-mod auth;
-mod catalog;
+mod cluster;
 pub mod config;
-mod demo;
-mod encoded;
 mod error;
-mod feed;
 #[doc(hidden)]
 pub mod fuzz;
-mod grpc;
-mod hub;
-mod inbound;
-mod limit;
-pub mod metrics;
-mod node;
-mod permission;
-mod probe;
-mod process;
-mod promote;
-mod propagation;
-mod quota;
-mod refusal;
-mod replica;
-mod replication;
-pub mod scrape;
-mod secret;
+pub mod ops;
 mod server;
-mod status_page;
 mod store;
-mod subscribe;
-mod transport;
-mod tree;
+mod stream;
 mod usage;
+
+pub use ops::{allocator, metrics};
+pub use server::{LIFO_SLOT, runtime, scrape};
 
 /// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
 /// Colours only on a terminal: a log file or journal gets plain text.
@@ -73,26 +52,6 @@ pub fn main_blocking() {
         }
     };
     runtime.block_on(main_entry());
-}
-
-/// Whether this build's runtime runs a woken task next (tokio's "LIFO
-/// slot"). Built with `--cfg tokio_unstable` (the workspace's
-/// `.cargo/config.toml` sets it) the relay turns it off.
-pub const LIFO_SLOT: bool = !cfg!(tokio_unstable);
-
-/// The relay's multi-threaded runtime.
-///
-/// Without the LIFO slot, a connection task woken by a stream that queued
-/// a message runs after the other woken streams rather than right away, so
-/// one write carries many streams' messages: for a revision fanned out to
-/// 10,000 subscribers, hundreds of socket writes instead of one per
-/// subscriber (docs/BENCHMARKS.md).
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    #[cfg(tokio_unstable)]
-    builder.disable_lifo_slot();
-    builder.build()
 }
 
 /// The `flagstream-relay` command: parse the configuration (exit 64 with
@@ -147,9 +106,9 @@ pub async fn main_entry() {
             println!("configuration ok ({role}, grpc {}, data {})", cfg.listen, cfg.data_dir.display());
             Ok(())
         }
-        config::Action::Promote(args) => promote::promote(&args.data_dir).await,
+        config::Action::Promote(args) => cluster::promote::promote(&args.data_dir).await,
         config::Action::Probe(args) => {
-            let serving = probe::probe(&args).await;
+            let serving = server::probe::probe(&args).await;
             std::process::exit(if serving { 0 } else { 1 });
         }
     };

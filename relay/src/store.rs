@@ -9,13 +9,19 @@
 //! from the upstream relay (`received.rs`: verified, persisted, passed on
 //! unchanged). This module knows nothing of gRPC: `error.rs` maps
 //! [`StoreError`] to a status.
+//!
+//! May use `ops` (metrics, limits, secrets, process facts) and the SDK's
+//! core; nothing else of the relay (the streams read its state, the
+//! cluster feeds it, the Admin API writes through it).
 
 pub(crate) mod audit;
 pub(crate) mod backend;
 mod budget;
 mod chain;
+pub(crate) mod encoded;
 mod environment;
 mod error;
+mod freshness;
 mod index;
 mod key;
 mod mark;
@@ -30,7 +36,7 @@ mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -40,70 +46,15 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 use tokio::sync::{Mutex, watch};
 
-use crate::limit::SizeQuota;
-use crate::metrics::Metrics;
+use crate::ops::limit::SizeQuota;
+use crate::ops::metrics::Metrics;
 pub(crate) use audit::{Access, Who};
 pub(crate) use backend::Backend;
-pub(crate) use error::StoreError;
-pub(crate) use error::{corrupt, to_json};
+pub(crate) use error::{StoreError, corrupt, to_json};
+pub(crate) use freshness::Freshness;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
 pub(crate) use op::{Op, WriteResult};
 use state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
-
-/// How current a replica's copy of an environment is: what its heartbeats
-/// state as `staleness_ms` (PROTOCOL.md §2.6). A primary's is always 0.
-///
-/// Wall-clock time, because it must survive restarts: a replica restarted
-/// with its upstream down serves data whose age it learns from its store
-/// (`EnvMeta::confirmed_unix_ms`), never as fresh. (Liveness deadlines use
-/// the monotonic clock; this is a reported age, not a deadline.)
-#[derive(Debug, Default)]
-pub(crate) struct Freshness {
-    /// Whether the upstream stream is open and delivering.
-    live: AtomicBool,
-    /// When the upstream last confirmed the data, Unix ms (0: never).
-    confirmed_ms: AtomicU64,
-    /// The upstream's own staleness at that moment.
-    upstream_ms: AtomicU64,
-}
-
-impl Freshness {
-    /// Records that the upstream confirmed the data at `now_ms` (Unix ms),
-    /// itself `upstream_ms` stale.
-    pub(crate) fn confirm(&self, now_ms: u64, upstream_ms: u64) {
-        self.confirmed_ms.store(now_ms.max(1), Ordering::Relaxed);
-        self.upstream_ms.store(upstream_ms, Ordering::Relaxed);
-    }
-
-    /// Marks the upstream stream open (`true`) or down.
-    pub(crate) fn set_live(&self, live: bool) {
-        self.live.store(live, Ordering::Relaxed);
-    }
-
-    /// When the upstream last confirmed the data, Unix ms, less its own
-    /// staleness then (what is persisted across restarts); 0: never.
-    pub(crate) fn confirmed_unix_ms(&self) -> u64 {
-        let c = self.confirmed_ms.load(Ordering::Relaxed);
-        if c == 0 { 0 } else { c.saturating_sub(self.upstream_ms.load(Ordering::Relaxed)).max(1) }
-    }
-
-    /// Whether the upstream stream is open.
-    pub(crate) fn is_live(&self) -> bool {
-        self.live.load(Ordering::Relaxed)
-    }
-
-    /// How old the data is, ms: the upstream's staleness while its stream
-    /// is open; once it is down, the time since it last confirmed the data
-    /// plus its staleness then. `None`: never confirmed.
-    pub(crate) fn staleness_ms(&self, now_ms: u64) -> Option<u64> {
-        let confirmed = self.confirmed_ms.load(Ordering::Relaxed);
-        if confirmed == 0 {
-            return None;
-        }
-        let upstream = self.upstream_ms.load(Ordering::Relaxed);
-        Some(if self.is_live() { upstream } else { now_ms.saturating_sub(confirmed) + upstream })
-    }
-}
 
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]
@@ -264,6 +215,9 @@ struct Inner {
     catch_up: std::sync::Mutex<Option<Arc<dyn CatchUp>>>,
     /// Told when an environment is gone.
     env_gone: std::sync::Mutex<Option<Arc<dyn EnvGone>>>,
+    /// The operations running on tasks of their own ([`Store::detached`]):
+    /// shutdown waits for them before its last flush.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 /// The environment a deleted environment's archived audit chain belongs
@@ -359,7 +313,7 @@ impl Store {
                 limits,
                 retention,
                 metrics,
-                size_quota: ArcSwap::from_pointee(crate::limit::QuotaConfig::default().sizes()),
+                size_quota: ArcSwap::from_pointee(crate::ops::limit::QuotaConfig::default().sizes()),
                 budget_reserved: std::sync::atomic::AtomicU64::new(0),
                 source,
                 primary: ArcSwap::from_pointee(None),
@@ -368,6 +322,7 @@ impl Store {
                 feed_kick: tokio::sync::Notify::new(),
                 catch_up: std::sync::Mutex::new(None),
                 env_gone: std::sync::Mutex::new(None),
+                tasks: tokio_util::task::TaskTracker::new(),
             }),
         };
         store.update_gauges();
@@ -670,13 +625,58 @@ fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<En
     Ok(env)
 }
 
-/// Runs `work` on a task of its own and waits for it. The caller's future
-/// may be dropped at this await: the task is not, so whatever `work` began
-/// it finishes.
-async fn detached<T: Send + 'static>(
-    work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::spawn(work).await.map_err(StoreError::Task)?
+impl Store {
+    /// Runs `work` on a task of its own and waits for it. The caller's
+    /// future may be dropped at this await: the task is not, so whatever
+    /// `work` began it finishes, and shutdown ([`Store::settle`]) waits for
+    /// it before the last flush.
+    async fn detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.track(work).await.map_err(StoreError::Task)?
+    }
+
+    /// Spawns `work`, a change the store must see finished (its audit
+    /// record included) even if its caller goes away: counted in
+    /// `store_operations` while it runs, and waited for by
+    /// [`Store::settle`] at shutdown.
+    pub(crate) fn track<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        /// Counts the operation while its task runs (a panic included).
+        struct Running(prometheus_client::metrics::gauge::Gauge);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
+        let running = Running(self.inner.metrics.store_operations.clone());
+        running.0.inc();
+        self.inner.tasks.spawn(async move {
+            let _running = running;
+            work.await
+        })
+    }
+
+    /// Store operations running on tasks of their own now.
+    pub(crate) fn operations(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
+    /// Takes no new operation on a task of its own and waits for those
+    /// running, up to `deadline`; returns how many were still running then
+    /// (0: all finished).
+    pub(crate) async fn settle(&self, deadline: std::time::Duration) -> usize {
+        let tasks = &self.inner.tasks;
+        tasks.close();
+        match tokio::time::timeout(deadline, tasks.wait()).await {
+            Ok(()) => 0,
+            Err(_) => tasks.len(),
+        }
+    }
 }
 
 /// Runs `work` on tokio's blocking pool (validation, compilation).

@@ -6,6 +6,8 @@
 //! shared database, passed to the other relays through it (`feed/usage.rs`)
 //! and taken from them.
 //!
+//! May use `store` (the flags an environment has) and `ops` only.
+//!
 //! Bounded: per environment its flags (always admitted) plus at most
 //! [`MAX_ABSENT_KEYS`] keys that are no flag (a deleted flag's key joins
 //! them as soon as the environment's data changes; past the share the
@@ -33,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use flagstream::Snapshot;
 use flagstream_proto::v1 as pb;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::store::now_ms;
 
 mod check;

@@ -8,21 +8,10 @@ use tonic::{Request, Response, Status};
 
 use super::{AdminService, authorize, who};
 use crate::access::{AccessError, Role};
-use crate::catalog::token_to_proto;
+use crate::cluster::catalog::token_to_proto;
 use crate::error::Refusal;
 use crate::store::SdkKeyRecord;
 use crate::store::{Access, Who};
-
-/// An SDK key without its secret, as the Admin API shows it.
-pub(crate) fn key_to_proto(k: &SdkKeyRecord) -> pb::SdkKey {
-    pb::SdkKey {
-        id: k.id.clone(),
-        name: k.name.clone(),
-        created_unix_ms: k.created_unix_ms,
-        expires_unix_ms: k.expires_unix_ms,
-        created_by: k.created_by.clone(),
-    }
-}
 
 impl AdminService {
     /// Records a token event on the relay's audit chain, after the change
@@ -32,8 +21,10 @@ impl AdminService {
     async fn chain_token_event(&self, event: Access, token: &str, details: String, by: &Who) {
         let (store, token, by) = (self.store.clone(), token.to_owned(), by.clone());
         // On a task of its own: a caller that goes away does not skip it.
-        let done =
-            tokio::spawn(async move { store.record_token_event(event, &token, details, &by).await }).await;
+        let done = self
+            .store
+            .track(async move { store.record_token_event(event, &token, details, &by).await })
+            .await;
         let failed = match done {
             Ok(Ok(())) => return,
             // Debug keeps the storage error's cause.
@@ -87,7 +78,7 @@ impl AdminService {
         let r = req.into_inner();
         let (key, secret) = self.store.create_sdk_key(&env, &r.name, &by).await?;
         tracing::info!(env = %env, key = %key.id, by = %p.name(), "SDK key created");
-        Ok(Response::new(pb::CreateSdkKeyResponse { key: Some(key_to_proto(&key)), secret }))
+        Ok(Response::new(pb::CreateSdkKeyResponse { key: Some(key.to_proto()), secret }))
     }
 
     pub(super) fn list_sdk_keys_call(
@@ -96,7 +87,7 @@ impl AdminService {
     ) -> Result<Response<pb::ListSdkKeysResponse>, Status> {
         let env = req.get_ref().environment.clone();
         authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
-        let keys = self.store.sdk_keys(&env)?.iter().map(key_to_proto).collect();
+        let keys = self.store.sdk_keys(&env)?.iter().map(SdkKeyRecord::to_proto).collect();
         Ok(Response::new(pb::ListSdkKeysResponse { keys }))
     }
 
@@ -114,8 +105,8 @@ impl AdminService {
         }
         tracing::info!(env = %env, old = %r.id, new = %rotated.key.id, grace_ms = r.grace_ms, by = %p.name(), "SDK key rotated");
         Ok(Response::new(pb::RotateSdkKeyResponse {
-            old: rotated.old.as_ref().map(key_to_proto),
-            key: Some(key_to_proto(&rotated.key)),
+            old: rotated.old.as_ref().map(SdkKeyRecord::to_proto),
+            key: Some(rotated.key.to_proto()),
             secret: rotated.secret,
         }))
     }
@@ -156,21 +147,23 @@ impl AdminService {
         // token on disk but not in memory.
         // Its audit record on the same task: written even if the caller goes.
         let (this, by, max) = (self.clone(), p.name().to_owned(), self.quotas.max_tokens());
-        let created = tokio::spawn(async move {
-            let created = this.tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await;
-            if let Ok((t, _)) = &created {
-                let details = format!(
-                    "role: {}\nenvironments: [{}]\nreplicate: {}\n",
-                    t.role.name(),
-                    t.environments.join(", "),
-                    t.replicate
-                );
-                this.chain_token_event(Access::TokenCreate, &t.name, details, &by_who).await;
-            }
-            created
-        })
-        .await
-        .map_err(|cause| Refusal::TaskFailed { what: "creating the token", cause })?;
+        let created = self
+            .store
+            .track(async move {
+                let created = this.tokens.create(&r.name, role, r.environments, r.replicate, &by, max).await;
+                if let Ok((t, _)) = &created {
+                    let details = format!(
+                        "role: {}\nenvironments: [{}]\nreplicate: {}\n",
+                        t.role.name(),
+                        t.environments.join(", "),
+                        t.replicate
+                    );
+                    this.chain_token_event(Access::TokenCreate, &t.name, details, &by_who).await;
+                }
+                created
+            })
+            .await
+            .map_err(|cause| Refusal::TaskFailed { what: "creating the token", cause })?;
         let (t, secret) = match created {
             Err(AccessError::Quota { used, limit }) => {
                 let msg = format!(
@@ -204,7 +197,7 @@ impl AdminService {
         // and its audit record on one task: a caller that goes away cannot
         // leave a revoked token's streams open or its record unwritten.
         let (this, name, by) = (self.clone(), r.name.clone(), p.name().to_owned());
-        tokio::spawn(async move {
+        self.store.track(async move {
             let revoked = this.tokens.revoke(&name).await;
             // Gone from the store, whoever revoked it (another relay of a
             // shared database may have been first): its replica streams

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 use super::{AdminService, authorize};
 use crate::access::{Principal, Role};
 use crate::error::Refusal;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// The stream `WatchPropagation` answers with.
 pub(crate) type PropagationStream =

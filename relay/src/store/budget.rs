@@ -170,7 +170,7 @@ impl Store {
             Some(_) => budget / OVER_SHARE_CEILING.1 * OVER_SHARE_CEILING.0,
             None => budget,
         };
-        let resident = crate::process::resident_bytes();
+        let resident = crate::ops::process::resident_bytes();
         let set_aside = &self.inner.budget_reserved;
         let mut reserved = set_aside.load(Ordering::Relaxed);
         loop {

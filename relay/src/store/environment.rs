@@ -12,8 +12,8 @@ use flagstream::{Snapshot, ValidationErrors};
 use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
 use super::state::EnvState;
-use super::{Env, Store, StoreError, detached, now_ms};
-use crate::secret;
+use super::{Env, Store, StoreError, now_ms};
+use crate::ops::secret;
 
 /// Checks an environment name: 1–64 bytes of `A-Z a-z 0-9 - _`.
 pub(crate) fn check_env_name(name: &str) -> Result<(), StoreError> {
@@ -87,7 +87,7 @@ impl Store {
         audit: Option<AuditRecord>,
     ) -> Result<Arc<Env>, StoreError> {
         let this = self.clone();
-        detached(async move {
+        self.detached(async move {
             let _guard = this.inner.envs_lock.lock().await;
             if this.inner.envs.load().contains_key(&meta.name) {
                 return Err(StoreError::EnvExists(meta.name));
@@ -157,7 +157,7 @@ impl Store {
         archive: Option<(String, AuditRecord)>,
     ) -> Result<(), StoreError> {
         let (this, name) = (self.clone(), name.to_owned());
-        detached(async move {
+        self.detached(async move {
             let _guard = this.inner.envs_lock.lock().await;
             let env = this.env(&name)?;
             let _write = env.write.lock().await;

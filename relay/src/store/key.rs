@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
-use super::{Store, StoreError, detached, now_ms};
-use crate::secret;
+use super::{Store, StoreError, now_ms};
+use crate::ops::secret;
 
 /// Longest rotation grace period: 30 days.
 const MAX_GRACE_MS: u64 = 30 * 24 * 3600 * 1000;
@@ -150,7 +150,7 @@ impl Store {
         change: impl FnOnce(&mut EnvMeta) -> Result<(T, Option<AuditRecord>), StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (this, env) = (self.clone(), self.env(env)?);
-        detached(async move {
+        self.detached(async move {
             let _write = env.write.lock().await;
             env.check_writable()?;
             // The backend applies the change (to the stored record, in a

@@ -76,6 +76,20 @@ pub(crate) struct SdkKeyRecord {
 }
 
 impl SdkKeyRecord {
+    /// The key as the Admin API and the replication catalog show it (the
+    /// secret never: only its hash travels, in the catalog's own field).
+    pub(crate) fn to_proto(&self) -> flagstream_proto::v1::SdkKey {
+        flagstream_proto::v1::SdkKey {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            created_unix_ms: self.created_unix_ms,
+            expires_unix_ms: self.expires_unix_ms,
+            created_by: self.created_by.clone(),
+        }
+    }
+}
+
+impl SdkKeyRecord {
     /// Whether it works at `now` (Unix ms).
     pub(crate) fn valid_at(&self, now: u64) -> bool {
         self.expires_unix_ms == 0 || now < self.expires_unix_ms

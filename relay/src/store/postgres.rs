@@ -1,5 +1,5 @@
 //! The PostgreSQL backend: every relay of a deployment is a writer on one
-//! database, and all follow its change feed (`crate::feed`).
+//! database, and all follow its change feed (`crate::cluster::feed`).
 //!
 //! One write is one transaction: the environment's row is locked
 //! (`SELECT … FOR UPDATE`, so writers of one environment commit in
@@ -120,7 +120,7 @@ impl PostgresBackend {
     /// TLS parameters of `tls.rs`) and applies the schema migrations.
     pub(crate) async fn connect(
         url: &str,
-        metrics: crate::metrics::Metrics,
+        metrics: crate::ops::metrics::Metrics,
     ) -> Result<PostgresBackend, StoreError> {
         let (mut config, settings) = tls::parse(url).map_err(|e| StoreError::Storage(Box::new(e)))?;
         if config.get_application_name().is_none() {

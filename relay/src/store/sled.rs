@@ -26,8 +26,8 @@ use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, LogEntry};
+use super::token::{BOOTSTRAP, Role, TokenRecord};
 use super::{Retention, StoreError, corrupt, to_json, trim_log};
-use crate::access::{Role, TokenRecord};
 
 /// Prefix of token records in the `meta` tree.
 const TOKEN_PREFIX: &str = "token/";
@@ -77,9 +77,9 @@ impl SledBackend {
     pub(crate) fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledBackend, StoreError> {
         let marks = std::sync::Arc::new(Marks::open(dir)?);
         // Owner-only before sled writes anything, and what it wrote after.
-        crate::permission::make_private(dir).map_err(sled::Error::Io)?;
+        crate::ops::permission::make_private(dir).map_err(sled::Error::Io)?;
         let db = sled::Config::new().path(dir).cache_capacity(cache_bytes).open()?;
-        crate::permission::make_private(dir).map_err(sled::Error::Io)?;
+        crate::ops::permission::make_private(dir).map_err(sled::Error::Io)?;
         let meta = db.open_tree("meta")?;
         Ok(SledBackend { db, meta, marks, dir: dir.to_owned() })
     }
@@ -524,7 +524,7 @@ impl Backend for SledBackend {
             {
                 // The one admin token of a store from before named tokens.
                 out.push(TokenRecord {
-                    name: crate::access::BOOTSTRAP.into(),
+                    name: BOOTSTRAP.into(),
                     role: Role::Admin,
                     environments: vec![],
                     replicate: false,
@@ -604,7 +604,7 @@ impl Backend for SledBackend {
         // Files sled made since it opened (snapshots, blobs) are out of
         // reach in the 0700 directory already; 0600 as well from now on.
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || crate::permission::make_private(&dir))
+        tokio::task::spawn_blocking(move || crate::ops::permission::make_private(&dir))
             .await
             .map_err(StoreError::Task)?
             .map_err(sled::Error::Io)?;

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use flagstream::Snapshot;
 
-use crate::encoded::{self, ChunkHeader, DeltaParts, Encoded, SnapshotChunks};
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
+use crate::store::encoded::{self, ChunkHeader, DeltaParts, Encoded, SnapshotChunks};
 
 /// Item kinds, numbered as `ItemKind` in admin.proto and as the checksum's
 /// kind byte.

@@ -5,6 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The admin token a primary's first start creates.
+pub(crate) const BOOTSTRAP: &str = "bootstrap";
+
 /// What a token may do; each role includes the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

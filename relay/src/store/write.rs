@@ -12,7 +12,7 @@ use super::budget::{self, Reserved, Stage};
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
-use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, detached, now_ms, trim_log};
+use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, now_ms, trim_log};
 
 /// Plans of one write against a shared database whose head kept moving
 /// (writers of one environment at several relays).
@@ -68,43 +68,46 @@ impl Store {
             ops = ops.len(),
             revision = tracing::field::Empty,
         );
-        let result = detached(tracing::Instrument::instrument(
-            async move {
-                let result = this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
-                // Not after a refusal from the request alone: nothing of it was
-                // planned.
-                let planned = !matches!(&result, Err(StoreError::MemoryBudget(r)) if r.estimated);
-                if large && planned {
-                    // Its transient blocks are free now, spread through the
-                    // heap: give their pages back, so resident memory (what the
-                    // memory budget reads) is what is in use.
-                    let released = tokio::task::spawn_blocking(crate::allocator::release_free_memory).await;
-                    if let Err(e) = released {
-                        tracing::warn!(error = %e, "releasing free memory after a large write failed");
+        let result = self
+            .detached(tracing::Instrument::instrument(
+                async move {
+                    let result =
+                        this.write_inner(&env_name, ops, expected_revision, who, comment, waiting).await;
+                    // Not after a refusal from the request alone: nothing of it was
+                    // planned.
+                    let planned = !matches!(&result, Err(StoreError::MemoryBudget(r)) if r.estimated);
+                    if large && planned {
+                        // Its transient blocks are free now, spread through the
+                        // heap: give their pages back, so resident memory (what the
+                        // memory budget reads) is what is in use.
+                        let released =
+                            tokio::task::spawn_blocking(crate::ops::allocator::release_free_memory).await;
+                        if let Err(e) = released {
+                            tracing::warn!(error = %e, "releasing free memory after a large write failed");
+                        }
                     }
-                }
-                let label = match &result {
-                    Ok(_) => "ok",
-                    Err(StoreError::Invalid(_)) => "invalid",
-                    Err(StoreError::Poisoned(_)) => "poisoned",
-                    Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
-                    Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
-                    Err(StoreError::Abandoned) => "abandoned",
-                    Err(StoreError::Quota { .. } | StoreError::MemoryBudget(_)) => "quota",
-                    Err(_) => "error",
-                };
-                this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
-                // Limits the refused write ran into (`… (max_regex_patterns)`).
-                if let Err(StoreError::Invalid(v)) = &result {
-                    for limit in v.limits() {
-                        this.inner.metrics.limit_hit(limit);
+                    let label = match &result {
+                        Ok(_) => "ok",
+                        Err(StoreError::Invalid(_)) => "invalid",
+                        Err(StoreError::Poisoned(_)) => "poisoned",
+                        Err(StoreError::Conflict { .. } | StoreError::RevisionConflict { .. }) => "conflict",
+                        Err(StoreError::ItemNotFound { .. } | StoreError::EnvNotFound(_)) => "not_found",
+                        Err(StoreError::Abandoned) => "abandoned",
+                        Err(StoreError::Quota { .. } | StoreError::MemoryBudget(_)) => "quota",
+                        Err(_) => "error",
+                    };
+                    this.inner.metrics.admin_writes.get_or_create(&vec![("result", label.to_owned())]).inc();
+                    // Limits the refused write ran into (`… (max_regex_patterns)`).
+                    if let Err(StoreError::Invalid(v)) = &result {
+                        for limit in v.limits() {
+                            this.inner.metrics.limit_hit(limit);
+                        }
                     }
-                }
-                result
-            },
-            span,
-        ))
-        .await;
+                    result
+                },
+                span,
+            ))
+            .await;
         drop(caller);
         result
     }
@@ -380,7 +383,7 @@ impl Store {
             reset_log: false,
             audit,
             audit_floor: self.inner.retention.audit_floor(revision),
-            request_id: crate::secret::new_epoch(),
+            request_id: crate::ops::secret::new_epoch(),
         };
         let result = WriteResult { revision, items: plan.versions };
         Ok(Prepared::Commit { commit: Box::new(commit), state: Box::new(new_state), result, budget })
@@ -434,7 +437,7 @@ mod tests {
     use super::super::sled::SledBackend;
     use super::super::{Backend, Retention, Source, Store, StoreError, Who};
     use super::Op;
-    use crate::metrics::Metrics;
+    use crate::ops::metrics::Metrics;
 
     /// The environment whose next publish panics (unit tests only).
     static PANIC_PUBLISHING: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
@@ -498,9 +501,9 @@ mod tests {
         let who = Who::relay("test");
         store.create_env(ENV, "", &who).await.unwrap();
         let budget = 1u64 << 40;
-        store.set_size_quota(crate::limit::SizeQuota {
+        store.set_size_quota(crate::ops::limit::SizeQuota {
             memory_budget: budget,
-            ..crate::limit::QuotaConfig::default().sizes()
+            ..crate::ops::limit::QuotaConfig::default().sizes()
         });
         store.write(ENV, vec![flag("a")], None, &who, "").await.expect("within the budget");
         assert_eq!(store.inner.budget_reserved.load(Ordering::Relaxed), 0, "released once published");
@@ -527,9 +530,9 @@ mod tests {
         let who = Who::relay("test");
         store.create_env(ENV, "", &who).await.unwrap();
         store.write(ENV, vec![flag("a"), flag("b")], None, &who, "").await.unwrap();
-        store.set_size_quota(crate::limit::SizeQuota {
+        store.set_size_quota(crate::ops::limit::SizeQuota {
             memory_budget: 1,
-            ..crate::limit::QuotaConfig::default().sizes()
+            ..crate::ops::limit::QuotaConfig::default().sizes()
         });
         let e = store.write(ENV, vec![flag("c")], None, &who, "").await.unwrap_err();
         match &e {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use flagstream::Flag;
 
 use super::*;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::store::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
 use crate::store::meta::EnvMeta;
 use crate::store::sled::SledBackend;

@@ -37,7 +37,7 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, Connection, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 pub use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// Who asked for a page: the client's address, and whether the
 /// connection is TLS.
@@ -36,7 +36,7 @@ pub struct Caller {
 }
 
 /// What the metrics listener serves besides `/metrics`: the status page
-/// (`crate::status_page`), and gauges computed from state just before a
+/// (`crate::server::status_page`), and gauges computed from state just before a
 /// scrape.
 pub trait Pages: Send + Sync {
     /// Called before each `/metrics` rendering.
@@ -122,7 +122,7 @@ pub async fn serve(
         };
         let refused = match permits.clone().try_acquire_owned() {
             Err(_) => ("metrics_connections", MAX_METRICS_CONNECTIONS, "too many open"),
-            Ok(permit) => match AddressSlot::take(&per_address, crate::limit::client_of(peer.ip())) {
+            Ok(permit) => match AddressSlot::take(&per_address, crate::ops::limit::client_of(peer.ip())) {
                 Some(from) => {
                     let (metrics, pages, tls) = (metrics.clone(), pages.clone(), tls.clone());
                     tokio::spawn(async move {

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use flagstream_proto::v1 as pb;
 
-use crate::node::{MAX_NODE_ENVIRONMENTS, MAX_NODE_STRING, MAX_NODES};
+use crate::stream::hub::node::{MAX_NODE_ENVIRONMENTS, MAX_NODE_STRING, MAX_NODES};
 
 /// Revisions per environment whose statistics are kept.
 pub(crate) const TRACKED_REVISIONS: usize = 256;
@@ -188,7 +188,7 @@ pub(crate) struct Report {
     pub subscribers: u64,
     /// Per revision: acked count and latency histogram.
     pub revisions: Vec<(u64, u64, Histogram)>,
-    /// The relays of the reporting subtree (`crate::tree`), parents set.
+    /// The relays of the reporting subtree (`crate::cluster::tree`), parents set.
     pub nodes: Vec<pb::RelayNode>,
     /// Entries the subtree left out ([`received`]).
     pub nodes_omitted: u64,
@@ -222,7 +222,7 @@ impl Report {
     }
 
     /// The wire form (the propagation part: a sender adds its subtree's
-    /// nodes, `crate::tree::subtree`).
+    /// nodes, `crate::cluster::tree::subtree`).
     pub(crate) fn to_proto(&self) -> pb::PropagationReport {
         pb::PropagationReport {
             nodes: Vec::new(),
@@ -244,9 +244,9 @@ impl Report {
 }
 
 /// The entries of a report received on `env`'s stream (or a shared
-/// database's row for `env`) this relay keeps: at most [`MAX_NODES`](crate::node::MAX_NODES), each
-/// well formed (non-empty id, strings within [`MAX_NODE_STRING`](crate::node::MAX_NODE_STRING), at most
-/// [`MAX_NODE_ENVIRONMENTS`](crate::node::MAX_NODE_ENVIRONMENTS) environments, only `env` among them), none
+/// database's row for `env`) this relay keeps: at most [`MAX_NODES`](crate::stream::hub::node::MAX_NODES), each
+/// well formed (non-empty id, strings within [`MAX_NODE_STRING`](crate::stream::hub::node::MAX_NODE_STRING), at most
+/// [`MAX_NODE_ENVIRONMENTS`](crate::stream::hub::node::MAX_NODE_ENVIRONMENTS) environments, only `env` among them), none
 /// claiming this relay's id (`own`) or an id twice. The first entry is the
 /// sender's own: its parent is set to `parent` (the receiving relay; empty
 /// for a shared database's peer, a root). Every later entry must hang

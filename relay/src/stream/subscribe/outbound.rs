@@ -15,12 +15,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval};
 use tonic::Status;
 
-use crate::encoded::{self, Encoded, SnapshotChunks};
 use crate::error::Refusal;
-use crate::hub::{Hub, Subscriber};
-use crate::metrics::SentKind;
+use crate::ops::metrics::SentKind;
+use crate::store::encoded::{self, Encoded, SnapshotChunks};
 use crate::store::state::{Bounds, Catchup, EnvState};
 use crate::store::{Env, Store, now_ms};
+use crate::stream::hub::{Hub, Subscriber};
 
 use super::{Outgoing, StreamConfig};
 

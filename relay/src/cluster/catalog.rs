@@ -13,8 +13,8 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use crate::access::{AccessError, Role, TokenRecord, Tokens};
-use crate::hub::Hub;
 use crate::store::{EnvMeta, SdkKeyRecord, Store, StoreError, now_ms};
+use crate::stream::hub::Hub;
 
 /// The longest a GetCatalog call is held.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -34,7 +34,7 @@ pub(crate) enum CatalogError {
 }
 
 fn key_to_proto(k: &SdkKeyRecord) -> pb::CatalogSdkKey {
-    pb::CatalogSdkKey { key: Some(crate::admin::key_to_proto(k)), secret_sha256: k.hash.clone() }
+    pb::CatalogSdkKey { key: Some(k.to_proto()), secret_sha256: k.hash.clone() }
 }
 
 /// The token's role on the wire.

@@ -7,7 +7,7 @@
 //! decode requests through its generic streaming decoder. Here
 //! [`Inbound`] (`inbound.rs`) reads the request messages (the Hello, then acks) straight off the
 //! HTTP/2 body, and the response is a body that hands each pre-framed, shared
-//! [`Encoded`](crate::encoded::Encoded) message to HTTP/2 as it is: one
+//! [`Encoded`](crate::store::encoded::Encoded) message to HTTP/2 as it is: one
 //! reference-count increment per subscriber per message. The stream's end,
 //! or an error, becomes the gRPC status trailers; an error before the
 //! stream starts is a trailers-only response, as tonic would send.
@@ -25,8 +25,8 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 
 use crate::error::Refusal;
-use crate::inbound::Inbound;
-use crate::subscribe::{Outgoing, SyncService};
+use crate::stream::inbound::Inbound;
+use crate::stream::subscribe::{Outgoing, SyncService};
 
 /// The method's path.
 const SUBSCRIBE: &str = "/flagstream.v1.Sync/Subscribe";

@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::secret;
+use crate::ops::secret;
 use crate::store::backend::Commit;
 use crate::store::sled::SledBackend;
 use crate::store::{Backend, Retention};

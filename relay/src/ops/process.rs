@@ -28,7 +28,7 @@ pub(crate) fn persistent_id(data_dir: &std::path::Path) -> std::io::Result<Strin
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let id = crate::secret::new_epoch()[..16].to_owned();
-    crate::secret::write_private(&path, &id)?;
+    let id = crate::ops::secret::new_epoch()[..16].to_owned();
+    crate::ops::secret::write_private(&path, &id)?;
     Ok(id)
 }

@@ -24,10 +24,10 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value as Json, json};
 
 use crate::access::{Role, Tokens};
-use crate::hub::Hub;
-use crate::metrics::Metrics;
-use crate::scrape::{Caller, Pages};
+use crate::ops::metrics::Metrics;
+use crate::server::scrape::{Caller, Pages};
 use crate::store::{Store, now_ms};
+use crate::stream::hub::Hub;
 
 const HTML: &str = include_str!("status_page/index.html");
 const SCRIPT: &str = include_str!("status_page/page.js");
@@ -123,7 +123,10 @@ impl StatusPage {
     fn drift(&self) -> Drift {
         let mut cached = self.drift.lock().unwrap_or_else(|p| p.into_inner());
         if cached.0.is_none_or(|at| at.elapsed() >= DRIFT_EVERY) {
-            *cached = (Some(std::time::Instant::now()), Arc::new(crate::tree::drift(&self.store, &self.hub)));
+            *cached = (
+                Some(std::time::Instant::now()),
+                Arc::new(crate::cluster::tree::drift(&self.store, &self.hub)),
+            );
         }
         cached.1.clone()
     }
@@ -149,7 +152,7 @@ impl StatusPage {
 
     /// The JSON the page shows.
     fn data(&self) -> Json {
-        let (tree, omitted) = crate::tree::whole(&self.store, &self.hub, |_| true);
+        let (tree, omitted) = crate::cluster::tree::whole(&self.store, &self.hub, |_| true);
         let heads: std::collections::HashMap<String, (String, u64)> = self
             .store
             .envs()

@@ -1,6 +1,6 @@
 //! Pre-encoded `SubscribeResponse` messages.
 //!
-//! The Subscribe stream (`crate::grpc`) sends [`Encoded`] values: bytes that
+//! The Subscribe stream (`crate::stream::grpc`) sends [`Encoded`] values: bytes that
 //! already are a complete gRPC message — the 5-byte length prefix and a
 //! `SubscribeResponse` — so a delivery is one reference-count increment and
 //! one HTTP/2 DATA frame, with no copy and no per-subscriber encoding. Snapshot

@@ -23,8 +23,8 @@ use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLim
 use tonic::Status;
 
 use crate::error;
-use crate::limit::QuotaConfig;
-use crate::metrics::Metrics;
+use crate::ops::limit::QuotaConfig;
+use crate::ops::metrics::Metrics;
 
 fn quota(per_sec: u32) -> Quota {
     let rate = NonZeroU32::new(per_sec.max(1)).unwrap_or(NonZeroU32::MIN);

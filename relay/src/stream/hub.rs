@@ -14,10 +14,10 @@ use futures_util::task::AtomicWaker;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::propagation::{Report, Ring};
+use crate::ops::metrics::Metrics;
 use crate::store::now_ms;
-use crate::transport::ConnInfo;
+use crate::stream::hub::propagation::{Report, Ring};
+use crate::stream::transport::ConnInfo;
 use crate::usage::Usage;
 
 /// Admission and stream limits.
@@ -177,6 +177,8 @@ pub(crate) struct Hub {
     next_id: AtomicU64,
     /// Mirrors `drain` for cheap per-message checks.
     draining: AtomicBool,
+    /// Woken when the last subscriber leaves (the drain waits on it).
+    emptied: tokio::sync::Notify,
     /// Permits for concurrent snapshot sends.
     pub snapshot_permits: Arc<Semaphore>,
     /// Flag usage the subscribers report (`crate::usage`).
@@ -186,8 +188,8 @@ pub(crate) struct Hub {
     /// The latest reports of the other relays of a shared database, per
     /// environment (PostgreSQL: every relay answers for the deployment).
     peers: Mutex<HashMap<String, Vec<Report>>>,
-    /// This relay as a node of the relay tree (`crate::tree`).
-    pub node: crate::node::Identity,
+    /// This relay as a node of the relay tree (`crate::cluster::tree`).
+    pub node: crate::stream::hub::node::Identity,
     /// Limits in force.
     pub limits: HubLimits,
     /// The per-environment subscriber quota now (reloaded on SIGHUP).
@@ -207,11 +209,12 @@ impl Hub {
             by_env: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
+            emptied: tokio::sync::Notify::new(),
             snapshot_permits: Arc::new(Semaphore::new(limits.snapshot_concurrency.max(1))),
             usage: Usage::new(metrics.clone(), false),
             stats: Mutex::new(HashMap::default()),
             peers: Mutex::new(HashMap::new()),
-            node: crate::node::Identity::default(),
+            node: crate::stream::hub::node::Identity::default(),
             per_env_quota: std::sync::atomic::AtomicUsize::new(limits.max_subscribers_per_env),
             limits,
             metrics,
@@ -377,6 +380,9 @@ impl Hub {
         if subs.remove(&sub.id).is_none() {
             return;
         }
+        if subs.is_empty() {
+            self.emptied.notify_waiters();
+        }
         let mut per_env = Self::lock(&self.per_env);
         {
             let mut by_env = Self::lock(&self.by_env);
@@ -423,6 +429,20 @@ impl Hub {
     /// Subscribers connected now.
     pub(crate) fn total(&self) -> usize {
         Self::lock(&self.subs).len()
+    }
+
+    /// Returns once no subscriber is connected (at once if none is).
+    pub(crate) async fn emptied(&self) {
+        loop {
+            let woken = self.emptied.notified();
+            tokio::pin!(woken);
+            // Registered before the check: a leave between the two wakes it.
+            woken.as_mut().enable();
+            if self.total() == 0 {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// SDK subscribers of one environment now.
@@ -574,6 +594,8 @@ impl crate::store::EnvGone for Hub {
     }
 }
 
+pub(crate) mod node;
+pub(crate) mod propagation;
 mod stats;
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! How far each revision has reached, as the hub sees it: the commit→ack
 //! latency of this relay's SDK subscribers (per environment, the rings of
-//! `crate::propagation`), merged with the latest reports of the replica
+//! `crate::stream::hub::propagation`), merged with the latest reports of the replica
 //! relays subscribed here and of a shared database's other relays; and the
 //! report this relay sends upstream. Who is connected is `hub.rs`.
 
@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::propagation::{Histogram, REPORTED_REVISIONS, Report};
 use crate::store::{Env, now_ms};
+use crate::stream::hub::propagation::{Histogram, REPORTED_REVISIONS, Report};
 
 use super::{Hub, Subscriber};
 

@@ -249,7 +249,7 @@ impl Feed {
         why: &str,
     ) -> Result<(), StoreError> {
         let name = env.meta.load().name.clone();
-        let new = crate::secret::new_epoch();
+        let new = crate::ops::secret::new_epoch();
         let mut c = self.db.client().await?;
         let made = query::rotate_epoch(&mut c, &name, &head.epoch, &new, &self.incarnation()).await?;
         drop(c);

@@ -30,8 +30,8 @@ use http_body::Frame;
 use tonic::body::Body;
 use tonic::{Code, Status};
 
-use crate::metrics::Metrics;
-use crate::transport::ConnInfo;
+use crate::ops::metrics::Metrics;
+use crate::stream::transport::ConnInfo;
 
 /// Log lines about refusals per second (bursts up to twice that).
 const LOG_PER_SECOND: u32 = 20;
@@ -319,7 +319,7 @@ struct Observed {
     body: Body,
     watch: Option<Watch>,
     /// The request counted open on its connection until the body is done.
-    _open: Option<crate::transport::Request>,
+    _open: Option<crate::stream::transport::Request>,
 }
 
 impl http_body::Body for Observed {

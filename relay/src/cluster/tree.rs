@@ -11,9 +11,9 @@ use std::collections::HashMap;
 
 use flagstream_proto::v1 as pb;
 
-use crate::hub::Hub;
-use crate::node::MAX_NODES;
 use crate::store::Store;
+use crate::stream::hub::Hub;
+use crate::stream::hub::node::MAX_NODES;
 
 /// This relay's own entry, with the environments `wanted` accepts.
 fn own(store: &Store, hub: &Hub, wanted: impl Fn(&str) -> bool) -> pb::RelayNode {
@@ -43,7 +43,7 @@ fn own(store: &Store, hub: &Hub, wanted: impl Fn(&str) -> bool) -> pb::RelayNode
         parent_id: String::new(),
         // Unset before the server has bound its listener: the id identifies it.
         name: me.name(),
-        role: crate::node::role(store).to_owned(),
+        role: crate::stream::hub::node::role(store).to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         started_unix_ms: me.started_unix_ms(),
         rss_bytes: sample.rss_bytes,
@@ -86,7 +86,7 @@ pub(crate) fn whole(store: &Store, hub: &Hub, sees: impl Fn(&str) -> bool) -> (V
     let envs = store.envs();
     let reports = envs.iter().flat_map(|e| {
         let name = e.meta.load().name.clone();
-        let mut reports: Vec<crate::propagation::Report> = hub
+        let mut reports: Vec<crate::stream::hub::propagation::Report> = hub
             .relays(&name)
             .iter()
             .filter_map(|s| s.report.lock().unwrap_or_else(|p| p.into_inner()).clone())
@@ -176,7 +176,7 @@ pub(crate) fn drift(store: &Store, hub: &Hub) -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::propagation::tests::node_entry as node;
+    use crate::stream::hub::propagation::tests::node_entry as node;
 
     /// One relay reported on two environments' streams is one entry with
     /// both environments; the newer sample's fields win.

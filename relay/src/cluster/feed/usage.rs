@@ -93,11 +93,20 @@ impl Feed {
         // written before are the backlog (kept out of the metrics).
         let mut started_ms: Option<i64> = None;
         let (mut up, mut first) = (self.up.subscribe(), true);
-        while next_turn(&mut up, &mut first, every, &stop).await {
+        loop {
+            let last = !next_turn(&mut up, &mut first, every, &stop).await;
+            // Stopping: one last turn passes on what came since the previous
+            // one (the SDKs' final counts), if the database is there.
+            if last && !*self.up.borrow() {
+                return;
+            }
             let c = match self.db.client().await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %flagstream::follow::error_chain(&e), "passing usage to the other relays failed");
+                    if last {
+                        return;
+                    }
                     continue;
                 }
             };
@@ -119,6 +128,10 @@ impl Feed {
                         "passing usage to the other relays took over {QUERY_TIMEOUT:?}; given up, the next turn tries again"
                     );
                 }
+            }
+            if last {
+                tracing::info!("stopping: the last usage turn is over");
+                return;
             }
         }
     }

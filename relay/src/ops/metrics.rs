@@ -58,6 +58,9 @@ pub struct Metrics {
     /// Bytes held by the request buffers of open Subscribe streams
     /// (`inbound.rs`: at most 16 KiB each between messages).
     pub stream_buffer_bytes: Gauge,
+    /// Store operations running on tasks of their own (writes, key and
+    /// environment changes): what shutdown waits for before its flush.
+    pub store_operations: Gauge,
     /// Streams ended, by reason.
     pub stream_ends: Family<Labels, Counter>,
     /// Deltas evicted from the per-revision delta cache (its byte bound).
@@ -154,6 +157,7 @@ impl Metrics {
             limit_hits: Family::default(),
             snapshot_sends: Gauge::default(),
             stream_buffer_bytes: Gauge::default(),
+            store_operations: Gauge::default(),
             stream_ends: Family::default(),
             delta_cache_evictions: Counter::default(),
             refusals: Family::default(),
@@ -235,6 +239,11 @@ impl Metrics {
             "stream_buffer_bytes",
             "Bytes held by the request buffers of open Subscribe streams",
             m.stream_buffer_bytes.clone(),
+        );
+        r.register(
+            "store_operations",
+            "Store operations (writes, key and environment changes) running now",
+            m.store_operations.clone(),
         );
         r.register("stream_ends", "Subscribe streams ended, by reason", m.stream_ends.clone());
         r.register(

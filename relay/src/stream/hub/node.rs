@@ -51,7 +51,7 @@ pub(crate) struct Sample {
 impl Default for Identity {
     fn default() -> Self {
         Identity {
-            id: crate::secret::new_epoch()[..16].to_owned(),
+            id: crate::ops::secret::new_epoch()[..16].to_owned(),
             name: OnceLock::new(),
             started_unix_ms: crate::store::now_ms(),
             sample: Mutex::new(None),
@@ -77,7 +77,7 @@ impl Identity {
         let s = Sample {
             at: Instant::now(),
             unix_ms: crate::store::now_ms(),
-            rss_bytes: crate::process::resident_bytes(),
+            rss_bytes: crate::ops::process::resident_bytes(),
             staleness_ms: store
                 .envs()
                 .iter()

@@ -37,8 +37,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::error;
-use crate::limit::{ConnCaps, client_of};
-use crate::metrics::Metrics;
+use crate::ops::limit::{ConnCaps, client_of};
+use crate::ops::metrics::Metrics;
 
 /// Socket settings for accepted connections.
 #[derive(Debug, Clone, Copy)]

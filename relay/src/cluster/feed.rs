@@ -44,16 +44,17 @@ use prost::Message;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 mod catch_up;
 mod usage;
 
 use crate::access::Tokens;
-use crate::hub::Hub;
-use crate::propagation::{REPORTED_REVISIONS, Report};
 use crate::store::postgres::query;
 use crate::store::postgres::{CHANNEL, PostgresBackend};
 use crate::store::{CatchUpOutcome, Env, Store, StoreError, now_ms};
+use crate::stream::hub::Hub;
+use crate::stream::hub::propagation::{REPORTED_REVISIONS, Report};
 
 /// The safety-net poll: every environment is caught up this often.
 const POLL: Duration = Duration::from_secs(30);
@@ -142,7 +143,7 @@ impl Feed {
         db: PostgresBackend,
         usage: UsageSharing,
     ) -> Feed {
-        let relay_id = crate::secret::new_epoch()[..16].to_owned();
+        let relay_id = crate::ops::secret::new_epoch()[..16].to_owned();
         Feed {
             store,
             tokens,
@@ -161,12 +162,16 @@ impl Feed {
     /// Follows the database until `stop`: connect, LISTEN, catch up,
     /// follow; on any failure mark the data unconfirmed, back off (1 s
     /// doubling to 30 s, full jitter) and start over.
-    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+    ///
+    /// Its periodic work runs on `tasks`, which shutdown waits for: a turn
+    /// that passes usage on finishes, and one last turn passes on what the
+    /// relay's SDKs reported since the previous one.
+    pub(crate) async fn run(self: Arc<Self>, tasks: TaskTracker, stop: CancellationToken) {
         self.store.set_catch_up(self.clone());
-        tokio::spawn(self.clone().gauges(stop.clone()));
-        tokio::spawn(self.clone().exchange_reports(stop.clone()));
-        tokio::spawn(self.clone().prune_history(stop.clone()));
-        tokio::spawn(self.clone().share_usage(self.usage.every, stop.clone()));
+        tasks.spawn(self.clone().gauges(stop.clone()));
+        tasks.spawn(self.clone().exchange_reports(stop.clone()));
+        tasks.spawn(self.clone().prune_history(stop.clone()));
+        tasks.spawn(self.clone().share_usage(self.usage.every, stop.clone()));
         let mut failures = 0u32;
         loop {
             let started = tokio::time::Instant::now();
@@ -460,7 +465,8 @@ impl Feed {
                 .chain(state.log.iter().rev().take(REPORTED_REVISIONS).map(|e| e.revision))
                 .collect();
             let mut report = self.hub.subtree_report(&state.name, &state.epoch, &recent).to_proto();
-            (report.nodes, report.nodes_omitted) = crate::tree::subtree(&self.store, &self.hub, &state.name);
+            (report.nodes, report.nodes_omitted) =
+                crate::cluster::tree::subtree(&self.store, &self.hub, &state.name);
             let bytes = report.encode_to_vec();
             // Unchanged reports are republished too, well within the
             // freshness peers require: a quiet relay still counts.

@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Tokens;
-use crate::catalog;
+use crate::cluster::catalog;
 use crate::config::Upstream;
-use crate::hub::Hub;
 use crate::store::Store;
+use crate::stream::hub::Hub;
 
 /// How long a catalog poll is held by the upstream.
 const CATALOG_WAIT: Duration = Duration::from_secs(20);
@@ -98,7 +98,12 @@ impl Replica {
 
     /// Runs until `stop`: the catalog follower, one follower per
     /// environment, and the freshness reporter.
-    pub(crate) async fn run(self, stop: CancellationToken, health: tonic_health::server::HealthReporter) {
+    pub(crate) async fn run(
+        self,
+        tasks: tokio_util::task::TaskTracker,
+        stop: CancellationToken,
+        health: tonic_health::server::HealthReporter,
+    ) {
         let followers: Arc<Mutex<HashMap<String, Follower>>> = Arc::default();
         let link = Arc::new(Link::default());
         // Serve and follow what is stored at once, upstream or not.
@@ -121,7 +126,7 @@ impl Replica {
         };
         link.catalog_known.store(!known.is_empty(), Ordering::Relaxed);
         self.check_ready(&link);
-        tokio::spawn(self.clone().report_freshness(followers.clone(), link.clone(), health, stop.clone()));
+        tasks.spawn(self.clone().report_freshness(followers.clone(), link.clone(), health, stop.clone()));
         let mut backoff = Backoff::new();
         let mut idx = 0usize;
         loop {
@@ -427,10 +432,18 @@ impl Sink for EnvSink {
         // The head always (after a snapshot of a new epoch the log is
         // empty), then the newest of the change log.
         let recent: Vec<u64> = std::iter::once(state.revision)
-            .chain(state.log.iter().rev().take(crate::propagation::REPORTED_REVISIONS).map(|e| e.revision))
+            .chain(
+                state
+                    .log
+                    .iter()
+                    .rev()
+                    .take(crate::stream::hub::propagation::REPORTED_REVISIONS)
+                    .map(|e| e.revision),
+            )
             .collect();
         let mut report = self.hub.subtree_report(&self.env, &state.epoch, &recent).to_proto();
-        (report.nodes, report.nodes_omitted) = crate::tree::subtree(&self.store, &self.hub, &self.env);
+        (report.nodes, report.nodes_omitted) =
+            crate::cluster::tree::subtree(&self.store, &self.hub, &self.env);
         let mut last = self.last_report.lock().unwrap_or_else(|p| p.into_inner());
         if last.as_ref() == Some(&report) {
             return None;

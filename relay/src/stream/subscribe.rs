@@ -18,14 +18,14 @@ use rand::Rng;
 use tonic::Status;
 
 use crate::access::Tokens;
-use crate::encoded::Encoded;
 use crate::error::{self, Refusal};
-use crate::hub::{Hub, Rejection, Subscriber};
-use crate::inbound::Inbound;
-use crate::quota::Quotas;
-use crate::secret;
+use crate::ops::secret;
+use crate::store::encoded::Encoded;
 use crate::store::{Env, Store, now_ms};
-use crate::transport::ConnInfo;
+use crate::stream::hub::{Hub, Rejection, Subscriber};
+use crate::stream::inbound::Inbound;
+use crate::stream::quota::Quotas;
+use crate::stream::transport::ConnInfo;
 
 mod outbound;
 
@@ -82,7 +82,7 @@ pub(crate) struct SyncService {
 
 impl SyncService {
     /// The relay's metrics.
-    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+    pub(crate) fn metrics(&self) -> &crate::ops::metrics::Metrics {
         self.store.metrics()
     }
 
@@ -152,7 +152,7 @@ pub(crate) type Outgoing = Pin<Box<dyn Stream<Item = Result<Encoded, Status>> + 
 
 impl SyncService {
     /// Serves one Subscribe call: reads the Hello, admits the subscriber,
-    /// and returns its pull-based outgoing stream (see `crate::grpc` for
+    /// and returns its pull-based outgoing stream (see `crate::stream::grpc` for
     /// the wire side).
     pub(crate) async fn subscribe(
         &self,

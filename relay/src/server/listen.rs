@@ -1,0 +1,143 @@
+//! The relay's listeners: the SDK-facing gRPC address (Sync, Replication,
+//! health, and Admin unless it has its own), the optional Admin address,
+//! and the metrics address; bound before anything is served, so a taken
+//! port fails the start at once.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+use crate::config::Config;
+use crate::ops::metrics::Metrics;
+use crate::stream::refusal::RefusalLayer;
+use crate::stream::transport::{self, SocketOptions};
+
+/// A started relay's addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    /// Bound gRPC address.
+    pub grpc: SocketAddr,
+    /// Bound metrics address.
+    pub metrics: SocketAddr,
+    /// Where the Admin API is served (`grpc` unless `admin-listen` is set).
+    pub admin: SocketAddr,
+}
+
+/// The bound sockets.
+pub(super) struct Listeners {
+    pub grpc: tokio::net::TcpListener,
+    pub admin: Option<tokio::net::TcpListener>,
+    pub metrics: tokio::net::TcpListener,
+    pub options: SocketOptions,
+    pub running: Running,
+}
+
+impl Listeners {
+    /// Binds every address of the configuration.
+    pub(super) async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
+        let options = SocketOptions {
+            backlog: cfg.backlog,
+            tcp_user_timeout: cfg.tcp_user_timeout,
+            keepalive_idle: cfg.keepalive_interval,
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_retries: 3,
+        };
+        let grpc = transport::bind(cfg.listen, &options)?;
+        let admin = cfg.admin_listen.map(|a| transport::bind(a, &options)).transpose()?;
+        let metrics = super::scrape::bind(cfg.metrics_listen).await?;
+        let running = Running {
+            grpc: grpc.local_addr()?,
+            metrics: metrics.local_addr()?,
+            admin: match &admin {
+                Some(l) => l.local_addr()?,
+                None => grpc.local_addr()?,
+            },
+        };
+        warn_if_plaintext(cfg, &running);
+        Ok(Listeners { grpc, admin, metrics, options, running })
+    }
+}
+
+/// A tonic server with the relay's settings for both gRPC listeners: TLS
+/// (mutual when a client CA is set), the refusal layer, HTTP/2 keepalive,
+/// the stream cap, `TCP_NODELAY`.
+pub(super) fn grpc_server(
+    cfg: &Config,
+    refusals: &RefusalLayer,
+) -> anyhow::Result<Server<tower_layer::Stack<RefusalLayer, tower_layer::Identity>>> {
+    let mut builder = Server::builder();
+    if let Some(tls) = &cfg.tls {
+        let mut t = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
+        if let Some(ca) = &tls.client_ca {
+            t = t.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(t).map_err(|e| anyhow::anyhow!("TLS configuration: {e}"))?;
+    }
+    Ok(builder
+        .layer(refusals.clone())
+        .http2_keepalive_interval(Some(cfg.keepalive_interval))
+        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
+        .max_concurrent_streams(Some(cfg.max_concurrent_streams))
+        .tcp_nodelay(true))
+}
+
+/// The admission control of one listener (`name`: `grpc` or `admin`).
+pub(super) fn admission(
+    cfg: &Config,
+    name: &'static str,
+    metrics: &Metrics,
+) -> std::sync::Arc<transport::Admission> {
+    transport::Admission::new(
+        cfg.connections,
+        cfg.connection_idle_timeout,
+        name,
+        cfg.tls.is_none(),
+        metrics.clone(),
+    )
+}
+
+/// The gRPC servers, running until `stop`.
+pub(super) struct Servers {
+    pub tasks: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    pub stop: CancellationToken,
+}
+
+impl Servers {
+    /// Stops accepting, lets the calls in progress end (up to 5 s).
+    pub(super) async fn stop(self) {
+        self.stop.cancel();
+        for server in self.tasks {
+            match tokio::time::timeout(Duration::from_secs(5), server).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "gRPC server ended with an error"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server task failed"),
+                Err(_) => tracing::warn!("gRPC server did not stop within 5s; exiting anyway"),
+            }
+        }
+    }
+}
+
+/// Warns, loudly, for every gRPC listener that is reachable from other
+/// hosts without TLS: SDK keys and admin tokens would cross the network in
+/// clear.
+fn warn_if_plaintext(cfg: &Config, running: &Running) {
+    if !cfg.metrics_tls && !running.metrics.ip().is_loopback() {
+        tracing::warn!(addr = %running.metrics, remote_tokens = cfg.status_page_remote_plaintext, "serving metrics and the status page WITHOUT TLS on a non-loopback address: the status page takes a token only from this host unless status-page-remote-plaintext is set; set metrics-tls (docs/SECURITY.md)");
+    }
+    if cfg.tls.is_some() {
+        return;
+    }
+    let mut exposed = vec![("grpc", running.grpc)];
+    if cfg.admin_listen.is_some() {
+        exposed.push(("admin", running.admin));
+    }
+    for (what, addr) in exposed {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(listener = what, %addr, "serving gRPC WITHOUT TLS on a non-loopback address: SDK keys and admin tokens cross the network in clear; set tls-cert and tls-key (docs/SECURITY.md)");
+        }
+    }
+}
