@@ -142,6 +142,8 @@ pub struct Config {
     pub connection_idle_timeout: Duration,
     /// JSON logs?
     pub log_json: bool,
+    /// The OTLP/gRPC collector spans are sent to, if any.
+    pub otlp_endpoint: Option<String>,
     /// TLS material, read and checked at startup.
     pub tls: Option<Tls>,
     /// Open `WatchPropagation` streams per admin token.
@@ -407,6 +409,15 @@ impl Options {
                 Some("json") => true,
                 Some(other) => {
                     return Err(ConfigError(format!("log-format: {other:?} is not `text` or `json`")));
+                }
+            },
+            otlp_endpoint: match self.otlp_endpoint.as_deref() {
+                None | Some("") => None,
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => Some(u.to_owned()),
+                Some(other) => {
+                    return Err(ConfigError(format!(
+                        "otlp-endpoint: {other:?} is not an http:// or https:// URL (e.g. http://127.0.0.1:4317)"
+                    )));
                 }
             },
             tls,

@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets and property tests of inbound data
-//! (`tests/fuzz/`, `tests/tests/inbound_fuzz.rs`): admin requests decoded
+//! (`tests/fuzz/`, `tests/tests/fault/inbound_fuzz.rs`): admin requests decoded
 //! and converted the way the admin service does before the store plans
 //! them (every op's arguments validated). Not part of the API; no
 //! stability promise. None may panic or allocate without bound, whatever

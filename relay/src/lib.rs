@@ -24,23 +24,6 @@ mod usage;
 pub use ops::{allocator, metrics};
 pub use server::{LIFO_SLOT, runtime, scrape};
 
-/// Installs the tracing subscriber (`RUST_LOG` filters; default `info`).
-/// Colours only on a terminal: a log file or journal gets plain text.
-pub fn init_tracing(json: bool) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 /// Runs the `flagstream-relay` command on the relay's runtime.
 pub fn main_blocking() {
     allocator::tune();
@@ -78,7 +61,13 @@ pub async fn main_entry() {
     let outcome = match cli.action() {
         config::Action::Serve(options, demo) => {
             let cfg = resolve(options);
-            init_tracing(cfg.log_json);
+            let telemetry = match ops::telemetry::init(cfg.log_json, cfg.otlp_endpoint.as_deref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("flagstream-relay: bad configuration: {e:#}");
+                    std::process::exit(config::EXIT_CONFIG);
+                }
+            };
             match allocator::applied() {
                 Some(allocator::Tuning::Set { arenas, threshold }) => {
                     tracing::info!(arenas, threshold, "allocator: glibc arenas and mmap/trim threshold set")
@@ -94,7 +83,13 @@ pub async fn main_entry() {
                 }
                 Some(allocator::Tuning::Unsupported) | None => {}
             }
-            server::run(cfg, demo).await
+            let outcome = server::run(cfg, demo).await;
+            // The last spans out before the process ends (blocking: off the
+            // async workers).
+            if let Err(e) = tokio::task::spawn_blocking(move || telemetry.shutdown()).await {
+                eprintln!("flagstream-relay: flushing spans failed: {e}");
+            }
+            outcome
         }
         config::Action::Check(options) => {
             let cfg = resolve(options);

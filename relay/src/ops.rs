@@ -4,8 +4,9 @@
 //! (quota settings and connection caps, [`limit`]), facts about this
 //! process (resident memory, persistent id, [`process`]), the C
 //! allocator's settings ([`allocator`]), owner-only files
-//! ([`permission`]) and how secrets are made, hashed, compared and written
-//! ([`secret`]).
+//! ([`permission`]), how secrets are made, hashed, compared and written
+//! ([`secret`]), and the logs and optional OTLP span export
+//! ([`telemetry`]).
 //!
 //! Uses nothing of the relay: every other part may use it. The surfaces
 //! that read the other parts (the metrics listener, the status page, the
@@ -17,3 +18,4 @@ pub mod metrics;
 pub(crate) mod permission;
 pub(crate) mod process;
 pub(crate) mod secret;
+pub(crate) mod telemetry;

@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets and property tests of inbound data
-//! (`tests/fuzz/`, `tests/tests/inbound_fuzz.rs`): what arrives from a
+//! (`tests/fuzz/`, `tests/tests/fault/inbound_fuzz.rs`): what arrives from a
 //! relay and what is read back from the cache, decoded, validated and
 //! compiled the way the client does it, then every flag evaluated. Not
 //! part of the API; no stability promise. Each returns whether the input

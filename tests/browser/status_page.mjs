@@ -49,6 +49,18 @@ try {
     if (new URL(r.url()).origin !== origin) out.requests_elsewhere.push(r.url());
   });
 
+  // Where a token could be kept: both web storages, cookies, the address
+  // and the form field.
+  const storage = async () => ({
+    ...(await page.evaluate(() => ({
+      session: Object.fromEntries(Object.entries(sessionStorage)),
+      local: Object.fromEntries(Object.entries(localStorage)),
+      url: location.href,
+      field: document.getElementById("token").value,
+    }))),
+    cookies: (await page.context().cookies()).length,
+  });
+
   const resp = await page.goto(cfg.url);
   out.page_status = resp.status();
   out.csp = resp.headers()["content-security-policy"] || null;
@@ -61,7 +73,7 @@ try {
     timeout: WAIT_MS,
   });
   out.login_error = await page.textContent("#login-error");
-  out.stored_after_refusal = await page.evaluate(() => sessionStorage.length);
+  out.stored_after_refusal = await storage();
 
   await page.fill("#token", cfg.token);
   await page.click("#login button[type=submit]");
@@ -74,6 +86,7 @@ try {
     { nodes: cfg.nodes, flags: cfg.flags },
     { timeout: WAIT_MS, polling: 200 },
   );
+  out.stored_after_login = await storage();
   out.login_visible = await page.isVisible("#login");
   out.summary = await page.textContent("#summary");
   out.tree = await page.$$eval("#tree tbody tr", (rows) =>
@@ -99,7 +112,7 @@ try {
   // Forgetting the token returns to the login form and clears storage.
   await page.click("#forget");
   await page.locator("#login").waitFor({ state: "visible", timeout: WAIT_MS });
-  out.stored_after_forget = await page.evaluate(() => sessionStorage.length);
+  out.stored_after_forget = await storage();
 } finally {
   await browser.close();
 }

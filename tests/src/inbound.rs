@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets (`tests/fuzz/`) and of the property
-//! tests that run them in CI (`tests/tests/inbound_fuzz.rs`): every kind
+//! tests that run them in CI (`tests/tests/fault/inbound_fuzz.rs`): every kind
 //! of inbound data, decoded, validated and compiled the way the product
 //! does it. Each takes arbitrary bytes and must neither panic nor allocate
 //! without bound; each returns whether the input was accepted.

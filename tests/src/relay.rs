@@ -232,6 +232,25 @@ impl Relay {
         AdminClient::with_interceptor(channel, Token(self.admin_token())).max_decoding_message_size(16 << 20)
     }
 
+    /// An SDK client's builder for this relay, with the demo environment's
+    /// key: add what the test needs, then `build()`.
+    pub fn sdk(&self) -> flagstream::Builder {
+        self.sdk_for(self.demo_key())
+    }
+
+    /// An SDK client's builder for this relay, with SDK key `key`.
+    pub fn sdk_for(&self, key: impl Into<String>) -> flagstream::Builder {
+        flagstream::Client::builder().endpoints([self.url()]).sdk_key(key)
+    }
+
+    /// A client of the demo environment at this relay, holding its data.
+    pub async fn ready_sdk(&self) -> flagstream::Client {
+        let client = self.sdk().build().expect("client configuration");
+        let status = client.wait_ready(crate::STEP).await;
+        assert!(status.has_data(), "the SDK never got data from {}: {status:?}", self.url());
+        client
+    }
+
     /// Creates an environment; returns its SDK key.
     pub async fn create_env(&self, name: &str) -> String {
         self.admin()

@@ -279,3 +279,46 @@ impl Subscriber {
         Ok(())
     }
 }
+
+/// A subscriber whose heartbeats are timed while something else happens
+/// (an attack on the relay): [`HeartbeatWatch::stop`] gives it back with
+/// the largest gap between two of its messages in that time.
+#[derive(Debug)]
+pub struct HeartbeatWatch {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<(Subscriber, Duration, usize)>,
+}
+
+impl HeartbeatWatch {
+    /// Starts reading `sub`'s stream on a task of its own.
+    pub fn start(mut sub: Subscriber) -> HeartbeatWatch {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let (mut last, mut largest, mut heartbeats) = (tokio::time::Instant::now(), Duration::ZERO, 0);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    update = sub.next(crate::STEP) => {
+                        let update = update.expect("the watched stream goes on");
+                        assert!(matches!(update, Update::Heartbeat { .. }), "only heartbeats expected: {update:?}");
+                        let now = tokio::time::Instant::now();
+                        largest = largest.max(now - last);
+                        (last, heartbeats) = (now, heartbeats + 1);
+                    }
+                }
+            }
+            // The gap still open when the watch ends counts too.
+            (sub, largest.max(last.elapsed()), heartbeats)
+        });
+        HeartbeatWatch { stop, task }
+    }
+
+    /// Ends the watch: the subscriber, the largest gap between its
+    /// heartbeats while watched, and how many arrived.
+    pub async fn stop(self) -> (Subscriber, Duration, usize) {
+        // The task may have ended already (its assertion failed): the join
+        // below reports that.
+        let _ = self.stop.send(());
+        self.task.await.expect("the heartbeat watch")
+    }
+}

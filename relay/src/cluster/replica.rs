@@ -345,6 +345,17 @@ struct EnvSink {
 }
 
 impl EnvSink {
+    /// One catch-up step from the upstream as a span: the environment, a
+    /// snapshot or a delta from `from`, and (once applied) the revision.
+    fn span(&self, kind: &'static str, from: u64) -> tracing::Span {
+        tracing::info_span!("replica_apply", env = %self.env, kind, from, revision = tracing::field::Empty)
+    }
+
+    fn applied(&self, span: &tracing::Span, c: &pb::Cursor) {
+        span.record("revision", c.revision);
+        span.in_scope(|| tracing::debug!("applied from the upstream"));
+    }
+
     fn set_live(&self, live: bool) {
         if let Ok(env) = self.store.env(&self.env) {
             env.freshness.set_live(live);
@@ -379,14 +390,18 @@ impl Sink for EnvSink {
     }
 
     fn apply_snapshot(&self, chunks: Vec<RawChunk>) -> Result<pb::Cursor, ApplyError> {
-        let c = self.store.apply_snapshot_blocking(&self.env, chunks)?;
+        let span = self.span("snapshot", 0);
+        let c = span.in_scope(|| self.store.apply_snapshot_blocking(&self.env, chunks))?;
+        self.applied(&span, &c);
         self.resync.store(false, Ordering::Relaxed);
         self.confirm();
         Ok(c)
     }
 
     fn apply_delta(&self, delta: RawDelta) -> Result<pb::Cursor, ApplyError> {
-        let c = self.store.apply_delta_blocking(&self.env, delta)?;
+        let span = self.span("delta", delta.from_revision);
+        let c = span.in_scope(|| self.store.apply_delta_blocking(&self.env, delta))?;
+        self.applied(&span, &c);
         self.confirm();
         Ok(c)
     }

@@ -480,6 +480,13 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_LOG_FORMAT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<String>,
+    /// Send tracing spans (a write from the call to its commit, each
+    /// stream's life, replica and change-feed steps) to this OpenTelemetry
+    /// collector over OTLP/gRPC, e.g. `http://127.0.0.1:4317` [default:
+    /// off].
+    #[arg(long, env = "FLAGSTREAM_OTLP_ENDPOINT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Cli {

@@ -97,6 +97,8 @@ pub(crate) struct Subscriber {
     pub stopped: AtomicBool,
     /// Why the stream must end with an error (see [`Subscriber::fail`]).
     pub failure: Mutex<Option<tonic::Status>>,
+    /// Why the stream ended, as counted in `stream_ends` (set once).
+    pub ended: std::sync::OnceLock<String>,
     /// The connection it rides on (to cut it off).
     pub conn: Option<ConnInfo>,
     /// Client-reported name/version, for status.
@@ -364,6 +366,7 @@ impl Hub {
             wake: AtomicWaker::new(),
             stopped: AtomicBool::new(false),
             failure: Mutex::new(None),
+            ended: std::sync::OnceLock::new(),
             conn,
             sdk,
             relay,
@@ -380,6 +383,8 @@ impl Hub {
         if subs.remove(&sub.id).is_none() {
             return;
         }
+        // The first reason only: the one counted below.
+        let _first = sub.ended.set(reason.to_owned());
         if subs.is_empty() {
             self.emptied.notify_waiters();
         }

@@ -259,7 +259,8 @@ impl SyncService {
             id => id.to_owned(),
         };
         // The stream's span: its environment, subscriber and SDK on every
-        // line logged for it (acks, usage, delivered revisions, its end).
+        // line logged for it (acks, usage, delivered revisions, its end),
+        // and the reason it ended (`end`, the `stream_ends` reasons).
         let span = tracing::info_span!(
             "subscribe",
             env = %env_name,
@@ -267,6 +268,7 @@ impl SyncService {
             sdk = %sub.sdk,
             relay = sub.relay,
             cursor = cursor.revision,
+            end = tracing::field::Empty,
         );
         tokio::spawn(tracing::Instrument::instrument(
             read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone(), instance),

@@ -5,7 +5,7 @@
 //! `flagstream.v1` protobuf messages ([`wire`]).
 //!
 //! This crate depends on no async runtime, network or storage crate (a test
-//! in `tests/tests/core_dependencies.rs` checks its dependency tree): a flag
+//! in `tests/tests/tooling/core_dependencies.rs` checks its dependency tree): a flag
 //! evaluation is a synchronous function over memory, with no I/O, no lock
 //! and (for bool, string and number flags) no allocation. Getting snapshots
 //! from a relay, caching them on disk and publishing them is the

@@ -1,6 +1,6 @@
 'use strict';
 // Real relay processes, flagctl and a TCP proxy for the Node tests. The
-// binaries come from the environment (tests/tests/node_sdk.rs sets them
+// binaries come from the environment (tests/tests/bindings/node_sdk.rs sets them
 // from cargo): FLAGSTREAM_RELAY_BIN and FLAGSTREAM_FLAGCTL_BIN. Without
 // them the relay tests fail, naming what to set.
 
@@ -15,7 +15,7 @@ function binary(name) {
   const v = process.env[name];
   if (!v) {
     throw new Error(
-      `${name} is not set: run these tests through \`cargo test -p flagstream-tests --test node_sdk\`, or set it to the built binary`,
+      `${name} is not set: run these tests through \`cargo test -p flagstream-tests --test bindings node_sdk\`, or set it to the built binary`,
     );
   }
   if (!fs.existsSync(v)) throw new Error(`${name}=${v} does not exist`);
@@ -92,10 +92,15 @@ function putTrueFlag(relay, key) {
  * Resolves once `check()` holds, testing it now and at every `change`
  * event of the client (no polling, no sleeps).
  */
-function whenChanged(client, check) {
-  return new Promise((resolve) => {
+function whenChanged(client, check, timeoutMs = 60_000) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      client.off('change', test);
+      reject(new Error(`no change satisfied the check within ${timeoutMs} ms`));
+    }, timeoutMs);
     const test = () => {
       if (check()) {
+        clearTimeout(timer);
         client.off('change', test);
         resolve();
       }

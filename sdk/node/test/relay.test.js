@@ -99,7 +99,9 @@ test('a silent stall is detected and recovered with default settings', GUARD, as
   assert.equal(proxy.connections(), 1);
   proxy.blackholeExisting();
   putTrueFlag(relay, 'after-stall');
-  await whenChanged(client, () => client.bool('after-stall', { key: 'u' }, false));
+  // Bounded as the Rust stall tests are (20 s): with default settings the
+  // stall is found in ~5 s (keepalive 3 s + 2 s), then the write arrives.
+  await whenChanged(client, () => client.bool('after-stall', { key: 'u' }, false), 20_000);
   const s = client.stats();
   assert.equal(s.stalls, 1, JSON.stringify(s));
   assert.ok(proxy.connections() >= 2, 'a new connection was made');

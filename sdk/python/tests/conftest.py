@@ -2,7 +2,7 @@
 builds), `flagctl` for writes, and a TCP proxy that can blackhole.
 
 FLAGSTREAM_RELAY_BIN and FLAGSTREAM_FLAGCTL_BIN name the binaries
-(`tests/tests/python_sdk.rs` sets them); without them the relay tests fail.
+(`tests/tests/bindings/python_sdk.rs` sets them); without them the relay tests fail.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ STEP = 60.0
 def _binary(var: str) -> str:
     path = os.environ.get(var)
     if not path or not os.path.exists(path):
-        pytest.fail(f"{var} must name the built binary (cargo test -p flagstream-tests --test python_sdk sets it)")
+        pytest.fail(f"{var} must name the built binary (cargo test -p flagstream-tests --test bindings python_sdk sets it)")
     return path
 
 

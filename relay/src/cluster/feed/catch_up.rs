@@ -180,11 +180,25 @@ impl Feed {
                 (Kind::Segment, None) => d.deleted_segment_keys.push(key),
             }
         }
-        let (store, env) = (self.store.clone(), env.clone());
-        tokio::task::spawn_blocking(move || store.receive_delta(&env, d, false, last.commit_id))
-            .await
-            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))??;
+        // One change-feed step as a span an operator (or an OTLP collector)
+        // follows: which environment, from and to which revision, how long
+        // after the other relay's commit it was applied here.
+        let span = tracing::info_span!(
+            "feed_step",
+            env = %env.meta.load().name,
+            from = d.from_revision,
+            to = d.to_revision,
+            lag_ms = tracing::field::Empty,
+        );
+        let (store, env, applying) = (self.store.clone(), env.clone(), span.clone());
+        tokio::task::spawn_blocking(move || {
+            applying.in_scope(|| store.receive_delta(&env, d, false, last.commit_id))
+        })
+        .await
+        .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))??;
         let lag_ms = now_ms().saturating_sub(last.committed_unix_ms);
+        span.record("lag_ms", lag_ms);
+        span.in_scope(|| tracing::debug!("applied from the change feed"));
         self.store.metrics().feed_lag.observe(lag_ms as f64 / 1000.0);
         Ok(())
     }

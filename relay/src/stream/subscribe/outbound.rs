@@ -57,7 +57,7 @@ pub(super) fn stream(
         age: Box::pin(tokio::time::sleep_until(age_deadline)),
         ahead_until: None,
         first: true,
-        guard: Leave { hub: hub.clone(), sub, reason: "client_gone" },
+        guard: Leave { hub: hub.clone(), sub, reason: "client_gone", span: span.clone() },
         done: false,
         span,
     };
@@ -79,6 +79,8 @@ struct Leave {
     hub: Arc<Hub>,
     sub: Arc<Subscriber>,
     reason: &'static str,
+    /// The stream's span, given its `end` reason here.
+    span: tracing::Span,
 }
 
 impl Drop for Leave {
@@ -86,6 +88,9 @@ impl Drop for Leave {
         tracing::debug!(env = %self.sub.env, subscriber = self.sub.id, reason = self.reason, "stream ended");
         self.sub.stop();
         self.hub.leave(&self.sub, self.reason);
+        if let Some(reason) = self.sub.ended.get() {
+            self.span.record("end", reason.as_str());
+        }
     }
 }
 

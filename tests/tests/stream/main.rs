@@ -1,0 +1,20 @@
+//! The Subscribe stream of one relay: snapshots, deltas, resume, limits, hostile clients, TLS, drain.
+//!
+//! One behaviour per module (`stream/*.rs`); the fixtures are the
+//! `flagstream_tests` library's.
+
+mod connection_limits;
+mod encode_once;
+mod hostile_cursor;
+mod hostile_hello;
+mod network_posture;
+mod refusals;
+mod restart_resume;
+mod sigterm_drain;
+mod stream_limits;
+mod stream_memory;
+mod subscribe_ahead;
+mod subscribe_errors;
+mod subscribe_resume;
+mod subscribe_snapshot;
+mod tls;
