@@ -7,29 +7,93 @@
 //! MALFORMED_FLAG → PARSE_ERROR, NOT_READY → PROVIDER_NOT_READY. Status
 //! maps Initializing → NOT_READY, Ready → READY, Stale → STALE, Failed →
 //! ERROR.
+//!
+//! [`FlagstreamProvider::on_evaluation`] observes every evaluation through
+//! the provider's own hook, with the OpenTelemetry attribute names
+//! (`observe.rs`); without it, nothing is added to an evaluation.
+
+mod observe;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+pub use observe::{ERROR_TYPE, KEY, PROVIDER, REASON, VARIANT, VERSION};
+use open_feature::HookWrapper;
 use open_feature::provider::{FeatureProvider, ProviderMetadata, ProviderStatus, ResolutionDetails};
 use open_feature::{
     EvaluationContext, EvaluationContextFieldValue, EvaluationError, EvaluationErrorCode, EvaluationReason,
-    EvaluationResult, StructValue, Value,
+    EvaluationResult, FlagMetadata, StructValue, Value,
 };
 use serde_json::Value as Json;
 
 use crate::{Client, Context, Detail, ErrorKind, FromValue, Reason, Status};
 
 /// A flagstream [`Client`] as an OpenFeature provider.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FlagstreamProvider {
     client: Client,
     metadata: ProviderMetadata,
+    /// The provider's own hooks: the evaluation observer, when set.
+    hooks: Vec<HookWrapper>,
+    /// Whether evaluations are observed (then each carries its version in
+    /// the flag metadata).
+    observed: bool,
+}
+
+impl std::fmt::Debug for FlagstreamProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlagstreamProvider")
+            .field("client", &self.client)
+            .field("observed", &self.observed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FlagstreamProvider {
     /// Wraps a client.
     pub fn new(client: Client) -> FlagstreamProvider {
-        FlagstreamProvider { client, metadata: ProviderMetadata::new("flagstream") }
+        FlagstreamProvider {
+            client,
+            metadata: ProviderMetadata::new("flagstream"),
+            hooks: Vec::new(),
+            observed: false,
+        }
+    }
+
+    /// Observes every evaluation through this provider's OpenFeature hook:
+    /// `callback` gets, once per evaluation (after it succeeded or failed),
+    /// its attributes under the OpenTelemetry semantic-convention names —
+    /// [`KEY`], [`PROVIDER`], [`VARIANT`] (when a variation was served),
+    /// [`REASON`] (`stale` when the data is older than the stall timeout),
+    /// [`VERSION`] (`EPOCH:REVISION` of the data evaluated) and, on an
+    /// error, [`ERROR_TYPE`] — ready to become a span event or a log
+    /// record. Each result's flag metadata then also carries [`VERSION`]
+    /// for any other hook. Without this call the provider has no hook and
+    /// adds nothing to an evaluation. The targeting key is not reported
+    /// (personal data).
+    pub fn on_evaluation(
+        mut self,
+        callback: impl Fn(&[(&'static str, String)]) + Send + Sync + 'static,
+    ) -> Self {
+        self.hooks = vec![HookWrapper::new(observe::Observe {
+            callback: Arc::new(callback),
+            panicked: std::sync::atomic::AtomicBool::new(false),
+        })];
+        self.observed = true;
+        self
+    }
+
+    /// With observation on: the version of the data `revision` came from,
+    /// in the flag metadata (the epoch read right after the evaluation).
+    fn versioned<U>(&self, details: ResolutionDetails<U>, revision: u64) -> ResolutionDetails<U> {
+        if !self.observed {
+            return details;
+        }
+        let version = format!("{}:{revision}", self.client.snapshot().epoch());
+        ResolutionDetails {
+            flag_metadata: Some(FlagMetadata::default().with_value(VERSION, version)),
+            ..details
+        }
     }
 }
 
@@ -246,7 +310,11 @@ impl FlagstreamProvider {
         T: for<'s> FromValue<'s>,
     {
         let ctx = checked_context(ctx)?;
-        self.client.with_detail(key, &ctx, placeholder, |d| resolve(d, convert))
+        let (details, revision) = self.client.with_detail(key, &ctx, placeholder, |d| {
+            let revision = d.revision;
+            resolve(d, convert).map(|r| (r, revision))
+        })?;
+        Ok(self.versioned(details, revision))
     }
 }
 
@@ -254,6 +322,10 @@ impl FlagstreamProvider {
 impl FeatureProvider for FlagstreamProvider {
     fn metadata(&self) -> &ProviderMetadata {
         &self.metadata
+    }
+
+    fn hooks(&self) -> &[HookWrapper] {
+        &self.hooks
     }
 
     fn status(&self) -> ProviderStatus {
@@ -301,7 +373,8 @@ impl FeatureProvider for FlagstreamProvider {
         let snap = self.client.snapshot();
         let mut d = snap.detail(key, &ctx, "");
         d.stale = self.client.status().is_stale();
-        resolve(d, |s: &str| Ok(s.to_owned()))
+        let revision = d.revision;
+        resolve(d, |s: &str| Ok(s.to_owned())).map(|r| self.versioned(r, revision))
     }
 
     async fn resolve_struct_value(
@@ -316,12 +389,14 @@ impl FeatureProvider for FlagstreamProvider {
         let snap = self.client.snapshot();
         let mut d = snap.detail(key, &ctx, Cow::Owned(Json::Null));
         d.stale = self.client.status().is_stale();
-        resolve(d, |j: Cow<'_, Json>| match Value::try_from(j.as_ref())? {
+        let revision = d.revision;
+        let details = resolve(d, |j: Cow<'_, Json>| match Value::try_from(j.as_ref())? {
             Value::Struct(s) => Ok(s),
             _ => Err(EvaluationError::builder()
                 .code(EvaluationErrorCode::TypeMismatch)
                 .message("the flag's value is not a JSON object")
                 .build()),
-        })
+        })?;
+        Ok(self.versioned(details, revision))
     }
 }

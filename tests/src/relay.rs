@@ -24,7 +24,10 @@ pub fn relay_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("own executable path");
     let name = format!("relay{}", std::env::consts::EXE_SUFFIX);
     exe.ancestors().skip(1).take(2).map(|d| d.join(&name)).find(|p| p.exists()).unwrap_or_else(|| {
-        panic!("the relay binary is not built next to {}: build through cargo", exe.display())
+        panic!(
+            "the relay binary is not built next to {}: build it with `cargo build [--release] -p flagstream-tests --bin relay` (tests build it themselves)",
+            exe.display()
+        )
     })
 }
 

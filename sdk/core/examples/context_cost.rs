@@ -4,7 +4,7 @@
 //! a flag whose 10 rules read the last kind's last attribute (the longest
 //! scans): what the relay runs on its blocking pool per `Evaluate`. Prints
 //! median, p99 and max in milliseconds. The round trip through a relay is
-//! `tests/src/bin/evalcost.rs`.
+//! `tools/src/bin/evalcost.rs`.
 //!
 //! ```sh
 //! cargo run --release -p flagstream-core --example context_cost -- 500

@@ -161,3 +161,81 @@ async fn contexts_over_the_limits_are_invalid() {
         Some("context.org: 300 attributes, the limit is 256 (max-context-attributes)")
     );
 }
+
+/// Evaluations observed through the provider's own hook, under the
+/// OpenTelemetry attribute names; without an observer the provider has no
+/// hook and adds no metadata; a panicking observer changes no result.
+#[tokio::test]
+async fn evaluations_are_observed_with_opentelemetry_attribute_names() {
+    use std::sync::{Arc, Mutex};
+
+    use flagstream::openfeature::{ERROR_TYPE, KEY, PROVIDER, REASON, VARIANT, VERSION};
+    use open_feature::OpenFeature;
+
+    let plain = provider();
+    assert!(plain.hooks().is_empty(), "no observer, no hook");
+    let us = EvaluationContext::default().with_targeting_key("u1").with_custom_field("country", "US");
+    assert_eq!(plain.resolve_bool_value("checkout", &us).await.unwrap().flag_metadata, None, "nothing added");
+
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
+    let client = Client::builder().test_data(set).build().unwrap();
+    let version = format!("{}:{}", client.snapshot().epoch(), client.snapshot().revision());
+    type Attributes = Vec<(&'static str, String)>;
+    let seen: Arc<Mutex<Vec<Attributes>>> = Arc::default();
+    let sink = seen.clone();
+    let observed = FlagstreamProvider::new(client)
+        .on_evaluation(move |a: &[(&'static str, String)]| sink.lock().unwrap().push(a.to_vec()));
+    assert_eq!(observed.hooks().len(), 1);
+    OpenFeature::singleton_mut().await.set_named_provider("observed", observed).await;
+    let of = OpenFeature::singleton().await.create_named_client("observed");
+
+    let fr = EvaluationContext::default().with_targeting_key("u1").with_custom_field("country", "FR");
+    assert!(of.get_bool_value("checkout", Some(&us), None).await.unwrap());
+    let split = of.get_bool_details("checkout", Some(&fr), None).await.unwrap();
+    assert!(of.get_bool_value("no-such-flag", Some(&us), None).await.is_err());
+    assert!(of.get_bool_value("theme", Some(&us), None).await.is_err(), "a string flag read as bool");
+
+    let attrs =
+        |pairs: &[(&'static str, &str)]| pairs.iter().map(|(k, v)| (*k, v.to_string())).collect::<Vec<_>>();
+    let split_variant = split.variant.clone().expect("a rollout serves a variation");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            attrs(&[
+                (KEY, "checkout"),
+                (PROVIDER, "flagstream"),
+                (VARIANT, "0"),
+                (REASON, "targeting_match"),
+                (VERSION, &version)
+            ]),
+            attrs(&[
+                (KEY, "checkout"),
+                (PROVIDER, "flagstream"),
+                (VARIANT, &split_variant),
+                (REASON, "split"),
+                (VERSION, &version)
+            ]),
+            attrs(&[
+                (KEY, "no-such-flag"),
+                (PROVIDER, "flagstream"),
+                (REASON, "error"),
+                (ERROR_TYPE, "flag_not_found")
+            ]),
+            attrs(&[
+                (KEY, "theme"),
+                (PROVIDER, "flagstream"),
+                (REASON, "error"),
+                (ERROR_TYPE, "type_mismatch")
+            ]),
+        ]
+    );
+
+    // A panicking observer: the evaluation's result is unchanged.
+    let set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
+    let loud = FlagstreamProvider::new(Client::builder().test_data(set).build().unwrap())
+        .on_evaluation(|_: &[(&'static str, String)]| panic!("an observer that fails"));
+    OpenFeature::singleton_mut().await.set_named_provider("loud", loud).await;
+    let of = OpenFeature::singleton().await.create_named_client("loud");
+    assert!(of.get_bool_value("checkout", Some(&us), None).await.unwrap());
+    assert!(!of.get_bool_value("killed", Some(&us), None).await.unwrap());
+}

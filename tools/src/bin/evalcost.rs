@@ -7,7 +7,8 @@
 //! in milliseconds.
 //!
 //! ```sh
-//! cargo run --release -p flagstream-tests --bin evalcost -- --runs 200
+//! cargo build --release -p flagstream-tests --bin relay   # the relay it starts
+//! cargo run --release -p flagstream-tools --bin evalcost -- --runs 200
 //! ```
 
 use std::time::{Duration, Instant};

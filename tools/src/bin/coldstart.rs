@@ -4,7 +4,8 @@
 //! flags, and the process RSS a client with N flags adds.
 //!
 //! ```sh
-//! cargo run --release -p flagstream-tests --bin coldstart -- --flags 10000
+//! cargo build --release -p flagstream-tests --bin relay   # the relay it starts
+//! cargo run --release -p flagstream-tools --bin coldstart -- --flags 10000
 //! ```
 
 use std::time::{Duration, Instant};
