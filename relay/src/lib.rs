@@ -61,7 +61,7 @@ pub async fn main_entry() {
     let outcome = match cli.action() {
         config::Action::Serve(options, demo) => {
             let cfg = resolve(options);
-            let telemetry = match ops::telemetry::init(cfg.log_json, cfg.otlp_endpoint.as_deref()) {
+            let telemetry = match ops::telemetry::init(cfg.log.json, cfg.log.otlp_endpoint.as_deref()) {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("flagstream-relay: bad configuration: {e:#}");
@@ -93,12 +93,12 @@ pub async fn main_entry() {
         }
         config::Action::Check(options) => {
             let cfg = resolve(options);
-            let role = match (&cfg.upstream, &cfg.store) {
+            let role = match (&cfg.cluster.upstream, &cfg.store.url) {
                 (Some(_), _) => "replica",
                 (None, config::StoreUrl::Postgres(_)) => "shared (PostgreSQL store)",
                 (None, config::StoreUrl::Sled) => "primary",
             };
-            println!("configuration ok ({role}, grpc {}, data {})", cfg.listen, cfg.data_dir.display());
+            println!("configuration ok ({role}, grpc {}, data {})", cfg.listen.grpc, cfg.data_dir.display());
             Ok(())
         }
         config::Action::Promote(args) => cluster::promote::promote(&args.data_dir).await,

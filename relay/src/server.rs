@@ -29,10 +29,10 @@ use crate::cluster::replication::ReplicationService;
 use crate::config::Config;
 use crate::ops::metrics::Metrics;
 use crate::stream::grpc::SyncRoute;
-use crate::stream::hub::{Hub, HubLimits};
+use crate::stream::hub::Hub;
 use crate::stream::quota::Quotas;
 use crate::stream::refusal::RefusalLayer;
-use crate::stream::subscribe::{StreamConfig, SyncService};
+use crate::stream::subscribe::SyncService;
 use crate::stream::transport;
 use background::Background;
 pub(crate) use listen::Running;
@@ -173,48 +173,28 @@ impl Services {
     /// Each part built from its own settings.
     fn build(cfg: &Config, opened: &Opened, running: &Running, metrics: &Metrics) -> Services {
         let store = &opened.store;
-        let hub = Hub::new(
-            HubLimits {
-                max_subscribers: cfg.max_subscribers,
-                max_subscribers_per_env: cfg.max_subscribers_per_env,
-                max_replica_streams_per_env: cfg.max_replica_streams_per_env,
-                snapshot_concurrency: cfg.snapshot_concurrency,
-                send_deadline: cfg.send_deadline,
-                behind_deadline: cfg.behind_deadline,
-                behind_progress_rate: cfg.behind_progress_rate,
-                heartbeat: cfg.heartbeat,
-            },
-            metrics.clone(),
-        );
+        let hub = Hub::new(cfg.hub.clone(), metrics.clone());
         // A replica keeps its SDKs' usage for its upstream too, a relay of a
         // shared database for the other relays.
-        let passes_usage = cfg.upstream.is_some() || opened.postgres.is_some();
+        let passes_usage = cfg.cluster.upstream.is_some() || opened.postgres.is_some();
         let hub = Arc::new(if passes_usage { hub.forwarding_usage() } else { hub });
         store.set_env_gone(hub.clone());
-        hub.node.set_name(cfg.advertise_url.clone().unwrap_or_else(|| running.grpc.to_string()));
+        hub.node.set_name(cfg.cluster.advertise_url.clone().unwrap_or_else(|| running.grpc.to_string()));
         let quotas = Arc::new(Quotas::new(cfg.quotas, metrics.clone()));
         store.set_size_quota(cfg.quotas.sizes());
-        let stream = StreamConfig {
-            hello_timeout: cfg.hello_timeout,
-            heartbeat: cfg.heartbeat,
-            max_stream_age: cfg.max_stream_age,
-            chunk_bytes: cfg.chunk_bytes,
-            delta_cache_bytes: cfg.delta_cache_bytes,
-            ahead_hold: cfg.ahead_hold,
-            drain_spread: cfg.drain_spread,
-        };
+        let stream = cfg.stream.clone();
         let sync =
             SyncService::new(store.clone(), hub.clone(), quotas.clone(), opened.tokens.clone(), stream);
         // A primary is ready once it serves; a replica once it holds data.
-        let (ready_tx, ready) = tokio::sync::watch::channel(cfg.upstream.is_none());
+        let (ready_tx, ready) = tokio::sync::watch::channel(cfg.cluster.upstream.is_none());
         let admin = AdminService::new(
             store.clone(),
             hub.clone(),
             opened.tokens.clone(),
             quotas.clone(),
             ready.clone(),
-            cfg.stale_after,
-            crate::admin::Watches::new(cfg.max_watches_per_token, cfg.max_watches, metrics.clone()),
+            cfg.cluster.stale_after,
+            crate::admin::Watches::new(cfg.watches.per_token, cfg.watches.total, metrics.clone()),
         );
         Services { hub, quotas, sync, admin, ready_tx, ready }
     }
@@ -236,9 +216,9 @@ fn spawn_background(
         hub.clone(),
         opened.tokens.clone(),
         metrics.clone(),
-        cfg.status_page_remote_plaintext,
+        cfg.listen.status_page_remote_plaintext,
     );
-    let metrics_tls = match (&cfg.tls, cfg.metrics_tls) {
+    let metrics_tls = match (&cfg.listen.tls, cfg.listen.metrics_tls) {
         (Some(tls), true) => Some(scrape::tls_acceptor(&tls.cert, &tls.key)?),
         _ => None,
     };
@@ -333,7 +313,7 @@ async fn spawn_cluster(
         let node = crate::ops::process::persistent_id(&cfg.data_dir).map_err(|e| {
             anyhow::anyhow!("reading or making {}: {e}", cfg.data_dir.join("relay-id").display())
         })?;
-        let sharing = crate::cluster::feed::UsageSharing { every: cfg.usage_share_interval, node };
+        let sharing = crate::cluster::feed::UsageSharing { every: cfg.cluster.usage_share_interval, node };
         let feed = Arc::new(crate::cluster::feed::Feed::new(
             store.clone(),
             tokens.clone(),
@@ -343,7 +323,7 @@ async fn spawn_cluster(
         ));
         background.spawn(feed.run(background.tasks.clone(), background.stop.clone()));
     }
-    if let Some(upstream) = cfg.upstream.clone() {
+    if let Some(upstream) = cfg.cluster.upstream.clone() {
         let replica =
             crate::cluster::replica::Replica::new(store.clone(), tokens.clone(), hub, upstream, ready_tx);
         health
@@ -363,7 +343,7 @@ async fn spawn_cluster(
 async fn drain(cfg: &Config, health: &tonic_health::server::HealthReporter, hub: &Hub) {
     set_health(health, tonic_health::ServingStatus::NotServing).await;
     hub.start_drain();
-    if tokio::time::timeout(cfg.drain_grace, hub.emptied()).await.is_ok() {
+    if tokio::time::timeout(cfg.stream.drain_grace, hub.emptied()).await.is_ok() {
         tracing::info!("all subscribers left");
     } else {
         tracing::warn!(subscribers = hub.total(), "drain grace period over; closing remaining streams");

@@ -39,15 +39,15 @@ impl Listeners {
     /// Binds every address of the configuration.
     pub(super) async fn bind(cfg: &Config) -> anyhow::Result<Listeners> {
         let options = SocketOptions {
-            backlog: cfg.backlog,
-            tcp_user_timeout: cfg.tcp_user_timeout,
-            keepalive_idle: cfg.keepalive_interval,
+            backlog: cfg.listen.backlog,
+            tcp_user_timeout: cfg.listen.tcp_user_timeout,
+            keepalive_idle: cfg.listen.keepalive_interval,
             keepalive_interval: Duration::from_secs(5),
             keepalive_retries: 3,
         };
-        let grpc = transport::bind(cfg.listen, &options)?;
-        let admin = cfg.admin_listen.map(|a| transport::bind(a, &options)).transpose()?;
-        let metrics = super::scrape::bind(cfg.metrics_listen).await?;
+        let grpc = transport::bind(cfg.listen.grpc, &options)?;
+        let admin = cfg.listen.admin.map(|a| transport::bind(a, &options)).transpose()?;
+        let metrics = super::scrape::bind(cfg.listen.metrics).await?;
         let running = Running {
             grpc: grpc.local_addr()?,
             metrics: metrics.local_addr()?,
@@ -69,7 +69,7 @@ pub(super) fn grpc_server(
     refusals: &RefusalLayer,
 ) -> anyhow::Result<Server<tower_layer::Stack<RefusalLayer, tower_layer::Identity>>> {
     let mut builder = Server::builder();
-    if let Some(tls) = &cfg.tls {
+    if let Some(tls) = &cfg.listen.tls {
         let mut t = tonic::transport::ServerTlsConfig::new()
             .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key));
         if let Some(ca) = &tls.client_ca {
@@ -79,9 +79,9 @@ pub(super) fn grpc_server(
     }
     Ok(builder
         .layer(refusals.clone())
-        .http2_keepalive_interval(Some(cfg.keepalive_interval))
-        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
-        .max_concurrent_streams(Some(cfg.max_concurrent_streams))
+        .http2_keepalive_interval(Some(cfg.listen.keepalive_interval))
+        .http2_keepalive_timeout(Some(cfg.listen.keepalive_timeout))
+        .max_concurrent_streams(Some(cfg.listen.max_concurrent_streams))
         .tcp_nodelay(true))
 }
 
@@ -92,10 +92,10 @@ pub(super) fn admission(
     metrics: &Metrics,
 ) -> std::sync::Arc<transport::Admission> {
     transport::Admission::new(
-        cfg.connections,
-        cfg.connection_idle_timeout,
+        cfg.listen.connections,
+        cfg.listen.connection_idle_timeout,
         name,
-        cfg.tls.is_none(),
+        cfg.listen.tls.is_none(),
         metrics.clone(),
     )
 }
@@ -125,14 +125,14 @@ impl Servers {
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
 /// clear.
 fn warn_if_plaintext(cfg: &Config, running: &Running) {
-    if !cfg.metrics_tls && !running.metrics.ip().is_loopback() {
-        tracing::warn!(addr = %running.metrics, remote_tokens = cfg.status_page_remote_plaintext, "serving metrics and the status page WITHOUT TLS on a non-loopback address: the status page takes a token only from this host unless status-page-remote-plaintext is set; set metrics-tls (docs/SECURITY.md)");
+    if !cfg.listen.metrics_tls && !running.metrics.ip().is_loopback() {
+        tracing::warn!(addr = %running.metrics, remote_tokens = cfg.listen.status_page_remote_plaintext, "serving metrics and the status page WITHOUT TLS on a non-loopback address: the status page takes a token only from this host unless status-page-remote-plaintext is set; set metrics-tls (docs/SECURITY.md)");
     }
-    if cfg.tls.is_some() {
+    if cfg.listen.tls.is_some() {
         return;
     }
     let mut exposed = vec![("grpc", running.grpc)];
-    if cfg.admin_listen.is_some() {
+    if cfg.listen.admin.is_some() {
         exposed.push(("admin", running.admin));
     }
     for (what, addr) in exposed {

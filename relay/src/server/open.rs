@@ -30,14 +30,14 @@ pub(super) struct Opened {
 /// primary's `bootstrap` token) and seeds the demo on a first start.
 pub(super) async fn open(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Opened> {
     let retention = Retention {
-        revisions: cfg.changelog_revisions,
-        bytes: cfg.changelog_bytes,
-        audit_revisions: cfg.audit_revisions,
+        revisions: cfg.store.changelog_revisions,
+        bytes: cfg.store.changelog_bytes,
+        audit_revisions: cfg.store.audit_revisions,
     };
     let mut marks_missing = false;
-    let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store {
+    let (backend, postgres): (Arc<dyn Backend>, _) = match &cfg.store.url {
         StoreUrl::Sled => {
-            let sled = SledBackend::open_with_cache(&cfg.data_dir.join("db"), cfg.sled_cache_bytes)?;
+            let sled = SledBackend::open_with_cache(&cfg.data_dir.join("db"), cfg.store.sled_cache_bytes)?;
             marks_missing = sled.marks_missing();
             (Arc::new(sled), None)
         }
@@ -48,7 +48,7 @@ pub(super) async fn open(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Open
             (Arc::new(pg.clone()), Some(pg))
         }
     };
-    let source = match (&cfg.upstream, &postgres) {
+    let source = match (&cfg.cluster.upstream, &postgres) {
         (Some(u), _) => Source::Replica { upstream: u.urls.join(",") },
         (None, Some(_)) => Source::Shared,
         (None, None) => Source::Primary,
@@ -58,19 +58,19 @@ pub(super) async fn open(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Open
         restored_epochs(backend.as_ref(), metrics).await?;
     }
     let store = Store::open(backend.clone(), Limits::default(), retention, metrics.clone(), source).await?;
-    let read_only = cfg.upstream.as_ref().map(|u| {
+    let read_only = cfg.cluster.upstream.as_ref().map(|u| {
         format!("this relay is a replica (it follows {}); manage tokens at the primary", u.urls.join(","))
     });
     let (tokens, new_token) = Tokens::open(backend, &cfg.data_dir, read_only).await?;
-    if cfg.upstream.is_none() {
-        store.set_primary(cfg.advertise_url.clone());
+    if cfg.cluster.upstream.is_none() {
+        store.set_primary(cfg.cluster.advertise_url.clone());
     }
     if let Some(path) = &new_token {
         tracing::info!(path = %path.display(), "created the admin token `bootstrap` (role admin, all environments; shown once in this file, mode 0600)");
     }
     // The demo is seeded on the very first start only (when the admin token
     // is created), never again after its environments were deleted.
-    if cfg.demo && cfg.upstream.is_none() && new_token.is_some() && store.envs().is_empty() {
+    if cfg.demo && cfg.cluster.upstream.is_none() && new_token.is_some() && store.envs().is_empty() {
         let key = super::demo::seed(&store).await?;
         let path = cfg.data_dir.join("demo-sdk-key");
         secret::write_private(&path, &key)?;

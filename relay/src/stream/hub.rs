@@ -14,36 +14,12 @@ use futures_util::task::AtomicWaker;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use crate::config::HubLimits;
 use crate::ops::metrics::Metrics;
 use crate::store::now_ms;
 use crate::stream::hub::propagation::{Report, Ring};
 use crate::stream::transport::ConnInfo;
 use crate::usage::Usage;
-
-/// Admission and stream limits.
-#[derive(Debug, Clone)]
-pub(crate) struct HubLimits {
-    /// Most subscribers on this relay.
-    pub max_subscribers: usize,
-    /// Most subscribers of one environment.
-    pub max_subscribers_per_env: usize,
-    /// Most replica relay streams of one environment.
-    pub max_replica_streams_per_env: usize,
-    /// Most subscribers receiving a full snapshot at once.
-    pub snapshot_concurrency: usize,
-    /// How long a stream may go without its transport pulling a message
-    /// (beyond one heartbeat interval) before its connection is cut.
-    pub send_deadline: Duration,
-    /// Heartbeat interval (the reaper allows one on top of the deadline).
-    pub heartbeat: Duration,
-    /// How long an SDK subscriber may stay behind the head (not handed a
-    /// revision the reaper saw committed that long ago), plus its progress
-    /// credit, before its connection is cut.
-    pub behind_deadline: Duration,
-    /// Progress credit, bytes/s: each byte handed to a stream while it is
-    /// behind extends its behind deadline by 1/this seconds.
-    pub behind_progress_rate: u64,
-}
 
 /// A stream the reaper found behind the head: since when, the head it must
 /// be handed to catch up, and its byte count then (for the credit).

@@ -18,6 +18,7 @@ use rand::Rng;
 use tonic::Status;
 
 use crate::access::Tokens;
+pub(crate) use crate::config::StreamConfig;
 use crate::error::{self, Refusal};
 use crate::ops::secret;
 use crate::store::encoded::Encoded;
@@ -48,26 +49,6 @@ fn cut(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
-}
-
-/// Stream timing and size settings.
-#[derive(Debug, Clone)]
-pub(crate) struct StreamConfig {
-    /// How long a client has to send its Hello.
-    pub hello_timeout: Duration,
-    /// Heartbeat interval (each stream starts at a random phase).
-    pub heartbeat: Duration,
-    /// Streams older than this (± 10 %) are asked to reconnect elsewhere.
-    pub max_stream_age: Duration,
-    /// Snapshot chunk bound, bytes.
-    pub chunk_bytes: usize,
-    /// Delta cache bound per environment revision, bytes.
-    pub delta_cache_bytes: usize,
-    /// How long a cursor ahead of the head is held with heartbeats before
-    /// the stream is asked to reconnect elsewhere.
-    pub ahead_hold: Duration,
-    /// Reconnect delays on drain are spread over 0..this.
-    pub drain_spread: Duration,
 }
 
 /// The Sync service.
