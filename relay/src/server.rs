@@ -341,8 +341,10 @@ async fn spawn_cluster(
 /// (each with its own random delay), and waits for them to leave, up to
 /// the grace period.
 async fn drain(cfg: &Config, health: &tonic_health::server::HealthReporter, hub: &Hub) {
-    set_health(health, tonic_health::ServingStatus::NotServing).await;
+    // Draining first: a replica that turns ready now sees it and does not
+    // set SERVING after the NOT_SERVING below.
     hub.start_drain();
+    set_health(health, tonic_health::ServingStatus::NotServing).await;
     if tokio::time::timeout(cfg.stream.drain_grace, hub.emptied()).await.is_ok() {
         tracing::info!("all subscribers left");
     } else {

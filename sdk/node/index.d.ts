@@ -246,6 +246,12 @@ export class Client extends EventEmitter {
   stats(): Stats;
   /** How old the served data may be (ms); null until a relay confirmed any. */
   dataAgeMs(): number | null;
+  /**
+   * The store epoch of the flags served now ('' before data, for test data
+   * and flag files, and after close): with an evaluation's `revision`, the
+   * data's version (`<epoch>:<revision>`).
+   */
+  epoch(): string;
   /** The flags served now, in the file form. */
   flagSet(): FlagSet;
   /**

@@ -488,6 +488,14 @@ class Client extends EventEmitter {
   dataAgeMs() {
     return this.#n.dataAgeMs();
   }
+  /**
+   * The store epoch of the flags served now ('' before data, for test data
+   * and flag files, and after close): with an evaluation's `revision`, the
+   * data's version (`<epoch>:<revision>`).
+   */
+  epoch() {
+    return this.#n.epoch();
+  }
   /** The flags served now, in the file form ({flags, segments}). */
   flagSet() {
     return this.#n.flagSet();

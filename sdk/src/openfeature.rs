@@ -65,8 +65,9 @@ impl FlagstreamProvider {
     /// its attributes under the OpenTelemetry semantic-convention names —
     /// [`KEY`], [`PROVIDER`], [`VARIANT`] (when a variation was served),
     /// [`REASON`] (`stale` when the data is older than the stall timeout),
-    /// [`VERSION`] (`EPOCH:REVISION` of the data evaluated) and, on an
-    /// error, [`ERROR_TYPE`] — ready to become a span event or a log
+    /// [`VERSION`] (`EPOCH:REVISION` of the data evaluated; on an error,
+    /// of the data held right after it, absent when none was read) and,
+    /// on an error, [`ERROR_TYPE`] — ready to become a span event or a log
     /// record. Each result's flag metadata then also carries [`VERSION`]
     /// for any other hook. Without this call the provider has no hook and
     /// adds nothing to an evaluation. The targeting key is not reported
@@ -78,6 +79,7 @@ impl FlagstreamProvider {
         self.hooks = vec![HookWrapper::new(observe::Observe {
             callback: Arc::new(callback),
             panicked: std::sync::atomic::AtomicBool::new(false),
+            client: self.client.clone(),
         })];
         self.observed = true;
         self

@@ -1,5 +1,5 @@
 //! The fault and load scenarios of docs/RESILIENCE.md, shared by the
-//! CI-size tests (`tests/tests/fault_*.rs`, which assert the behaviour) and
+//! CI-size tests (`tests/tests/fault/fault_*.rs`, which assert the behaviour) and
 //! the full-size command (`resilience`, which prints the figures). Every
 //! scenario runs real relay processes on loopback, real SDK clients and the
 //! fault proxy; each returns a report of what it measured.

@@ -30,3 +30,17 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// Runs a test alone in its test binary while the guard is held: for the
+/// binaries (`fault`, `bindings`) whose tests assert what a load elsewhere
+/// could change (stall detection counts, the bindings' own relay suites).
+/// A test that failed while holding it does not fail the next ones.
+pub fn serial() -> Serial {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    Serial(SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+}
+
+/// The guard [`serial`] returns: held for a whole test, across its awaits
+/// (a test's runtime runs nothing else that could want it).
+#[derive(Debug)]
+pub struct Serial(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);

@@ -295,26 +295,33 @@ impl HeartbeatWatch {
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             let (mut last, mut largest, mut heartbeats) = (tokio::time::Instant::now(), Duration::ZERO, 0);
+            let mut stopping = false;
             loop {
                 tokio::select! {
-                    _ = &mut stopped => break,
+                    _ = &mut stopped, if !stopping => stopping = true,
                     update = sub.next(crate::STEP) => {
                         let update = update.expect("the watched stream goes on");
                         assert!(matches!(update, Update::Heartbeat { .. }), "only heartbeats expected: {update:?}");
                         let now = tokio::time::Instant::now();
                         largest = largest.max(now - last);
                         (last, heartbeats) = (now, heartbeats + 1);
+                        // Once stopped, one more heartbeat ends the watch: the
+                        // gap still open then counts, and the stream is
+                        // shown alive after whatever was watched.
+                        if stopping {
+                            break;
+                        }
                     }
                 }
             }
-            // The gap still open when the watch ends counts too.
-            (sub, largest.max(last.elapsed()), heartbeats)
+            (sub, largest, heartbeats)
         });
         HeartbeatWatch { stop, task }
     }
 
-    /// Ends the watch: the subscriber, the largest gap between its
-    /// heartbeats while watched, and how many arrived.
+    /// Ends the watch at the stream's next heartbeat: the subscriber, the
+    /// largest gap between its heartbeats while watched (that last one
+    /// included), and how many arrived.
     pub async fn stop(self) -> (Subscriber, Duration, usize) {
         // The task may have ended already (its assertion failed): the join
         // below reports that.

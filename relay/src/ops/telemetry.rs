@@ -57,7 +57,13 @@ pub(crate) fn init(json: bool, otlp: Option<&str>) -> anyhow::Result<Telemetry> 
         .with_writer(std::io::stderr);
     let fmt = if json { fmt.json().boxed() } else { fmt.boxed() };
     let provider = otlp.map(exporter).transpose()?;
-    let spans = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(SERVICE)));
+    // Only the relay's own spans: never the exporter's transport (h2, hyper,
+    // tonic), which would export its own exports when they are logged.
+    let spans = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer().with_tracer(p.tracer(SERVICE)).with_filter(
+            tracing_subscriber::filter::Targets::new().with_target("flagstream_relay", tracing::Level::TRACE),
+        )
+    });
     tracing_subscriber::registry().with(filter).with(fmt).with(spans).try_init()?;
     if let Some(endpoint) = otlp {
         tracing::info!(endpoint, "sending spans to the OTLP collector");

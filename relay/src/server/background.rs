@@ -32,14 +32,13 @@ impl Background {
         self.tasks.spawn(work);
     }
 
-    /// Stops the background work and waits for it and for the store's
-    /// operations in flight, up to [`FINISH_DEADLINE`] for both together.
-    /// What is still running then is logged (the flush follows anyway).
+    /// Stops the background work and waits, up to [`FINISH_DEADLINE`],
+    /// for it and for the store's operations in flight, the two at once
+    /// (neither waits out the other's deadline). What is still running
+    /// then is logged (the flush follows anyway).
     pub(super) async fn finish(self, store: &Store) {
         self.stop.cancel();
         self.tasks.close();
-        let started = tokio::time::Instant::now();
-        let waited = tokio::time::timeout(FINISH_DEADLINE, self.tasks.wait()).await;
         let operations = store.operations();
         if operations > 0 {
             tracing::info!(
@@ -47,7 +46,10 @@ impl Background {
                 "shutdown: waiting for the store's operations in progress"
             );
         }
-        let left = store.settle(FINISH_DEADLINE.saturating_sub(started.elapsed())).await;
+        let (waited, left) = tokio::join!(
+            tokio::time::timeout(FINISH_DEADLINE, self.tasks.wait()),
+            store.settle(FINISH_DEADLINE)
+        );
         match (waited, left) {
             (Ok(()), 0) => tracing::info!("background work and store operations finished"),
             (waited, left) => tracing::warn!(

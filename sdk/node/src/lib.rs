@@ -436,6 +436,14 @@ impl NativeClient {
         self.client.as_ref().map_or(0.0, |c| c.snapshot().revision() as f64)
     }
 
+    /// The served snapshot's store epoch (with an evaluation's revision,
+    /// the data's version): empty before data, for test data and flag
+    /// files (no store), and after close.
+    #[napi]
+    pub fn epoch(&self) -> String {
+        self.client.as_ref().map_or_else(String::new, |c| c.snapshot().epoch().to_owned())
+    }
+
     /// How old the served data may be (ms), `null` when no relay ever
     /// confirmed it (`flagstream::Client::data_age`).
     #[napi]

@@ -433,6 +433,18 @@ impl NativeClient {
         report::stats(py, &live)
     }
 
+    /// The store epoch of the data evaluations read now (with an
+    /// evaluation's `revision`, the data's version): empty when there is
+    /// no data, and for test data and flag files (no store). As cheap as
+    /// an evaluation's own read of the state: no lock, no copy of the data.
+    fn epoch<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        let live = self.live()?;
+        Ok(match &live.serving {
+            Serving::Client(c) => PyString::new(py, c.snapshot().epoch()),
+            Serving::Fixed { snap, .. } => PyString::new(py, snap.as_ref().map_or("", |s| s.epoch())),
+        })
+    }
+
     /// How old the served data may be, in seconds; None until a relay
     /// confirmed any.
     fn data_age(&self) -> PyResult<Option<f64>> {

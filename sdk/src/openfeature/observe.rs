@@ -36,6 +36,9 @@ pub(super) type Callback = Arc<dyn Fn(&[(&'static str, String)]) + Send + Sync>;
 pub(super) struct Observe {
     pub(super) callback: Callback,
     pub(super) panicked: AtomicBool,
+    /// For an error's version: the error carries no metadata, so the data
+    /// the client holds when the hook runs (right after the evaluation).
+    pub(super) client: crate::Client,
 }
 
 impl Observe {
@@ -113,12 +116,23 @@ impl Hook for Observe {
         error: &EvaluationError,
         _hints: Option<&'a HookHints>,
     ) {
-        self.call(&[
+        let mut attributes = vec![
             (KEY, context.flag_key.to_owned()),
             (PROVIDER, "flagstream".to_owned()),
             (REASON, "error".to_owned()),
             (ERROR_TYPE, error_name(&error.code)),
-        ]);
+        ];
+        // An evaluation that read data (a missing flag, a wrong type) has a
+        // version; one refused before (no data, a bad context) has none.
+        let evaluated = !matches!(
+            error.code,
+            EvaluationErrorCode::ProviderNotReady | EvaluationErrorCode::InvalidContext
+        );
+        if evaluated && self.client.status().has_data() {
+            let snap = self.client.snapshot();
+            attributes.push((VERSION, format!("{}:{}", snap.epoch(), snap.revision())));
+        }
+        self.call(&attributes);
     }
 
     async fn finally<'a>(

@@ -49,6 +49,8 @@ fn require(tool: &str) {
 
 #[test]
 fn node_package_passes_the_conformance_suite_and_the_relay_tests() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     require("node");
     require("npm");
     let dir = package_dir();

@@ -23,6 +23,8 @@ fn show(out: &Output) -> String {
 
 #[test]
 fn python_package_passes_its_pytest_suite() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-sdk");
     let packages = python::packages(
         &tmp.join("packages"),

@@ -9,6 +9,8 @@ use flagstream_tests::fault::large::run;
 
 #[tokio::test]
 async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let sdk_bin = std::path::Path::new(env!("CARGO_BIN_EXE_resilience"));
     let r = run(dir.path(), 5_000, 1_024, sdk_bin, STEP * 3).await;

@@ -39,6 +39,8 @@ fn pattern(n: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn pass_latency_and_throttle_forward_everything_in_order() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let proxy = Proxy::start(echo().await).await;
     let mut c = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(round_trip(&mut c, &pattern(100_000)).await, pattern(100_000));
@@ -54,6 +56,8 @@ async fn pass_latency_and_throttle_forward_everything_in_order() {
 /// held is delivered in order once the connection passes again.
 #[tokio::test]
 async fn blackhole_holds_and_releases_in_order() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let proxy = Proxy::start(echo().await).await;
     let mut held = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(round_trip(&mut held, b"warm").await, b"warm");
@@ -74,6 +78,8 @@ async fn blackhole_holds_and_releases_in_order() {
 
 #[tokio::test]
 async fn reset_ends_both_sides_with_an_rst() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let proxy = Proxy::start(echo().await).await;
     let mut c = TcpStream::connect(proxy.addr).await.unwrap();
     assert_eq!(round_trip(&mut c, b"hello").await, b"hello");

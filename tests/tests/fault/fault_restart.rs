@@ -9,6 +9,8 @@ use flagstream_tests::fault::restart::{relay_restart, replica_kill};
 /// `kill -9`, start again: 20 SDKs resume from their cursors.
 #[tokio::test]
 async fn killed_and_restarted_relay_is_resumed_with_deltas() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let r = relay_restart(dir.path(), 20, STEP).await;
     eprintln!("{r:?}");
@@ -22,6 +24,8 @@ async fn killed_and_restarted_relay_is_resumed_with_deltas() {
 /// revisions).
 #[tokio::test]
 async fn killed_replica_is_left_for_the_other_with_deltas() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let r = replica_kill(dir.path(), 20, STEP).await;
     eprintln!("{r:?}");

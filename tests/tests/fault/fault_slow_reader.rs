@@ -25,6 +25,8 @@ use tonic::transport::Channel;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_is_cut_off_by_the_behind_deadline_and_does_not_hold_up_the_others() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let guard = Duration::from_secs(120);
     let args = ["--heartbeat", "1s", "--send-deadline", "30s", "--behind-deadline", "2s"];
@@ -125,6 +127,8 @@ fn paced_reader(url: String, key: String, pace: Duration) -> watch::Receiver<See
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_snapshot_on_a_slow_link_that_keeps_progressing_is_not_cut_off() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let guard = Duration::from_secs(120);
     let relay =

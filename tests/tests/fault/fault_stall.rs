@@ -12,6 +12,8 @@ use flagstream_tests::fault::stall::{Hop, run};
 /// replica and gets the write made after the stall as a delta.
 #[tokio::test]
 async fn stalled_relay_is_left_for_the_other_with_default_settings() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let r = run(dir.path(), Hop::Relay, STEP * 2).await;
     eprintln!("{r:#?}");
@@ -26,6 +28,8 @@ async fn stalled_relay_is_left_for_the_other_with_default_settings() {
 /// link; its SDK keeps its stream and gets the write.
 #[tokio::test]
 async fn stalled_replica_upstream_is_left_for_the_other_link() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let r = run(dir.path(), Hop::Replica, STEP * 2).await;
     eprintln!("{r:#?}");
@@ -40,6 +44,8 @@ async fn stalled_replica_upstream_is_left_for_the_other_link() {
 /// replaced over a new connection, which brings the next write.
 #[tokio::test]
 async fn the_heartbeat_watchdog_catches_what_the_keepalive_does_not() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     use std::time::Duration;
 
     use flagstream::Client;

@@ -8,6 +8,8 @@ use flagstream_tests::fault::storm::run;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_streams_come_back_after_a_relay_restart() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let guard = std::time::Duration::from_secs(120);
     let r = run(dir.path(), 1_000, &["--quota-subscribes-per-sec", "100"], guard).await;

@@ -103,6 +103,8 @@ fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
 /// that reach deep), then survives arbitrary bytes and mutated seeds.
 #[test]
 fn every_inbound_target_survives_arbitrary_and_mutated_input() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     for &(name, target) in TARGETS {
         let seeds = seeds(name);
         assert!(!seeds.is_empty(), "{name}: no seeds");
@@ -125,6 +127,8 @@ fn every_inbound_target_survives_arbitrary_and_mutated_input() {
 /// The heap guard sees what a target holds (so the bound above can fail).
 #[test]
 fn the_heap_guard_sees_a_large_allocation() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let held = peak_heap(|| {
         let v = vec![1u8; 80 << 20];
         std::hint::black_box(&v);

@@ -145,6 +145,8 @@ async fn subscribe(relay: &Relay, msgs: Vec<pb::SubscribeRequest>) -> Result<Ans
 
 #[test]
 fn arbitrary_subscriptions_and_mutated_writes_are_answered_cleanly() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut relay = rt.block_on(Relay::start(dir.path(), &["--heartbeat", "1s"]));

@@ -219,13 +219,15 @@ async fn evaluations_are_observed_with_opentelemetry_attribute_names() {
                 (KEY, "no-such-flag"),
                 (PROVIDER, "flagstream"),
                 (REASON, "error"),
-                (ERROR_TYPE, "flag_not_found")
+                (ERROR_TYPE, "flag_not_found"),
+                (VERSION, &version)
             ]),
             attrs(&[
                 (KEY, "theme"),
                 (PROVIDER, "flagstream"),
                 (REASON, "error"),
-                (ERROR_TYPE, "type_mismatch")
+                (ERROR_TYPE, "type_mismatch"),
+                (VERSION, &version)
             ]),
         ]
     );

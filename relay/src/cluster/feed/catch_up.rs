@@ -190,12 +190,17 @@ impl Feed {
             to = d.to_revision,
             lag_ms = tracing::field::Empty,
         );
+        // Tracked by the store: a shutdown that drops this step waits for
+        // the apply (already on the blocking pool) before its last flush.
         let (store, env, applying) = (self.store.clone(), env.clone(), span.clone());
-        tokio::task::spawn_blocking(move || {
+        let apply = tokio::task::spawn_blocking(move || {
             applying.in_scope(|| store.receive_delta(&env, d, false, last.commit_id))
-        })
-        .await
-        .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))??;
+        });
+        self.store
+            .track(apply)
+            .await
+            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))?
+            .map_err(|e| flagstream::ApplyError::Protocol(format!("applying failed: {e}")))??;
         let lag_ms = now_ms().saturating_sub(last.committed_unix_ms);
         span.record("lag_ms", lag_ms);
         span.in_scope(|| tracing::debug!("applied from the change feed"));
@@ -230,11 +235,11 @@ impl Feed {
             }
         }
         let (store, e) = (self.store.clone(), env.clone());
-        let applied = tokio::task::spawn_blocking(move || {
+        // Tracked by the store, as a delta's apply above.
+        let apply = tokio::task::spawn_blocking(move || {
             store.receive_snapshot(&e, vec![chunk], false, String::new())
-        })
-        .await
-        .map_err(StoreError::Task)?;
+        });
+        let applied = self.store.track(apply).await.map_err(StoreError::Task)?.map_err(StoreError::Task)?;
         match applied {
             Ok(_) => {
                 self.store.set_audit_head(env, &head.meta.audit_head);

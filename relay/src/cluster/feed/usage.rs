@@ -81,11 +81,16 @@ impl Writer {
     }
 }
 
+/// How long the last usage turn at shutdown may take, connection included.
+const LAST_TURN: Duration = Duration::from_secs(3);
+
 impl Feed {
     /// Every `every` while the session is up, until `stop`: one exchange,
     /// given up after [`QUERY_TIMEOUT`]. Best effort, like the reports:
-    /// usage is diagnostic. What this relay's SDKs reported in its last
-    /// interval before a shutdown is not passed on.
+    /// usage is diagnostic. At `stop`, one last turn (bounded by
+    /// [`LAST_TURN`], so shutdown is not held by a database that stopped
+    /// answering) passes on what this relay's SDKs reported since the
+    /// previous one.
     pub(super) async fn share_usage(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         let mut cursor = Cursor::default();
         let mut writer = Writer { generation: 0, seq: 0 };
@@ -100,10 +105,20 @@ impl Feed {
             if last && !*self.up.borrow() {
                 return;
             }
-            let c = match self.db.client().await {
-                Ok(c) => c,
-                Err(e) => {
+            let limit = if last { LAST_TURN } else { QUERY_TIMEOUT };
+            let c = match tokio::time::timeout(limit, self.db.client()).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
                     tracing::warn!(error = %flagstream::follow::error_chain(&e), "passing usage to the other relays failed");
+                    if last {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "passing usage to the other relays failed: no database connection within {limit:?}"
+                    );
                     if last {
                         return;
                     }
@@ -111,7 +126,7 @@ impl Feed {
                 }
             };
             let turn = self.exchange_usage(&c, &mut writer, &mut cursor, &mut started_ms);
-            match tokio::time::timeout(QUERY_TIMEOUT, turn).await {
+            match tokio::time::timeout(limit, turn).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     writer.renew();
@@ -125,7 +140,7 @@ impl Feed {
                     writer.renew();
                     self.store.metrics().limit_hit("feed_step_timeout");
                     tracing::warn!(
-                        "passing usage to the other relays took over {QUERY_TIMEOUT:?}; given up, the next turn tries again"
+                        "passing usage to the other relays took over {limit:?}; given up, the next turn tries again"
                     );
                 }
             }

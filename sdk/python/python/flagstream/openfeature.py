@@ -18,25 +18,68 @@ client, with the reasons and error codes of the Rust provider
 The targeting key is the context key; the attribute ``kind`` sets the kind;
 ``kind: "multi"`` with dict attributes named after kinds is a multi-kind
 context.
+
+Observing evaluations: ``FlagstreamProvider(client, on_evaluation=callback)``
+calls ``callback(attributes)`` once per evaluation, on the evaluating
+thread, from the provider's own OpenFeature hook (its ``after`` and
+``error`` stages), with the OpenTelemetry semantic-convention attribute
+names for feature-flag evaluation:
+
+- ``feature_flag.key``: the flag key;
+- ``feature_flag.provider.name``: ``"flagstream"``;
+- ``feature_flag.result.variant``: the variation index served, as a string
+  (absent when none was);
+- ``feature_flag.result.reason``: the OpenFeature reason in lower case
+  (``targeting_match``, ``split``, ``default``, ``disabled``, ``stale``,
+  ``error``);
+- ``feature_flag.version``: ``"<epoch>:<revision>"`` of the data evaluated
+  (absent when the client has no data yet);
+- ``error.type``, on an error: the OpenFeature error code in lower case
+  (``flag_not_found``, ``type_mismatch``, ``parse_error``,
+  ``provider_not_ready``, ``invalid_context``, ``general``).
+
+The targeting key is never reported (personal data). Each result's
+``flag_metadata`` then also holds ``feature_flag.version``, for any other
+hook (OpenFeature's OpenTelemetry hooks among them). A callback that raises
+does not change the evaluation: the first failure is logged on the
+``flagstream`` logger, later ones are ignored. Without ``on_evaluation`` the
+provider has no hook and builds no metadata: evaluations take exactly the
+path they take without observation.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable, Dict, List, Optional, Union
+import logging
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from openfeature.evaluation_context import EvaluationContext
 from openfeature.exception import (
     FlagNotFoundError,
     InvalidContextError,
+    OpenFeatureError,
     ParseError,
     ProviderNotReadyError,
     TypeMismatchError,
 )
-from openfeature.flag_evaluation import FlagResolutionDetails, Reason
+from openfeature.flag_evaluation import FlagEvaluationDetails, FlagResolutionDetails, Reason
+from openfeature.hook import Hook, HookContext, HookHints
 from openfeature.provider import AbstractProvider, Metadata
 
 from . import Client, EvaluationDetail
+
+log = logging.getLogger("flagstream")
+
+# The OpenTelemetry semantic-convention attribute names for feature-flag
+# evaluation.
+KEY = "feature_flag.key"
+PROVIDER_NAME = "feature_flag.provider.name"
+VARIANT = "feature_flag.result.variant"
+REASON = "feature_flag.result.reason"
+VERSION = "feature_flag.version"
+ERROR_TYPE = "error.type"
+
+EvaluationCallback = Callable[[Dict[str, Any]], None]
 
 _ERRORS: Dict[str, Callable[[str], Exception]] = {
     "FLAG_NOT_FOUND": FlagNotFoundError,
@@ -83,12 +126,73 @@ def context(ctx: Optional[EvaluationContext]) -> Dict[str, Any]:
     return out
 
 
-class FlagstreamProvider(AbstractProvider):
-    """OpenFeature provider over a :class:`flagstream.Client`."""
+# The attribute of a raised OpenFeature error holding the version of the
+# data the failed evaluation read (observation on): the error stage gets
+# the exception, not the resolution.
+_ERROR_VERSION = "_flagstream_version"
 
-    def __init__(self, client: Client) -> None:
+
+class _ObserveHook(Hook):
+    """The provider's own hook when ``on_evaluation`` is set: one callback
+    call per evaluation, from ``after`` or ``error``."""
+
+    def __init__(self, callback: EvaluationCallback) -> None:
+        self._callback = callback
+        self._failed = False
+
+    def _call(self, attributes: Dict[str, Any]) -> None:
+        try:
+            self._callback(attributes)
+        except Exception:
+            # Never the evaluation's failure; logged once, not counted.
+            if not self._failed:
+                self._failed = True
+                log.warning("flagstream: the OpenFeature on_evaluation callback raised; evaluations "
+                            "are unaffected (logged once, later failures are not)", exc_info=True)
+
+    def after(self, hook_context: HookContext, details: FlagEvaluationDetails[Any],
+              hints: HookHints) -> None:
+        attributes: Dict[str, Any] = {KEY: details.flag_key, PROVIDER_NAME: "flagstream"}
+        if details.variant is not None:
+            attributes[VARIANT] = details.variant
+        if details.reason is not None:
+            attributes[REASON] = str(details.reason).lower()
+        version = details.flag_metadata.get(VERSION)
+        if version is not None:
+            attributes[VERSION] = version
+        self._call(attributes)
+
+    def error(self, hook_context: HookContext, exception: Exception, hints: HookHints) -> None:
+        code = exception.error_code if isinstance(exception, OpenFeatureError) else None
+        attributes: Dict[str, Any] = {
+            KEY: hook_context.flag_key,
+            PROVIDER_NAME: "flagstream",
+            REASON: "error",
+            ERROR_TYPE: str(code).lower() if code else "general",
+        }
+        version = getattr(exception, _ERROR_VERSION, None)
+        if version is not None:
+            attributes[VERSION] = version
+        self._call(attributes)
+
+
+class FlagstreamProvider(AbstractProvider):
+    """OpenFeature provider over a :class:`flagstream.Client`.
+
+    ``on_evaluation``: called once per evaluation with its attributes (the
+    OpenTelemetry names; see the module's documentation). Without it the
+    provider has no hook and adds nothing to an evaluation.
+    """
+
+    def __init__(self, client: Client, *, on_evaluation: Optional[EvaluationCallback] = None) -> None:
         super().__init__()
         self.client = client
+        self._hooks: List[Hook] = []
+        if on_evaluation is not None:
+            self._hooks.append(_ObserveHook(on_evaluation))
+            # This instance resolves with the version; without a callback
+            # the class's _resolve runs, not even a test added to it.
+            self._resolve = self._resolve_observed  # type: ignore[method-assign]
 
     def get_metadata(self) -> Metadata:
         return Metadata(name="flagstream")
@@ -101,8 +205,8 @@ class FlagstreamProvider(AbstractProvider):
     def shutdown(self) -> None:
         self.client.close()
 
-    def get_provider_hooks(self) -> List[Any]:
-        return []
+    def get_provider_hooks(self) -> List[Hook]:
+        return self._hooks
 
     def _resolve(self, method: str, key: str, default: Any,
                  ctx: Optional[EvaluationContext]) -> FlagResolutionDetails[Any]:
@@ -117,6 +221,32 @@ class FlagstreamProvider(AbstractProvider):
             value=d.value,
             variant=None if d.variation is None else str(d.variation),
             reason=reason(d),
+        )
+
+    def _resolve_observed(self, method: str, key: str, default: Any,
+                          ctx: Optional[EvaluationContext]) -> FlagResolutionDetails[Any]:
+        """``_resolve`` with observation on: the version of the data
+        evaluated in the flag metadata (on an error, on the exception)."""
+        try:
+            c = context(ctx)
+            d = getattr(self.client, method)(key, c, default)
+        except ValueError as e:
+            raise InvalidContextError(str(e)) from e
+        kind = d.error_kind
+        # No data, no version. The epoch is read right after the
+        # evaluation (a new epoch, a resync from another store, is rare).
+        version = None if kind == "NOT_READY" else f"{self.client.epoch()}:{d.revision}"
+        if kind is not None:
+            err = _ERRORS[kind](kind)
+            if version is not None:
+                setattr(err, _ERROR_VERSION, version)
+            raise err
+        metadata: Mapping[str, Any] = {VERSION: version}
+        return FlagResolutionDetails(
+            value=d.value,
+            variant=None if d.variation is None else str(d.variation),
+            reason=reason(d),
+            flag_metadata=metadata,
         )
 
     def resolve_boolean_details(self, flag_key: str, default_value: bool,
