@@ -44,7 +44,7 @@ pub use limit::{
     context_attributes_problem, context_kinds_problem,
 };
 pub use model::{Flag, FlagSet, FlagType, Segment};
-pub use result::{Detail, Evaluation, Reason};
+pub use result::{Detail, Evaluation, Reason, ReasonParts};
 pub use short::Name;
 pub use snapshot::Snapshot;
 pub use usage::{FlagUsage, UsageCounts};

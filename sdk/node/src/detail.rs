@@ -2,7 +2,7 @@
 //! ruleId, prerequisiteKey, errorKind, scheduleStep, inRollout,
 //! flagVersion, revision, stale}`; a field that does not apply is absent.
 
-use flagstream::{Detail, ErrorKind, EvaluationDetail, Reason};
+use flagstream::{Detail, ErrorKind, EvaluationDetail};
 use napi::Result;
 use napi::bindgen_prelude::{Env, Object, ToNapiValue};
 
@@ -41,24 +41,16 @@ pub(crate) fn owned<T>(d: EvaluationDetail<T>) -> (T, Fields) {
 
 /// The fields of a borrowed result (from a snapshot).
 pub(crate) fn borrowed<T>(d: Detail<'_, T>) -> (T, Fields) {
-    let (rule_index, rule_id, prerequisite_key, error, in_rollout, schedule_step) = match d.reason {
-        Reason::RuleMatch { index, id, step } => {
-            (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, step.is_some(), step)
-        }
-        Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, false, None),
-        Reason::Error(e) => (None, None, None, Some(e), false, None),
-        Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
-        Reason::Off | Reason::TargetMatch => (None, None, None, None, false, None),
-    };
+    let p = d.reason.parts();
     let fields = Fields {
         variation: d.variation,
         reason: d.reason.kind_name(),
-        rule_index,
-        rule_id,
-        prerequisite_key,
-        error,
-        schedule_step,
-        in_rollout,
+        rule_index: p.rule_index,
+        rule_id: p.rule_id.map(str::to_owned),
+        prerequisite_key: p.prerequisite_key.map(str::to_owned),
+        error: p.error,
+        schedule_step: p.schedule_step,
+        in_rollout: p.in_rollout,
         flag_version: d.flag_version,
         revision: d.revision,
         stale: d.stale,

@@ -1,7 +1,7 @@
 //! `flagstream.EvaluationDetail`: one evaluation's full result as Python
 //! sees it (value, variation, reason, rule, error, versions, stale).
 
-use flagstream::{Detail, ErrorKind, EvaluationDetail, Reason};
+use flagstream::{Detail, ErrorKind, EvaluationDetail};
 use pyo3::prelude::*;
 
 /// One evaluation's full result.
@@ -97,25 +97,17 @@ impl PyDetail {
     }
 
     pub(crate) fn from_detail<T>(d: &Detail<'_, T>, value: Py<PyAny>) -> PyDetail {
-        let (rule_index, rule_id, prerequisite_key, error_kind, in_rollout, schedule_step) = match d.reason {
-            Reason::RuleMatch { index, id, step } => {
-                (Some(index), (!id.is_empty()).then(|| id.to_owned()), None, None, step.is_some(), step)
-            }
-            Reason::PrerequisiteFailed { key } => (None, None, Some(key.to_owned()), None, false, None),
-            Reason::Error(e) => (None, None, None, Some(e.name()), false, None),
-            Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
-            Reason::Off | Reason::TargetMatch => (None, None, None, None, false, None),
-        };
+        let p = d.reason.parts();
         PyDetail {
             value,
             variation: d.variation,
             reason: d.reason.kind_name(),
-            rule_index,
-            rule_id,
-            prerequisite_key,
-            error_kind,
-            schedule_step,
-            in_rollout,
+            rule_index: p.rule_index,
+            rule_id: p.rule_id.map(str::to_owned),
+            prerequisite_key: p.prerequisite_key.map(str::to_owned),
+            error_kind: p.error.map(ErrorKind::name),
+            schedule_step: p.schedule_step,
+            in_rollout: p.in_rollout,
             flag_version: d.flag_version,
             revision: d.revision,
             stale: d.stale,

@@ -285,26 +285,22 @@ fn not_ready_detail<T>(value: T) -> Detail<'static, T> {
 }
 
 /// The owned form of `d`, with the name its reason borrows.
+/// (The reason's parts come from [`Reason::parts`], the one flattening;
+/// `name` is the rule id or prerequisite key as an owned `Name`.)
 fn owned<S, T>(d: Detail<'_, S>, name: Option<Name>, f: impl FnOnce(S) -> T) -> EvaluationDetail<T> {
-    let (rule_index, rule_id, prerequisite_key, error, in_rollout, schedule_step) = match d.reason {
-        Reason::RuleMatch { index, step, .. } => (Some(index), name, None, None, step.is_some(), step),
-        Reason::PrerequisiteFailed { .. } => (None, None, name, None, false, None),
-        Reason::Error(e) => (None, None, None, Some(e), false, None),
-        Reason::Fallthrough { rollout, step } => (None, None, None, None, rollout, step),
-        _ => (None, None, None, None, false, None),
-    };
+    let p = d.reason.parts();
     EvaluationDetail {
         value: f(d.value),
         variation: d.variation,
         reason: d.reason.kind_name(),
-        rule_index,
-        rule_id,
-        prerequisite_key,
-        error,
+        rule_index: p.rule_index,
+        rule_id: p.rule_id.and(name.clone()),
+        prerequisite_key: p.prerequisite_key.and(name),
+        error: p.error,
         flag_version: d.flag_version,
         revision: d.revision,
         stale: d.stale,
-        in_rollout,
-        schedule_step,
+        in_rollout: p.in_rollout,
+        schedule_step: p.schedule_step,
     }
 }
