@@ -1,0 +1,87 @@
+/* The C ABI as a C user meets it, against a real relay:
+ *   smoke RELAY_URL SDK_KEY
+ * Prints one line per step; exits 0 when every step held, else 1 with the
+ * step that failed. Run by tests/tests/bindings/c_abi.rs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "flagstream.h"
+
+static int failed = 0;
+
+static void check(int ok, const char *what) {
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) failed = 1;
+}
+
+static int last_error_says(const char *part) {
+    const uint8_t *msg = NULL;
+    size_t len = flagstream_last_error(&msg);
+    char buf[512];
+    if (len >= sizeof buf) len = sizeof buf - 1;
+    memcpy(buf, msg, len);
+    buf[len] = 0;
+    printf("     (last error: %s)\n", buf);
+    return strstr(buf, part) != NULL;
+}
+
+#define S(x) (const uint8_t *)(x), strlen(x)
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: smoke RELAY_URL SDK_KEY\n");
+        return 2;
+    }
+    check(flagstream_abi_version() == FLAGSTREAM_ABI_VERSION, "the library's ABI version is the header's");
+
+    flagstream_client *client = NULL;
+    check(flagstream_client_new(S("{\"endpoint\": []}"), &client) == FLAGSTREAM_STATUS_INVALID_ARGUMENT
+              && client == NULL && last_error_says("unknown field `endpoint`"),
+          "an unknown option is refused, naming it");
+
+    char options[1024];
+    snprintf(options, sizeof options, "{\"endpoints\": [\"%s\"], \"sdk_key\": \"%s\"}", argv[1], argv[2]);
+    check(flagstream_client_new(S(options), &client) == FLAGSTREAM_STATUS_OK && client != NULL, "a client is made");
+    check(flagstream_client_wait_ready(client, 20000) == FLAGSTREAM_STATUS_OK, "it has data from the relay");
+
+    flagstream_context *ctx = NULL;
+    check(flagstream_context_new(S("user-42"), &ctx) == FLAGSTREAM_STATUS_OK, "a context is made");
+    check(flagstream_context_set_string(ctx, S("country"), S("US")) == FLAGSTREAM_STATUS_OK
+              && flagstream_context_set_string(ctx, S("plan"), S("enterprise")) == FLAGSTREAM_STATUS_OK,
+          "attributes are set on the kept context");
+
+    bool on = false;
+    flagstream_detail d;
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_OK && on
+              && d.reason == 2 && d.rule_index == 0 && d.variation == 0 && d.revision > 0 && d.error_kind == 0,
+          "a rule match, with its detail");
+
+    flagstream_string theme;
+    check(flagstream_eval_string(client, S("theme"), ctx, S("light"), &theme, &d) == FLAGSTREAM_STATUS_OK
+              && theme.len == 4 && memcmp(theme.ptr, "dark", 4) == 0 && d.reason == 1,
+          "a string flag's target, in a string the library owns");
+    flagstream_string_free(theme);
+
+    check(flagstream_eval_bool(client, S("no-such-flag"), ctx, true, &on, &d) == FLAGSTREAM_STATUS_OK && on
+              && d.reason == 5 && d.error_kind == 1 && d.variation == -1,
+          "a missing flag: the default, FLAG_NOT_FOUND");
+
+    check(flagstream_eval_bool(client, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && !on,
+          "a wrong type: the default (detail not asked for)");
+
+    check(flagstream_eval_bool(NULL, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_INVALID_ARGUMENT
+              && last_error_says("client: a null pointer"),
+          "a null client is an error, not a crash");
+
+    check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_OK, "the client closes");
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_CLOSED
+              && last_error_says("closed"),
+          "a use after close is an error, not a crash");
+    check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_CLOSED, "a second close says so");
+
+    flagstream_context_free(ctx);
+    flagstream_client_free(client);
+    flagstream_client_free(NULL);
+    printf(failed ? "FAILED\n" : "all steps held\n");
+    return failed;
+}

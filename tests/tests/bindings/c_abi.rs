@@ -1,0 +1,86 @@
+//! The C ABI (`sdk/ffi`) as a C program uses it: the static library built
+//! with cargo, `sdk/ffi/tests/c/smoke.c` compiled against the checked-in
+//! header with the machine's C compiler (`cc`) and run against a real
+//! relay: the ABI version, an unknown option refused by name, first data,
+//! a kept context, a rule match and a string target with their details, a
+//! missing flag and a wrong type, a null handle and a use after close
+//! answered with an error code and a message instead of a crash.
+//!
+//! Without a C compiler the test fails, saying what to install.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use flagstream_tests::relay::Relay;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate is in the repo").to_owned()
+}
+
+/// Where the nested cargo builds (shared with the other bindings).
+fn bindings_target() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().expect("CARGO_TARGET_TMPDIR is inside the target directory").join("bindings")
+}
+
+fn run(what: &str, cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: could not start ({e})"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[tokio::test]
+async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let version = Command::new(&cc).arg("--version").output();
+    assert!(
+        version.is_ok_and(|o| o.status.success()),
+        "`{cc} --version` failed: the C ABI test needs a C compiler (Debian: apt-get install gcc)"
+    );
+    let target = bindings_target();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(
+        "cargo build -p flagstream-ffi (the static library)",
+        Command::new(cargo)
+            .args(["build", "-p", "flagstream-ffi", "--lib"])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(repo()),
+    );
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("flagstream-smoke");
+    run(
+        "cc smoke.c",
+        Command::new(&cc)
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg("-o")
+            .arg(&exe)
+            .arg(repo().join("sdk/ffi/tests/c/smoke.c"))
+            .arg("-I")
+            .arg(repo().join("sdk/ffi/include"))
+            .arg(target.join("debug/libflagstream_ffi.a"))
+            .args(["-lpthread", "-ldl", "-lm"]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let (url, key) = (relay.url(), relay.demo_key());
+    let out = tokio::task::spawn_blocking(move || Command::new(&exe).args([&url, &key]).output())
+        .await
+        .expect("the smoke program's task")
+        .expect("the smoke program runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("all steps held"),
+        "{}\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("ok  ").count(), 14, "every step ran: {stdout}");
+}
