@@ -343,6 +343,9 @@ pub unsafe extern "C" fn flagstream_client_free(client: *mut FlagstreamClient) {
     }
     // A panic here has no status to return: it is caught and dropped.
     let _freed = catch_unwind(AssertUnwindSafe(|| {
+        // Inside the runtime: a client dropped unclosed hands its last
+        // usage counts to a task of the runtime.
+        let _entered = runtime().ok().map(|rt| rt.enter());
         // SAFETY: made by `Box::into_raw` in `flagstream_client_new`, and
         // not used after this call (the caller's contract).
         drop(unsafe { Box::from_raw(client) });
