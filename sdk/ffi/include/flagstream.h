@@ -38,6 +38,9 @@ typedef struct flagstream_client flagstream_client;
 // are owned here, so evaluating it crosses the boundary with a pointer.
 typedef struct flagstream_context flagstream_context;
 
+// A flag handle: the key looked up once, so a hot path passes a pointer.
+typedef struct flagstream_flag flagstream_flag;
+
 // One evaluation's result besides its value (docs/EVALUATION.md).
 typedef struct flagstream_detail {
   // The served variation's index, or -1 when the default was returned.
@@ -165,6 +168,80 @@ enum flagstream_status flagstream_eval_bool(const struct flagstream_client *clie
                                             bool default_value,
                                             bool *value,
                                             struct flagstream_detail *detail);
+
+// Evaluates an integer flag (as [`flagstream_eval_bool`]).
+//
+// # Safety
+// As [`flagstream_eval_bool`].
+enum flagstream_status flagstream_eval_int(const struct flagstream_client *client,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           const struct flagstream_context *context,
+                                           int64_t default_value,
+                                           int64_t *value,
+                                           struct flagstream_detail *detail);
+
+// Evaluates a number flag (as [`flagstream_eval_bool`]).
+//
+// # Safety
+// As [`flagstream_eval_bool`].
+enum flagstream_status flagstream_eval_float(const struct flagstream_client *client,
+                                             const uint8_t *key,
+                                             size_t key_len,
+                                             const struct flagstream_context *context,
+                                             double default_value,
+                                             double *value,
+                                             struct flagstream_detail *detail);
+
+// Evaluates a JSON flag: `*value` is its value as JSON text (the
+// `default_json` text on error), a string the library owns.
+//
+// # Safety
+// As [`flagstream_eval_string`]; `default_json` is JSON text.
+enum flagstream_status flagstream_eval_json(const struct flagstream_client *client,
+                                            const uint8_t *key,
+                                            size_t key_len,
+                                            const struct flagstream_context *context,
+                                            const uint8_t *default_json,
+                                            size_t default_len,
+                                            struct flagstream_string *value,
+                                            struct flagstream_detail *detail);
+
+// A handle for flag `key`; freed with [`flagstream_flag_free`].
+//
+// # Safety
+// `key` points to `len` readable bytes; `out` is valid for a write.
+enum flagstream_status flagstream_flag_new(const uint8_t *key,
+                                           size_t len,
+                                           struct flagstream_flag **out);
+
+// Frees a flag handle. Null is ignored.
+//
+// # Safety
+// `flag` is null or a live flag handle, not used after this call.
+void flagstream_flag_free(struct flagstream_flag *flag);
+
+// Evaluates a bool flag through its handle: integers and pointers only.
+//
+// # Safety
+// `client`, `flag` and `context` are live handles; `value` is valid for a
+// write.
+enum flagstream_status flagstream_eval_bool_flag(const struct flagstream_client *client,
+                                                 const struct flagstream_flag *flag,
+                                                 const struct flagstream_context *context,
+                                                 bool default_value,
+                                                 bool *value);
+
+// The client's state: 0 initializing (no data yet), 1 ready, 2 stale
+// (serving data that may be out of date), 3 failed (a permanent error,
+// e.g. a revoked key); `*revision` is the data's revision (0 without).
+//
+// # Safety
+// `client` is a live client handle; `state` and `revision` are valid for
+// writes.
+enum flagstream_status flagstream_client_status(const struct flagstream_client *client,
+                                                uint32_t *state,
+                                                uint64_t *revision);
 
 // Evaluates a string flag: `*value` is its value or `default_value`, a
 // string the library owns (free it with [`flagstream_string_free`]);

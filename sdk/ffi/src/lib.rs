@@ -490,6 +490,204 @@ pub unsafe extern "C" fn flagstream_eval_bool(
     })
 }
 
+/// Evaluates an integer flag (as [`flagstream_eval_bool`]).
+///
+/// # Safety
+/// As [`flagstream_eval_bool`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_int(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default_value: i64,
+    value: *mut i64,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (c, key, ctx) =
+            unsafe { (open(client)?, text(key, key_len, "key")?, handle(context, "context")?) };
+        let d = c.client.int_detail(key, &ctx.context, default_value);
+        // SAFETY: the caller's contract, above.
+        unsafe { finish(d, value, detail) }
+    })
+}
+
+/// Evaluates a number flag (as [`flagstream_eval_bool`]).
+///
+/// # Safety
+/// As [`flagstream_eval_bool`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_float(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default_value: f64,
+    value: *mut f64,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (c, key, ctx) =
+            unsafe { (open(client)?, text(key, key_len, "key")?, handle(context, "context")?) };
+        let d = c.client.float_detail(key, &ctx.context, default_value);
+        // SAFETY: the caller's contract, above.
+        unsafe { finish(d, value, detail) }
+    })
+}
+
+/// Writes a result's value and (when asked for) its detail.
+///
+/// # Safety
+/// `value` is valid for a write; `detail` is null or valid for a write.
+unsafe fn finish<T>(
+    d: EvaluationDetail<T>,
+    value: *mut T,
+    detail: *mut FlagstreamDetail,
+) -> Result<(), Failure> {
+    if !detail.is_null() {
+        // SAFETY: non-null and writable (the contract).
+        unsafe { detail.write(detail_of(&d)) };
+    }
+    // SAFETY: the caller's contract, above.
+    unsafe { put(value, d.value, "value") }
+}
+
+/// A string the library owns, made from `text`.
+fn owned_string(text: String) -> FlagstreamString {
+    let bytes = text.into_bytes().into_boxed_slice();
+    let len = bytes.len();
+    let ptr = if len == 0 { std::ptr::null_mut() } else { Box::into_raw(bytes).cast::<u8>() };
+    FlagstreamString { ptr, len }
+}
+
+/// Evaluates a JSON flag: `*value` is its value as JSON text (the
+/// `default_json` text on error), a string the library owns.
+///
+/// # Safety
+/// As [`flagstream_eval_string`]; `default_json` is JSON text.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // a C signature: pointer and length apart
+pub unsafe extern "C" fn flagstream_eval_json(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default_json: *const u8,
+    default_len: usize,
+    value: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (c, key, ctx, default) = unsafe {
+            (
+                open(client)?,
+                text(key, key_len, "key")?,
+                handle(context, "context")?,
+                text(default_json, default_len, "default_json")?,
+            )
+        };
+        let default: serde_json::Value =
+            serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
+        let d = c.client.json_detail(key, &ctx.context, default);
+        if !detail.is_null() {
+            // SAFETY: non-null and writable (the contract).
+            unsafe { detail.write(detail_of(&d)) };
+        }
+        // SAFETY: the caller's contract, above.
+        unsafe { put(value, owned_string(d.value.to_string()), "value") }
+    })
+}
+
+/// A flag handle: the key looked up once, so a hot path passes a pointer.
+pub struct FlagstreamFlag {
+    handle: flagstream::FlagHandle,
+}
+
+/// A handle for flag `key`; freed with [`flagstream_flag_free`].
+///
+/// # Safety
+/// `key` points to `len` readable bytes; `out` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_flag_new(
+    key: *const u8,
+    len: usize,
+    out: *mut *mut FlagstreamFlag,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let key = unsafe { text(key, len, "key") }?;
+        let boxed = Box::new(FlagstreamFlag { handle: flagstream::FlagHandle::new(key) });
+        // SAFETY: the caller's contract, above.
+        unsafe { put(out, Box::into_raw(boxed), "out") }
+    })
+}
+
+/// Frees a flag handle. Null is ignored.
+///
+/// # Safety
+/// `flag` is null or a live flag handle, not used after this call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_flag_free(flag: *mut FlagstreamFlag) {
+    if !flag.is_null() {
+        // SAFETY: made by `Box::into_raw` in `flagstream_flag_new`, not
+        // used after this call (the caller's contract).
+        drop(unsafe { Box::from_raw(flag) });
+    }
+}
+
+/// Evaluates a bool flag through its handle: integers and pointers only.
+///
+/// # Safety
+/// `client`, `flag` and `context` are live handles; `value` is valid for a
+/// write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_bool_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_value: bool,
+    value: *mut bool,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (c, f, ctx) = unsafe { (open(client)?, handle(flag, "flag")?, handle(context, "context")?) };
+        let v = c.client.handle_bool(&f.handle, &ctx.context, default_value);
+        // SAFETY: the caller's contract, above.
+        unsafe { put(value, v, "value") }
+    })
+}
+
+/// The client's state: 0 initializing (no data yet), 1 ready, 2 stale
+/// (serving data that may be out of date), 3 failed (a permanent error,
+/// e.g. a revoked key); `*revision` is the data's revision (0 without).
+///
+/// # Safety
+/// `client` is a live client handle; `state` and `revision` are valid for
+/// writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_client_status(
+    client: *const FlagstreamClient,
+    state: *mut u32,
+    revision: *mut u64,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let c = unsafe { open(client) }?;
+        let (code, rev) = match c.client.status() {
+            flagstream::Status::Initializing { .. } => (0, 0),
+            flagstream::Status::Ready { revision, .. } => (1, revision),
+            flagstream::Status::Stale { revision, .. } => (2, revision),
+            flagstream::Status::Failed { .. } => (3, 0),
+        };
+        // SAFETY: the caller's contract, above.
+        unsafe { put(state, code, "state").and_then(|()| put(revision, rev, "revision")) }
+    })
+}
+
 /// Evaluates a string flag: `*value` is its value or `default_value`, a
 /// string the library owns (free it with [`flagstream_string_free`]);
 /// `detail` (may be null) gets the rest of the result.
@@ -524,11 +722,8 @@ pub unsafe extern "C" fn flagstream_eval_string(
             // SAFETY: non-null and writable (the contract).
             unsafe { detail.write(detail_of(&d)) };
         }
-        let bytes = d.value.into_bytes().into_boxed_slice();
-        let len = bytes.len();
-        let ptr = if len == 0 { std::ptr::null_mut() } else { Box::into_raw(bytes).cast::<u8>() };
         // SAFETY: the caller's contract, above.
-        unsafe { put(value, FlagstreamString { ptr, len }, "value") }
+        unsafe { put(value, owned_string(d.value), "value") }
     })
 }
 
@@ -540,7 +735,7 @@ pub unsafe extern "C" fn flagstream_eval_string(
 pub unsafe extern "C" fn flagstream_string_free(s: FlagstreamString) {
     if !s.ptr.is_null() {
         // SAFETY: made by `Box::into_raw` of a boxed slice of `len` bytes
-        // in `flagstream_eval_string`, freed once (the caller's contract).
+        // in `owned_string`, freed once (the caller's contract).
         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(s.ptr, s.len)) });
     }
 }

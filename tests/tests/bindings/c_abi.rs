@@ -2,8 +2,9 @@
 //! with cargo, `sdk/ffi/tests/c/smoke.c` compiled against the checked-in
 //! header with the machine's C compiler (`cc`) and run against a real
 //! relay: the ABI version, an unknown option refused by name, first data,
-//! a kept context, a rule match and a string target with their details, a
-//! missing flag and a wrong type, a null handle and a use after close
+//! a kept context, a rule match and a string target with their details,
+//! int, number and JSON flags, a flag handle, the status, a missing flag
+//! and a wrong type, a null handle and a use after close
 //! answered with an error code and a message instead of a crash.
 //!
 //! Without a C compiler the test fails, saying what to install.
@@ -82,5 +83,5 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches("ok  ").count(), 14, "every step ran: {stdout}");
+    assert_eq!(stdout.matches("ok  ").count(), 19, "every step ran: {stdout}");
 }

@@ -62,6 +62,31 @@ int main(int argc, char **argv) {
           "a string flag's target, in a string the library owns");
     flagstream_string_free(theme);
 
+    int64_t mb = 0;
+    check(flagstream_eval_int(client, S("max-upload-mb"), ctx, 1, &mb, &d) == FLAGSTREAM_STATUS_OK && mb == 100
+              && d.reason == 2,
+          "an int flag's rule");
+    double ratio = 0;
+    check(flagstream_eval_float(client, S("max-upload-mb"), ctx, 0.5, &ratio, &d) == FLAGSTREAM_STATUS_OK
+              && ratio == 100.0,
+          "an int flag read as a number");
+    flagstream_string json;
+    check(flagstream_eval_json(client, S("search-ranking"), ctx, S("{}"), &json, &d) == FLAGSTREAM_STATUS_OK
+              && json.len == strlen("{\"model\":\"bm25\"}") && memcmp(json.ptr, "{\"model\":\"bm25\"}", json.len) == 0
+              && d.reason == 0,
+          "a JSON flag that is off: its off variation as JSON text");
+    flagstream_string_free(json);
+
+    flagstream_flag *flag = NULL;
+    check(flagstream_flag_new(S("new-checkout"), &flag) == FLAGSTREAM_STATUS_OK
+              && flagstream_eval_bool_flag(client, flag, ctx, false, &on) == FLAGSTREAM_STATUS_OK && on,
+          "a flag handle: no key on the hot path");
+
+    uint32_t state = 9;
+    uint64_t revision = 0;
+    check(flagstream_client_status(client, &state, &revision) == FLAGSTREAM_STATUS_OK && state == 1 && revision > 0,
+          "the client is ready, at a revision");
+
     check(flagstream_eval_bool(client, S("no-such-flag"), ctx, true, &on, &d) == FLAGSTREAM_STATUS_OK && on
               && d.reason == 5 && d.error_kind == 1 && d.variation == -1,
           "a missing flag: the default, FLAG_NOT_FOUND");
@@ -79,6 +104,7 @@ int main(int argc, char **argv) {
           "a use after close is an error, not a crash");
     check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_CLOSED, "a second close says so");
 
+    flagstream_flag_free(flag);
     flagstream_context_free(ctx);
     flagstream_client_free(client);
     flagstream_client_free(NULL);
