@@ -8,9 +8,43 @@
 #include <stdint.h>
 
 // The ABI's version: a wrapper built for another one refuses the library
-// with a clear message instead of misbehaving. Bumped on every change to
-// a function, struct or constant of the header.
+// with a clear message instead of misbehaving. Once the ABI is released,
+// bumped on every incompatible change to a function, struct or constant
+// of the header; 1 while it is being built (issue 35).
 #define FLAGSTREAM_ABI_VERSION 1
+
+// `flagstream_detail.reason`: the flag is off.
+#define FLAGSTREAM_REASON_OFF 0
+
+// `flagstream_detail.reason`: the context key is targeted.
+#define FLAGSTREAM_REASON_TARGET_MATCH 1
+
+// `flagstream_detail.reason`: a rule matched.
+#define FLAGSTREAM_REASON_RULE_MATCH 2
+
+// `flagstream_detail.reason`: nothing matched; the fallthrough served.
+#define FLAGSTREAM_REASON_FALLTHROUGH 3
+
+// `flagstream_detail.reason`: a prerequisite failed.
+#define FLAGSTREAM_REASON_PREREQUISITE_FAILED 4
+
+// `flagstream_detail.reason`: the default was returned (see `error_kind`).
+#define FLAGSTREAM_REASON_ERROR 5
+
+// `flagstream_detail.error_kind`: no error.
+#define FLAGSTREAM_ERROR_NONE 0
+
+// `flagstream_detail.error_kind`: no such flag.
+#define FLAGSTREAM_ERROR_FLAG_NOT_FOUND 1
+
+// `flagstream_detail.error_kind`: the flag's type is not the one asked for.
+#define FLAGSTREAM_ERROR_WRONG_TYPE 2
+
+// `flagstream_detail.error_kind`: the flag cannot be evaluated.
+#define FLAGSTREAM_ERROR_MALFORMED_FLAG 3
+
+// `flagstream_detail.error_kind`: the client has no data yet.
+#define FLAGSTREAM_ERROR_NOT_READY 4
 
 // What a call did.
 typedef enum flagstream_status {
@@ -23,8 +57,8 @@ typedef enum flagstream_status {
   FLAGSTREAM_STATUS_CLOSED = 2,
   // A wait ended before what it waited for.
   FLAGSTREAM_STATUS_TIMEOUT = 3,
-  // The library panicked; the message says where. Nothing unwound into
-  // the caller.
+  // The library panicked; the message is the panic's. Nothing unwound
+  // into the caller.
   FLAGSTREAM_STATUS_PANIC = 4,
   // Anything else (the message says what).
   FLAGSTREAM_STATUS_INTERNAL = 5,
@@ -53,12 +87,13 @@ typedef struct flagstream_detail {
   uint32_t error_kind;
   // For RULE_MATCH: the rule's index; otherwise -1.
   int64_t rule_index;
-  // Whether a percentage rollout or a schedule chose the variation.
-  bool in_rollout;
   // The flag's version (0 when not found).
   uint64_t flag_version;
   // The revision of the data evaluated.
   uint64_t revision;
+  // Whether a percentage rollout or a schedule chose the variation (for
+  // RULE_MATCH only a schedule: a rule's rollout is not reported).
+  bool in_rollout;
   // Whether that data was older than the staleness threshold.
   bool stale;
 } flagstream_detail;
@@ -80,7 +115,8 @@ uint32_t flagstream_abi_version(void);
 
 // The calling thread's last error message (after a call that did not
 // return `OK`): `*message` points at its UTF-8 bytes, valid until this
-// thread's next call into the library; returns its length (0: none).
+// thread's next call into the library; returns its length (0 and NULL:
+// none, or the last call succeeded).
 //
 // # Safety
 // `message` is null or valid for a write of a pointer.
@@ -113,7 +149,8 @@ enum flagstream_status flagstream_client_wait_ready(const struct flagstream_clie
 enum flagstream_status flagstream_client_close(const struct flagstream_client *client,
                                                uint64_t timeout_ms);
 
-// Frees a client (closing it first if it was not). Null is ignored.
+// Frees a client, closing it first if it was not (waiting up to 2 s for
+// its last usage counts). Null is ignored.
 //
 // # Safety
 // `client` is null or a live client handle, not used after this call.
@@ -128,7 +165,8 @@ enum flagstream_status flagstream_context_new(const uint8_t *key,
                                               size_t len,
                                               struct flagstream_context **out);
 
-// Sets (or replaces) a string attribute of a kept context.
+// Sets (or replaces) a string attribute of a kept context (the names
+// `key` and `kind` are not attributes: they are ignored).
 //
 // # Safety
 // `context` is a live context handle no other thread reads now; the
@@ -193,8 +231,9 @@ enum flagstream_status flagstream_eval_float(const struct flagstream_client *cli
                                              double *value,
                                              struct flagstream_detail *detail);
 
-// Evaluates a JSON flag: `*value` is its value as JSON text (the
-// `default_json` text on error), a string the library owns.
+// Evaluates a JSON flag: `*value` is its value as JSON text (on error,
+// `default_json` parsed and written out again), a string the library
+// owns.
 //
 // # Safety
 // As [`flagstream_eval_string`]; `default_json` is JSON text.

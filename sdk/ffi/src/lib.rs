@@ -5,7 +5,10 @@
 //!
 //! Rules every function keeps:
 //! - It returns a [`FlagstreamStatus`]; on anything but `OK` the calling
-//!   thread's message is readable with [`flagstream_last_error`].
+//!   OS thread's message is readable with [`flagstream_last_error`] (and
+//!   cleared by the next call that succeeds). A wrapper whose threads move
+//!   between OS threads (Go's goroutines, Java's virtual threads) reads it
+//!   on the same OS thread as the call (`runtime.LockOSThread`).
 //! - It never unwinds into the caller: a panic becomes `PANIC` with its
 //!   message.
 //! - Strings in are `(pointer, length)` UTF-8, borrowed for the call only.
@@ -15,8 +18,11 @@
 //!   after [`flagstream_client_close`] its calls return `CLOSED` instead of
 //!   evaluating. A context is owned by its creator until
 //!   [`flagstream_context_free`].
-//! - Evaluations take no lock: any number of threads may evaluate on one
-//!   client (a context must not be changed while another thread reads it).
+//! - Evaluations take no lock (a flag handle's first use registers it
+//!   once, under a lock): any number of threads may evaluate on one client
+//!   (a context must not be changed while another thread reads it).
+//! - Not fork-safe yet: a child process must make its own client (the
+//!   library's runtime has no threads in the child).
 
 // A C ABI reads the caller's pointers: the unsafe blocks below each say
 // why they are sound under the header's documented contract.
@@ -32,9 +38,33 @@ use flagstream::{Client, Context, EvaluationDetail, FlagSet};
 use serde::Deserialize;
 
 /// The ABI's version: a wrapper built for another one refuses the library
-/// with a clear message instead of misbehaving. Bumped on every change to
-/// a function, struct or constant of the header.
+/// with a clear message instead of misbehaving. Once the ABI is released,
+/// bumped on every incompatible change to a function, struct or constant
+/// of the header; 1 while it is being built (issue 35).
 pub const FLAGSTREAM_ABI_VERSION: u32 = 1;
+
+/// `flagstream_detail.reason`: the flag is off.
+pub const FLAGSTREAM_REASON_OFF: u32 = 0;
+/// `flagstream_detail.reason`: the context key is targeted.
+pub const FLAGSTREAM_REASON_TARGET_MATCH: u32 = 1;
+/// `flagstream_detail.reason`: a rule matched.
+pub const FLAGSTREAM_REASON_RULE_MATCH: u32 = 2;
+/// `flagstream_detail.reason`: nothing matched; the fallthrough served.
+pub const FLAGSTREAM_REASON_FALLTHROUGH: u32 = 3;
+/// `flagstream_detail.reason`: a prerequisite failed.
+pub const FLAGSTREAM_REASON_PREREQUISITE_FAILED: u32 = 4;
+/// `flagstream_detail.reason`: the default was returned (see `error_kind`).
+pub const FLAGSTREAM_REASON_ERROR: u32 = 5;
+/// `flagstream_detail.error_kind`: no error.
+pub const FLAGSTREAM_ERROR_NONE: u32 = 0;
+/// `flagstream_detail.error_kind`: no such flag.
+pub const FLAGSTREAM_ERROR_FLAG_NOT_FOUND: u32 = 1;
+/// `flagstream_detail.error_kind`: the flag's type is not the one asked for.
+pub const FLAGSTREAM_ERROR_WRONG_TYPE: u32 = 2;
+/// `flagstream_detail.error_kind`: the flag cannot be evaluated.
+pub const FLAGSTREAM_ERROR_MALFORMED_FLAG: u32 = 3;
+/// `flagstream_detail.error_kind`: the client has no data yet.
+pub const FLAGSTREAM_ERROR_NOT_READY: u32 = 4;
 
 /// What a call did.
 #[repr(C)]
@@ -49,8 +79,8 @@ pub enum FlagstreamStatus {
     Closed = 2,
     /// A wait ended before what it waited for.
     Timeout = 3,
-    /// The library panicked; the message says where. Nothing unwound into
-    /// the caller.
+    /// The library panicked; the message is the panic's. Nothing unwound
+    /// into the caller.
     Panic = 4,
     /// Anything else (the message says what).
     Internal = 5,
@@ -92,12 +122,13 @@ pub struct FlagstreamDetail {
     pub error_kind: u32,
     /// For RULE_MATCH: the rule's index; otherwise -1.
     pub rule_index: i64,
-    /// Whether a percentage rollout or a schedule chose the variation.
-    pub in_rollout: bool,
     /// The flag's version (0 when not found).
     pub flag_version: u64,
     /// The revision of the data evaluated.
     pub revision: u64,
+    /// Whether a percentage rollout or a schedule chose the variation (for
+    /// RULE_MATCH only a schedule: a rule's rollout is not reported).
+    pub in_rollout: bool,
     /// Whether that data was older than the staleness threshold.
     pub stale: bool,
 }
@@ -134,7 +165,11 @@ fn invalid(msg: impl Into<String>) -> Failure {
 /// message.
 fn guard(f: impl FnOnce() -> Result<(), Failure>) -> FlagstreamStatus {
     let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => return FlagstreamStatus::Ok,
+        Ok(Ok(())) => {
+            // During thread teardown there is no message to clear.
+            let _cleared = LAST_ERROR.try_with(|e| e.borrow_mut().clear());
+            return FlagstreamStatus::Ok;
+        }
         Ok(Err(Failure(status, message))) => (status, message),
         Err(panic) => {
             let what = panic
@@ -145,8 +180,22 @@ fn guard(f: impl FnOnce() -> Result<(), Failure>) -> FlagstreamStatus {
             (FlagstreamStatus::Panic, format!("flagstream panicked: {what}"))
         }
     };
-    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+    // During thread teardown the message cannot be kept; the status stands.
+    let _kept = LAST_ERROR.try_with(|e| *e.borrow_mut() = message);
     status
+}
+
+/// Waits, from any thread (a plain C thread or one of a Tokio runtime),
+/// for `work` run on the library's runtime.
+fn wait_on<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Result<T, Failure> {
+    let rt = runtime().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        // The receiver waits below until this is sent.
+        let _sent = tx.send(work.await);
+    });
+    rx.recv()
+        .map_err(|_| Failure(FlagstreamStatus::Internal, "the library's task ended without an answer".into()))
 }
 
 /// `(ptr, len)` as UTF-8, borrowed for the call.
@@ -197,20 +246,24 @@ pub extern "C" fn flagstream_abi_version() -> u32 {
 
 /// The calling thread's last error message (after a call that did not
 /// return `OK`): `*message` points at its UTF-8 bytes, valid until this
-/// thread's next call into the library; returns its length (0: none).
+/// thread's next call into the library; returns its length (0 and NULL:
+/// none, or the last call succeeded).
 ///
 /// # Safety
 /// `message` is null or valid for a write of a pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn flagstream_last_error(message: *mut *const u8) -> usize {
-    LAST_ERROR.with(|e| {
-        let e = e.borrow();
-        if !message.is_null() {
-            // SAFETY: non-null and writable (the header's contract).
-            unsafe { message.write(e.as_ptr()) };
-        }
-        e.len()
-    })
+    let (ptr, len) = LAST_ERROR
+        .try_with(|e| {
+            let e = e.borrow();
+            (if e.is_empty() { std::ptr::null() } else { e.as_ptr() }, e.len())
+        })
+        .unwrap_or((std::ptr::null(), 0)); // during thread teardown: none
+    if !message.is_null() {
+        // SAFETY: non-null and writable (the header's contract).
+        unsafe { message.write(ptr) };
+    }
+    len
 }
 
 /// The client's options, as JSON (unknown keys are refused, naming them).
@@ -245,6 +298,9 @@ pub unsafe extern "C" fn flagstream_client_new(
     out: *mut *mut FlagstreamClient,
 ) -> FlagstreamStatus {
     guard(|| {
+        if out.is_null() {
+            return Err(invalid("out: a null out pointer"));
+        }
         // SAFETY: the caller's contract, above.
         let json = unsafe { text(options, len, "options") }?;
         let o: Options = serde_json::from_str(json).map_err(|e| invalid(format!("options: {e}")))?;
@@ -300,9 +356,8 @@ pub unsafe extern "C" fn flagstream_client_wait_ready(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let c = unsafe { open(client) }?;
-        let rt = runtime().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
-        let status = rt.block_on(c.client.wait_ready(Duration::from_millis(timeout_ms)));
+        let c = unsafe { open(client) }?.client.clone();
+        let status = wait_on(async move { c.wait_ready(Duration::from_millis(timeout_ms)).await })?;
         if status.has_data() {
             Ok(())
         } else {
@@ -325,14 +380,25 @@ pub unsafe extern "C" fn flagstream_client_close(
     guard(|| {
         // SAFETY: the caller's contract, above.
         let c = unsafe { open(client) }?;
-        c.closed.store(true, Ordering::Release);
-        let rt = runtime().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
-        rt.block_on(c.client.close(Duration::from_millis(timeout_ms)));
-        Ok(())
+        close(c, Duration::from_millis(timeout_ms))
     })
 }
 
-/// Frees a client (closing it first if it was not). Null is ignored.
+/// Closes `c` once (whoever closes it first; later closes get `CLOSED`).
+fn close(c: &FlagstreamClient, timeout: Duration) -> Result<(), Failure> {
+    if c.closed.swap(true, Ordering::AcqRel) {
+        return Err(Failure(FlagstreamStatus::Closed, "the client was closed".into()));
+    }
+    let client = c.client.clone();
+    wait_on(async move { client.close(timeout).await })?;
+    Ok(())
+}
+
+/// How long freeing an unclosed client waits for its last usage counts.
+const FREE_CLOSE: Duration = Duration::from_secs(2);
+
+/// Frees a client, closing it first if it was not (waiting up to 2 s for
+/// its last usage counts). Null is ignored.
 ///
 /// # Safety
 /// `client` is null or a live client handle, not used after this call.
@@ -343,12 +409,12 @@ pub unsafe extern "C" fn flagstream_client_free(client: *mut FlagstreamClient) {
     }
     // A panic here has no status to return: it is caught and dropped.
     let _freed = catch_unwind(AssertUnwindSafe(|| {
-        // Inside the runtime: a client dropped unclosed hands its last
-        // usage counts to a task of the runtime.
-        let _entered = runtime().ok().map(|rt| rt.enter());
         // SAFETY: made by `Box::into_raw` in `flagstream_client_new`, and
         // not used after this call (the caller's contract).
-        drop(unsafe { Box::from_raw(client) });
+        let c = unsafe { Box::from_raw(client) };
+        // Already closed, or the close failed: nothing more to send.
+        let _closed = close(&c, FREE_CLOSE);
+        drop(c);
     }));
 }
 
@@ -364,6 +430,9 @@ pub unsafe extern "C" fn flagstream_context_new(
     out: *mut *mut FlagstreamContext,
 ) -> FlagstreamStatus {
     guard(|| {
+        if out.is_null() {
+            return Err(invalid("out: a null out pointer"));
+        }
         // SAFETY: the caller's contract, above.
         let key = unsafe { text(key, len, "key") }?;
         let boxed = Box::new(FlagstreamContext { context: Context::new(key.to_owned()) });
@@ -372,7 +441,8 @@ pub unsafe extern "C" fn flagstream_context_new(
     })
 }
 
-/// Sets (or replaces) a string attribute of a kept context.
+/// Sets (or replaces) a string attribute of a kept context (the names
+/// `key` and `kind` are not attributes: they are ignored).
 ///
 /// # Safety
 /// `context` is a live context handle no other thread reads now; the
@@ -431,25 +501,33 @@ pub unsafe extern "C" fn flagstream_context_free(context: *mut FlagstreamContext
 
 fn reason_code(reason: &str) -> u32 {
     match reason {
-        "OFF" => 0,
-        "TARGET_MATCH" => 1,
-        "RULE_MATCH" => 2,
-        "FALLTHROUGH" => 3,
-        "PREREQUISITE_FAILED" => 4,
-        _ => 5,
+        "OFF" => FLAGSTREAM_REASON_OFF,
+        "TARGET_MATCH" => FLAGSTREAM_REASON_TARGET_MATCH,
+        "RULE_MATCH" => FLAGSTREAM_REASON_RULE_MATCH,
+        "FALLTHROUGH" => FLAGSTREAM_REASON_FALLTHROUGH,
+        "PREREQUISITE_FAILED" => FLAGSTREAM_REASON_PREREQUISITE_FAILED,
+        _ => FLAGSTREAM_REASON_ERROR,
     }
 }
+
+// What the header promises about threads, checked by the compiler.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<FlagstreamClient>();
+    shared::<FlagstreamContext>();
+    shared::<FlagstreamFlag>();
+};
 
 fn detail_of<T>(d: &EvaluationDetail<T>) -> FlagstreamDetail {
     FlagstreamDetail {
         variation: d.variation.map_or(-1, i64::from),
         reason: reason_code(d.reason),
         error_kind: match d.error {
-            None => 0,
-            Some(flagstream::ErrorKind::FlagNotFound) => 1,
-            Some(flagstream::ErrorKind::WrongType) => 2,
-            Some(flagstream::ErrorKind::MalformedFlag) => 3,
-            Some(flagstream::ErrorKind::NotReady) => 4,
+            None => FLAGSTREAM_ERROR_NONE,
+            Some(flagstream::ErrorKind::FlagNotFound) => FLAGSTREAM_ERROR_FLAG_NOT_FOUND,
+            Some(flagstream::ErrorKind::WrongType) => FLAGSTREAM_ERROR_WRONG_TYPE,
+            Some(flagstream::ErrorKind::MalformedFlag) => FLAGSTREAM_ERROR_MALFORMED_FLAG,
+            Some(flagstream::ErrorKind::NotReady) => FLAGSTREAM_ERROR_NOT_READY,
         },
         rule_index: d.rule_index.map_or(-1, i64::from),
         in_rollout: d.in_rollout,
@@ -563,8 +641,9 @@ fn owned_string(text: String) -> FlagstreamString {
     FlagstreamString { ptr, len }
 }
 
-/// Evaluates a JSON flag: `*value` is its value as JSON text (the
-/// `default_json` text on error), a string the library owns.
+/// Evaluates a JSON flag: `*value` is its value as JSON text (on error,
+/// `default_json` parsed and written out again), a string the library
+/// owns.
 ///
 /// # Safety
 /// As [`flagstream_eval_string`]; `default_json` is JSON text.
@@ -592,6 +671,9 @@ pub unsafe extern "C" fn flagstream_eval_json(
         };
         let default: serde_json::Value =
             serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
+        if value.is_null() {
+            return Err(invalid("value: a null out pointer"));
+        }
         let d = c.client.json_detail(key, &ctx.context, default);
         if !detail.is_null() {
             // SAFETY: non-null and writable (the contract).
@@ -618,6 +700,9 @@ pub unsafe extern "C" fn flagstream_flag_new(
     out: *mut *mut FlagstreamFlag,
 ) -> FlagstreamStatus {
     guard(|| {
+        if out.is_null() {
+            return Err(invalid("out: a null out pointer"));
+        }
         // SAFETY: the caller's contract, above.
         let key = unsafe { text(key, len, "key") }?;
         let boxed = Box::new(FlagstreamFlag { handle: flagstream::FlagHandle::new(key) });
@@ -717,6 +802,9 @@ pub unsafe extern "C" fn flagstream_eval_string(
                 text(default_value, default_len, "default_value")?,
             )
         };
+        if value.is_null() {
+            return Err(invalid("value: a null out pointer"));
+        }
         let d = c.client.string_detail(key, &ctx.context, default);
         if !detail.is_null() {
             // SAFETY: non-null and writable (the contract).

@@ -83,5 +83,5 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches("ok  ").count(), 19, "every step ran: {stdout}");
+    assert_eq!(stdout.matches("ok  ").count(), 20, "every step ran: {stdout}");
 }

@@ -19,7 +19,7 @@ static int last_error_says(const char *part) {
     size_t len = flagstream_last_error(&msg);
     char buf[512];
     if (len >= sizeof buf) len = sizeof buf - 1;
-    memcpy(buf, msg, len);
+    if (len > 0) memcpy(buf, msg, len);
     buf[len] = 0;
     printf("     (last error: %s)\n", buf);
     return strstr(buf, part) != NULL;
@@ -47,37 +47,42 @@ int main(int argc, char **argv) {
     flagstream_context *ctx = NULL;
     check(flagstream_context_new(S("user-42"), &ctx) == FLAGSTREAM_STATUS_OK, "a context is made");
     check(flagstream_context_set_string(ctx, S("country"), S("US")) == FLAGSTREAM_STATUS_OK
-              && flagstream_context_set_string(ctx, S("plan"), S("enterprise")) == FLAGSTREAM_STATUS_OK,
+              && flagstream_context_set_string(ctx, S("plan"), S("enterprise")) == FLAGSTREAM_STATUS_OK
+              && flagstream_context_set_number(ctx, S("seats"), 12) == FLAGSTREAM_STATUS_OK,
           "attributes are set on the kept context");
+    const uint8_t *msg = (const uint8_t *)"x";
+    check(flagstream_last_error(&msg) == 0 && msg == NULL, "after a call that succeeded there is no message");
 
     bool on = false;
     flagstream_detail d;
     check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_OK && on
-              && d.reason == 2 && d.rule_index == 0 && d.variation == 0 && d.revision > 0 && d.error_kind == 0,
+              && d.reason == FLAGSTREAM_REASON_RULE_MATCH && d.rule_index == 0 && d.variation == 0 && d.revision > 0
+              && d.error_kind == FLAGSTREAM_ERROR_NONE,
           "a rule match, with its detail");
 
-    flagstream_string theme;
+    flagstream_string theme = {0};
     check(flagstream_eval_string(client, S("theme"), ctx, S("light"), &theme, &d) == FLAGSTREAM_STATUS_OK
-              && theme.len == 4 && memcmp(theme.ptr, "dark", 4) == 0 && d.reason == 1,
+              && theme.len == 4 && memcmp(theme.ptr, "dark", 4) == 0 && d.reason == FLAGSTREAM_REASON_TARGET_MATCH,
           "a string flag's target, in a string the library owns");
     flagstream_string_free(theme);
 
     int64_t mb = 0;
     check(flagstream_eval_int(client, S("max-upload-mb"), ctx, 1, &mb, &d) == FLAGSTREAM_STATUS_OK && mb == 100
-              && d.reason == 2,
+              && d.reason == FLAGSTREAM_REASON_RULE_MATCH,
           "an int flag's rule");
     double ratio = 0;
     check(flagstream_eval_float(client, S("max-upload-mb"), ctx, 0.5, &ratio, &d) == FLAGSTREAM_STATUS_OK
               && ratio == 100.0,
           "an int flag read as a number");
-    flagstream_string json;
+    flagstream_string json = {0};
     check(flagstream_eval_json(client, S("search-ranking"), ctx, S("{}"), &json, &d) == FLAGSTREAM_STATUS_OK
               && json.len == strlen("{\"model\":\"bm25\"}") && memcmp(json.ptr, "{\"model\":\"bm25\"}", json.len) == 0
-              && d.reason == 0,
+              && d.reason == FLAGSTREAM_REASON_OFF,
           "a JSON flag that is off: its off variation as JSON text");
     flagstream_string_free(json);
 
     flagstream_flag *flag = NULL;
+    on = false;
     check(flagstream_flag_new(S("new-checkout"), &flag) == FLAGSTREAM_STATUS_OK
               && flagstream_eval_bool_flag(client, flag, ctx, false, &on) == FLAGSTREAM_STATUS_OK && on,
           "a flag handle: no key on the hot path");
@@ -87,10 +92,13 @@ int main(int argc, char **argv) {
     check(flagstream_client_status(client, &state, &revision) == FLAGSTREAM_STATUS_OK && state == 1 && revision > 0,
           "the client is ready, at a revision");
 
+    on = false;
     check(flagstream_eval_bool(client, S("no-such-flag"), ctx, true, &on, &d) == FLAGSTREAM_STATUS_OK && on
-              && d.reason == 5 && d.error_kind == 1 && d.variation == -1,
+              && d.reason == FLAGSTREAM_REASON_ERROR && d.error_kind == FLAGSTREAM_ERROR_FLAG_NOT_FOUND
+              && d.variation == -1,
           "a missing flag: the default, FLAG_NOT_FOUND");
 
+    on = true;
     check(flagstream_eval_bool(client, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && !on,
           "a wrong type: the default (detail not asked for)");
 
