@@ -75,6 +75,26 @@ typedef struct flagstream_context flagstream_context;
 // A flag handle: the key looked up once, so a hot path passes a pointer.
 typedef struct flagstream_flag flagstream_flag;
 
+// A string borrowed for the length of a callback.
+typedef struct flagstream_str {
+  // UTF-8 bytes, not NUL-terminated.
+  const uint8_t *ptr;
+  // Length in bytes.
+  size_t len;
+} flagstream_str;
+
+// A change listener: called on a library thread, one call at a time and
+// in order, with the new revision and the keys of the flags it added,
+// changed or removed (`flags[0..count]`, valid during the call only), or
+// with `missed` true and no keys when changes came faster than the
+// callback took them (re-read what you cache). It must not call
+// `flagstream_client_off_change`, `_close` or `_free` on its own client.
+typedef void (*flagstream_change_fn)(void *user_data,
+                                     uint64_t revision,
+                                     const struct flagstream_str *flags,
+                                     size_t count,
+                                     bool missed);
+
 // One evaluation's result besides its value (docs/EVALUATION.md).
 typedef struct flagstream_detail {
   // The served variation's index, or -1 when the default was returned.
@@ -148,6 +168,27 @@ enum flagstream_status flagstream_client_wait_ready(const struct flagstream_clie
 // `client` is a live client handle.
 enum flagstream_status flagstream_client_close(const struct flagstream_client *client,
                                                uint64_t timeout_ms);
+
+// Calls `callback(user_data, …)` for every change the client applies
+// from now on; `*listener` is its id for [`flagstream_client_off_change`].
+//
+// # Safety
+// `client` is a live client handle; `callback` and `user_data` may be
+// used from a library thread until the listener is removed (off_change,
+// close or free return only after its last call); `listener` is valid
+// for a write.
+enum flagstream_status flagstream_client_on_change(const struct flagstream_client *client,
+                                                   flagstream_change_fn callback,
+                                                   void *user_data,
+                                                   uint64_t *listener);
+
+// Removes a change listener; returns after its callback's last call.
+//
+// # Safety
+// `client` is a live client handle; not called from the listener's own
+// callback.
+enum flagstream_status flagstream_client_off_change(const struct flagstream_client *client,
+                                                    uint64_t listener);
 
 // Frees a client, closing it first if it was not (waiting up to 2 s for
 // its last usage counts). Null is ignored.

@@ -4,7 +4,8 @@
 //! relay: the ABI version, an unknown option refused by name, first data,
 //! a kept context, a rule match and a string target with their details,
 //! int, number and JSON flags, a flag handle, the status, a missing flag
-//! and a wrong type, a null handle and a use after close
+//! and a wrong type, a change listener called on a library thread with
+//! the flag this test writes, a null handle and a use after close
 //! answered with an error code and a message instead of a crash.
 //!
 //! Without a C compiler the test fails, saying what to install.
@@ -12,7 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use flagstream_tests::relay::Relay;
+use flagstream_tests::STEP;
+use flagstream_tests::relay::{Relay, bool_flag, put};
+use tokio::io::AsyncBufReadExt;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate is in the repo").to_owned()
@@ -71,17 +74,44 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
     );
     let dir = tempfile::tempdir().unwrap();
     let relay = Relay::start(dir.path(), &[]).await;
-    let (url, key) = (relay.url(), relay.demo_key());
-    let out = tokio::task::spawn_blocking(move || Command::new(&exe).args([&url, &key]).output())
+    let mut program = tokio::process::Command::new(&exe)
+        .args([relay.url(), relay.demo_key()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the smoke program starts");
+    // Its listener waits for a change: write one when it says it listens.
+    let mut lines = tokio::io::BufReader::new(program.stdout.take().expect("stdout")).lines();
+    let mut stdout = String::new();
+    let listening = tokio::time::timeout(STEP, async {
+        while let Some(line) = lines.next_line().await.expect("stdout readable") {
+            stdout.push_str(&line);
+            stdout.push('\n');
+            if line == "listening" {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(matches!(listening, Ok(true)), "the program never listened:\n{stdout}");
+    put(&mut relay.admin().await, "demo", bool_flag("from-test", true)).await.unwrap();
+    while let Some(line) =
+        tokio::time::timeout(STEP, lines.next_line()).await.expect("the program goes on").expect("stdout")
+    {
+        stdout.push_str(&line);
+        stdout.push('\n');
+    }
+    let out = tokio::time::timeout(STEP, program.wait_with_output())
         .await
-        .expect("the smoke program's task")
-        .expect("the smoke program runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .expect("the program ends")
+        .expect("its status");
     assert!(
         out.status.success() && stdout.contains("all steps held"),
         "{}\n--- stdout\n{stdout}\n--- stderr\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches("ok  ").count(), 20, "every step ran: {stdout}");
+    assert_eq!(stdout.matches("ok  ").count(), 24, "every step ran: {stdout}");
 }

@@ -2,8 +2,11 @@
  *   smoke RELAY_URL SDK_KEY
  * Prints one line per step; exits 0 when every step held, else 1 with the
  * step that failed. Run by tests/tests/bindings/c_abi.rs. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "flagstream.h"
 
@@ -26,6 +29,27 @@ static int last_error_says(const char *part) {
 }
 
 #define S(x) (const uint8_t *)(x), strlen(x)
+
+/* What the change listener saw, under its own lock. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int seen;
+    uint64_t revision;
+} seen_t;
+
+static void on_change(void *user_data, uint64_t revision, const flagstream_str *flags, size_t count, bool missed) {
+    seen_t *s = user_data;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < count && !missed; i++) {
+        if (flags[i].len == 9 && memcmp(flags[i].ptr, "from-test", 9) == 0) {
+            s->seen = 1;
+            s->revision = revision;
+        }
+    }
+    pthread_cond_signal(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+}
 
 int main(int argc, char **argv) {
     if (argc != 3) {
@@ -105,6 +129,29 @@ int main(int argc, char **argv) {
     check(flagstream_eval_bool(NULL, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_INVALID_ARGUMENT
               && last_error_says("client: a null pointer"),
           "a null client is an error, not a crash");
+
+    /* A change listener: the test writes `from-test` once it reads
+       "listening", and the callback sees it on a library thread. */
+    seen_t seen = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    uint64_t listener = 0;
+    check(flagstream_client_on_change(client, on_change, &seen, &listener) == FLAGSTREAM_STATUS_OK && listener > 0,
+          "a change listener is registered");
+    printf("listening\n");
+    fflush(stdout);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&seen.lock);
+    while (!seen.seen && pthread_cond_timedwait(&seen.changed, &seen.lock, &deadline) != ETIMEDOUT) {
+    }
+    int got = seen.seen;
+    uint64_t changed_at = seen.revision;
+    pthread_mutex_unlock(&seen.lock);
+    check(got && changed_at > revision, "the listener saw the flag the test wrote, at a newer revision");
+    check(flagstream_client_off_change(client, listener) == FLAGSTREAM_STATUS_OK, "the listener is removed");
+    check(flagstream_client_off_change(client, listener) == FLAGSTREAM_STATUS_INVALID_ARGUMENT
+              && last_error_says("no listener"),
+          "removing it twice is an error");
 
     check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_OK, "the client closes");
     check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_CLOSED
