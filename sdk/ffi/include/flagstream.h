@@ -142,6 +142,27 @@ uint32_t flagstream_abi_version(void);
 // `message` is null or valid for a write of a pointer.
 size_t flagstream_last_error(const uint8_t **message);
 
+// Calls `callback(user_data, …)` for every change the client applies
+// from now on; `*listener` is its id for [`flagstream_client_off_change`].
+//
+// # Safety
+// `client` is a live client handle; `callback` and `user_data` may be
+// used from a library thread until the listener is removed (off_change,
+// close or free return only after its last call); `listener` is valid
+// for a write.
+enum flagstream_status flagstream_client_on_change(const struct flagstream_client *client,
+                                                   flagstream_change_fn callback,
+                                                   void *user_data,
+                                                   uint64_t *listener);
+
+// Removes a change listener; returns after its callback's last call.
+//
+// # Safety
+// `client` is a live client handle; not called from the listener's own
+// callback.
+enum flagstream_status flagstream_client_off_change(const struct flagstream_client *client,
+                                                    uint64_t listener);
+
 // Makes a client from `options` (JSON: `endpoints`, `sdk_key`,
 // `cache_dir`, `test_data`, `offline_file`, `usage_reports`); `*out` is
 // the new handle, freed with [`flagstream_client_free`].
@@ -169,33 +190,23 @@ enum flagstream_status flagstream_client_wait_ready(const struct flagstream_clie
 enum flagstream_status flagstream_client_close(const struct flagstream_client *client,
                                                uint64_t timeout_ms);
 
-// Calls `callback(user_data, …)` for every change the client applies
-// from now on; `*listener` is its id for [`flagstream_client_off_change`].
-//
-// # Safety
-// `client` is a live client handle; `callback` and `user_data` may be
-// used from a library thread until the listener is removed (off_change,
-// close or free return only after its last call); `listener` is valid
-// for a write.
-enum flagstream_status flagstream_client_on_change(const struct flagstream_client *client,
-                                                   flagstream_change_fn callback,
-                                                   void *user_data,
-                                                   uint64_t *listener);
-
-// Removes a change listener; returns after its callback's last call.
-//
-// # Safety
-// `client` is a live client handle; not called from the listener's own
-// callback.
-enum flagstream_status flagstream_client_off_change(const struct flagstream_client *client,
-                                                    uint64_t listener);
-
 // Frees a client, closing it first if it was not (waiting up to 2 s for
 // its last usage counts). Null is ignored.
 //
 // # Safety
 // `client` is null or a live client handle, not used after this call.
 void flagstream_client_free(struct flagstream_client *client);
+
+// The client's state: 0 initializing (no data yet), 1 ready, 2 stale
+// (serving data that may be out of date), 3 failed (a permanent error,
+// e.g. a revoked key); `*revision` is the data's revision (0 without).
+//
+// # Safety
+// `client` is a live client handle; `state` and `revision` are valid for
+// writes.
+enum flagstream_status flagstream_client_status(const struct flagstream_client *client,
+                                                uint32_t *state,
+                                                uint64_t *revision);
 
 // A new context with `key` (kind `user`); freed with
 // [`flagstream_context_free`].
@@ -232,6 +243,20 @@ enum flagstream_status flagstream_context_set_number(struct flagstream_context *
 // # Safety
 // `context` is null or a live context handle, not used after this call.
 void flagstream_context_free(struct flagstream_context *context);
+
+// A handle for flag `key`; freed with [`flagstream_flag_free`].
+//
+// # Safety
+// `key` points to `len` readable bytes; `out` is valid for a write.
+enum flagstream_status flagstream_flag_new(const uint8_t *key,
+                                           size_t len,
+                                           struct flagstream_flag **out);
+
+// Frees a flag handle. Null is ignored.
+//
+// # Safety
+// `flag` is null or a live flag handle, not used after this call.
+void flagstream_flag_free(struct flagstream_flag *flag);
 
 // Evaluates a bool flag: `*value` is its value or `default_value`;
 // `detail` (may be null) gets the rest of the result.
@@ -287,20 +312,6 @@ enum flagstream_status flagstream_eval_json(const struct flagstream_client *clie
                                             struct flagstream_string *value,
                                             struct flagstream_detail *detail);
 
-// A handle for flag `key`; freed with [`flagstream_flag_free`].
-//
-// # Safety
-// `key` points to `len` readable bytes; `out` is valid for a write.
-enum flagstream_status flagstream_flag_new(const uint8_t *key,
-                                           size_t len,
-                                           struct flagstream_flag **out);
-
-// Frees a flag handle. Null is ignored.
-//
-// # Safety
-// `flag` is null or a live flag handle, not used after this call.
-void flagstream_flag_free(struct flagstream_flag *flag);
-
 // Evaluates a bool flag through its handle: integers and pointers only.
 //
 // # Safety
@@ -311,17 +322,6 @@ enum flagstream_status flagstream_eval_bool_flag(const struct flagstream_client 
                                                  const struct flagstream_context *context,
                                                  bool default_value,
                                                  bool *value);
-
-// The client's state: 0 initializing (no data yet), 1 ready, 2 stale
-// (serving data that may be out of date), 3 failed (a permanent error,
-// e.g. a revoked key); `*revision` is the data's revision (0 without).
-//
-// # Safety
-// `client` is a live client handle; `state` and `revision` are valid for
-// writes.
-enum flagstream_status flagstream_client_status(const struct flagstream_client *client,
-                                                uint32_t *state,
-                                                uint64_t *revision);
 
 // Evaluates a string flag: `*value` is its value or `default_value`, a
 // string the library owns (free it with [`flagstream_string_free`]);
