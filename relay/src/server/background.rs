@@ -129,6 +129,7 @@ pub(super) async fn reload_on_sighup(
             }
         }
     }
+    // No SIGHUP off unix: the arguments are unused there, nothing is lost.
     #[cfg(not(unix))]
     let _ = (source, store, quotas, hub, stop);
 }

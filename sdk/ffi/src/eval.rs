@@ -87,15 +87,10 @@ pub unsafe extern "C" fn flagstream_eval_bool(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (c, key, ctx) =
-            unsafe { (open(client)?, text(key, key_len, "key")?, handle(context, "context")?) };
+        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
         let d = c.client.bool_detail(key, &ctx.context, default_value);
-        if !detail.is_null() {
-            // SAFETY: non-null and writable (the contract).
-            unsafe { detail.write(detail_of(&d)) };
-        }
         // SAFETY: the caller's contract, above.
-        unsafe { put(value, d.value, "value") }
+        unsafe { finish(d, value, detail) }
     })
 }
 
@@ -115,8 +110,7 @@ pub unsafe extern "C" fn flagstream_eval_int(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (c, key, ctx) =
-            unsafe { (open(client)?, text(key, key_len, "key")?, handle(context, "context")?) };
+        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
         let d = c.client.int_detail(key, &ctx.context, default_value);
         // SAFETY: the caller's contract, above.
         unsafe { finish(d, value, detail) }
@@ -139,8 +133,7 @@ pub unsafe extern "C" fn flagstream_eval_float(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (c, key, ctx) =
-            unsafe { (open(client)?, text(key, key_len, "key")?, handle(context, "context")?) };
+        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
         let d = c.client.float_detail(key, &ctx.context, default_value);
         // SAFETY: the caller's contract, above.
         unsafe { finish(d, value, detail) }
@@ -156,12 +149,36 @@ pub(crate) unsafe fn finish<T>(
     value: *mut T,
     detail: *mut FlagstreamDetail,
 ) -> Result<(), Failure> {
-    if !detail.is_null() {
-        // SAFETY: non-null and writable (the contract).
-        unsafe { detail.write(detail_of(&d)) };
-    }
+    // SAFETY: the caller's contract, above.
+    unsafe { write_detail(&d, detail) };
     // SAFETY: the caller's contract, above.
     unsafe { put(value, d.value, "value") }
+}
+
+/// Writes a result's detail when asked for (`detail` not null).
+///
+/// # Safety
+/// `detail` is null or valid for a write.
+unsafe fn write_detail<T>(d: &EvaluationDetail<T>, detail: *mut FlagstreamDetail) {
+    if !detail.is_null() {
+        // SAFETY: non-null and writable (the contract).
+        unsafe { detail.write(detail_of(d)) };
+    }
+}
+
+/// An evaluation's client (open), key and context.
+///
+/// # Safety
+/// `client` and `context` are null or live handles; `key` points to
+/// `key_len` readable bytes.
+unsafe fn inputs<'a>(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+) -> Result<(&'a FlagstreamClient, &'a str, &'a FlagstreamContext), Failure> {
+    // SAFETY: the caller's contract, above.
+    unsafe { Ok((open(client)?, text(key, key_len, "key")?, handle(context, "context")?)) }
 }
 
 /// A string the library owns, made from `text`.
@@ -192,13 +209,8 @@ pub unsafe extern "C" fn flagstream_eval_json(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (c, key, ctx, default) = unsafe {
-            (
-                open(client)?,
-                text(key, key_len, "key")?,
-                handle(context, "context")?,
-                text(default_json, default_len, "default_json")?,
-            )
+        let ((c, key, ctx), default) = unsafe {
+            (inputs(client, key, key_len, context)?, text(default_json, default_len, "default_json")?)
         };
         let default: serde_json::Value =
             serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
@@ -206,10 +218,8 @@ pub unsafe extern "C" fn flagstream_eval_json(
             return Err(invalid("value: a null out pointer"));
         }
         let d = c.client.json_detail(key, &ctx.context, default);
-        if !detail.is_null() {
-            // SAFETY: non-null and writable (the contract).
-            unsafe { detail.write(detail_of(&d)) };
-        }
+        // SAFETY: the caller's contract, above.
+        unsafe { write_detail(&d, detail) };
         // SAFETY: the caller's contract, above.
         unsafe { put(value, owned_string(d.value.to_string()), "value") }
     })
@@ -258,22 +268,15 @@ pub unsafe extern "C" fn flagstream_eval_string(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (c, key, ctx, default) = unsafe {
-            (
-                open(client)?,
-                text(key, key_len, "key")?,
-                handle(context, "context")?,
-                text(default_value, default_len, "default_value")?,
-            )
+        let ((c, key, ctx), default) = unsafe {
+            (inputs(client, key, key_len, context)?, text(default_value, default_len, "default_value")?)
         };
         if value.is_null() {
             return Err(invalid("value: a null out pointer"));
         }
         let d = c.client.string_detail(key, &ctx.context, default);
-        if !detail.is_null() {
-            // SAFETY: non-null and writable (the contract).
-            unsafe { detail.write(detail_of(&d)) };
-        }
+        // SAFETY: the caller's contract, above.
+        unsafe { write_detail(&d, detail) };
         // SAFETY: the caller's contract, above.
         unsafe { put(value, owned_string(d.value), "value") }
     })

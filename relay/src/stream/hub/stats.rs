@@ -178,6 +178,7 @@ impl Hub {
         let revisions: Vec<(u64, u64)> = {
             let stats = Self::lock(&self.stats);
             // No ring: no SDK of this relay acked on the environment yet.
+            // No ring: this relay has no acks for the environment yet (none).
             let mut revs: Vec<(u64, u64)> = stats
                 .get(env)
                 .map(|ring| ring.latest(REPORTED_REVISIONS).map(|r| (r.revision, r.committed_ms)).collect())
