@@ -93,6 +93,13 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// Removes an attribute (of a multi-kind context: of its first kind);
+    /// returns its value, if it was set.
+    pub fn remove(&mut self, name: &str) -> Option<AttrValue<'a>> {
+        let i = self.attrs.iter().position(|(n, _)| n == name)?;
+        Some(self.attrs.remove(i).1)
+    }
+
     /// Sets an attribute whose name the caller knows is not set yet (the
     /// names come from a map), without the scan of [`Context::set`]: a
     /// context read from a request is built in linear time.

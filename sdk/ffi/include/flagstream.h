@@ -46,6 +46,21 @@
 // `flagstream_detail.error_kind`: the client has no data yet.
 #define FLAGSTREAM_ERROR_NOT_READY 4
 
+// `flagstream_eval_at`'s `value_type`: a bool flag.
+#define FLAGSTREAM_TYPE_BOOL 0
+
+// `flagstream_eval_at`'s `value_type`: an integer flag.
+#define FLAGSTREAM_TYPE_INT 1
+
+// `flagstream_eval_at`'s `value_type`: a number flag.
+#define FLAGSTREAM_TYPE_FLOAT 2
+
+// `flagstream_eval_at`'s `value_type`: a string flag.
+#define FLAGSTREAM_TYPE_STRING 3
+
+// `flagstream_eval_at`'s `value_type`: any flag, as JSON.
+#define FLAGSTREAM_TYPE_JSON 4
+
 // What a call did.
 typedef enum flagstream_status {
   // Done.
@@ -64,8 +79,9 @@ typedef enum flagstream_status {
   FLAGSTREAM_STATUS_INTERNAL = 5,
 } flagstream_status;
 
-// The client: a streaming client (or a test-data or file one) and whether
-// it was closed.
+// The client: what it serves (a streaming client, test data or a flag
+// file; in a forked child, the parent's data until its own sync has
+// some) and its change listeners.
 typedef struct flagstream_client flagstream_client;
 
 // A context kept by the caller and reused: its key, kind and attributes
@@ -95,7 +111,56 @@ typedef void (*flagstream_change_fn)(void *user_data,
                                      size_t count,
                                      bool missed);
 
-// One evaluation's result besides its value (docs/EVALUATION.md).
+// The client's counters (see `flagstream_stats`).
+typedef struct flagstream_stats {
+  // Evaluations that returned the default: flag not found.
+  uint64_t default_not_found;
+  // ... because the client had no data yet.
+  uint64_t default_not_ready;
+  // ... because the flag has another type.
+  uint64_t default_wrong_type;
+  // ... because the flag was malformed.
+  uint64_t default_malformed;
+  // Streams opened.
+  uint64_t connects;
+  // Streams that ended and were reopened.
+  uint64_t reconnects;
+  // Moves to another endpoint.
+  uint64_t endpoint_switches;
+  // Streams found stalled (no message in time, or an unanswered
+  // keepalive ping) and torn down.
+  uint64_t stalls;
+  // Full snapshots requested after a failed apply.
+  uint64_t resyncs;
+  // Checksum mismatches detected.
+  uint64_t checksum_mismatches;
+  // Heartbeats naming the client's revision with another checksum.
+  uint64_t diverged_heads;
+  // Refusals or stream ends that carried a retry-after hint.
+  uint64_t retry_hints;
+  // Snapshots applied.
+  uint64_t snapshots_applied;
+  // Deltas applied.
+  uint64_t deltas_applied;
+  // Cache writes.
+  uint64_t cache_writes;
+  // Cache read or write problems.
+  uint64_t cache_errors;
+  // Milliseconds spent stale (counted when a stale period ends).
+  uint64_t stale_ms;
+} flagstream_stats;
+
+// A string the library owns: free it with [`flagstream_string_free`].
+typedef struct flagstream_string {
+  // UTF-8 bytes, not NUL-terminated (null when `len` is 0).
+  uint8_t *ptr;
+  // Length in bytes.
+  size_t len;
+} flagstream_string;
+
+// One evaluation's result besides its value (docs/EVALUATION.md). Its two
+// strings are the library's: free them with [`flagstream_detail_free`]
+// (they are allocated only when present).
 typedef struct flagstream_detail {
   // The served variation's index, or -1 when the default was returned.
   int64_t variation;
@@ -114,17 +179,17 @@ typedef struct flagstream_detail {
   // Whether a percentage rollout or a schedule chose the variation (for
   // RULE_MATCH only a schedule: a rule's rollout is not reported).
   bool in_rollout;
-  // Whether that data was older than the staleness threshold.
+  // Whether that data was older than the staleness threshold (or, in a
+  // forked child, its parent's data until its own sync has some).
   bool stale;
+  // A schedule's current step, 1-based (0 before the first step); -1
+  // when no schedule served.
+  int64_t schedule_step;
+  // For RULE_MATCH: the rule's id (empty when the rule has none).
+  struct flagstream_string rule_id;
+  // For PREREQUISITE_FAILED: the first prerequisite that failed.
+  struct flagstream_string prerequisite_key;
 } flagstream_detail;
-
-// A string the library owns: free it with [`flagstream_string_free`].
-typedef struct flagstream_string {
-  // UTF-8 bytes, not NUL-terminated (null when `len` is 0).
-  uint8_t *ptr;
-  // Length in bytes.
-  size_t len;
-} flagstream_string;
 
 #ifdef __cplusplus
 extern "C" {
@@ -164,8 +229,9 @@ enum flagstream_status flagstream_client_off_change(const struct flagstream_clie
                                                     uint64_t listener);
 
 // Makes a client from `options` (JSON: `endpoints`, `sdk_key`,
-// `cache_dir`, `test_data`, `offline_file`, `usage_reports`); `*out` is
-// the new handle, freed with [`flagstream_client_free`].
+// `cache_dir`, TLS, timeouts in seconds, `usage_reports`; or `test_data`
+// with `validate`, or `offline_file`: docs/ABI.md lists every key);
+// `*out` is the new handle, freed with [`flagstream_client_free`].
 //
 // # Safety
 // `options` points to `len` readable bytes; `out` is valid for a write.
@@ -198,8 +264,10 @@ enum flagstream_status flagstream_client_close(const struct flagstream_client *c
 void flagstream_client_free(struct flagstream_client *client);
 
 // The client's state: 0 initializing (no data yet), 1 ready, 2 stale
-// (serving data that may be out of date), 3 failed (a permanent error,
-// e.g. a revoked key); `*revision` is the data's revision (0 without).
+// (serving data that may be out of date, or in a forked child its
+// parent's data until its own sync has some), 3 failed (a permanent
+// error, e.g. a revoked key); `*revision` is the data's revision (0
+// without).
 //
 // # Safety
 // `client` is a live client handle; `state` and `revision` are valid for
@@ -207,6 +275,15 @@ void flagstream_client_free(struct flagstream_client *client);
 enum flagstream_status flagstream_client_status(const struct flagstream_client *client,
                                                 uint32_t *state,
                                                 uint64_t *revision);
+
+// The client's counters: `*out` gets them. In a forked child, the
+// child's own sync's (and the fallbacks counted while it served its
+// parent's data are in `default_*`).
+//
+// # Safety
+// `client` is a live client handle; `out` is valid for a write.
+enum flagstream_status flagstream_client_stats(const struct flagstream_client *client,
+                                               struct flagstream_stats *out);
 
 // A new context with `key` (kind `user`); freed with
 // [`flagstream_context_free`].
@@ -238,6 +315,38 @@ enum flagstream_status flagstream_context_set_number(struct flagstream_context *
                                                      size_t name_len,
                                                      double value);
 
+// Sets (or replaces) a bool attribute of a kept context.
+//
+// # Safety
+// As [`flagstream_context_set_string`].
+enum flagstream_status flagstream_context_set_bool(struct flagstream_context *context,
+                                                   const uint8_t *name,
+                                                   size_t name_len,
+                                                   bool value);
+
+// Sets (or replaces) an attribute of a kept context from JSON text: a
+// string, number or bool, or an array of those; JSON `null` removes it.
+//
+// # Safety
+// As [`flagstream_context_set_string`]; `json` points to `json_len`
+// readable bytes.
+enum flagstream_status flagstream_context_set_json(struct flagstream_context *context,
+                                                   const uint8_t *name,
+                                                   size_t name_len,
+                                                   const uint8_t *json,
+                                                   size_t json_len);
+
+// A context from its JSON form: `{"key": "u1", "kind": "user",
+// "attributes": {"plan": "pro"}}`, or `{"kind": "multi", "contexts":
+// [{...}, ...]}` for several kinds (docs/EVALUATION.md); freed with
+// [`flagstream_context_free`].
+//
+// # Safety
+// `json` points to `len` readable bytes; `out` is valid for a write.
+enum flagstream_status flagstream_context_from_json(const uint8_t *json,
+                                                    size_t len,
+                                                    struct flagstream_context **out);
+
 // Frees a context. Null is ignored.
 //
 // # Safety
@@ -259,7 +368,8 @@ enum flagstream_status flagstream_flag_new(const uint8_t *key,
 void flagstream_flag_free(struct flagstream_flag *flag);
 
 // Evaluates a bool flag: `*value` is its value or `default_value`;
-// `detail` (may be null) gets the rest of the result.
+// `detail` (may be null) gets the rest of the result (free its strings
+// with [`flagstream_detail_free`]).
 //
 // # Safety
 // `client` and `context` are live handles; `key` points to `key_len`
@@ -297,32 +407,6 @@ enum flagstream_status flagstream_eval_float(const struct flagstream_client *cli
                                              double *value,
                                              struct flagstream_detail *detail);
 
-// Evaluates a JSON flag: `*value` is its value as JSON text (on error,
-// `default_json` parsed and written out again), a string the library
-// owns.
-//
-// # Safety
-// As [`flagstream_eval_string`]; `default_json` is JSON text.
-enum flagstream_status flagstream_eval_json(const struct flagstream_client *client,
-                                            const uint8_t *key,
-                                            size_t key_len,
-                                            const struct flagstream_context *context,
-                                            const uint8_t *default_json,
-                                            size_t default_len,
-                                            struct flagstream_string *value,
-                                            struct flagstream_detail *detail);
-
-// Evaluates a bool flag through its handle: integers and pointers only.
-//
-// # Safety
-// `client`, `flag` and `context` are live handles; `value` is valid for a
-// write.
-enum flagstream_status flagstream_eval_bool_flag(const struct flagstream_client *client,
-                                                 const struct flagstream_flag *flag,
-                                                 const struct flagstream_context *context,
-                                                 bool default_value,
-                                                 bool *value);
-
 // Evaluates a string flag: `*value` is its value or `default_value`, a
 // string the library owns (free it with [`flagstream_string_free`]);
 // `detail` (may be null) gets the rest of the result.
@@ -339,11 +423,117 @@ enum flagstream_status flagstream_eval_string(const struct flagstream_client *cl
                                               struct flagstream_string *value,
                                               struct flagstream_detail *detail);
 
+// Evaluates any flag as JSON: `*value` is its value as JSON text (on
+// error, `default_json` parsed and written out again), a string the
+// library owns.
+//
+// # Safety
+// As [`flagstream_eval_string`]; `default_json` is JSON text.
+enum flagstream_status flagstream_eval_json(const struct flagstream_client *client,
+                                            const uint8_t *key,
+                                            size_t key_len,
+                                            const struct flagstream_context *context,
+                                            const uint8_t *default_json,
+                                            size_t default_len,
+                                            struct flagstream_string *value,
+                                            struct flagstream_detail *detail);
+
+// Evaluates a bool flag through its handle: pointers and integers only,
+// no key lookup (as [`flagstream_eval_bool`] otherwise).
+//
+// # Safety
+// `client`, `flag` and `context` are live handles; `value` is valid for a
+// write; `detail` is null or valid for a write.
+enum flagstream_status flagstream_eval_bool_flag(const struct flagstream_client *client,
+                                                 const struct flagstream_flag *flag,
+                                                 const struct flagstream_context *context,
+                                                 bool default_value,
+                                                 bool *value,
+                                                 struct flagstream_detail *detail);
+
+// Evaluates an integer flag through its handle.
+//
+// # Safety
+// As [`flagstream_eval_bool_flag`].
+enum flagstream_status flagstream_eval_int_flag(const struct flagstream_client *client,
+                                                const struct flagstream_flag *flag,
+                                                const struct flagstream_context *context,
+                                                int64_t default_value,
+                                                int64_t *value,
+                                                struct flagstream_detail *detail);
+
+// Evaluates a number flag through its handle.
+//
+// # Safety
+// As [`flagstream_eval_bool_flag`].
+enum flagstream_status flagstream_eval_float_flag(const struct flagstream_client *client,
+                                                  const struct flagstream_flag *flag,
+                                                  const struct flagstream_context *context,
+                                                  double default_value,
+                                                  double *value,
+                                                  struct flagstream_detail *detail);
+
+// Evaluates a string flag through its handle (as
+// [`flagstream_eval_string`]).
+//
+// # Safety
+// As [`flagstream_eval_bool_flag`]; `default_value` points to
+// `default_len` readable bytes.
+enum flagstream_status flagstream_eval_string_flag(const struct flagstream_client *client,
+                                                   const struct flagstream_flag *flag,
+                                                   const struct flagstream_context *context,
+                                                   const uint8_t *default_value,
+                                                   size_t default_len,
+                                                   struct flagstream_string *value,
+                                                   struct flagstream_detail *detail);
+
+// Evaluates any flag as JSON through its handle (as
+// [`flagstream_eval_json`]).
+//
+// # Safety
+// As [`flagstream_eval_bool_flag`]; `default_json` points to
+// `default_len` readable bytes of JSON text.
+enum flagstream_status flagstream_eval_json_flag(const struct flagstream_client *client,
+                                                 const struct flagstream_flag *flag,
+                                                 const struct flagstream_context *context,
+                                                 const uint8_t *default_json,
+                                                 size_t default_len,
+                                                 struct flagstream_string *value,
+                                                 struct flagstream_detail *detail);
+
+// Evaluates a flag of type `value_type` (`FLAGSTREAM_TYPE_*`) as of
+// `at_ms` (Unix milliseconds): schedules and ramps at that time, from
+// the data served now (for tests and previews; not counted in the
+// stats or the usage summary). The default and the value are JSON text
+// (a string flag's value is a JSON string); `*value_json` is a string the
+// library owns.
+//
+// # Safety
+// As [`flagstream_eval_json`].
+enum flagstream_status flagstream_eval_at(const struct flagstream_client *client,
+                                          const uint8_t *key,
+                                          size_t key_len,
+                                          const struct flagstream_context *context,
+                                          uint32_t value_type,
+                                          const uint8_t *default_json,
+                                          size_t default_len,
+                                          int64_t at_ms,
+                                          struct flagstream_string *value_json,
+                                          struct flagstream_detail *detail);
+
 // Frees a string the library returned. A null `ptr` is ignored.
 //
 // # Safety
 // `s` is a string this library returned, not freed before.
 void flagstream_string_free(struct flagstream_string s);
+
+// Frees the strings of a detail an evaluation wrote (`rule_id`,
+// `prerequisite_key`) and empties them, so a second call is harmless.
+// Null is ignored.
+//
+// # Safety
+// `detail` is null or a detail this library wrote (or emptied).
+void flagstream_detail_free(struct flagstream_detail *detail);
 
 #ifdef __cplusplus
 }  // extern "C"

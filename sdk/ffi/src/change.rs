@@ -88,9 +88,14 @@ pub unsafe extern "C" fn flagstream_client_on_change(
         }
         let f = callback.ok_or_else(|| invalid("callback: a null function"))?;
         // SAFETY: the caller's contract, above.
-        let c = unsafe { open(client) }?;
-        let rt = runtime().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
-        let mut changes = c.client.changes();
+        let (c, live) = unsafe { open(client, true) }?;
+        let rt = runtime()?;
+        // Fixed data (unvalidated test data) never changes: no feed.
+        let mut changes = match live.syncing() {
+            Some(sync) => sync.changes(),
+            None => tokio::sync::broadcast::channel(1).1,
+        };
+        drop(live);
         let cb = std::sync::Arc::new(std::sync::Mutex::new(Callback { f, user_data }));
         let stop = std::sync::Arc::new(tokio::sync::Notify::new());
         let stopped = stop.clone();
@@ -135,7 +140,8 @@ pub unsafe extern "C" fn flagstream_client_off_change(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let c = unsafe { open(client) }?;
+        let (c, live) = unsafe { open(client, true) }?;
+        drop(live);
         let l = c.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&listener);
         let l = l.ok_or_else(|| invalid(format!("listener: no listener {listener}")))?;
         stop_listener(l)

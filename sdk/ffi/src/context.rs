@@ -1,6 +1,6 @@
 //! Contexts kept and reused, and flag handles.
 
-use flagstream::Context;
+use flagstream::{AttrValue, Context};
 
 use crate::*;
 
@@ -50,10 +50,8 @@ pub unsafe extern "C" fn flagstream_context_set_string(
     guard(|| {
         // SAFETY: the caller's contract, above.
         let (name, value) = unsafe { (text(name, name_len, "name")?, text(value, value_len, "value")?) };
-        // SAFETY: a live handle only this thread uses now (the contract).
-        let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
-        c.context.set(name.to_owned(), value.to_owned());
-        Ok(())
+        // SAFETY: the caller's contract, above.
+        unsafe { set(context, name, value.to_owned()) }
     })
 }
 
@@ -71,10 +69,109 @@ pub unsafe extern "C" fn flagstream_context_set_number(
     guard(|| {
         // SAFETY: the caller's contract, above.
         let name = unsafe { text(name, name_len, "name") }?;
-        // SAFETY: a live handle only this thread uses now (the contract).
-        let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
-        c.context.set(name.to_owned(), value);
-        Ok(())
+        // SAFETY: the caller's contract, above.
+        unsafe { set(context, name, value) }
+    })
+}
+
+/// Sets attribute `name` of a kept single-kind context (a multi-kind one
+/// is refused: build it whole with [`flagstream_context_from_json`]).
+///
+/// # Safety
+/// `context` is null or a live context handle no other thread reads now.
+unsafe fn set(
+    context: *mut FlagstreamContext,
+    name: &str,
+    value: impl Into<AttrValue<'static>>,
+) -> Result<(), Failure> {
+    // SAFETY: a live handle only this thread uses now (the contract).
+    let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
+    if c.context.is_multi() {
+        return Err(invalid(
+            "context: a multi-kind context's attributes belong to its kinds: build it with flagstream_context_from_json",
+        ));
+    }
+    c.context.set(name.to_owned(), value);
+    Ok(())
+}
+
+/// Sets (or replaces) a bool attribute of a kept context.
+///
+/// # Safety
+/// As [`flagstream_context_set_string`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_context_set_bool(
+    context: *mut FlagstreamContext,
+    name: *const u8,
+    name_len: usize,
+    value: bool,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let name = unsafe { text(name, name_len, "name") }?;
+        // SAFETY: the caller's contract, above.
+        unsafe { set(context, name, value) }
+    })
+}
+
+/// Sets (or replaces) an attribute of a kept context from JSON text: a
+/// string, number or bool, or an array of those; JSON `null` removes it.
+///
+/// # Safety
+/// As [`flagstream_context_set_string`]; `json` points to `json_len`
+/// readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_context_set_json(
+    context: *mut FlagstreamContext,
+    name: *const u8,
+    name_len: usize,
+    json: *const u8,
+    json_len: usize,
+) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (name, json) = unsafe { (text(name, name_len, "name")?, text(json, json_len, "json")?) };
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| invalid(format!("json: {e}")))?;
+        match AttrValue::from_json(&v) {
+            // SAFETY: the caller's contract, above.
+            Some(value) => unsafe { set(context, name, value) },
+            None if v.is_null() => {
+                // SAFETY: a live handle only this thread uses now (the contract).
+                let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
+                c.context.remove(name);
+                Ok(())
+            }
+            None => Err(invalid(format!(
+                "json: {v} is not an attribute value (a string, number, bool or an array of those)"
+            ))),
+        }
+    })
+}
+
+/// A context from its JSON form: `{"key": "u1", "kind": "user",
+/// "attributes": {"plan": "pro"}}`, or `{"kind": "multi", "contexts":
+/// [{...}, ...]}` for several kinds (docs/EVALUATION.md); freed with
+/// [`flagstream_context_free`].
+///
+/// # Safety
+/// `json` points to `len` readable bytes; `out` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_context_from_json(
+    json: *const u8,
+    len: usize,
+    out: *mut *mut FlagstreamContext,
+) -> FlagstreamStatus {
+    guard(|| {
+        if out.is_null() {
+            return Err(invalid("out: a null out pointer"));
+        }
+        // SAFETY: the caller's contract, above.
+        let json = unsafe { text(json, len, "json") }?;
+        let context: Context<'static> =
+            serde_json::from_str(json).map_err(|e| invalid(format!("context: {e}")))?;
+        let boxed = Box::new(FlagstreamContext { context });
+        // SAFETY: the caller's contract, above.
+        unsafe { put(out, Box::into_raw(boxed), "out") }
     })
 }
 

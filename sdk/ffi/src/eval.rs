@@ -1,11 +1,17 @@
-//! Typed evaluation with its detail, and the strings the library owns.
+//! Typed evaluation with its detail (by key, through a flag handle, or at
+//! another time), and the strings the library owns.
 
-use flagstream::EvaluationDetail;
+use std::borrow::Cow;
+
+use flagstream::{Detail, ErrorKind, FlagHandle, Reason};
+use flagstream_binding::{Serving, count, fixed_parts};
+use serde_json::Value as Json;
 
 use crate::*;
 
 /// A string the library owns: free it with [`flagstream_string_free`].
 #[repr(C)]
+#[derive(Debug)]
 pub struct FlagstreamString {
     /// UTF-8 bytes, not NUL-terminated (null when `len` is 0).
     pub ptr: *mut u8,
@@ -13,9 +19,16 @@ pub struct FlagstreamString {
     pub len: usize,
 }
 
-/// One evaluation's result besides its value (docs/EVALUATION.md).
+impl FlagstreamString {
+    /// The empty string (nothing to free).
+    const EMPTY: FlagstreamString = FlagstreamString { ptr: std::ptr::null_mut(), len: 0 };
+}
+
+/// One evaluation's result besides its value (docs/EVALUATION.md). Its two
+/// strings are the library's: free them with [`flagstream_detail_free`]
+/// (they are allocated only when present).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct FlagstreamDetail {
     /// The served variation's index, or -1 when the default was returned.
     pub variation: i64,
@@ -34,42 +47,244 @@ pub struct FlagstreamDetail {
     /// Whether a percentage rollout or a schedule chose the variation (for
     /// RULE_MATCH only a schedule: a rule's rollout is not reported).
     pub in_rollout: bool,
-    /// Whether that data was older than the staleness threshold.
+    /// Whether that data was older than the staleness threshold (or, in a
+    /// forked child, its parent's data until its own sync has some).
     pub stale: bool,
+    /// A schedule's current step, 1-based (0 before the first step); -1
+    /// when no schedule served.
+    pub schedule_step: i64,
+    /// For RULE_MATCH: the rule's id (empty when the rule has none).
+    pub rule_id: FlagstreamString,
+    /// For PREREQUISITE_FAILED: the first prerequisite that failed.
+    pub prerequisite_key: FlagstreamString,
 }
 
-pub(crate) fn reason_code(reason: &str) -> u32 {
-    match reason {
-        "OFF" => FLAGSTREAM_REASON_OFF,
-        "TARGET_MATCH" => FLAGSTREAM_REASON_TARGET_MATCH,
-        "RULE_MATCH" => FLAGSTREAM_REASON_RULE_MATCH,
-        "FALLTHROUGH" => FLAGSTREAM_REASON_FALLTHROUGH,
-        "PREREQUISITE_FAILED" => FLAGSTREAM_REASON_PREREQUISITE_FAILED,
-        _ => FLAGSTREAM_REASON_ERROR,
-    }
-}
-
-pub(crate) fn detail_of<T>(d: &EvaluationDetail<T>) -> FlagstreamDetail {
+/// The C form of `d`'s detail.
+fn detail_of<T>(d: &Detail<'_, T>) -> FlagstreamDetail {
+    let p = d.reason.parts();
+    let name = |s: Option<&str>| s.map_or(FlagstreamString::EMPTY, |s| owned_string(s.to_owned()));
     FlagstreamDetail {
         variation: d.variation.map_or(-1, i64::from),
-        reason: reason_code(d.reason),
-        error_kind: match d.error {
-            None => FLAGSTREAM_ERROR_NONE,
-            Some(flagstream::ErrorKind::FlagNotFound) => FLAGSTREAM_ERROR_FLAG_NOT_FOUND,
-            Some(flagstream::ErrorKind::WrongType) => FLAGSTREAM_ERROR_WRONG_TYPE,
-            Some(flagstream::ErrorKind::MalformedFlag) => FLAGSTREAM_ERROR_MALFORMED_FLAG,
-            Some(flagstream::ErrorKind::NotReady) => FLAGSTREAM_ERROR_NOT_READY,
+        reason: match d.reason {
+            Reason::Off => FLAGSTREAM_REASON_OFF,
+            Reason::TargetMatch => FLAGSTREAM_REASON_TARGET_MATCH,
+            Reason::RuleMatch { .. } => FLAGSTREAM_REASON_RULE_MATCH,
+            Reason::Fallthrough { .. } => FLAGSTREAM_REASON_FALLTHROUGH,
+            Reason::PrerequisiteFailed { .. } => FLAGSTREAM_REASON_PREREQUISITE_FAILED,
+            Reason::Error(_) => FLAGSTREAM_REASON_ERROR,
         },
-        rule_index: d.rule_index.map_or(-1, i64::from),
-        in_rollout: d.in_rollout,
+        error_kind: match p.error {
+            None => FLAGSTREAM_ERROR_NONE,
+            Some(ErrorKind::FlagNotFound) => FLAGSTREAM_ERROR_FLAG_NOT_FOUND,
+            Some(ErrorKind::WrongType) => FLAGSTREAM_ERROR_WRONG_TYPE,
+            Some(ErrorKind::MalformedFlag) => FLAGSTREAM_ERROR_MALFORMED_FLAG,
+            Some(ErrorKind::NotReady) => FLAGSTREAM_ERROR_NOT_READY,
+        },
+        rule_index: p.rule_index.map_or(-1, i64::from),
         flag_version: d.flag_version,
         revision: d.revision,
+        in_rollout: p.in_rollout,
         stale: d.stale,
+        schedule_step: p.schedule_step.map_or(-1, i64::from),
+        rule_id: name(p.rule_id),
+        prerequisite_key: name(p.prerequisite_key),
     }
+}
+
+/// What is evaluated: a key looked up, or a flag handle.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Key(&'a str),
+    Flag(&'a FlagHandle),
+}
+
+impl Target<'_> {
+    fn key(&self) -> &str {
+        match self {
+            Target::Key(k) => k,
+            Target::Flag(h) => h.key(),
+        }
+    }
+}
+
+/// The result without data: the default, `ERROR`/`NOT_READY`.
+fn not_ready<T>(value: T) -> Detail<'static, T> {
+    Detail {
+        value,
+        variation: None,
+        reason: Reason::Error(ErrorKind::NotReady),
+        flag_version: 0,
+        revision: 0,
+        stale: false,
+    }
+}
+
+/// Evaluates `$target` for `$ctx` in the state `$live` serves (`$at`:
+/// `Some(unix_ms)` evaluates as of that time, from the snapshot), then
+/// runs `$body` with the borrowed result bound to `$d`. The one path of
+/// every evaluation: a Rust client's (counted, stale-marked, in the usage
+/// summary), or a fixed snapshot's (its own fallback counters).
+macro_rules! evaluate {
+    ($live:expr, $target:expr, $ctx:expr, $default:expr, $at:expr, |$d:ident| $body:expr) => {{
+        let target: Target<'_> = $target;
+        match (&$live.serving, $at) {
+            (Serving::Client(c), None) => match c.loaded() {
+                None => {
+                    let $d = c.not_ready(target.key(), $default);
+                    $body
+                }
+                Some(snap) => {
+                    let $d = match target {
+                        Target::Key(k) => c.eval_in(&snap, k, $ctx, $default),
+                        Target::Flag(h) => c.eval_handle_in(&snap, h, $ctx, $default),
+                    };
+                    $body
+                }
+            },
+            (serving, at) => {
+                let (snap, stale, fallbacks) = fixed_parts(serving);
+                let mut $d = match (snap.as_deref(), at, target) {
+                    (None, _, _) => not_ready($default),
+                    (Some(s), Some(t), Target::Key(k)) => s.detail_at(k, $ctx, $default, t),
+                    (Some(s), None, Target::Key(k)) => s.detail(k, $ctx, $default),
+                    (Some(s), _, Target::Flag(h)) => h.detail(s, $ctx, $default),
+                };
+                $d.stale = stale;
+                count(&fallbacks, at, &$d.reason);
+                $body
+            }
+        }
+    }};
+}
+
+/// An evaluation's client (open) and context, and what is evaluated
+/// (`flag` when not null, else `key`).
+///
+/// # Safety
+/// `client`, `flag` and `context` are null or live handles; `key` points
+/// to `key_len` readable bytes.
+unsafe fn inputs<'a>(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+) -> Result<
+    (arc_swap::Guard<std::sync::Arc<flagstream_binding::Live>>, Target<'a>, &'a FlagstreamContext),
+    Failure,
+> {
+    // SAFETY: the caller's contract, above.
+    unsafe {
+        let (_, live) = open(client, false)?;
+        let target = match flag.as_ref() {
+            Some(f) => Target::Flag(&f.handle),
+            None => Target::Key(text(key, key_len, "key")?),
+        };
+        Ok((live, target, handle(context, "context")?))
+    }
+}
+
+/// Writes `detail` when asked for (`out` not null); frees its strings
+/// otherwise.
+///
+/// # Safety
+/// `out` is null or valid for a write.
+unsafe fn put_detail(detail: FlagstreamDetail, out: *mut FlagstreamDetail) {
+    if out.is_null() {
+        let mut d = detail;
+        // SAFETY: `d` is this library's, its strings not freed before.
+        unsafe { flagstream_detail_free(&mut d) };
+    } else {
+        // SAFETY: non-null and writable (the contract).
+        unsafe { out.write(detail) };
+    }
+}
+
+/// A scalar evaluation (bool, int, float) by key or handle.
+///
+/// # Safety
+/// As [`inputs`]; `value` is valid for a write; `detail` is null or valid
+/// for a write.
+#[allow(clippy::too_many_arguments)] // the C signature's parts, passed on
+unsafe fn scalar<T: for<'s> flagstream::FromValue<'s> + Copy>(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default: T,
+    value: *mut T,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    guard(|| {
+        if value.is_null() {
+            return Err(invalid("value: a null out pointer"));
+        }
+        // SAFETY: the caller's contract, above.
+        let (live, target, ctx) = unsafe { inputs(client, flag, key, key_len, context) }?;
+        let (v, d) = evaluate!(live, target, &ctx.context, default, None, |d| {
+            (d.value, (!detail.is_null()).then(|| detail_of(&d)))
+        });
+        // SAFETY: the caller's contract, above.
+        unsafe {
+            if let Some(d) = d {
+                put_detail(d, detail);
+            }
+            put(value, v, "value")
+        }
+    })
+}
+
+/// A string or JSON evaluation by key or handle: the value as a string
+/// the library owns (a string flag's text, or JSON text).
+///
+/// # Safety
+/// As [`scalar`]; `default` points to `default_len` readable bytes.
+#[allow(clippy::too_many_arguments)] // the C signature's parts, passed on
+unsafe fn text_value(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    json: bool,
+    default: (*const u8, usize),
+    value: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    guard(|| {
+        if value.is_null() {
+            return Err(invalid("value: a null out pointer"));
+        }
+        let name = if json { "default_json" } else { "default_value" };
+        // SAFETY: the caller's contract, above.
+        let ((live, target, ctx), default) =
+            unsafe { (inputs(client, flag, key, key_len, context)?, text(default.0, default.1, name)?) };
+        let want = !detail.is_null();
+        let (v, d) = if json {
+            let default: Json =
+                serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
+            evaluate!(live, target, &ctx.context, Cow::Owned(default), None, |d| {
+                (d.value.to_string(), want.then(|| detail_of(&d)))
+            })
+        } else {
+            evaluate!(live, target, &ctx.context, default, None, |d| {
+                (d.value.to_owned(), want.then(|| detail_of(&d)))
+            })
+        };
+        // SAFETY: the caller's contract, above.
+        unsafe {
+            if let Some(d) = d {
+                put_detail(d, detail);
+            }
+            put(value, owned_string(v), "value")
+        }
+    })
 }
 
 /// Evaluates a bool flag: `*value` is its value or `default_value`;
-/// `detail` (may be null) gets the rest of the result.
+/// `detail` (may be null) gets the rest of the result (free its strings
+/// with [`flagstream_detail_free`]).
 ///
 /// # Safety
 /// `client` and `context` are live handles; `key` points to `key_len`
@@ -85,13 +300,8 @@ pub unsafe extern "C" fn flagstream_eval_bool(
     value: *mut bool,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract, above.
-        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
-        let d = c.client.bool_detail(key, &ctx.context, default_value);
-        // SAFETY: the caller's contract, above.
-        unsafe { finish(d, value, detail) }
-    })
+    // SAFETY: the caller's contract, above.
+    unsafe { scalar(client, std::ptr::null(), key, key_len, context, default_value, value, detail) }
 }
 
 /// Evaluates an integer flag (as [`flagstream_eval_bool`]).
@@ -108,13 +318,8 @@ pub unsafe extern "C" fn flagstream_eval_int(
     value: *mut i64,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract, above.
-        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
-        let d = c.client.int_detail(key, &ctx.context, default_value);
-        // SAFETY: the caller's contract, above.
-        unsafe { finish(d, value, detail) }
-    })
+    // SAFETY: the caller's contract, above.
+    unsafe { scalar(client, std::ptr::null(), key, key_len, context, default_value, value, detail) }
 }
 
 /// Evaluates a number flag (as [`flagstream_eval_bool`]).
@@ -131,120 +336,8 @@ pub unsafe extern "C" fn flagstream_eval_float(
     value: *mut f64,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract, above.
-        let (c, key, ctx) = unsafe { inputs(client, key, key_len, context) }?;
-        let d = c.client.float_detail(key, &ctx.context, default_value);
-        // SAFETY: the caller's contract, above.
-        unsafe { finish(d, value, detail) }
-    })
-}
-
-/// Writes a result's value and (when asked for) its detail.
-///
-/// # Safety
-/// `value` is valid for a write; `detail` is null or valid for a write.
-pub(crate) unsafe fn finish<T>(
-    d: EvaluationDetail<T>,
-    value: *mut T,
-    detail: *mut FlagstreamDetail,
-) -> Result<(), Failure> {
     // SAFETY: the caller's contract, above.
-    unsafe { write_detail(&d, detail) };
-    // SAFETY: the caller's contract, above.
-    unsafe { put(value, d.value, "value") }
-}
-
-/// Writes a result's detail when asked for (`detail` not null).
-///
-/// # Safety
-/// `detail` is null or valid for a write.
-unsafe fn write_detail<T>(d: &EvaluationDetail<T>, detail: *mut FlagstreamDetail) {
-    if !detail.is_null() {
-        // SAFETY: non-null and writable (the contract).
-        unsafe { detail.write(detail_of(d)) };
-    }
-}
-
-/// An evaluation's client (open), key and context.
-///
-/// # Safety
-/// `client` and `context` are null or live handles; `key` points to
-/// `key_len` readable bytes.
-unsafe fn inputs<'a>(
-    client: *const FlagstreamClient,
-    key: *const u8,
-    key_len: usize,
-    context: *const FlagstreamContext,
-) -> Result<(&'a FlagstreamClient, &'a str, &'a FlagstreamContext), Failure> {
-    // SAFETY: the caller's contract, above.
-    unsafe { Ok((open(client)?, text(key, key_len, "key")?, handle(context, "context")?)) }
-}
-
-/// A string the library owns, made from `text`.
-pub(crate) fn owned_string(text: String) -> FlagstreamString {
-    let bytes = text.into_bytes().into_boxed_slice();
-    let len = bytes.len();
-    let ptr = if len == 0 { std::ptr::null_mut() } else { Box::into_raw(bytes).cast::<u8>() };
-    FlagstreamString { ptr, len }
-}
-
-/// Evaluates a JSON flag: `*value` is its value as JSON text (on error,
-/// `default_json` parsed and written out again), a string the library
-/// owns.
-///
-/// # Safety
-/// As [`flagstream_eval_string`]; `default_json` is JSON text.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)] // a C signature: pointer and length apart
-pub unsafe extern "C" fn flagstream_eval_json(
-    client: *const FlagstreamClient,
-    key: *const u8,
-    key_len: usize,
-    context: *const FlagstreamContext,
-    default_json: *const u8,
-    default_len: usize,
-    value: *mut FlagstreamString,
-    detail: *mut FlagstreamDetail,
-) -> FlagstreamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract, above.
-        let ((c, key, ctx), default) = unsafe {
-            (inputs(client, key, key_len, context)?, text(default_json, default_len, "default_json")?)
-        };
-        let default: serde_json::Value =
-            serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
-        if value.is_null() {
-            return Err(invalid("value: a null out pointer"));
-        }
-        let d = c.client.json_detail(key, &ctx.context, default);
-        // SAFETY: the caller's contract, above.
-        unsafe { write_detail(&d, detail) };
-        // SAFETY: the caller's contract, above.
-        unsafe { put(value, owned_string(d.value.to_string()), "value") }
-    })
-}
-
-/// Evaluates a bool flag through its handle: integers and pointers only.
-///
-/// # Safety
-/// `client`, `flag` and `context` are live handles; `value` is valid for a
-/// write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn flagstream_eval_bool_flag(
-    client: *const FlagstreamClient,
-    flag: *const FlagstreamFlag,
-    context: *const FlagstreamContext,
-    default_value: bool,
-    value: *mut bool,
-) -> FlagstreamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract, above.
-        let (c, f, ctx) = unsafe { (open(client)?, handle(flag, "flag")?, handle(context, "context")?) };
-        let v = c.client.handle_bool(&f.handle, &ctx.context, default_value);
-        // SAFETY: the caller's contract, above.
-        unsafe { put(value, v, "value") }
-    })
+    unsafe { scalar(client, std::ptr::null(), key, key_len, context, default_value, value, detail) }
 }
 
 /// Evaluates a string flag: `*value` is its value or `default_value`, a
@@ -266,20 +359,227 @@ pub unsafe extern "C" fn flagstream_eval_string(
     value: *mut FlagstreamString,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
+    let default = (default_value, default_len);
+    // SAFETY: the caller's contract, above.
+    unsafe { text_value(client, std::ptr::null(), key, key_len, context, false, default, value, detail) }
+}
+
+/// Evaluates any flag as JSON: `*value` is its value as JSON text (on
+/// error, `default_json` parsed and written out again), a string the
+/// library owns.
+///
+/// # Safety
+/// As [`flagstream_eval_string`]; `default_json` is JSON text.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // a C signature: pointer and length apart
+pub unsafe extern "C" fn flagstream_eval_json(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default_json: *const u8,
+    default_len: usize,
+    value: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    let default = (default_json, default_len);
+    // SAFETY: the caller's contract, above.
+    unsafe { text_value(client, std::ptr::null(), key, key_len, context, true, default, value, detail) }
+}
+
+/// Evaluates a bool flag through its handle: pointers and integers only,
+/// no key lookup (as [`flagstream_eval_bool`] otherwise).
+///
+/// # Safety
+/// `client`, `flag` and `context` are live handles; `value` is valid for a
+/// write; `detail` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_bool_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_value: bool,
+    value: *mut bool,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    if flag.is_null() {
+        return guard(|| Err(invalid("flag: a null pointer")));
+    }
+    // SAFETY: the caller's contract, above.
+    unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
+}
+
+/// Evaluates an integer flag through its handle.
+///
+/// # Safety
+/// As [`flagstream_eval_bool_flag`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_int_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_value: i64,
+    value: *mut i64,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    if flag.is_null() {
+        return guard(|| Err(invalid("flag: a null pointer")));
+    }
+    // SAFETY: the caller's contract, above.
+    unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
+}
+
+/// Evaluates a number flag through its handle.
+///
+/// # Safety
+/// As [`flagstream_eval_bool_flag`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_float_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_value: f64,
+    value: *mut f64,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    if flag.is_null() {
+        return guard(|| Err(invalid("flag: a null pointer")));
+    }
+    // SAFETY: the caller's contract, above.
+    unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
+}
+
+/// Evaluates a string flag through its handle (as
+/// [`flagstream_eval_string`]).
+///
+/// # Safety
+/// As [`flagstream_eval_bool_flag`]; `default_value` points to
+/// `default_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_string_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_value: *const u8,
+    default_len: usize,
+    value: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    if flag.is_null() {
+        return guard(|| Err(invalid("flag: a null pointer")));
+    }
+    let default = (default_value, default_len);
+    // SAFETY: the caller's contract, above.
+    unsafe { text_value(client, flag, std::ptr::null(), 0, context, false, default, value, detail) }
+}
+
+/// Evaluates any flag as JSON through its handle (as
+/// [`flagstream_eval_json`]).
+///
+/// # Safety
+/// As [`flagstream_eval_bool_flag`]; `default_json` points to
+/// `default_len` readable bytes of JSON text.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_eval_json_flag(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    context: *const FlagstreamContext,
+    default_json: *const u8,
+    default_len: usize,
+    value: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
+    if flag.is_null() {
+        return guard(|| Err(invalid("flag: a null pointer")));
+    }
+    let default = (default_json, default_len);
+    // SAFETY: the caller's contract, above.
+    unsafe { text_value(client, flag, std::ptr::null(), 0, context, true, default, value, detail) }
+}
+
+/// Evaluates a flag of type `value_type` (`FLAGSTREAM_TYPE_*`) as of
+/// `at_ms` (Unix milliseconds): schedules and ramps at that time, from
+/// the data served now (for tests and previews; not counted in the
+/// stats or the usage summary). The default and the value are JSON text
+/// (a string flag's value is a JSON string); `*value_json` is a string the
+/// library owns.
+///
+/// # Safety
+/// As [`flagstream_eval_json`].
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // a C signature: pointer and length apart
+pub unsafe extern "C" fn flagstream_eval_at(
+    client: *const FlagstreamClient,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    value_type: u32,
+    default_json: *const u8,
+    default_len: usize,
+    at_ms: i64,
+    value_json: *mut FlagstreamString,
+    detail: *mut FlagstreamDetail,
+) -> FlagstreamStatus {
     guard(|| {
-        // SAFETY: the caller's contract, above.
-        let ((c, key, ctx), default) = unsafe {
-            (inputs(client, key, key_len, context)?, text(default_value, default_len, "default_value")?)
-        };
-        if value.is_null() {
-            return Err(invalid("value: a null out pointer"));
+        if value_json.is_null() {
+            return Err(invalid("value_json: a null out pointer"));
         }
-        let d = c.client.string_detail(key, &ctx.context, default);
         // SAFETY: the caller's contract, above.
-        unsafe { write_detail(&d, detail) };
+        let ((live, target, ctx), default) = unsafe {
+            (
+                inputs(client, std::ptr::null(), key, key_len, context)?,
+                text(default_json, default_len, "default_json")?,
+            )
+        };
+        let default: Json =
+            serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
+        let ctx = &ctx.context;
+        let want = !detail.is_null();
+        let wrong =
+            |what: &str| invalid(format!("default_json: {default} is not {what} (value_type {value_type})"));
+        let at = Some(at_ms);
+        let (v, d): (Json, _) = match value_type {
+            FLAGSTREAM_TYPE_BOOL => {
+                let dv = default.as_bool().ok_or_else(|| wrong("a bool"))?;
+                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+            }
+            FLAGSTREAM_TYPE_INT => {
+                let dv = default.as_i64().ok_or_else(|| wrong("an integer"))?;
+                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+            }
+            FLAGSTREAM_TYPE_FLOAT => {
+                let dv = default.as_f64().ok_or_else(|| wrong("a number"))?;
+                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+            }
+            FLAGSTREAM_TYPE_STRING => {
+                let dv = default.as_str().ok_or_else(|| wrong("a string"))?;
+                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+            }
+            FLAGSTREAM_TYPE_JSON => {
+                let dv = Cow::Borrowed(&default);
+                evaluate!(live, target, ctx, dv, at, |d| {
+                    let detail = want.then(|| detail_of(&d));
+                    (d.value.into_owned(), detail)
+                })
+            }
+            other => return Err(invalid(format!("value_type: {other} is not a FLAGSTREAM_TYPE_* (0 to 4)"))),
+        };
         // SAFETY: the caller's contract, above.
-        unsafe { put(value, owned_string(d.value), "value") }
+        unsafe {
+            if let Some(d) = d {
+                put_detail(d, detail);
+            }
+            put(value_json, owned_string(v.to_string()), "value_json")
+        }
     })
+}
+
+/// A string the library owns, made from `text`.
+pub(crate) fn owned_string(text: String) -> FlagstreamString {
+    let bytes = text.into_bytes().into_boxed_slice();
+    let len = bytes.len();
+    let ptr = if len == 0 { std::ptr::null_mut() } else { Box::into_raw(bytes).cast::<u8>() };
+    FlagstreamString { ptr, len }
 }
 
 /// Frees a string the library returned. A null `ptr` is ignored.
@@ -292,5 +592,22 @@ pub unsafe extern "C" fn flagstream_string_free(s: FlagstreamString) {
         // SAFETY: made by `Box::into_raw` of a boxed slice of `len` bytes
         // in `owned_string`, freed once (the caller's contract).
         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(s.ptr, s.len)) });
+    }
+}
+
+/// Frees the strings of a detail an evaluation wrote (`rule_id`,
+/// `prerequisite_key`) and empties them, so a second call is harmless.
+/// Null is ignored.
+///
+/// # Safety
+/// `detail` is null or a detail this library wrote (or emptied).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flagstream_detail_free(detail: *mut FlagstreamDetail) {
+    // SAFETY: null or a valid detail (the caller's contract).
+    let Some(d) = (unsafe { detail.as_mut() }) else { return };
+    for s in [&mut d.rule_id, &mut d.prerequisite_key] {
+        let taken = std::mem::replace(s, FlagstreamString::EMPTY);
+        // SAFETY: this library's string, emptied above so never freed twice.
+        unsafe { flagstream_string_free(taken) };
     }
 }

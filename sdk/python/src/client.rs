@@ -17,17 +17,16 @@
 //! and returns while the first is still stopping it.
 //!
 //! After a fork the child never calls the parent's Rust client (its tasks'
-//! locks may have been held at the fork, `serving.rs`): it serves the
+//! locks may have been held at the fork, the `flagstream-binding` crate): it serves the
 //! parent's snapshot, read without a lock, until its own sync has data,
 //! and the parent's client and change feed are leaked, never dropped.
 
 use std::borrow::Cow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use flagstream::{Builder, Change, Context, Detail, ErrorKind, FromValue, Limits, Reason, Snapshot, Status};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -37,10 +36,10 @@ use tokio::sync::broadcast;
 use crate::context::with_context;
 use crate::convert::{from_json, to_json, utf8};
 use crate::detail::PyDetail;
-use crate::options::{apply_options, at_ms, build, build_detached, endpoints, flag_set};
+use crate::options::{apply_options, at_ms, build_detached, endpoints, flag_set};
 use crate::report;
-use crate::serving::{DataSeen, Live, Serving, count, fixed_parts};
-use crate::{FORKS, gate, runtime};
+use crate::{gate, runtime};
+use flagstream_binding::{Engine, Live, Serving, count, fixed_parts};
 
 mod fork;
 
@@ -48,39 +47,12 @@ mod fork;
 /// summary.
 const CLOSE_FLUSH: Duration = Duration::from_secs(2);
 
-/// Ids of the change feeds (one per Rust client started).
-static FEEDS: AtomicU64 = AtomicU64::new(1);
-
-/// What a client being dropped leaves behind in its cell (one shared
-/// value: a drop allocates nothing).
-static GONE: LazyLock<Arc<Live>> = LazyLock::new(|| {
-    Arc::new(Live {
-        serving: Serving::fixed(None, false),
-        pending: None,
-        forks: 0,
-        pid: 0,
-        feed: 0,
-        closed: true,
-        data: DataSeen::yes(),
-    })
-});
-
-/// How to start the sync again in a forked child.
-#[derive(Debug)]
-struct Restart {
-    /// The settings, without the cache (the parent keeps it open).
-    builder: Builder,
-}
-
-/// The native client. `flagstream.Client` subclasses it in Python.
 #[pyclass(frozen, subclass, module = "flagstream._native", name = "NativeClient")]
 pub(crate) struct NativeClient {
-    live: Arc<ArcSwap<Live>>,
-    restart: Option<Restart>,
-    /// Serialises restarts after a fork with each other and with
-    /// `close()`. Taken only with the GIL held, never held across a GIL
-    /// release or a wait.
-    restart_lock: Mutex<()>,
+    /// What evaluations load, restarted in a forked child
+    /// (`flagstream_binding::Engine`; its restart lock is taken only with
+    /// the GIL held, never across a GIL release or a wait).
+    engine: Engine,
     /// The change feed's receiver, with the feed id it belongs to. Taken
     /// out while a wait is in progress (no lock is held across a wait).
     changes: Mutex<Option<(u64, broadcast::Receiver<Change>)>>,
@@ -99,49 +71,29 @@ fn not_ready<T>(value: T) -> Detail<'static, T> {
 }
 
 impl NativeClient {
-    fn from_serving(serving: Serving, restart: Option<Restart>) -> PyResult<NativeClient> {
-        let data = match &serving {
-            // A relay's client (read after a fork).
-            Serving::Client(c) if restart.is_some() => DataSeen::watch(c, &*runtime()?),
-            // Test data and flag files have their data when built; a fixed
-            // snapshot's is its own.
-            _ => DataSeen::yes(),
-        };
-        let live = Live {
-            serving,
-            pending: None,
-            forks: FORKS.load(Ordering::SeqCst),
-            pid: std::process::id(),
-            feed: FEEDS.fetch_add(1, Ordering::Relaxed),
-            closed: false,
-            data,
-        };
-        Ok(NativeClient {
-            live: Arc::new(ArcSwap::from_pointee(live)),
-            restart,
-            restart_lock: Mutex::new(()),
-            changes: Mutex::new(None),
-        })
+    fn from_serving(serving: Serving, restart: Option<Builder>) -> PyResult<NativeClient> {
+        let engine = Engine::new(serving, restart).map_err(PyRuntimeError::new_err)?;
+        Ok(NativeClient { engine, changes: Mutex::new(None) })
     }
 
     /// The state to evaluate with; in a forked child, the sync is
     /// restarted first. The hot path: one atomic load and one compare.
     #[inline]
     fn live(&self) -> PyResult<arc_swap::Guard<Arc<Live>>> {
-        let g = self.live.load();
-        if g.forks == FORKS.load(Ordering::Relaxed) {
+        let g = self.engine.cell().load();
+        if g.forks == flagstream_binding::FORKS.load(Ordering::Relaxed) {
             return Ok(g);
         }
         drop(g);
         self.restart_after_fork_inner()?;
-        Ok(self.live.load())
+        Ok(self.engine.cell().load())
     }
 
     /// [`NativeClient::live`] with the PID check: a fork the Python hook
     /// did not see (a fork from C) counts here. Off the hot path.
     fn live_checked(&self) -> PyResult<arc_swap::Guard<Arc<Live>>> {
-        if self.live.load().pid != std::process::id() {
-            crate::count_fork();
+        if self.engine.cell().load().pid != std::process::id() {
+            flagstream_binding::count_fork();
         }
         self.live()
     }
@@ -227,7 +179,7 @@ impl NativeClient {
             None => b.clone(),
         };
         let c = build_detached(py, with_cache)?;
-        NativeClient::from_serving(Serving::Client(c), Some(Restart { builder: b }))
+        NativeClient::from_serving(Serving::Client(c), Some(b))
     }
 
     /// A bool flag's value for `context`, or `default` (never raises for a
@@ -455,7 +407,7 @@ impl NativeClient {
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.live.load().closed
+        self.engine.cell().load().closed
     }
 
     /// Closes the client: sends the usage counted since the last summary
@@ -469,31 +421,12 @@ impl NativeClient {
         // In a forked child, the parent's state is set aside first (never
         // stopped here: its tasks' threads are the parent's).
         drop(self.live_checked()?);
-        let cur = {
-            // Released before the stop below: a thread that held it across
-            // the GIL release would deadlock a second close() (which waits
-            // for it holding the GIL), and a child forked meanwhile would
-            // find it held for good.
-            let _one =
-                self.restart_lock.lock().map_err(|_| PyRuntimeError::new_err("restart lock poisoned"))?;
-            let cur = self.live.load_full();
-            if cur.closed {
-                return Ok(false);
-            }
-            let snap = match &cur.serving {
-                Serving::Client(c) => c.status().has_data().then(|| c.snapshot()),
-                Serving::Fixed { snap, .. } => snap.clone(),
-            };
-            self.live.store(Arc::new(Live {
-                serving: Serving::fixed(snap, false),
-                pending: None,
-                forks: cur.forks,
-                pid: cur.pid,
-                feed: cur.feed,
-                closed: true,
-                data: cur.data.clone(),
-            }));
-            cur
+        // The restart lock is released before the stop below: a thread
+        // that held it across the GIL release would deadlock a second
+        // close() (which waits for it holding the GIL), and a child forked
+        // meanwhile would find it held for good.
+        let Some(cur) = self.engine.close().map_err(PyRuntimeError::new_err)? else {
+            return Ok(false);
         };
         // The change feed ends with the client.
         let feed = self.changes.lock().map_err(|_| PyRuntimeError::new_err("changes lock poisoned"))?.take();
@@ -579,14 +512,14 @@ impl NativeClient {
             Ok(Err(broadcast::error::RecvError::Closed)) => {
                 // This feed ended (a close, or a sync replaced after a
                 // fork): say closed only if the client is.
-                if self.live.load().closed {
+                if self.engine.cell().load().closed {
                     return Ok(PyBool::new(py, false).to_owned().into_any());
                 }
                 return Ok(py.None().into_bound(py));
             }
         };
         let mut slot = self.changes.lock().map_err(|_| PyRuntimeError::new_err("changes lock poisoned"))?;
-        if slot.is_none() && !self.live.load().closed {
+        if slot.is_none() && !self.engine.cell().load().closed {
             *slot = Some((feed, rx));
         }
         Ok(out)

@@ -64,15 +64,6 @@ pub(crate) fn apply_options(mut b: Builder, options: Option<&Bound<'_, PyDict>>)
     Ok(b)
 }
 
-/// Builds the client with the GIL held: for a restart after a fork, which
-/// runs under the client's restart lock (never held across a GIL release)
-/// and has no cache to wait for or read.
-pub(crate) fn build(b: Builder) -> PyResult<flagstream::Client> {
-    let rt = runtime()?;
-    let _in_runtime = rt.enter();
-    b.build().map_err(build_error)
-}
-
 /// Builds the client without the GIL: opening the cache may wait for its
 /// lock (up to 500 ms, a client of this process that was just dropped)
 /// and reads it, and compiling test data or a flag file takes as long as

@@ -3,14 +3,13 @@
 //! flags), its failed attempts, and its counters (a fixed snapshot's
 //! fallbacks added to those of the sync, if any).
 
-use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flagstream::{Source, Status};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::serving::{Live, Serving};
+use flagstream_binding::{Live, Serving};
 
 pub(crate) fn status<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
@@ -68,18 +67,7 @@ pub(crate) fn status<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, P
 }
 
 pub(crate) fn stats<'py>(py: Python<'py>, live: &Live) -> PyResult<Bound<'py, PyDict>> {
-    let mut s = match live.syncing() {
-        Some(c) => c.stats(),
-        None => flagstream::Stats::default(),
-    };
-    // A fixed snapshot counts its own fallbacks (after a fork, until the
-    // new sync has data, on top of that sync's counters).
-    if let Serving::Fixed { fallbacks, .. } = &live.serving {
-        s.default_not_found += fallbacks.not_found.load(Ordering::Relaxed);
-        s.default_not_ready += fallbacks.not_ready.load(Ordering::Relaxed);
-        s.default_wrong_type += fallbacks.wrong_type.load(Ordering::Relaxed);
-        s.default_malformed += fallbacks.malformed.load(Ordering::Relaxed);
-    }
+    let s = live.stats();
     let out = PyDict::new(py);
     for (k, v) in [
         ("default_not_found", s.default_not_found),

@@ -85,10 +85,47 @@ impl Client {
         }
     }
 
-    /// One typed evaluation in `snap`, counted in the usage summary when
-    /// usage reports are on.
+    /// The snapshot evaluations read, or `None` before the first data
+    /// (nothing counted: see [`Client::not_ready`]). With [`Client::eval_in`]
+    /// and [`Client::eval_handle_in`], the parts of an evaluation for a
+    /// binding that needs the borrowed result of any type (the C ABI).
+    #[inline]
+    pub fn loaded(&self) -> Option<impl Deref<Target = Arc<Snapshot>>> {
+        self.shared.ready.load(Ordering::Acquire).then(|| self.shared.cell.load())
+    }
+
+    /// The result before any data (the default, `ERROR`/`NOT_READY`),
+    /// counted as that fallback and in the usage summary.
+    pub fn not_ready<'d, T: FromValue<'d>>(&self, key: &str, default: T) -> Detail<'d, T> {
+        self.shared.counters.fallback(ErrorKind::NotReady);
+        self.absent(key, ErrorKind::NotReady, &default);
+        not_ready_detail(default)
+    }
+
+    /// One evaluation through a pre-resolved [`FlagHandle`] in `snap` (from
+    /// [`Client::loaded`]): counted, marked stale and (with usage reports
+    /// on) counted in the usage summary like [`Client::eval_in`].
+    #[inline]
+    pub fn eval_handle_in<'s, T: FromValue<'s>>(
+        &self,
+        snap: &'s Snapshot,
+        handle: &FlagHandle,
+        ctx: &Context<'_>,
+        default: T,
+    ) -> Detail<'s, T> {
+        let mut d = match self.shared.usage.on() {
+            true => handle.detail_counted(snap, ctx, default),
+            false => handle.detail(snap, ctx, default),
+        };
+        self.settle(handle.key(), &mut d);
+        d
+    }
+
+    /// One typed evaluation in `snap` (from [`Client::loaded`]): counted,
+    /// marked stale, and counted in the usage summary when usage reports
+    /// are on.
     #[inline(always)]
-    fn eval_in<'s, T: FromValue<'s>>(
+    pub fn eval_in<'s, T: FromValue<'s>>(
         &self,
         snap: &'s Snapshot,
         key: &str,

@@ -4,7 +4,8 @@
 //! holds no async runtime, network, TLS or storage crate, and the core
 //! builds on its own that way. Likewise `flagctl`, a client of the Admin
 //! API, links none of the relay's storage (sled, PostgreSQL) nor the
-//! relay itself.
+//! relay itself. And the packages used in processes that fork link tokio
+//! without `parking_lot`.
 
 use std::path::Path;
 use std::process::Command;
@@ -82,4 +83,25 @@ fn the_core_builds_on_its_own() {
         "flagstream-core does not build alone: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The packages linked into processes that fork (the C ABI behind Go and
+/// Java, the Python package) link tokio without `parking_lot`: its global
+/// table of parked threads keeps the parent's threads in a child, which
+/// crashed a forked child's runtime. Each is resolved alone, as its build
+/// (`cargo build -p flagstream-ffi`, maturin) resolves it.
+#[test]
+fn the_forking_bindings_link_no_parking_lot_in_tokio() {
+    for package in ["flagstream-ffi", "flagstream-python"] {
+        let tree = tree_of(package);
+        let names: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+        assert!(names.contains(&"tokio") && names.contains(&"flagstream-binding"), "{package}:\n{tree}");
+        // sled brings parking_lot 0.11 (its own table, never used in a
+        // child: a child's client has no cache); tokio's would be 0.12.
+        let bad: Vec<&str> = tree
+            .lines()
+            .filter(|l| l.starts_with("parking_lot ") && !l.starts_with("parking_lot v0.11"))
+            .collect();
+        assert!(bad.is_empty(), "{package} links {bad:?} (tokio's `parking_lot` feature):\n{tree}");
+    }
 }

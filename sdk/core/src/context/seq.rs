@@ -100,6 +100,14 @@ impl<T, const N: usize> InlineVec<T, N> {
         }
     }
 
+    /// Removes and returns the element at `i` (keeping the order).
+    pub(crate) fn remove(&mut self, i: usize) -> T {
+        match self {
+            InlineVec::Inline(a) => a.remove(i),
+            InlineVec::Heap(v) => v.remove(i),
+        }
+    }
+
     #[inline]
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         match self {

@@ -6,7 +6,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "flagstream.h"
 
@@ -51,6 +53,41 @@ static void on_change(void *user_data, uint64_t revision, const flagstream_str *
     pthread_mutex_unlock(&s->lock);
 }
 
+static int same(flagstream_string s, const char *text) {
+    return s.len == strlen(text) && (s.len == 0 || memcmp(s.ptr, text, s.len) == 0);
+}
+
+/* In a forked child: the parent's flags first (marked stale), then the
+   child's own sync. Exits with the child's verdict. */
+static void in_child(flagstream_client *client, flagstream_context *ctx) {
+    bool on = false;
+    flagstream_detail d;
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_OK && on
+              && d.reason == FLAGSTREAM_REASON_RULE_MATCH && d.stale,
+          "child: the parent's flags are served at once, marked stale");
+    flagstream_detail_free(&d);
+    check(flagstream_client_wait_ready(client, 20000) == FLAGSTREAM_STATUS_OK, "child: its own sync has data");
+    /* The switch to the child's own data follows its first data. */
+    int fresh = 0;
+    for (int i = 0; i < 2000 && !fresh; i++) {
+        if (flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) != FLAGSTREAM_STATUS_OK) break;
+        fresh = on && !d.stale;
+        flagstream_detail_free(&d);
+        if (!fresh) {
+            struct timespec ten_ms = {0, 10 * 1000 * 1000};
+            nanosleep(&ten_ms, NULL);
+        }
+    }
+    check(fresh, "child: then its own sync's flags, not stale");
+    flagstream_stats st;
+    check(flagstream_client_stats(client, &st) == FLAGSTREAM_STATUS_OK && st.connects >= 1 && st.snapshots_applied >= 1,
+          "child: its own stream connected and applied a snapshot");
+    check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_OK, "child: the client closes");
+    flagstream_client_free(client);
+    fflush(stdout);
+    _exit(failed);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: smoke RELAY_URL SDK_KEY\n");
@@ -81,35 +118,74 @@ int main(int argc, char **argv) {
     flagstream_detail d;
     check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_OK && on
               && d.reason == FLAGSTREAM_REASON_RULE_MATCH && d.rule_index == 0 && d.variation == 0 && d.revision > 0
-              && d.error_kind == FLAGSTREAM_ERROR_NONE,
-          "a rule match, with its detail");
+              && d.error_kind == FLAGSTREAM_ERROR_NONE && same(d.rule_id, "us-enterprise") && d.schedule_step == -1
+              && d.prerequisite_key.ptr == NULL && !d.stale,
+          "a rule match, with its detail and the rule's id");
+    flagstream_detail_free(&d);
+    flagstream_detail_free(&d);
 
     flagstream_string theme = {0};
     check(flagstream_eval_string(client, S("theme"), ctx, S("light"), &theme, &d) == FLAGSTREAM_STATUS_OK
               && theme.len == 4 && memcmp(theme.ptr, "dark", 4) == 0 && d.reason == FLAGSTREAM_REASON_TARGET_MATCH,
           "a string flag's target, in a string the library owns");
     flagstream_string_free(theme);
+    flagstream_detail_free(&d);
 
     int64_t mb = 0;
     check(flagstream_eval_int(client, S("max-upload-mb"), ctx, 1, &mb, &d) == FLAGSTREAM_STATUS_OK && mb == 100
               && d.reason == FLAGSTREAM_REASON_RULE_MATCH,
           "an int flag's rule");
+    flagstream_detail_free(&d);
     double ratio = 0;
     check(flagstream_eval_float(client, S("max-upload-mb"), ctx, 0.5, &ratio, &d) == FLAGSTREAM_STATUS_OK
               && ratio == 100.0,
           "an int flag read as a number");
+    flagstream_detail_free(&d);
     flagstream_string json = {0};
     check(flagstream_eval_json(client, S("search-ranking"), ctx, S("{}"), &json, &d) == FLAGSTREAM_STATUS_OK
               && json.len == strlen("{\"model\":\"bm25\"}") && memcmp(json.ptr, "{\"model\":\"bm25\"}", json.len) == 0
               && d.reason == FLAGSTREAM_REASON_OFF,
           "a JSON flag that is off: its off variation as JSON text");
     flagstream_string_free(json);
+    flagstream_detail_free(&d);
 
     flagstream_flag *flag = NULL;
     on = false;
     check(flagstream_flag_new(S("new-checkout"), &flag) == FLAGSTREAM_STATUS_OK
-              && flagstream_eval_bool_flag(client, flag, ctx, false, &on) == FLAGSTREAM_STATUS_OK && on,
+              && flagstream_eval_bool_flag(client, flag, ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on,
           "a flag handle: no key on the hot path");
+    flagstream_flag *theme_flag = NULL;
+    theme = (flagstream_string){0};
+    check(flagstream_flag_new(S("theme"), &theme_flag) == FLAGSTREAM_STATUS_OK
+              && flagstream_eval_string_flag(client, theme_flag, ctx, S("light"), &theme, &d) == FLAGSTREAM_STATUS_OK
+              && same(theme, "dark") && d.reason == FLAGSTREAM_REASON_TARGET_MATCH,
+          "a string flag's handle, with its detail");
+    flagstream_string_free(theme);
+    flagstream_detail_free(&d);
+    flagstream_flag_free(theme_flag);
+
+    flagstream_context *multi = NULL;
+    check(flagstream_context_from_json(
+              S("{\"kind\": \"multi\", \"contexts\": [{\"key\": \"org-1\", \"kind\": \"org\"},"
+                " {\"key\": \"user-42\", \"attributes\": {\"country\": \"CA\", \"plan\": \"enterprise\"}}]}"),
+              &multi) == FLAGSTREAM_STATUS_OK
+              && flagstream_eval_bool(client, S("new-checkout"), multi, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on,
+          "a multi-kind context from JSON: its user kind matches the rule");
+    check(flagstream_context_set_bool(multi, S("vip"), true) == FLAGSTREAM_STATUS_INVALID_ARGUMENT
+              && last_error_says("multi-kind"),
+          "setting an attribute of a multi-kind context is refused, saying why");
+    flagstream_context_free(multi);
+    check(flagstream_context_set_json(ctx, S("country"), S("[\"FR\", \"CA\"]")) == FLAGSTREAM_STATUS_OK
+              && flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on
+              && flagstream_context_set_string(ctx, S("country"), S("US")) == FLAGSTREAM_STATUS_OK,
+          "a list attribute from JSON matches an `in` clause");
+    flagstream_string at = {0};
+    check(flagstream_eval_at(client, S("max-upload-mb"), ctx, FLAGSTREAM_TYPE_INT, S("1"), 1767225600000, &at, &d)
+                  == FLAGSTREAM_STATUS_OK
+              && same(at, "100") && same(d.rule_id, "paid"),
+          "an evaluation as of a given time, JSON in and out");
+    flagstream_string_free(at);
+    flagstream_detail_free(&d);
 
     uint32_t state = 9;
     uint64_t revision = 0;
@@ -121,6 +197,22 @@ int main(int argc, char **argv) {
               && d.reason == FLAGSTREAM_REASON_ERROR && d.error_kind == FLAGSTREAM_ERROR_FLAG_NOT_FOUND
               && d.variation == -1,
           "a missing flag: the default, FLAG_NOT_FOUND");
+    flagstream_detail_free(&d);
+    flagstream_stats stats;
+    check(flagstream_client_stats(client, &stats) == FLAGSTREAM_STATUS_OK && stats.default_not_found == 1
+              && stats.connects >= 1 && stats.snapshots_applied >= 1,
+          "the stats count the missing flag's default and the stream");
+
+    /* A fork: the child serves the parent's flags, then its own sync's. */
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) in_child(client, ctx);
+    int child_status = -1;
+    check(child > 0 && waitpid(child, &child_status, 0) == child && WIFEXITED(child_status)
+              && WEXITSTATUS(child_status) == 0,
+          "a forked child's steps held");
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on,
+          "the parent goes on after the fork");
 
     on = true;
     check(flagstream_eval_bool(client, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && !on,

@@ -17,15 +17,15 @@ use flagstream::{ErrorKind, Reason, Snapshot};
 /// Fallbacks to the caller's default counted by a client that has no Rust
 /// client behind it (unvalidated test data, or closed).
 #[derive(Debug, Default)]
-pub(crate) struct Fallbacks {
-    pub(crate) not_found: AtomicU64,
-    pub(crate) not_ready: AtomicU64,
-    pub(crate) wrong_type: AtomicU64,
-    pub(crate) malformed: AtomicU64,
+pub struct Fallbacks {
+    pub not_found: AtomicU64,
+    pub not_ready: AtomicU64,
+    pub wrong_type: AtomicU64,
+    pub malformed: AtomicU64,
 }
 
 impl Fallbacks {
-    pub(crate) fn count(&self, kind: ErrorKind) {
+    pub fn count(&self, kind: ErrorKind) {
         let c = match kind {
             ErrorKind::FlagNotFound => &self.not_found,
             ErrorKind::NotReady => &self.not_ready,
@@ -38,7 +38,7 @@ impl Fallbacks {
 
 /// What evaluations read.
 #[derive(Debug, Clone)]
-pub(crate) enum Serving {
+pub enum Serving {
     /// A Rust client (streaming, a flag file or validated test data).
     Client(flagstream::Client),
     /// A fixed snapshot: unvalidated test data, the last data of a closed
@@ -49,7 +49,7 @@ pub(crate) enum Serving {
 
 impl Serving {
     /// A fixed snapshot with counters of its own.
-    pub(crate) fn fixed(snap: Option<Arc<Snapshot>>, stale: bool) -> Serving {
+    pub fn fixed(snap: Option<Arc<Snapshot>>, stale: bool) -> Serving {
         Serving::Fixed { snap, fallbacks: Arc::default(), stale }
     }
 }
@@ -57,26 +57,40 @@ impl Serving {
 /// The client state evaluations load, replaced whole (after a fork, when
 /// the new sync has data, at close).
 #[derive(Debug)]
-pub(crate) struct Live {
-    pub(crate) serving: Serving,
+pub struct Live {
+    pub serving: Serving,
     /// In a forked child: the new sync, until it has data.
-    pub(crate) pending: Option<flagstream::Client>,
-    /// [`FORKS`] when this state was made.
-    pub(crate) forks: u64,
+    pub pending: Option<flagstream::Client>,
+    /// [`crate::FORKS`] when this state was made.
+    pub forks: u64,
     /// The process that made it.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// The change feed: the id of the Rust client whose changes listeners
     /// see (the pending one, or the serving one).
-    pub(crate) feed: u64,
-    pub(crate) closed: bool,
+    pub feed: u64,
+    pub closed: bool,
     /// Whether the serving Rust client has had data, read after a fork
     /// (when asking the parent's client could wait on a lock).
-    pub(crate) data: DataSeen,
+    pub data: DataSeen,
 }
 
 impl Live {
+    /// The client's counters: the syncing Rust client's, plus the
+    /// fallbacks a fixed snapshot counted itself (after a fork until the
+    /// new sync has data, and for unvalidated test data).
+    pub fn stats(&self) -> flagstream::Stats {
+        let mut s = self.syncing().map(flagstream::Client::stats).unwrap_or_default();
+        if let Serving::Fixed { fallbacks, .. } = &self.serving {
+            s.default_not_found += fallbacks.not_found.load(Ordering::Relaxed);
+            s.default_not_ready += fallbacks.not_ready.load(Ordering::Relaxed);
+            s.default_wrong_type += fallbacks.wrong_type.load(Ordering::Relaxed);
+            s.default_malformed += fallbacks.malformed.load(Ordering::Relaxed);
+        }
+        s
+    }
+
     /// The Rust client that syncs (status, stats, changes).
-    pub(crate) fn syncing(&self) -> Option<&flagstream::Client> {
+    pub fn syncing(&self) -> Option<&flagstream::Client> {
         match (&self.pending, &self.serving) {
             (Some(p), _) => Some(p),
             (None, Serving::Client(c)) => Some(c),
@@ -87,7 +101,7 @@ impl Live {
 
 /// The snapshot (None before data), staleness and fallback counters of
 /// what serves, for an evaluation straight from the snapshot.
-pub(crate) fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Option<Arc<Fallbacks>>) {
+pub fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Option<Arc<Fallbacks>>) {
     match serving {
         Serving::Client(c) => {
             let status = c.status();
@@ -99,7 +113,7 @@ pub(crate) fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Op
 
 /// Counts a fallback of a fixed client (not of an evaluation `at` another
 /// time: see `bool_detail`).
-pub(crate) fn count(fallbacks: &Option<Arc<Fallbacks>>, at: Option<i64>, reason: &Reason<'_>) {
+pub fn count(fallbacks: &Option<Arc<Fallbacks>>, at: Option<i64>, reason: &Reason<'_>) {
     if let (Some(f), None, Reason::Error(k)) = (fallbacks, at, reason) {
         f.count(*k);
     }
@@ -112,7 +126,7 @@ pub(crate) fn count(fallbacks: &Option<Arc<Fallbacks>>, at: Option<i64>, reason:
 /// says so), or once a task watching its status saw data (for the rare
 /// snapshot published before the empty one was read).
 #[derive(Debug, Clone)]
-pub(crate) struct DataSeen {
+pub struct DataSeen {
     watched: Arc<AtomicBool>,
     /// The snapshot the client held without data; `None`: it had data.
     empty: Option<Arc<Snapshot>>,
@@ -120,13 +134,13 @@ pub(crate) struct DataSeen {
 
 impl DataSeen {
     /// For a client that has data.
-    pub(crate) fn yes() -> DataSeen {
+    pub fn yes() -> DataSeen {
         DataSeen { watched: Arc::new(AtomicBool::new(true)), empty: None }
     }
 
     /// For `client`, watched on `rt` (a task that ends with the client)
     /// until it has data.
-    pub(crate) fn watch(client: &flagstream::Client, rt: &tokio::runtime::Runtime) -> DataSeen {
+    pub fn watch(client: &flagstream::Client, rt: &tokio::runtime::Runtime) -> DataSeen {
         // The snapshot first: one published after it changes it.
         let empty = client.snapshot();
         if client.status().has_data() {
@@ -145,7 +159,7 @@ impl DataSeen {
     }
 
     /// `client`'s snapshot if it has had data, read without a lock.
-    pub(crate) fn snapshot_of(&self, client: &flagstream::Client) -> Option<Arc<Snapshot>> {
+    pub fn snapshot_of(&self, client: &flagstream::Client) -> Option<Arc<Snapshot>> {
         let now = client.snapshot();
         let seen = match &self.empty {
             None => true,
