@@ -2,11 +2,14 @@
 //! with cargo, `sdk/ffi/tests/c/smoke.c` compiled against the checked-in
 //! header with the machine's C compiler (`cc`) and run against a real
 //! relay: the ABI version, an unknown option refused by name, first data,
-//! a kept context, a rule match and a string target with their details,
-//! int, number and JSON flags, a flag handle, the status, a missing flag
-//! and a wrong type, a change listener called on a library thread with
-//! the flag this test writes, a null handle and a use after close
-//! answered with an error code and a message instead of a crash.
+//! a kept context, a rule match with its rule id, a string target, int,
+//! number and JSON flags, flag handles (bool, string), a multi-kind
+//! context from JSON, a list attribute, an evaluation at a given time, the
+//! status and stats, a missing flag and a wrong type, a fork (the child
+//! serves the parent's flags marked stale, then its own sync's), a change
+//! listener called on a library thread with the flag this test writes, a
+//! null handle and a use after close answered with an error code and a
+//! message instead of a crash.
 //!
 //! Without a C compiler the test fails, saying what to install.
 
