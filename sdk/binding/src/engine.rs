@@ -3,7 +3,7 @@
 //! restarted in a forked child, and the state given up at the end without
 //! touching a parent's client.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
@@ -34,6 +34,14 @@ static GONE: LazyLock<Arc<Live>> = LazyLock::new(|| {
 #[derive(Debug)]
 pub struct Engine {
     live: Arc<ArcSwap<Live>>,
+    /// The Rust client it was made with, for [`Engine::fast`]: evaluating
+    /// through it skips the state's load (an `ArcSwap` guard, whose
+    /// release is an atomic compare-and-swap) while nothing changed.
+    direct: Option<flagstream::Client>,
+    /// [`FORKS`] when it was made.
+    forks: u64,
+    /// Set (before the state is swapped) by [`Engine::close`].
+    closed: AtomicBool,
     /// How the client was built (without its cache directory: a child
     /// never shares its parent's cache lock); `None` for test data or a
     /// flag file, which have no sync to restart.
@@ -63,7 +71,30 @@ impl Engine {
             closed: false,
             data,
         };
-        Ok(Engine { live: Arc::new(ArcSwap::from_pointee(live)), restart, restart_lock: Mutex::new(()) })
+        let direct = match &live.serving {
+            Serving::Client(c) => Some(c.clone()),
+            Serving::Fixed { .. } => None,
+        };
+        Ok(Engine {
+            forks: live.forks,
+            live: Arc::new(ArcSwap::from_pointee(live)),
+            direct,
+            closed: AtomicBool::new(false),
+            restart,
+            restart_lock: Mutex::new(()),
+        })
+    }
+
+    /// The Rust client to evaluate with directly, while the engine serves
+    /// the one it was made with (not closed, no fork since): two atomic
+    /// loads and no state guard. `None`: evaluate through
+    /// [`Engine::live`].
+    #[inline]
+    pub fn fast(&self) -> Option<&flagstream::Client> {
+        if self.closed.load(Ordering::Acquire) || FORKS.load(Ordering::Relaxed) != self.forks {
+            return None;
+        }
+        self.direct.as_ref()
     }
 
     /// The state to evaluate with; in a forked child, the sync is
@@ -181,6 +212,7 @@ impl Engine {
         if cur.closed {
             return Ok(None);
         }
+        self.closed.store(true, Ordering::Release);
         let snap = match &cur.serving {
             Serving::Client(c) => c.status().has_data().then(|| c.snapshot()),
             Serving::Fixed { snap, .. } => snap.clone(),
@@ -197,17 +229,21 @@ impl Engine {
         Ok(Some(cur))
     }
 
-    /// Gives up the state, leaving a closed one without data: `Some` to
-    /// drop (which stops its sync and writes its cache), or `None` when
-    /// the state is a parent's inherited by a forked child not yet
-    /// restarted, which is leaked instead.
-    pub fn take(&self) -> Option<Arc<Live>> {
+    /// Gives up the state and the direct client, leaving a closed state
+    /// without data: `Some` to drop (the last handles' drop stops the sync
+    /// and writes the cache: a binding drops them where it may block), or
+    /// `None` when they are a parent's inherited by a forked child not yet
+    /// restarted, which are leaked instead.
+    pub fn take(&mut self) -> Option<(Arc<Live>, Option<flagstream::Client>)> {
+        self.closed.store(true, Ordering::Release);
         let cur = self.live.swap(GONE.clone());
+        let direct = self.direct.take();
         if cur.pid != std::process::id() || cur.forks != FORKS.load(Ordering::SeqCst) {
             std::mem::forget(cur);
+            std::mem::forget(direct);
             return None;
         }
-        Some(cur)
+        Some((cur, direct))
     }
 }
 

@@ -26,7 +26,7 @@ pub mod engine;
 pub mod serving;
 
 pub use engine::Engine;
-pub use serving::{DataSeen, Fallbacks, Live, Serving, count, fixed_parts};
+pub use serving::{DataSeen, Fallbacks, Live, Serving, client_parts, count, fixed_parts};
 
 /// Forks seen by this process's lineage: a client started under another
 /// count is in a child of the process that started it.

@@ -103,12 +103,16 @@ impl Live {
 /// what serves, for an evaluation straight from the snapshot.
 pub fn fixed_parts(serving: &Serving) -> (Option<Arc<Snapshot>>, bool, Option<Arc<Fallbacks>>) {
     match serving {
-        Serving::Client(c) => {
-            let status = c.status();
-            (status.has_data().then(|| c.snapshot()), status.is_stale(), None)
-        }
+        Serving::Client(c) => client_parts(c),
         Serving::Fixed { snap, fallbacks, stale } => (snap.clone(), *stale, Some(fallbacks.clone())),
     }
+}
+
+/// [`fixed_parts`] of a Rust client: its snapshot once it has data, and
+/// its staleness (no fallback counters of its own: it counts them).
+pub fn client_parts(c: &flagstream::Client) -> (Option<Arc<Snapshot>>, bool, Option<Arc<Fallbacks>>) {
+    let status = c.status();
+    (status.has_data().then(|| c.snapshot()), status.is_stale(), None)
 }
 
 /// Counts a fallback of a fixed client (not of an evaluation `at` another

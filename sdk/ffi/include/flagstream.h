@@ -325,7 +325,9 @@ enum flagstream_status flagstream_context_set_bool(struct flagstream_context *co
                                                    bool value);
 
 // Sets (or replaces) an attribute of a kept context from JSON text: a
-// string, number or bool, or an array of those; JSON `null` removes it.
+// string, number or bool, an array of those (matched element by
+// element), or any other JSON value (an object, a mixed array: kept as
+// JSON, for attribute references into it); JSON `null` removes it.
 //
 // # Safety
 // As [`flagstream_context_set_string`]; `json` points to `json_len`

@@ -122,7 +122,13 @@ pub unsafe extern "C" fn flagstream_client_on_change(
             }
         });
         let id = c.next_listener.fetch_add(1, Ordering::Relaxed);
-        c.listeners.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Listener { stop, task });
+        let mut listeners = c.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(listeners) = listeners.as_mut() else {
+            // Closed since `open` above: the task never calls back.
+            task.abort();
+            return Err(Failure(FlagstreamStatus::Closed, "the client was closed".into()));
+        };
+        listeners.insert(id, Listener { stop, task });
         // SAFETY: the caller's contract, above.
         unsafe { put(listener, id, "listener") }
     })
@@ -142,7 +148,8 @@ pub unsafe extern "C" fn flagstream_client_off_change(
         // SAFETY: the caller's contract, above.
         let (c, live) = unsafe { open(client, true) }?;
         drop(live);
-        let l = c.listeners.lock().unwrap_or_else(|p| p.into_inner()).remove(&listener);
+        let l =
+            c.listeners.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|l| l.remove(&listener));
         let l = l.ok_or_else(|| invalid(format!("listener: no listener {listener}")))?;
         stop_listener(l)
     })

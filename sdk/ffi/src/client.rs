@@ -17,8 +17,10 @@ use crate::*;
 /// some) and its change listeners.
 pub struct FlagstreamClient {
     pub(crate) engine: Engine,
-    /// Change listeners by id: each a task of the library's runtime.
-    pub(crate) listeners: std::sync::Mutex<std::collections::HashMap<u64, Listener>>,
+    /// Change listeners by id: each a task of the library's runtime;
+    /// `None` once the client is closed (a listener added meanwhile is
+    /// refused under this lock, so none outlives the close).
+    pub(crate) listeners: std::sync::Mutex<Option<std::collections::HashMap<u64, Listener>>>,
     pub(crate) next_listener: std::sync::atomic::AtomicU64,
 }
 
@@ -117,9 +119,19 @@ impl Options {
     }
 }
 
-/// A build error with every cause, as the message of `INVALID_ARGUMENT`.
+/// A build error with every cause, as the message of `INVALID_ARGUMENT`,
+/// naming the option (not the Rust builder's method).
 fn build_error(e: flagstream::BuildError) -> Failure {
-    let mut msg = format!("options: {e}");
+    use flagstream::BuildError as E;
+    let mut msg = match &e {
+        E::NoEndpoints => {
+            "options.endpoints: at least one relay URL (or options.test_data or options.offline_file)".into()
+        }
+        E::NoSdkKey => "options.sdk_key: required to stream from a relay".into(),
+        E::BadEndpoint(url) => format!("options.endpoints: {url:?} is not an http:// or https:// URL"),
+        E::Config(what) => format!("options: {what}"),
+        other => format!("options: {other}"),
+    };
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         msg.push_str(&format!(": {s}"));
@@ -184,7 +196,7 @@ pub unsafe extern "C" fn flagstream_client_new(
         let engine = Engine::new(serving, restart).map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
         let boxed = Box::new(FlagstreamClient {
             engine,
-            listeners: std::sync::Mutex::default(),
+            listeners: std::sync::Mutex::new(Some(std::collections::HashMap::new())),
             next_listener: std::sync::atomic::AtomicU64::new(1),
         });
         // SAFETY: the caller's contract, above.
@@ -270,23 +282,27 @@ pub unsafe extern "C" fn flagstream_client_close(
 }
 
 /// Closes `c` once (whoever closes it first; later closes get `CLOSED`):
-/// the final usage summary, the sync's stop and cache write, then its
-/// listeners' last calls.
+/// its listeners are stopped (each returns after its callback's last
+/// call), then the final usage summary, the sync's stop and cache write.
+/// Every step runs even when an earlier one fails; the first failure is
+/// returned.
 pub(crate) fn close(c: &FlagstreamClient, timeout: Duration) -> Result<(), Failure> {
     let cur = c.engine.close().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
     let cur = cur.ok_or_else(|| Failure(FlagstreamStatus::Closed, "the client was closed".into()))?;
-    wait_on(async move {
+    let listeners = c.listeners.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+    let mut first = Ok(());
+    for (_, l) in listeners {
+        if let Err(e) = stop_listener(l) {
+            first = first.and(Err(e));
+        }
+    }
+    let stopped = wait_on(async move {
         if let Some(client) = cur.syncing() {
             client.close(timeout).await;
         }
         drop(cur);
-    })?;
-    let all: Vec<Listener> =
-        c.listeners.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, l)| l).collect();
-    for l in all {
-        stop_listener(l)?;
-    }
-    Ok(())
+    });
+    first.and(stopped)
 }
 
 /// How long freeing an unclosed client waits for its last usage counts.

@@ -74,6 +74,9 @@ pub unsafe extern "C" fn flagstream_context_set_number(
     })
 }
 
+/// Why a multi-kind context's attributes cannot be set.
+const MULTI: &str = "context: a multi-kind context's attributes belong to its kinds: build it with flagstream_context_from_json";
+
 /// Sets attribute `name` of a kept single-kind context (a multi-kind one
 /// is refused: build it whole with [`flagstream_context_from_json`]).
 ///
@@ -87,9 +90,7 @@ unsafe fn set(
     // SAFETY: a live handle only this thread uses now (the contract).
     let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
     if c.context.is_multi() {
-        return Err(invalid(
-            "context: a multi-kind context's attributes belong to its kinds: build it with flagstream_context_from_json",
-        ));
+        return Err(invalid(MULTI));
     }
     c.context.set(name.to_owned(), value);
     Ok(())
@@ -115,7 +116,9 @@ pub unsafe extern "C" fn flagstream_context_set_bool(
 }
 
 /// Sets (or replaces) an attribute of a kept context from JSON text: a
-/// string, number or bool, or an array of those; JSON `null` removes it.
+/// string, number or bool, an array of those (matched element by
+/// element), or any other JSON value (an object, a mixed array: kept as
+/// JSON, for attribute references into it); JSON `null` removes it.
 ///
 /// # Safety
 /// As [`flagstream_context_set_string`]; `json` points to `json_len`
@@ -135,15 +138,16 @@ pub unsafe extern "C" fn flagstream_context_set_json(
         match AttrValue::from_json(&v) {
             // SAFETY: the caller's contract, above.
             Some(value) => unsafe { set(context, name, value) },
-            None if v.is_null() => {
+            // JSON null.
+            None => {
                 // SAFETY: a live handle only this thread uses now (the contract).
                 let c = unsafe { context.as_mut() }.ok_or_else(|| invalid("context: a null pointer"))?;
+                if c.context.is_multi() {
+                    return Err(invalid(MULTI));
+                }
                 c.context.remove(name);
                 Ok(())
             }
-            None => Err(invalid(format!(
-                "json: {v} is not an attribute value (a string, number, bool or an array of those)"
-            ))),
         }
     })
 }

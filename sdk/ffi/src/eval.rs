@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use flagstream::{Detail, ErrorKind, FlagHandle, Reason};
-use flagstream_binding::{Serving, count, fixed_parts};
+use flagstream_binding::{Serving, client_parts, count, fixed_parts};
 use serde_json::Value as Json;
 
 use crate::*;
@@ -119,16 +119,37 @@ fn not_ready<T>(value: T) -> Detail<'static, T> {
     }
 }
 
-/// Evaluates `$target` for `$ctx` in the state `$live` serves (`$at`:
+/// What an evaluation reads: the client's Rust client directly (the
+/// common case: no state guard to load and release), or its state.
+enum Source<'a> {
+    Direct(&'a flagstream::Client),
+    Live(arc_swap::Guard<std::sync::Arc<flagstream_binding::Live>>),
+}
+
+impl Source<'_> {
+    /// The Rust client that evaluates, if one does (else a fixed snapshot).
+    fn client(&self) -> Option<&flagstream::Client> {
+        match self {
+            Source::Direct(c) => Some(c),
+            Source::Live(live) => match &live.serving {
+                Serving::Client(c) => Some(c),
+                Serving::Fixed { .. } => None,
+            },
+        }
+    }
+}
+
+/// Evaluates `$target` for `$ctx` from `$src` (a [`Source`]; `$at`:
 /// `Some(unix_ms)` evaluates as of that time, from the snapshot), then
 /// runs `$body` with the borrowed result bound to `$d`. The one path of
 /// every evaluation: a Rust client's (counted, stale-marked, in the usage
-/// summary), or a fixed snapshot's (its own fallback counters).
+/// summary), or a snapshot's (a fixed one counts its own fallbacks).
 macro_rules! evaluate {
-    ($live:expr, $target:expr, $ctx:expr, $default:expr, $at:expr, |$d:ident| $body:expr) => {{
+    ($src:expr, $target:expr, $ctx:expr, $default:expr, $at:expr, |$d:ident| $body:expr) => {{
         let target: Target<'_> = $target;
-        match (&$live.serving, $at) {
-            (Serving::Client(c), None) => match c.loaded() {
+        let src: &Source<'_> = &$src;
+        match (src.client(), $at) {
+            (Some(c), None) => match c.loaded() {
                 None => {
                     let $d = c.not_ready(target.key(), $default);
                     $body
@@ -141,8 +162,11 @@ macro_rules! evaluate {
                     $body
                 }
             },
-            (serving, at) => {
-                let (snap, stale, fallbacks) = fixed_parts(serving);
+            (_, at) => {
+                let (snap, stale, fallbacks) = match src {
+                    Source::Live(live) => fixed_parts(&live.serving),
+                    Source::Direct(c) => client_parts(c),
+                };
                 let mut $d = match (snap.as_deref(), at, target) {
                     (None, _, _) => not_ready($default),
                     (Some(s), Some(t), Target::Key(k)) => s.detail_at(k, $ctx, $default, t),
@@ -169,18 +193,19 @@ unsafe fn inputs<'a>(
     key: *const u8,
     key_len: usize,
     context: *const FlagstreamContext,
-) -> Result<
-    (arc_swap::Guard<std::sync::Arc<flagstream_binding::Live>>, Target<'a>, &'a FlagstreamContext),
-    Failure,
-> {
+) -> Result<(Source<'a>, Target<'a>, &'a FlagstreamContext), Failure> {
     // SAFETY: the caller's contract, above.
     unsafe {
-        let (_, live) = open(client, false)?;
+        let c = handle(client, "client")?;
+        let src = match c.engine.fast() {
+            Some(direct) => Source::Direct(direct),
+            None => Source::Live(open(client, false)?.1),
+        };
         let target = match flag.as_ref() {
             Some(f) => Target::Flag(&f.handle),
             None => Target::Key(text(key, key_len, "key")?),
         };
-        Ok((live, target, handle(context, "context")?))
+        Ok((src, target, handle(context, "context")?))
     }
 }
 
@@ -216,23 +241,40 @@ unsafe fn scalar<T: for<'s> flagstream::FromValue<'s> + Copy>(
     value: *mut T,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
-    guard(|| {
-        if value.is_null() {
-            return Err(invalid("value: a null out pointer"));
+    // SAFETY: the caller's contract, above.
+    guard(|| unsafe { scalar_inner(client, flag, key, key_len, context, default, value, detail) })
+}
+
+/// [`scalar`] without its guard.
+///
+/// # Safety
+/// As [`scalar`].
+#[allow(clippy::too_many_arguments)] // the C signature's parts, passed on
+unsafe fn scalar_inner<T: for<'s> flagstream::FromValue<'s> + Copy>(
+    client: *const FlagstreamClient,
+    flag: *const FlagstreamFlag,
+    key: *const u8,
+    key_len: usize,
+    context: *const FlagstreamContext,
+    default: T,
+    value: *mut T,
+    detail: *mut FlagstreamDetail,
+) -> Result<(), Failure> {
+    if value.is_null() {
+        return Err(invalid("value: a null out pointer"));
+    }
+    // SAFETY: the caller's contract, above.
+    let (src, target, ctx) = unsafe { inputs(client, flag, key, key_len, context) }?;
+    let (v, d) = evaluate!(src, target, &ctx.context, default, None, |d| {
+        (d.value, (!detail.is_null()).then(|| detail_of(&d)))
+    });
+    // SAFETY: the caller's contract, above.
+    unsafe {
+        if let Some(d) = d {
+            put_detail(d, detail);
         }
-        // SAFETY: the caller's contract, above.
-        let (live, target, ctx) = unsafe { inputs(client, flag, key, key_len, context) }?;
-        let (v, d) = evaluate!(live, target, &ctx.context, default, None, |d| {
-            (d.value, (!detail.is_null()).then(|| detail_of(&d)))
-        });
-        // SAFETY: the caller's contract, above.
-        unsafe {
-            if let Some(d) = d {
-                put_detail(d, detail);
-            }
-            put(value, v, "value")
-        }
-    })
+        put(value, v, "value")
+    }
 }
 
 /// A string or JSON evaluation by key or handle: the value as a string
@@ -258,17 +300,17 @@ unsafe fn text_value(
         }
         let name = if json { "default_json" } else { "default_value" };
         // SAFETY: the caller's contract, above.
-        let ((live, target, ctx), default) =
+        let ((src, target, ctx), default) =
             unsafe { (inputs(client, flag, key, key_len, context)?, text(default.0, default.1, name)?) };
         let want = !detail.is_null();
         let (v, d) = if json {
             let default: Json =
                 serde_json::from_str(default).map_err(|e| invalid(format!("default_json: {e}")))?;
-            evaluate!(live, target, &ctx.context, Cow::Owned(default), None, |d| {
+            evaluate!(src, target, &ctx.context, Cow::Owned(default), None, |d| {
                 (d.value.to_string(), want.then(|| detail_of(&d)))
             })
         } else {
-            evaluate!(live, target, &ctx.context, default, None, |d| {
+            evaluate!(src, target, &ctx.context, default, None, |d| {
                 (d.value.to_owned(), want.then(|| detail_of(&d)))
             })
         };
@@ -402,11 +444,25 @@ pub unsafe extern "C" fn flagstream_eval_bool_flag(
     value: *mut bool,
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
-    if flag.is_null() {
-        return guard(|| Err(invalid("flag: a null pointer")));
-    }
-    // SAFETY: the caller's contract, above.
-    unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        let (c, f) = unsafe { (handle(client, "client")?, handle(flag, "flag")?) };
+        // The value alone, from the client's own handle path: a flag whose
+        // answer does not depend on the context (off, a fixed fallthrough)
+        // is served without loading the snapshot.
+        if detail.is_null()
+            && !value.is_null()
+            && let Some(direct) = c.engine.fast()
+        {
+            // SAFETY: the caller's contract, above.
+            let ctx = unsafe { handle(context, "context") }?;
+            let v = direct.handle_bool(&f.handle, &ctx.context, default_value);
+            // SAFETY: the caller's contract, above.
+            return unsafe { put(value, v, "value") };
+        }
+        // SAFETY: the caller's contract, above.
+        unsafe { scalar_inner(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
+    })
 }
 
 /// Evaluates an integer flag through its handle.
@@ -525,7 +581,7 @@ pub unsafe extern "C" fn flagstream_eval_at(
             return Err(invalid("value_json: a null out pointer"));
         }
         // SAFETY: the caller's contract, above.
-        let ((live, target, ctx), default) = unsafe {
+        let ((src, target, ctx), default) = unsafe {
             (
                 inputs(client, std::ptr::null(), key, key_len, context)?,
                 text(default_json, default_len, "default_json")?,
@@ -541,23 +597,23 @@ pub unsafe extern "C" fn flagstream_eval_at(
         let (v, d): (Json, _) = match value_type {
             FLAGSTREAM_TYPE_BOOL => {
                 let dv = default.as_bool().ok_or_else(|| wrong("a bool"))?;
-                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+                evaluate!(src, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
             }
             FLAGSTREAM_TYPE_INT => {
                 let dv = default.as_i64().ok_or_else(|| wrong("an integer"))?;
-                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+                evaluate!(src, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
             }
             FLAGSTREAM_TYPE_FLOAT => {
                 let dv = default.as_f64().ok_or_else(|| wrong("a number"))?;
-                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+                evaluate!(src, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
             }
             FLAGSTREAM_TYPE_STRING => {
                 let dv = default.as_str().ok_or_else(|| wrong("a string"))?;
-                evaluate!(live, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
+                evaluate!(src, target, ctx, dv, at, |d| (Json::from(d.value), want.then(|| detail_of(&d))))
             }
             FLAGSTREAM_TYPE_JSON => {
                 let dv = Cow::Borrowed(&default);
-                evaluate!(live, target, ctx, dv, at, |d| {
+                evaluate!(src, target, ctx, dv, at, |d| {
                     let detail = want.then(|| detail_of(&d));
                     (d.value.into_owned(), detail)
                 })

@@ -160,6 +160,13 @@ fn options_are_checked_by_name() {
     for (options, says) in [
         (r#"{"validate": false}"#, "options.validate: only with options.test_data"),
         (r#"{"endpoints": ["http://127.0.0.1:1"], "connect_timeout": -1}"#, "options.connect_timeout: -1 s"),
+        (r#"{}"#, "options.endpoints: at least one relay URL"),
+        (r#"{"endpoints": ["http://127.0.0.1:1"]}"#, "options.sdk_key: required"),
+        (r#"{"endpoints": ["127.0.0.1:1"], "sdk_key": "k"}"#, "options.endpoints: \"127.0.0.1:1\" is not"),
+        (
+            r#"{"endpoints": ["https://127.0.0.1:1"], "sdk_key": "k", "tls_ca_pem": "not a certificate"}"#,
+            "options: tls_ca_pem: no PEM certificate",
+        ),
     ] {
         let mut client = std::ptr::null_mut();
         // SAFETY: valid pointers and lengths.

@@ -203,6 +203,9 @@ impl Builder {
                 "watchdog_misses, heartbeat_default and first_message_timeout must be non-zero".into(),
             ));
         }
+        if let Some(problem) = self.cfg.tls.pem_problem() {
+            return Err(BuildError::Config(problem));
+        }
         let offline = self.file.is_some() || self.test_data.is_some();
         if !offline {
             if self.cfg.endpoints.is_empty() {

@@ -25,6 +25,33 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
+    /// What is wrong with the PEM given, if anything: a CA or certificate
+    /// without a certificate block, a key without a private key block
+    /// (checked when the client is built, not at the first connect).
+    pub fn pem_problem(&self) -> Option<String> {
+        let has = |pem: &[u8], begin: &str, end: &str| {
+            let text = String::from_utf8_lossy(pem);
+            text.contains(begin) && text.contains(end)
+        };
+        let cert = |pem: &[u8]| has(pem, "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----");
+        if let Some(ca) = &self.ca
+            && !cert(ca)
+        {
+            return Some("tls_ca_pem: no PEM certificate (a -----BEGIN CERTIFICATE----- block)".into());
+        }
+        if let Some((c, k)) = &self.identity {
+            if !cert(c) {
+                return Some(
+                    "tls_identity_pem: the certificate has no -----BEGIN CERTIFICATE----- block".into(),
+                );
+            }
+            if !has(k, "-----BEGIN", "PRIVATE KEY-----") {
+                return Some("tls_identity_pem: the key has no PEM private key block".into());
+            }
+        }
+        None
+    }
+
     /// The tonic TLS configuration.
     pub fn config(&self) -> tonic::transport::ClientTlsConfig {
         let mut c = tonic::transport::ClientTlsConfig::new();
