@@ -13,34 +13,14 @@
 //!
 //! Without a C compiler the test fails, saying what to install.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use flagstream_tests::STEP;
 use flagstream_tests::relay::{Relay, bool_flag, put};
 use tokio::io::AsyncBufReadExt;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate is in the repo").to_owned()
-}
-
-/// Where the nested cargo builds (shared with the other bindings).
-fn bindings_target() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().expect("CARGO_TARGET_TMPDIR is inside the target directory").join("bindings")
-}
-
-fn run(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: could not start ({e})"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use crate::toolchain::{ffi_static_library, repo, run};
 
 #[tokio::test]
 async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
@@ -52,15 +32,7 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
         version.is_ok_and(|o| o.status.success()),
         "`{cc} --version` failed: the C ABI test needs a C compiler (Debian: apt-get install gcc)"
     );
-    let target = bindings_target();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run(
-        "cargo build -p flagstream-ffi (the static library)",
-        Command::new(cargo)
-            .args(["build", "-p", "flagstream-ffi", "--lib"])
-            .env("CARGO_TARGET_DIR", &target)
-            .current_dir(repo()),
-    );
+    let lib_dir = ffi_static_library();
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("flagstream-smoke");
     run(
         "cc smoke.c",
@@ -72,7 +44,7 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
             .arg(repo().join("sdk/ffi/tests/c/smoke.c"))
             .arg("-I")
             .arg(repo().join("sdk/ffi/include"))
-            .arg(target.join("debug/libflagstream_ffi.a"))
+            .arg(lib_dir.join("libflagstream_ffi.a"))
             .args(["-lpthread", "-ldl", "-lm"]),
     );
     let dir = tempfile::tempdir().unwrap();

@@ -4,22 +4,12 @@
 //! tests against this build's `relay` and `flagctl` binaries). Missing
 //! python3, pip or a pinned package fails the test, never skips it.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use flagstream_tests::python;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate is in the repo").to_owned()
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::toolchain::{repo, show};
 
 #[test]
 fn python_package_passes_its_pytest_suite() {

@@ -1,0 +1,3 @@
+module github.com/flagstream/flagstream/sdk/go
+
+go 1.19
