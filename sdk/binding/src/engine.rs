@@ -1,14 +1,17 @@
 //! A binding's client state across forks: the [`Live`] state evaluations
-//! load (one atomic load and one compare on the hot path), the sync
-//! restarted in a forked child, and the state given up at the end without
+//! load (one atomic load and one compare on the hot path, none of it with
+//! [`Engine::fast`]), the sync restarted in a forked child, the close
+//! signal that ends waits, and the state given up at the end without
 //! touching a parent's client.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 use arc_swap::{ArcSwap, Guard};
 use flagstream::{Builder, Status};
+use tokio::sync::watch;
 
+use crate::fork_lock::ForkMutex;
 use crate::serving::{DataSeen, Live, Serving};
 use crate::{FORKS, runtime};
 
@@ -36,19 +39,23 @@ pub struct Engine {
     live: Arc<ArcSwap<Live>>,
     /// The Rust client it was made with, for [`Engine::fast`]: evaluating
     /// through it skips the state's load (an `ArcSwap` guard, whose
-    /// release is an atomic compare-and-swap) while nothing changed.
+    /// release is an atomic compare-and-swap) while nothing changed. Kept
+    /// until the engine is dropped (an evaluation may hold it), so a close
+    /// is signalled by `closed_tx`, not by the client's end.
     direct: Option<flagstream::Client>,
     /// [`FORKS`] when it was made.
     forks: u64,
     /// Set (before the state is swapped) by [`Engine::close`].
     closed: AtomicBool,
+    /// `true` once closed: ends the waits of [`Engine::closed_signal`].
+    closed_tx: watch::Sender<bool>,
     /// How the client was built (without its cache directory: a child
     /// never shares its parent's cache lock); `None` for test data or a
     /// flag file, which have no sync to restart.
     restart: Option<Builder>,
-    /// One restart at a time; held only inside [`Engine::restart`], never
-    /// across a wait.
-    restart_lock: Mutex<()>,
+    /// One restart or close at a time; a [`ForkMutex`], so a parent's
+    /// thread that held it at a fork does not block the child.
+    restart_lock: ForkMutex<()>,
 }
 
 impl Engine {
@@ -80,8 +87,9 @@ impl Engine {
             live: Arc::new(ArcSwap::from_pointee(live)),
             direct,
             closed: AtomicBool::new(false),
+            closed_tx: watch::Sender::new(false),
             restart,
-            restart_lock: Mutex::new(()),
+            restart_lock: ForkMutex::new(()),
         })
     }
 
@@ -113,16 +121,36 @@ impl Engine {
     /// [`Engine::live`] with a PID check: a fork no hook saw counts here.
     /// Off the evaluation path (status, waits, listeners, close).
     pub fn live_checked(&self) -> Result<Guard<Arc<Live>>, String> {
+        self.check_pid();
+        self.live()
+    }
+
+    /// Counts a fork no hook saw (the state's process is not this one).
+    fn check_pid(&self) {
         if self.live.load().pid != std::process::id() {
             crate::count_fork();
         }
-        self.live()
+    }
+
+    /// Whether the state is still a parent's, inherited by a forked child
+    /// that has not restarted it (nothing of it may be called or dropped).
+    pub fn inherited(&self) -> bool {
+        self.check_pid();
+        let cur = self.live.load();
+        cur.pid != std::process::id() || cur.forks != FORKS.load(Ordering::SeqCst)
     }
 
     /// The state cell itself, for a binding that replaces the state (at
     /// close) or watches it.
     pub fn cell(&self) -> &Arc<ArcSwap<Live>> {
         &self.live
+    }
+
+    /// A receiver that sees `true` once the client is closed: a binding's
+    /// wait (for data, for a change) selects on it, since the client's own
+    /// channels stay open while [`Engine::fast`] may hand it out.
+    pub fn closed_signal(&self) -> watch::Receiver<bool> {
+        self.closed_tx.subscribe()
     }
 
     /// In a forked child (a fork counted since the state was made):
@@ -135,7 +163,7 @@ impl Engine {
     /// drop takes a lock the parent's sync may have held at the fork); it
     /// runs only when a restart happens, under the restart lock.
     pub fn restart(&self, forget_inherited: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
-        let _one = self.restart_lock.lock().map_err(|_| "the restart lock is poisoned".to_owned())?;
+        let _one = self.restart_lock.lock();
         let forks = FORKS.load(Ordering::SeqCst);
         let cur = self.live.load_full();
         if cur.forks == forks {
@@ -153,10 +181,8 @@ impl Engine {
                 };
                 let rt = runtime()?;
                 let _in_runtime = rt.enter();
-                let child = builder
-                    .clone()
-                    .build()
-                    .map_err(|e| with_causes("restarting the sync after a fork", &e))?;
+                let child =
+                    builder.clone().build().map_err(|e| with_causes("restarting the sync after a fork", &e))?;
                 (Serving::fixed(snap, true), Some(child))
             }
             // Closed, or test data or a flag file: no task of the client
@@ -180,37 +206,33 @@ impl Engine {
             drop(p);
             let live = self.live.clone();
             runtime()?.spawn(async move {
-                if status.wait_for(Status::has_data).await.is_err() {
-                    return; // closed before it had data
+                if status.wait_for(Status::has_data).await.is_ok() {
+                    promote(&live);
                 }
-                live.rcu(|cur| match &cur.pending {
-                    Some(p) if cur.feed == feed => Arc::new(Live {
-                        serving: Serving::Client(p.clone()),
-                        pending: None,
-                        forks: cur.forks,
-                        pid: cur.pid,
-                        feed: cur.feed,
-                        closed: cur.closed,
-                        data: DataSeen::yes(),
-                    }),
-                    _ => cur.clone(),
-                });
             });
         }
         Ok(())
     }
 
+    /// In a forked child whose own sync has data: serves it now (rather
+    /// than when the task watching it runs), so a wait for that data sees
+    /// it served on return.
+    pub fn promote(&self) {
+        promote(&self.live);
+    }
+
     /// Marks the client closed: from now on it serves its last data as a
-    /// fixed snapshot. Returns the state it had, whose sync the caller
-    /// stops (its final usage summary, then its drop), or `None` when it
-    /// was closed already. Call [`Engine::live_checked`] first, so a
-    /// forked child's parent state is set aside rather than returned.
-    pub fn close(&self) -> Result<Option<Arc<Live>>, String> {
+    /// fixed snapshot, and waits on [`Engine::closed_signal`] end. Returns
+    /// the state it had, whose sync the caller stops (its final usage
+    /// summary, then its drop), or `None` when it was closed already. Call
+    /// [`Engine::live_checked`] first, so a forked child's parent state
+    /// is set aside rather than returned.
+    pub fn close(&self) -> Option<Arc<Live>> {
         // Held for the swap only, never across the caller's stop.
-        let _one = self.restart_lock.lock().map_err(|_| "the restart lock is poisoned".to_owned())?;
+        let _one = self.restart_lock.lock();
         let cur = self.live.load_full();
         if cur.closed {
-            return Ok(None);
+            return None;
         }
         self.closed.store(true, Ordering::Release);
         let snap = match &cur.serving {
@@ -226,21 +248,27 @@ impl Engine {
             closed: true,
             data: cur.data.clone(),
         }));
-        Ok(Some(cur))
+        self.closed_tx.send_replace(true);
+        Some(cur)
     }
 
     /// Gives up the state and the direct client, leaving a closed state
     /// without data: `Some` to drop (the last handles' drop stops the sync
-    /// and writes the cache: a binding drops them where it may block), or
-    /// `None` when they are a parent's inherited by a forked child not yet
-    /// restarted, which are leaked instead.
+    /// and writes the cache: a binding drops them where it may block).
+    /// What a forked child inherited from its parent (the state not yet
+    /// restarted, and the direct client, always its parent's after a fork)
+    /// is leaked instead.
     pub fn take(&mut self) -> Option<(Arc<Live>, Option<flagstream::Client>)> {
         self.closed.store(true, Ordering::Release);
+        self.closed_tx.send_replace(true);
+        let forks = FORKS.load(Ordering::SeqCst);
+        let mut direct = self.direct.take();
+        if self.forks != forks {
+            std::mem::forget(direct.take());
+        }
         let cur = self.live.swap(GONE.clone());
-        let direct = self.direct.take();
-        if cur.pid != std::process::id() || cur.forks != FORKS.load(Ordering::SeqCst) {
+        if cur.pid != std::process::id() || cur.forks != forks {
             std::mem::forget(cur);
-            std::mem::forget(direct);
             return None;
         }
         Some((cur, direct))
@@ -252,6 +280,23 @@ impl Drop for Engine {
     fn drop(&mut self) {
         drop(self.take());
     }
+}
+
+/// Serves a forked child's own sync once it has data (the pending client
+/// of the same feed), in place of the parent's snapshot.
+fn promote(live: &ArcSwap<Live>) {
+    live.rcu(|cur| match &cur.pending {
+        Some(p) if p.status().has_data() => Arc::new(Live {
+            serving: Serving::Client(p.clone()),
+            pending: None,
+            forks: cur.forks,
+            pid: cur.pid,
+            feed: cur.feed,
+            closed: cur.closed,
+            data: DataSeen::yes(),
+        }),
+        _ => cur.clone(),
+    });
 }
 
 /// `what: error: cause: cause...`, every cause of `e` kept.

@@ -22,10 +22,13 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
+
 pub mod engine;
+pub mod fork_lock;
 pub mod serving;
 
 pub use engine::Engine;
+pub use fork_lock::{ForkGuard, ForkMutex};
 pub use serving::{DataSeen, Fallbacks, Live, Serving, client_parts, count, fixed_parts};
 
 /// Forks seen by this process's lineage: a client started under another
@@ -69,18 +72,16 @@ pub fn install_fork_handler() -> Result<(), String> {
     RESULT.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// The process's runtime, with the PID that built it.
-static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+/// The process's runtime, with the PID that built it (a [`ForkMutex`]: a
+/// thread of the parent that held it at a fork does not block the child).
+static RUNTIME: ForkMutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = ForkMutex::new(None);
 
 /// The runtime of this process (two workers), built on first use, and
 /// anew in a forked child, leaking the parent's: its threads are gone and
-/// dropping it would wait for them. The lock is held only here and never
-/// across a wait, so no thread holds it at a fork unless a fork interrupts
-/// this very function (a binding calls it from the thread that forks, or
-/// its language holds a lock across both, as Python's GIL does).
+/// dropping it would wait for them.
 pub fn runtime() -> Result<Arc<tokio::runtime::Runtime>, String> {
     let pid = std::process::id();
-    let mut slot = RUNTIME.lock().map_err(|_| "the flagstream runtime lock is poisoned".to_owned())?;
+    let mut slot = RUNTIME.lock();
     if let Some((built_by, rt)) = slot.as_ref()
         && *built_by == pid
     {

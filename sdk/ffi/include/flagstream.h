@@ -240,7 +240,9 @@ enum flagstream_status flagstream_client_new(const uint8_t *options,
                                              struct flagstream_client **out);
 
 // Waits up to `timeout_ms` for the client's first data: `OK` with data,
-// `TIMEOUT` without (it keeps trying in the background).
+// `TIMEOUT` without (it keeps trying in the background), `CLOSED` when
+// the client is closed meanwhile. In a forked child, for the child's own
+// sync's data (served on return) rather than the parent's.
 //
 // # Safety
 // `client` is a live client handle.

@@ -5,10 +5,13 @@ use std::sync::atomic::Ordering;
 
 use crate::*;
 
-/// One change listener: its stop signal and its task.
+/// One change listener: its stop signal and its task, and the fork count
+/// it was made under (a parent's listener is never waited for in a child:
+/// its task ran on the parent's runtime).
 pub(crate) struct Listener {
     pub(crate) stop: std::sync::Arc<tokio::sync::Notify>,
     pub(crate) task: tokio::task::JoinHandle<()>,
+    pub(crate) forks: u64,
 }
 
 /// A string borrowed for the length of a callback.
@@ -58,8 +61,13 @@ impl Callback {
 }
 
 /// Stops a listener and waits until its task (and any call of its
-/// callback) has ended.
+/// callback) has ended. A listener inherited from a parent process is
+/// leaked instead: its task will never run here (nor call back).
 pub(crate) fn stop_listener(l: Listener) -> Result<(), Failure> {
+    if l.forks != flagstream_binding::FORKS.load(Ordering::SeqCst) {
+        std::mem::forget(l);
+        return Ok(());
+    }
     l.stop.notify_one();
     let task = l.task;
     // A task that panicked has ended too.
@@ -96,6 +104,13 @@ pub unsafe extern "C" fn flagstream_client_on_change(
             None => tokio::sync::broadcast::channel(1).1,
         };
         drop(live);
+        // The table first: a close empties it under this lock, so a
+        // listener is either in it (and stopped by the close) or refused
+        // before its task exists (and never calls back).
+        let mut table = c.listeners.lock();
+        let Some(listeners) = table.as_mut() else {
+            return Err(Failure(FlagstreamStatus::Closed, "the client was closed".into()));
+        };
         let cb = std::sync::Arc::new(std::sync::Mutex::new(Callback { f, user_data }));
         let stop = std::sync::Arc::new(tokio::sync::Notify::new());
         let stopped = stop.clone();
@@ -122,13 +137,9 @@ pub unsafe extern "C" fn flagstream_client_on_change(
             }
         });
         let id = c.next_listener.fetch_add(1, Ordering::Relaxed);
-        let mut listeners = c.listeners.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(listeners) = listeners.as_mut() else {
-            // Closed since `open` above: the task never calls back.
-            task.abort();
-            return Err(Failure(FlagstreamStatus::Closed, "the client was closed".into()));
-        };
-        listeners.insert(id, Listener { stop, task });
+        let forks = flagstream_binding::FORKS.load(Ordering::SeqCst);
+        listeners.insert(id, Listener { stop, task, forks });
+        drop(table);
         // SAFETY: the caller's contract, above.
         unsafe { put(listener, id, "listener") }
     })
@@ -148,8 +159,7 @@ pub unsafe extern "C" fn flagstream_client_off_change(
         // SAFETY: the caller's contract, above.
         let (c, live) = unsafe { open(client, true) }?;
         drop(live);
-        let l =
-            c.listeners.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|l| l.remove(&listener));
+        let l = c.listeners.lock().as_mut().and_then(|l| l.remove(&listener));
         let l = l.ok_or_else(|| invalid(format!("listener: no listener {listener}")))?;
         stop_listener(l)
     })

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arc_swap::Guard;
 use flagstream::{Builder, Client, FlagSet, Limits, Snapshot};
-use flagstream_binding::{Engine, Live, Serving};
+use flagstream_binding::{Engine, ForkMutex, Live, Serving};
 use serde::Deserialize;
 
 use crate::*;
@@ -20,7 +20,7 @@ pub struct FlagstreamClient {
     /// Change listeners by id: each a task of the library's runtime;
     /// `None` once the client is closed (a listener added meanwhile is
     /// refused under this lock, so none outlives the close).
-    pub(crate) listeners: std::sync::Mutex<Option<std::collections::HashMap<u64, Listener>>>,
+    pub(crate) listeners: ForkMutex<Option<std::collections::HashMap<u64, Listener>>>,
     pub(crate) next_listener: std::sync::atomic::AtomicU64,
 }
 
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn flagstream_client_new(
         let engine = Engine::new(serving, restart).map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
         let boxed = Box::new(FlagstreamClient {
             engine,
-            listeners: std::sync::Mutex::new(Some(std::collections::HashMap::new())),
+            listeners: ForkMutex::new(Some(std::collections::HashMap::new())),
             next_listener: std::sync::atomic::AtomicU64::new(1),
         });
         // SAFETY: the caller's contract, above.
@@ -225,7 +225,9 @@ pub(crate) unsafe fn open<'a>(
 }
 
 /// Waits up to `timeout_ms` for the client's first data: `OK` with data,
-/// `TIMEOUT` without (it keeps trying in the background).
+/// `TIMEOUT` without (it keeps trying in the background), `CLOSED` when
+/// the client is closed meanwhile. In a forked child, for the child's own
+/// sync's data (served on return) rather than the parent's.
 ///
 /// # Safety
 /// `client` is a live client handle.
@@ -236,26 +238,39 @@ pub unsafe extern "C" fn flagstream_client_wait_ready(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
-        let (_, live) = unsafe { open(client, true) }?;
-        let mut status = match (&live.serving, live.syncing()) {
-            (Serving::Fixed { snap: Some(_), .. }, _) => return Ok(()),
-            (_, Some(c)) if c.status().has_data() => return Ok(()),
-            // Only the status: the wait keeps nothing of the client alive,
-            // so a close (dropping the sender) ends it.
-            (_, Some(c)) => c.status_watch(),
-            (_, None) => {
+        let (c, live) = unsafe { open(client, true) }?;
+        let sync = match (&live.pending, &live.serving) {
+            (Some(p), _) => p,
+            (None, Serving::Client(sync)) => sync,
+            (None, Serving::Fixed { snap: Some(_), .. }) => return Ok(()),
+            (None, Serving::Fixed { snap: None, .. }) => {
                 return Err(Failure(FlagstreamStatus::Timeout, "no data, and no sync to wait for".into()));
             }
         };
+        if sync.status().has_data() {
+            c.engine.promote();
+            return Ok(());
+        }
+        // Only the status and the close signal: the wait keeps nothing of
+        // the client alive.
+        let mut status = sync.status_watch();
+        let mut closed = c.engine.closed_signal();
         drop(live);
         let timeout = Duration::from_millis(timeout_ms);
         let waited = wait_on(async move {
-            tokio::time::timeout(timeout, status.wait_for(flagstream::Status::has_data))
-                .await
-                .map(|r| r.is_ok())
+            tokio::time::timeout(timeout, async {
+                tokio::select! {
+                    r = status.wait_for(flagstream::Status::has_data) => r.is_ok(),
+                    _ = closed.wait_for(|c| *c) => false,
+                }
+            })
+            .await
         })?;
         match waited {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                c.engine.promote();
+                Ok(())
+            }
             Ok(false) => Err(Failure(FlagstreamStatus::Closed, "the client was closed while waiting".into())),
             Err(_) => Err(Failure(FlagstreamStatus::Timeout, format!("no data within {timeout_ms} ms"))),
         }
@@ -287,15 +302,17 @@ pub unsafe extern "C" fn flagstream_client_close(
 /// Every step runs even when an earlier one fails; the first failure is
 /// returned.
 pub(crate) fn close(c: &FlagstreamClient, timeout: Duration) -> Result<(), Failure> {
-    let cur = c.engine.close().map_err(|e| Failure(FlagstreamStatus::Internal, e))?;
-    let cur = cur.ok_or_else(|| Failure(FlagstreamStatus::Closed, "the client was closed".into()))?;
-    let listeners = c.listeners.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+    let cur = c.engine.close();
+    let listeners = c.listeners.lock().take();
     let mut first = Ok(());
-    for (_, l) in listeners {
+    for (_, l) in listeners.into_iter().flatten() {
         if let Err(e) = stop_listener(l) {
             first = first.and(Err(e));
         }
     }
+    let Some(cur) = cur else {
+        return first.and(Err(Failure(FlagstreamStatus::Closed, "the client was closed".into())));
+    };
     let stopped = wait_on(async move {
         if let Some(client) = cur.syncing() {
             client.close(timeout).await;
@@ -322,9 +339,14 @@ pub unsafe extern "C" fn flagstream_client_free(client: *mut FlagstreamClient) {
     let _freed = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: made by `Box::into_raw` in `flagstream_client_new`, and
         // not used after this call (the caller's contract).
-        let c = unsafe { Box::from_raw(client) };
-        // In a forked child, the parent's state is set aside first.
-        if c.engine.live_checked().is_ok() {
+        let mut c = unsafe { Box::from_raw(client) };
+        if c.engine.inherited() {
+            // A forked child that never used the client: nothing of the
+            // parent's is called or waited for (no sync is restarted just
+            // to be closed); its listeners are leaked, the engine leaks
+            // the rest as it drops.
+            std::mem::forget(c.listeners.get_mut().take());
+        } else {
             // Already closed, or the close failed: nothing more to send.
             let _closed = close(&c, FREE_CLOSE);
         }

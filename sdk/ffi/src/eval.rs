@@ -59,6 +59,47 @@ pub struct FlagstreamDetail {
     pub prerequisite_key: FlagstreamString,
 }
 
+impl FlagstreamDetail {
+    /// What a failed call leaves in a detail: nothing to free.
+    const EMPTY: FlagstreamDetail = FlagstreamDetail {
+        variation: -1,
+        reason: FLAGSTREAM_REASON_ERROR,
+        error_kind: FLAGSTREAM_ERROR_NONE,
+        rule_index: -1,
+        flag_version: 0,
+        revision: 0,
+        in_rollout: false,
+        stale: false,
+        schedule_step: -1,
+        rule_id: FlagstreamString::EMPTY,
+        prerequisite_key: FlagstreamString::EMPTY,
+    };
+}
+
+/// Empties a detail the caller passed (not null) before anything can
+/// fail, so a caller may free it after any status.
+///
+/// # Safety
+/// `detail` is null or valid for a write.
+unsafe fn clear_detail(detail: *mut FlagstreamDetail) {
+    if !detail.is_null() {
+        // SAFETY: non-null and writable (the contract).
+        unsafe { detail.write(FlagstreamDetail::EMPTY) };
+    }
+}
+
+/// The answer to a null flag handle (the detail emptied).
+///
+/// # Safety
+/// `detail` is null or valid for a write.
+unsafe fn no_flag(detail: *mut FlagstreamDetail) -> FlagstreamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract, above.
+        unsafe { clear_detail(detail) };
+        Err(invalid("flag: a null pointer"))
+    })
+}
+
 /// The C form of `d`'s detail.
 fn detail_of<T>(d: &Detail<'_, T>) -> FlagstreamDetail {
     let p = d.reason.parts();
@@ -260,6 +301,8 @@ unsafe fn scalar_inner<T: for<'s> flagstream::FromValue<'s> + Copy>(
     value: *mut T,
     detail: *mut FlagstreamDetail,
 ) -> Result<(), Failure> {
+    // SAFETY: the caller's contract, above.
+    unsafe { clear_detail(detail) };
     if value.is_null() {
         return Err(invalid("value: a null out pointer"));
     }
@@ -295,6 +338,8 @@ unsafe fn text_value(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     guard(|| {
+        // SAFETY: the caller's contract, above.
+        unsafe { clear_detail(detail) };
         if value.is_null() {
             return Err(invalid("value: a null out pointer"));
         }
@@ -446,6 +491,8 @@ pub unsafe extern "C" fn flagstream_eval_bool_flag(
 ) -> FlagstreamStatus {
     guard(|| {
         // SAFETY: the caller's contract, above.
+        unsafe { clear_detail(detail) };
+        // SAFETY: the caller's contract, above.
         let (c, f) = unsafe { (handle(client, "client")?, handle(flag, "flag")?) };
         // The value alone, from the client's own handle path: a flag whose
         // answer does not depend on the context (off, a fixed fallthrough)
@@ -479,7 +526,8 @@ pub unsafe extern "C" fn flagstream_eval_int_flag(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     if flag.is_null() {
-        return guard(|| Err(invalid("flag: a null pointer")));
+        // SAFETY: the caller's contract, above.
+        return unsafe { no_flag(detail) };
     }
     // SAFETY: the caller's contract, above.
     unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
@@ -499,7 +547,8 @@ pub unsafe extern "C" fn flagstream_eval_float_flag(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     if flag.is_null() {
-        return guard(|| Err(invalid("flag: a null pointer")));
+        // SAFETY: the caller's contract, above.
+        return unsafe { no_flag(detail) };
     }
     // SAFETY: the caller's contract, above.
     unsafe { scalar(client, flag, std::ptr::null(), 0, context, default_value, value, detail) }
@@ -522,7 +571,8 @@ pub unsafe extern "C" fn flagstream_eval_string_flag(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     if flag.is_null() {
-        return guard(|| Err(invalid("flag: a null pointer")));
+        // SAFETY: the caller's contract, above.
+        return unsafe { no_flag(detail) };
     }
     let default = (default_value, default_len);
     // SAFETY: the caller's contract, above.
@@ -546,7 +596,8 @@ pub unsafe extern "C" fn flagstream_eval_json_flag(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     if flag.is_null() {
-        return guard(|| Err(invalid("flag: a null pointer")));
+        // SAFETY: the caller's contract, above.
+        return unsafe { no_flag(detail) };
     }
     let default = (default_json, default_len);
     // SAFETY: the caller's contract, above.
@@ -577,6 +628,8 @@ pub unsafe extern "C" fn flagstream_eval_at(
     detail: *mut FlagstreamDetail,
 ) -> FlagstreamStatus {
     guard(|| {
+        // SAFETY: the caller's contract, above.
+        unsafe { clear_detail(detail) };
         if value_json.is_null() {
             return Err(invalid("value_json: a null out pointer"));
         }

@@ -356,16 +356,23 @@ impl NativeClient {
         let mut status = match &live.serving {
             Serving::Fixed { snap, .. } => return Ok(snap.is_some()),
             Serving::Client(c) if c.status().has_data() => return Ok(true),
-            // Only the status: the wait keeps nothing of the client alive,
-            // so close() (dropping the sender) ends it.
+            // Only the status, and the close signal that ends the wait
+            // (the client's own sender lives as long as the client).
             Serving::Client(c) => c.status_watch(),
         };
         drop(live);
+        let mut closed = self.engine.closed_signal();
         let rt = runtime()?;
         // The timer is made inside the runtime (it needs its reactor).
         let waited = py.detach(|| {
             rt.block_on(async {
-                tokio::time::timeout(timeout, status.wait_for(Status::has_data)).await.map(|r| r.is_ok())
+                tokio::time::timeout(timeout, async {
+                    tokio::select! {
+                        r = status.wait_for(Status::has_data) => r.is_ok(),
+                        _ = closed.wait_for(|c| *c) => false,
+                    }
+                })
+                .await
             })
         });
         // A timeout, or the client closed meanwhile: not ready.
@@ -425,7 +432,7 @@ impl NativeClient {
         // that held it across the GIL release would deadlock a second
         // close() (which waits for it holding the GIL), and a child forked
         // meanwhile would find it held for good.
-        let Some(cur) = self.engine.close().map_err(PyRuntimeError::new_err)? else {
+        let Some(cur) = self.engine.close() else {
             return Ok(false);
         };
         // The change feed ends with the client.
@@ -497,8 +504,25 @@ impl NativeClient {
             return Ok(py.None().into_bound(py));
         };
         let rt = runtime()?;
-        // The timer is made inside the runtime (it needs its reactor).
-        let got = py.detach(|| rt.block_on(async { tokio::time::timeout(timeout, rx.recv()).await }));
+        let mut closed = self.engine.closed_signal();
+        // The timer is made inside the runtime (it needs its reactor); a
+        // close ends the wait.
+        let got = py.detach(|| {
+            rt.block_on(async {
+                tokio::time::timeout(timeout, async {
+                    tokio::select! {
+                        r = rx.recv() => Some(r),
+                        _ = closed.wait_for(|c| *c) => None,
+                    }
+                })
+                .await
+            })
+        });
+        let got = match got {
+            Ok(None) => return Ok(PyBool::new(py, false).to_owned().into_any()),
+            Ok(Some(r)) => Ok(r),
+            Err(elapsed) => Err(elapsed),
+        };
         let out = match got {
             Err(_elapsed) => py.None().into_bound(py),
             Ok(Ok(change)) => {

@@ -90,7 +90,7 @@ async fn a_c_program_uses_the_whole_slice_of_the_abi_against_a_relay() {
     );
     assert_eq!(
         stdout.matches("ok  ").count(),
-        37,
+        41,
         "every step ran (the forked child's five among them): {stdout}"
     );
 }

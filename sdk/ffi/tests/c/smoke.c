@@ -53,6 +53,18 @@ static void on_change(void *user_data, uint64_t revision, const flagstream_str *
     pthread_mutex_unlock(&s->lock);
 }
 
+/* A wait for data on another thread, and how it ended. */
+typedef struct {
+    flagstream_client *client;
+    int status;
+} waited_t;
+
+static void *wait_for_data(void *arg) {
+    waited_t *w = arg;
+    w->status = (int)flagstream_client_wait_ready(w->client, 60000);
+    return NULL;
+}
+
 static int same(flagstream_string s, const char *text) {
     return s.len == strlen(text) && (s.len == 0 || memcmp(s.ptr, text, s.len) == 0);
 }
@@ -67,22 +79,15 @@ static void in_child(flagstream_client *client, flagstream_context *ctx) {
           "child: the parent's flags are served at once, marked stale");
     flagstream_detail_free(&d);
     check(flagstream_client_wait_ready(client, 20000) == FLAGSTREAM_STATUS_OK, "child: its own sync has data");
-    /* The switch to the child's own data follows its first data. */
-    int fresh = 0;
-    for (int i = 0; i < 2000 && !fresh; i++) {
-        if (flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) != FLAGSTREAM_STATUS_OK) break;
-        fresh = on && !d.stale;
-        flagstream_detail_free(&d);
-        if (!fresh) {
-            struct timespec ten_ms = {0, 10 * 1000 * 1000};
-            nanosleep(&ten_ms, NULL);
-        }
-    }
-    check(fresh, "child: then its own sync's flags, not stale");
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, &d) == FLAGSTREAM_STATUS_OK && on
+              && !d.stale,
+          "child: then its own sync's flags are served, not stale");
+    flagstream_detail_free(&d);
     flagstream_stats st;
     check(flagstream_client_stats(client, &st) == FLAGSTREAM_STATUS_OK && st.connects >= 1 && st.snapshots_applied >= 1,
           "child: its own stream connected and applied a snapshot");
-    check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_OK, "child: the client closes");
+    check(flagstream_client_close(client, 5000) == FLAGSTREAM_STATUS_OK,
+          "child: the client closes (the parent's listener is left to the parent, not waited for)");
     flagstream_client_free(client);
     fflush(stdout);
     _exit(failed);
@@ -203,7 +208,12 @@ int main(int argc, char **argv) {
               && stats.connects >= 1 && stats.snapshots_applied >= 1,
           "the stats count the missing flag's default and the stream");
 
-    /* A fork: the child serves the parent's flags, then its own sync's. */
+    /* A fork: the child serves the parent's flags, then its own sync's;
+       a listener the parent registered stays the parent's. */
+    seen_t before_fork = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    uint64_t parents_listener = 0;
+    check(flagstream_client_on_change(client, on_change, &before_fork, &parents_listener) == FLAGSTREAM_STATUS_OK,
+          "a listener is registered before the fork");
     fflush(stdout);
     pid_t child = fork();
     if (child == 0) in_child(client, ctx);
@@ -211,8 +221,22 @@ int main(int argc, char **argv) {
     check(child > 0 && waitpid(child, &child_status, 0) == child && WIFEXITED(child_status)
               && WEXITSTATUS(child_status) == 0,
           "a forked child's steps held");
-    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on,
-          "the parent goes on after the fork");
+    check(flagstream_eval_bool(client, S("new-checkout"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && on
+              && flagstream_client_off_change(client, parents_listener) == FLAGSTREAM_STATUS_OK,
+          "the parent goes on after the fork, its listener with it");
+
+    /* A wait for data ends when another thread closes the client. */
+    flagstream_client *unreachable = NULL;
+    check(flagstream_client_new(S("{\"endpoints\": [\"http://127.0.0.1:1\"], \"sdk_key\": \"k\"}"), &unreachable)
+              == FLAGSTREAM_STATUS_OK,
+          "a client of a relay that is not there is made");
+    pthread_t waiter;
+    waited_t w = {unreachable, -1};
+    pthread_create(&waiter, NULL, wait_for_data, &w);
+    check(flagstream_client_close(unreachable, 1000) == FLAGSTREAM_STATUS_OK, "another thread closes it");
+    pthread_join(waiter, NULL);
+    check(w.status == FLAGSTREAM_STATUS_CLOSED, "the wait for data ends with CLOSED, not its 60 s timeout");
+    flagstream_client_free(unreachable);
 
     on = true;
     check(flagstream_eval_bool(client, S("theme"), ctx, false, &on, NULL) == FLAGSTREAM_STATUS_OK && !on,
