@@ -90,7 +90,10 @@ func (l *listener) shut() {
 // unsubscribe function synchronously (use `go unsubscribe()`); a panic in
 // fn is recovered and logged. unsubscribe stops the calls: once it
 // returns, fn is not running and is not called again; it is idempotent.
-// On a closed client fn is never called and an error is returned.
+// On a closed client fn is never called and an error is returned. The
+// library holds fn until Close or unsubscribe: if fn refers to the client
+// (or to anything that does), the client stays reachable until then and
+// its finalizer never runs, so Close it.
 func (c *Client) OnChange(fn func(Change)) (unsubscribe func(), err error) {
 	l := &listener{fn: fn, done: make(chan struct{})}
 	if err := c.register(l); err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,11 @@ const DefaultCloseTimeout = 2 * time.Second
 // number of goroutines. Close it when done: Close ends its stream and
 // sends its last usage counts; its memory is released when it is garbage
 // collected (a finalizer frees the library's handle, so evaluations racing
-// Close never touch freed memory).
+// Close never touch freed memory). A client dropped without Close is
+// closed by that finalizer, in a goroutine of its own. A function passed
+// to OnChange that refers to the client keeps the client reachable (the
+// library holds the function) until Close or its unsubscribe: such a
+// client is never finalized, so Close it.
 type Client struct {
 	ptr    *C.flagstream_client
 	closed atomic.Bool // Close began
@@ -104,23 +109,41 @@ func (c *Client) h() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(c.p
 
 // finalize frees the library's handle once the client is unreachable
 // (closing it first, as flagstream_client_free does, if Close was not
-// called).
+// called). It runs on the runtime's one finalizer goroutine, shared by
+// every finalizer of the process, so it must never block: it stops the
+// listeners' deliveries first (as Close does: a channel listener blocked
+// on a full channel lets go, since the library's close waits for every
+// callback to return), then leaves the free itself, which can wait up to
+// 2 s for the last usage counts and for a listener's call in progress,
+// to a goroutine of its own.
 func (c *Client) finalize() {
-	C.flagstream_client_free(c.ptr)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	// free stopped the listeners when it closed the client itself, or
-	// when an earlier Close had.
-	if !c.swept || c.closeOK {
-		for l := range c.listeners {
-			l.shut()
-			if l.id != 0 && !l.stopping {
-				l.handle.Delete()
-			}
+	// free stops the listeners when it closes the client itself, or an
+	// earlier Close did; after a failed Close they may still be called,
+	// so their handles are kept (Close emptied the set anyway).
+	release := !c.swept || c.closeOK
+	var handles []cgo.Handle
+	for l := range c.listeners {
+		l.shut()
+		if release && l.id != 0 && !l.stopping {
+			handles = append(handles, l.handle)
 		}
 	}
 	c.listeners = nil
 	c.swept = true
+	c.mu.Unlock()
+	go freeClient(c.ptr, handles)
+}
+
+// freeClient frees a client's handle (closing it first if needed: every
+// listener stopped once it returns), then the handles of the listeners it
+// stopped. It is given what it needs, not the Client, which is already
+// unreachable.
+func freeClient(ptr *C.flagstream_client, handles []cgo.Handle) {
+	C.flagstream_client_free(ptr)
+	for _, h := range handles {
+		h.Delete()
+	}
 }
 
 // WaitReady waits until the client has data (from a relay, its cache,

@@ -3,7 +3,8 @@ package flagstream_test
 // The Go client against real relay processes: first data and a change
 // arriving (listener and channel), failover by delta, the blackhole stall
 // with default settings, the cache with every relay down, a use after
-// close, and a process that exits after Close.
+// close, a process that exits after Close, and the finalizer of a client
+// dropped while a listener's send waits.
 
 import (
 	"bytes"
@@ -73,12 +74,21 @@ func TestRelayFirstDataAndAChange(t *testing.T) {
 	if _, err := c.OnChange(func(flagstream.Change) { panic("a listener's bug") }); err != nil {
 		t.Fatal(err)
 	}
+	// Each listener is called on its own: the recording one says when it
+	// has seen go-flag, and the test waits for that, not for another's.
 	var mu sync.Mutex
 	var seen []flagstream.Change
+	recorded := make(chan struct{})
+	var recordedOnce sync.Once
 	if _, err := c.OnChange(func(ch flagstream.Change) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, ch)
+		for _, k := range ch.Flags {
+			if k == "go-flag" {
+				recordedOnce.Do(func() { close(recorded) })
+			}
+		}
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +130,7 @@ func TestRelayFirstDataAndAChange(t *testing.T) {
 	if !c.Bool("go-flag", u, false) || !handle.Bool(u, false) {
 		t.Fatal("go-flag after the change")
 	}
+	waitFor(t, recorded, "the change at the recording listener", c)
 	mu.Lock()
 	listened := false
 	for _, ch := range seen {
@@ -133,6 +144,13 @@ func TestRelayFirstDataAndAChange(t *testing.T) {
 	}
 	if n := removedCalls.Load(); n != 0 {
 		t.Fatalf("a removed listener was called %d times", n)
+	}
+	// The panicking listener is called on its own too: wait for its log.
+	for deadline := time.Now().Add(step); !strings.Contains(logged.String(), "a change listener panicked: a listener's bug"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the panic was not logged within %s: %q", step, logged.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	s := stats(t, c)
 	if s.SnapshotsApplied != 1 || s.DeltasApplied < 1 {
@@ -266,6 +284,82 @@ func TestRelayUseAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertClosed(t, c, u, handle)
+}
+
+// TestRelayFinalizerNeverWaitsOnAFullChannel: a client dropped without
+// Close while the send to its unread Changes channel waits is freed by its
+// finalizer, which closes the channel and never holds up the runtime's
+// finalizer goroutine (one for the whole process): a finalizer queued
+// after the client's still runs.
+func TestRelayFinalizerNeverWaitsOnAFullChannel(t *testing.T) {
+	a := startRelay(t, filepath.Join(t.TempDir(), "a"))
+	changes, arrived := abandonedClient(t, a)
+	a.flagctl("flag", "create", "gc-flag", "--on", "--yes")
+	select {
+	case <-arrived:
+	case <-time.After(step):
+		t.Fatalf("the change did not arrive within %s", step)
+	}
+	time.Sleep(100 * time.Millisecond) // the channel's send is waiting by now
+	runtime.GC()                       // the client is unreachable: its finalizer is queued
+
+	type sentinel struct {
+		buf []byte // a pointer: never in a tiny allocation block
+	}
+	finalized := make(chan struct{})
+	func() {
+		s := &sentinel{buf: make([]byte, 64)}
+		runtime.SetFinalizer(s, func(*sentinel) { close(finalized) })
+	}()
+	deadline := time.After(step)
+	for done := false; !done; {
+		runtime.GC()
+		select {
+		case <-finalized:
+			done = true
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("a finalizer queued after the client's did not run within %s: the finalizer goroutine is blocked", step)
+		}
+	}
+	// The client's finalizer stopped the channel listener: the channel is
+	// closed (after what it buffered).
+	deadline = time.After(step)
+	for {
+		select {
+		case _, ok := <-changes:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the channel of a finalized client was not closed within %s", step)
+		}
+	}
+}
+
+// abandonedClient makes a client of a with an unread, unbuffered Changes
+// channel and a callback that says when a change names gc-flag, and keeps
+// no reference to the client (no Close, no unsubscribe function).
+func abandonedClient(t *testing.T, a *relay) (<-chan flagstream.Change, <-chan struct{}) {
+	t.Helper()
+	c, err := flagstream.NewClient(flagstream.Options{Endpoints: []string{a.url()}, SDKKey: a.sdkKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c)
+	arrived := make(chan struct{})
+	var once sync.Once
+	if _, err := c.OnChange(func(ch flagstream.Change) {
+		for _, k := range ch.Flags {
+			if k == "gc-flag" {
+				once.Do(func() { close(arrived) })
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	changes, _ := c.Changes(0)
+	return changes, arrived
 }
 
 // TestCloseLetsTheProcessExit runs internal/closeexit (a program with a

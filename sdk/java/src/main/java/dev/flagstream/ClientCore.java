@@ -37,10 +37,36 @@ final class ClientCore implements Runnable {
         this.handle = handle;
     }
 
-    /** The Cleaner: the client is unreachable, so no call is in flight. */
+    /**
+     * The Cleaner: the client is unreachable, so no call is in flight. The
+     * Cleaner's thread is shared (every context, flag handle and client of
+     * the package), so it never waits here: no listener call into the
+     * user's code starts any more, and the free, which closes the client
+     * first if needed (up to 2 s for the last usage counts) and waits for a
+     * listener call in progress (however long a blocked listener takes),
+     * runs on a daemon thread of its own.
+     */
     @Override
     public void run() {
-        Native.clientFree(handle); // closes first if needed: every listener stopped
+        synchronized (lock) {
+            for (ListenerRef r : listeners.values()) {
+                r.active = false;
+            }
+        }
+        try {
+            Thread t = new Thread(this::free, "flagstream-client-free");
+            t.setDaemon(true);
+            t.start();
+        } catch (Throwable e) {
+            // No thread to be had (out of memory or threads): free here
+            // rather than leak the client.
+            free();
+        }
+    }
+
+    /** Frees the handle (closing it first if needed: every listener stopped), then the listeners' data. */
+    private void free() {
+        Native.clientFree(handle);
         synchronized (lock) {
             closeDone = true;
             if (!listenersUnsafe) {

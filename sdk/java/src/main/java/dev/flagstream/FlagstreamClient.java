@@ -36,8 +36,12 @@ import java.util.function.Consumer;
  * the hot path (each call keeps the object reachable until it returns with
  * {@link Reference#reachabilityFence}). The cost is that a closed client's
  * last flag data stays in native memory until it is collected. A client
- * collected without {@code close()} is closed and freed then (its last usage
- * counts are sent, waiting up to 2 s on the Cleaner's thread).
+ * collected without {@code close()} is closed and freed then: its listeners
+ * are no longer called, and the close and free (its last usage counts are
+ * sent, waiting up to 2 s, and a listener call in progress is waited for)
+ * run on a daemon thread of their own ({@code flagstream-client-free}), so a
+ * listener that blocks never stalls the Cleaner's thread, which frees every
+ * other client, context and flag handle of the package.
  *
  * <p><b>Threads.</b> The library runs its own threads (not Java threads: they
  * never keep the JVM alive). Change listeners are called on them, attached
@@ -372,7 +376,9 @@ public final class FlagstreamClient implements AutoCloseable {
      * quickly; it must not call {@link #close()} on this client (that throws
      * {@link IllegalStateException}: it would wait for itself). Keep a
      * reference to the client: a client that becomes unreachable is closed
-     * by its Cleaner, which stops its listeners.
+     * by its Cleaner, which stops its listeners. A listener that refers to
+     * the client (or to anything that does) keeps it reachable until the
+     * listener is removed or the client closed.
      *
      * @param listener called with each {@link Change}
      * @return its registration: {@code close()} removes it

@@ -17,7 +17,9 @@ import org.junit.jupiter.api.Test;
  * Evaluations take no lock and may run on any number of threads: many
  * threads evaluate one client at once, each with its own contexts, while
  * another thread makes calls that change nothing (status, stats, details by
- * key), and every result is the one the flag's rule gives.
+ * key), and every result is the one the flag's rule gives. Nothing asserts
+ * on scheduling: the evaluators start once the reader has made its first
+ * round of calls, and how far their runs overlap is up to the machine.
  */
 class ConcurrencyTest {
     static final String FLAGS = "flags:\n"
@@ -54,22 +56,20 @@ class ConcurrencyTest {
                     contexts[t][j] = context("t" + t + "-u" + j, j);
                 }
             }
-            CountDownLatch go = new CountDownLatch(1);
+            // Counted down by the reader after its first round of calls:
+            // then every evaluator starts.
+            CountDownLatch readerStarted = new CountDownLatch(1);
             AtomicBoolean evaluating = new AtomicBoolean(true);
             AtomicLong wrong = new AtomicLong();
             AtomicLong matched = new AtomicLong();
             AtomicLong readerCalls = new AtomicLong();
             AtomicReference<Throwable> failure = new AtomicReference<>();
-            long[] started = new long[THREADS];
-            long[] ended = new long[THREADS];
             List<Thread> evaluators = new ArrayList<>();
             for (int t = 0; t < THREADS; t++) {
-                final int id = t;
                 final Context[] ctxs = contexts[t];
                 Thread th = new Thread(() -> {
                     try {
-                        go.await();
-                        started[id] = System.nanoTime();
+                        readerStarted.await();
                         long bad = 0;
                         long on = 0;
                         for (int i = 0; i < EVALUATIONS; i++) {
@@ -84,7 +84,6 @@ class ConcurrencyTest {
                                 on++;
                             }
                         }
-                        ended[id] = System.nanoTime();
                         wrong.addAndGet(bad);
                         matched.addAndGet(on);
                     } catch (Throwable e) {
@@ -99,8 +98,7 @@ class ConcurrencyTest {
             Context fr = context("reader", 1);
             Thread reader = new Thread(() -> {
                 try {
-                    go.await();
-                    while (evaluating.get()) {
+                    do {
                         assertEquals(ClientStatus.State.READY, client.status().state());
                         assertEquals(0, client.stats().defaultNotFound());
                         EvaluationDetail<Boolean> d = client.boolDetail("rule2", us, false);
@@ -108,13 +106,15 @@ class ConcurrencyTest {
                         assertEquals("us-enterprise", d.ruleId().orElseThrow());
                         assertFalse(client.boolValue("rule2", fr, true));
                         readerCalls.incrementAndGet();
-                    }
+                        readerStarted.countDown();
+                    } while (evaluating.get());
                 } catch (Throwable e) {
                     failure.compareAndSet(null, e);
+                } finally {
+                    readerStarted.countDown(); // a failed reader does not hold the evaluators back
                 }
             }, "reader");
             reader.start();
-            go.countDown();
             for (Thread th : evaluators) {
                 th.join(Fixtures.STEP.toMillis());
                 assertFalse(th.isAlive(), th.getName() + " did not finish");
@@ -133,15 +133,7 @@ class ConcurrencyTest {
             assertNull(failure.get(), () -> "a thread failed: " + failure.get());
             assertEquals(0, wrong.get(), wrong.get() + " wrong results of " + (long) THREADS * EVALUATIONS);
             assertEquals((long) THREADS * EVALUATIONS / 4, matched.get(), "a quarter of the contexts match the rule");
-            assertTrue(readerCalls.get() > 0, "the reader ran");
-            // They did run at once: every evaluator started before any ended.
-            long lastStart = Long.MIN_VALUE;
-            long firstEnd = Long.MAX_VALUE;
-            for (int t = 0; t < THREADS; t++) {
-                lastStart = Math.max(lastStart, started[t]);
-                firstEnd = Math.min(firstEnd, ended[t]);
-            }
-            assertTrue(lastStart < firstEnd, "the evaluators' runs did not overlap");
+            assertTrue(readerCalls.get() > 0, "the reader's first round counted");
             Stats s = client.stats();
             assertEquals(0, s.defaultNotFound() + s.defaultNotReady() + s.defaultWrongType() + s.defaultMalformed(),
                     "no evaluation fell back to its default");

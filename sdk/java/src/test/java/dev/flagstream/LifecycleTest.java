@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
@@ -76,52 +77,86 @@ class LifecycleTest {
         }
     }
 
+    /**
+     * Threads evaluate (through a handle and by key, values and details)
+     * while another closes the client: the close waits until each of them
+     * has had some evaluations answered, so the race is real. Nothing
+     * crashes, every thread ends on {@code CLOSED}, and no call that began
+     * after {@code close()} returned got an answer (neither the value nor
+     * the default: it threw {@code CLOSED}).
+     */
     @Test
     void aCloseRacingEvaluationsNeverCrashes() throws Exception {
         for (int round = 0; round < 5; round++) {
             FlagstreamClient c = FlagstreamClient.testData(FLAGS);
             Flag on = c.flag("b");
             int threads = 4;
-            CountDownLatch running = new CountDownLatch(threads);
+            int warmUp = 100;
+            // Counted down by each thread after its first warmUp answers.
+            CountDownLatch evaluated = new CountDownLatch(threads);
             AtomicLong ok = new AtomicLong();
             AtomicLong closed = new AtomicLong();
+            AtomicLong answeredAfterClose = new AtomicLong();
+            AtomicBoolean closeReturned = new AtomicBoolean();
             AtomicReference<Throwable> other = new AtomicReference<>();
             List<Thread> all = new ArrayList<>();
             for (int t = 0; t < threads; t++) {
                 final int kind = t;
                 Thread th = new Thread(() -> {
+                    boolean counted = false;
                     try (Context ctx = Context.of("u" + kind)) {
-                        running.countDown();
-                        while (true) {
+                        for (long mine = 1; ; mine++) {
+                            boolean after = closeReturned.get();
                             try {
                                 boolean v = kind % 2 == 0 ? on.boolValue(ctx, false) : c.boolValue("b", ctx, false);
-                                assertTrue(v);
                                 if (kind == 3) {
                                     c.stringDetail("s", ctx, "");
                                 }
+                                if (after) {
+                                    answeredAfterClose.incrementAndGet();
+                                }
+                                assertTrue(v, "an answer before the close is the flag's value");
                                 ok.incrementAndGet();
+                                if (mine == warmUp) {
+                                    evaluated.countDown();
+                                    counted = true;
+                                }
                             } catch (FlagstreamException e) {
                                 if (e.status() != FlagstreamException.Status.CLOSED) {
                                     throw e;
                                 }
                                 closed.incrementAndGet();
+                                // Once closed, every kind of call throws CLOSED.
+                                assertEquals(FlagstreamException.Status.CLOSED,
+                                        statusOf(() -> on.boolValue(ctx, false)));
+                                assertEquals(FlagstreamException.Status.CLOSED,
+                                        statusOf(() -> c.boolValue("b", ctx, false)));
+                                assertEquals(FlagstreamException.Status.CLOSED,
+                                        statusOf(() -> c.stringDetail("s", ctx, "")));
                                 return;
                             }
                         }
                     } catch (Throwable e) {
-                        other.set(e);
+                        other.compareAndSet(null, e);
+                    } finally {
+                        if (!counted) {
+                            evaluated.countDown(); // a thread that failed does not hold the close back
+                        }
                     }
                 });
                 th.start();
                 all.add(th);
             }
-            running.await();
+            Fixtures.await(evaluated, "the evaluating threads' first answers");
             c.close();
+            closeReturned.set(true);
             for (Thread th : all) {
                 th.join(Fixtures.STEP.toMillis());
                 assertFalse(th.isAlive(), "an evaluating thread never saw the close");
             }
             assertEquals(null, other.get());
+            assertTrue(ok.get() >= (long) threads * warmUp, "evaluations answered before the close: " + ok.get());
+            assertEquals(0, answeredAfterClose.get(), "calls that began after close() returned were answered");
             assertEquals(threads, closed.get(), "every thread ended on CLOSED");
         }
     }

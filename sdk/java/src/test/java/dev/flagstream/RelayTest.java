@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.lang.ref.WeakReference;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -19,6 +20,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.BooleanSupplier;
 import java.util.logging.Handler;
 import java.util.logging.LogRecord;
 import java.util.logging.Logger;
@@ -30,8 +32,9 @@ import org.junit.jupiter.api.io.TempDir;
  * The Java client against real relay processes, as
  * sdk/python/tests/test_relay.py: first data and a change arriving at a
  * listener, failover by delta, the blackhole stall, the cache with every
- * relay down, and a child JVM that exits by itself after close. Every wait
- * is on an event, bounded by {@link Fixtures#STEP}; nothing asserts timing.
+ * relay down, a child JVM that exits by itself after close, and a client
+ * collected without close while its listener blocks. Every wait is on an
+ * event, bounded by {@link Fixtures#STEP}; nothing asserts timing.
  */
 class RelayTest {
     @TempDir
@@ -174,6 +177,60 @@ class RelayTest {
             assertFalse(c.isClosed());
         } finally {
             log.removeHandler(handler);
+        }
+        aCollectedClientWithABlockedListenerNeverStallsTheCleaner(a);
+    }
+
+    /**
+     * A client collected without close() while its listener is blocked in
+     * a call: the close and free wait for that call, but not on the
+     * Cleaner's thread, which every client, context and flag handle of the
+     * package shares: a Cleaner action registered after the client's runs.
+     */
+    private static void aCollectedClientWithABlockedListenerNeverStallsTheCleaner(Relay a) throws Exception {
+        CountDownLatch entered = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        try {
+            WeakReference<FlagstreamClient> client = abandonedClient(a, entered, release);
+            a.flagctl("flag", "create", "cleaner-flag", "--on", "--yes");
+            await(entered, "the change at the blocking listener");
+            collect(() -> client.get() == null, "the abandoned client was not collected");
+            CountDownLatch cleaned = new CountDownLatch(1);
+            Cleaners.CLEANER.register(new Object(), cleaned::countDown);
+            collect(() -> cleaned.getCount() == 0,
+                    "a Cleaner action registered after the client's did not run (the Cleaner's thread is stalled)");
+        } finally {
+            release.countDown();
+        }
+    }
+
+    /** A client of {@code a} whose listener blocks on {@code release} at the change naming cleaner-flag; kept nowhere. */
+    private static WeakReference<FlagstreamClient> abandonedClient(Relay a, CountDownLatch entered, CountDownLatch release)
+            throws Exception {
+        FlagstreamClient c = FlagstreamClient.builder().endpoints(a.url()).sdkKey(a.sdkKey()).build();
+        assertTrue(c.waitReady(STEP));
+        c.addChangeListener(ch -> {
+            if (ch.flags().contains("cleaner-flag")) {
+                entered.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        });
+        return new WeakReference<>(c);
+    }
+
+    /** Runs the GC until {@code done}, failing with {@code what} after {@link Fixtures#STEP}. */
+    private static void collect(BooleanSupplier done, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + STEP.toNanos();
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() - deadline > 0) {
+                fail(what + " within " + STEP.toSeconds() + " s");
+            }
+            System.gc();
+            Thread.sleep(20);
         }
     }
 
