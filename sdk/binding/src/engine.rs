@@ -181,8 +181,10 @@ impl Engine {
                 };
                 let rt = runtime()?;
                 let _in_runtime = rt.enter();
-                let child =
-                    builder.clone().build().map_err(|e| with_causes("restarting the sync after a fork", &e))?;
+                let child = builder
+                    .clone()
+                    .build()
+                    .map_err(|e| with_causes("restarting the sync after a fork", &e))?;
                 (Serving::fixed(snap, true), Some(child))
             }
             // Closed, or test data or a flag file: no task of the client

@@ -22,7 +22,6 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
-
 pub mod engine;
 pub mod fork_lock;
 pub mod serving;
