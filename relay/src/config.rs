@@ -84,6 +84,25 @@ pub struct Config {
     pub watches: WatchLimits,
     /// Logs and spans.
     pub log: LogSettings,
+    /// The OFREP listener (`None`: off).
+    pub ofrep: Option<OfrepSettings>,
+}
+
+/// The OFREP listener's address and limits (docs/OPERATIONS.md, "OFREP").
+#[derive(Debug, Clone)]
+pub struct OfrepSettings {
+    /// Where it listens (`ofrep-listen`).
+    pub listen: SocketAddr,
+    /// Requests a second one SDK key may make (`ofrep-requests-per-sec-per-key`).
+    pub requests_per_sec_per_key: u32,
+    /// Requests a second from one client address (`ofrep-requests-per-sec-per-address`).
+    pub requests_per_sec_per_address: u32,
+    /// Largest request body, bytes (`ofrep-max-body-bytes`).
+    pub max_body_bytes: usize,
+    /// Most connections open at once (`ofrep-max-connections`).
+    pub max_connections: usize,
+    /// Most connections open at once from one address.
+    pub max_connections_per_address: usize,
 }
 
 /// The store's settings.
@@ -293,6 +312,7 @@ impl Options {
             quotas: self.quotas()?,
             watches: self.watches()?,
             log: self.log()?,
+            ofrep: self.ofrep()?,
             store,
             cluster,
             listen,

@@ -15,6 +15,7 @@ pub mod config;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
+mod ofrep;
 pub mod ops;
 mod server;
 mod store;

@@ -4,7 +4,7 @@
 //! (quota settings and connection caps, [`limit`]), facts about this
 //! process (resident memory, persistent id, [`process`]), the C
 //! allocator's settings ([`allocator`]), owner-only files
-//! ([`permission`]), how secrets are made, hashed, compared and written
+//! ([`permission`]), a bounded HTTP listener ([`http`]), how secrets are made, hashed, compared and written
 //! ([`secret`]), and the logs and optional OTLP span export
 //! ([`telemetry`]).
 //!
@@ -13,6 +13,7 @@
 //! probe command) are the server's.
 
 pub mod allocator;
+pub mod http;
 pub(crate) mod limit;
 pub mod metrics;
 pub(crate) mod permission;

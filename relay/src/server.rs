@@ -77,7 +77,8 @@ pub(crate) async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<(
         signal.cancel();
     });
     serve(cfg, stop, demo, |r| {
-        println!("flagstream-relay listening grpc={} metrics={} admin={}", r.grpc, r.metrics, r.admin);
+        let ofrep = r.ofrep.map(|a| format!(" ofrep={a}")).unwrap_or_default();
+        println!("flagstream-relay listening grpc={} metrics={} admin={}{ofrep}", r.grpc, r.metrics, r.admin);
         // Tests and scripts read this line; make sure it is out.
         std::io::stdout().flush()
     })
@@ -105,6 +106,9 @@ pub(crate) async fn serve(
     let services = Services::build(&cfg, &opened, &running, &metrics);
     let background = Background::default();
     spawn_background(&cfg, &opened, &services, &background, listeners.metrics, &metrics)?;
+    if let (Some(settings), Some(listener)) = (&cfg.ofrep, listeners.ofrep) {
+        spawn_ofrep(&cfg, settings, &opened, &background, listener, &metrics)?;
+    }
     let servers = serve_grpc(
         &cfg,
         &opened,
@@ -198,6 +202,39 @@ impl Services {
         );
         Services { hub, quotas, sync, admin, ready_tx, ready }
     }
+}
+
+/// The OFREP listener (TLS with the relay's certificate when it has one),
+/// and the pruning of its rate buckets once a minute.
+fn spawn_ofrep(
+    cfg: &Config,
+    settings: &crate::config::OfrepSettings,
+    opened: &Opened,
+    background: &Background,
+    listener: tokio::net::TcpListener,
+    metrics: &Metrics,
+) -> anyhow::Result<()> {
+    let tls = cfg.listen.tls.as_ref().map(|t| crate::ops::http::tls_acceptor(&t.cert, &t.key)).transpose()?;
+    let ofrep = crate::ofrep::Ofrep::new(opened.store.clone(), metrics.clone(), settings.clone());
+    let stop = background.stop.clone();
+    background.spawn(crate::ops::http::serve(
+        listener,
+        crate::ofrep::bounds(settings),
+        ofrep.clone(),
+        metrics.clone(),
+        tls,
+        stop.clone(),
+    ));
+    background.spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = every.tick() => ofrep.prune(),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The relay's own background work: the metrics listener and status

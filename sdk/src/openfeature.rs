@@ -276,12 +276,13 @@ pub fn reason(r: &Reason<'_>, stale: bool) -> EvaluationReason {
     if stale {
         return EvaluationReason::Other("STALE".into());
     }
-    match r {
-        Reason::Off | Reason::PrerequisiteFailed { .. } => EvaluationReason::Disabled,
-        Reason::TargetMatch | Reason::RuleMatch { .. } => EvaluationReason::TargetingMatch,
-        Reason::Fallthrough { rollout: true, .. } => EvaluationReason::Split,
-        Reason::Fallthrough { rollout: false, .. } => EvaluationReason::Default,
-        Reason::Error(_) => EvaluationReason::Error,
+    // The one mapping, the core's (OFREP serves the same names).
+    match r.openfeature_name() {
+        "DISABLED" => EvaluationReason::Disabled,
+        "TARGETING_MATCH" => EvaluationReason::TargetingMatch,
+        "SPLIT" => EvaluationReason::Split,
+        "DEFAULT" => EvaluationReason::Default,
+        _ => EvaluationReason::Error,
     }
 }
 

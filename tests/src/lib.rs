@@ -7,6 +7,7 @@ pub mod case;
 pub mod cluster;
 pub mod fault;
 pub mod inbound;
+pub mod ofrep;
 pub mod postgres;
 pub mod proxy;
 pub mod python;

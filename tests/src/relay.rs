@@ -41,6 +41,8 @@ pub struct Relay {
     pub metrics: SocketAddr,
     /// Admin API address (= `grpc` unless started with `--admin-listen`).
     pub admin: SocketAddr,
+    /// OFREP address, when started with `--ofrep-listen`.
+    pub ofrep: Option<SocketAddr>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Captured stderr lines so far are written here.
@@ -165,6 +167,10 @@ impl Relay {
             grpc: field("grpc="),
             metrics: field("metrics="),
             admin: field("admin="),
+            ofrep: line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("ofrep="))
+                .and_then(|a| a.parse().ok()),
             child,
             data_dir: dir.join("data"),
             stderr_log,

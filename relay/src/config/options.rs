@@ -188,6 +188,31 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_STATUS_PAGE_REMOTE_PLAINTEXT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_page_remote_plaintext: Option<bool>,
+    /// Serve OFREP (the OpenFeature Remote Evaluation Protocol) on this
+    /// address, over TLS when `tls-cert` and `tls-key` are set [default:
+    /// off].
+    #[arg(long, env = "FLAGSTREAM_OFREP_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_listen: Option<SocketAddr>,
+    /// OFREP requests a second one SDK key may make (more get 429)
+    /// [default: 200].
+    #[arg(long, env = "FLAGSTREAM_OFREP_REQUESTS_PER_SEC_PER_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_requests_per_sec_per_key: Option<u32>,
+    /// OFREP requests a second from one client address (more get 429)
+    /// [default: 50].
+    #[arg(long, env = "FLAGSTREAM_OFREP_REQUESTS_PER_SEC_PER_ADDRESS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_requests_per_sec_per_address: Option<u32>,
+    /// Largest OFREP request body, bytes [default: 65536].
+    #[arg(long, env = "FLAGSTREAM_OFREP_MAX_BODY_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_max_body_bytes: Option<usize>,
+    /// Most OFREP connections open at once (64 per client address)
+    /// [default: 4096].
+    #[arg(long, env = "FLAGSTREAM_OFREP_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_max_connections: Option<usize>,
     /// `primary` (owns the flag store and takes writes) or `replica`
     /// (follows `upstream`, serves reads and SDKs, takes no writes)
     /// [default: primary].

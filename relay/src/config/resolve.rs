@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    ClusterSettings, ConfigError, Dur, HubLimits, ListenSettings, LogSettings, Options, StoreSettings,
-    StoreUrl, StreamConfig, Tls, Upstream, WatchLimits,
+    ClusterSettings, ConfigError, Dur, HubLimits, ListenSettings, LogSettings, OfrepSettings, Options,
+    StoreSettings, StoreUrl, StreamConfig, Tls, Upstream, WatchLimits,
 };
 use crate::ops::limit::{ConnCaps, QuotaConfig};
 
@@ -294,6 +294,35 @@ impl Options {
         check(w.per_token >= 1, "max-watches-per-token: must be at least 1")?;
         check(w.total >= 1, "max-watches: must be at least 1")?;
         Ok(w)
+    }
+
+    /// The OFREP listener, when `ofrep-listen` is set.
+    pub(super) fn ofrep(&self) -> Result<Option<OfrepSettings>, ConfigError> {
+        let Some(listen) = self.ofrep_listen else {
+            let set = self.ofrep_requests_per_sec_per_key.is_some()
+                || self.ofrep_requests_per_sec_per_address.is_some()
+                || self.ofrep_max_body_bytes.is_some()
+                || self.ofrep_max_connections.is_some();
+            check(!set, "ofrep-*: the OFREP limits need ofrep-listen (the listener is off without it)")?;
+            return Ok(None);
+        };
+        let max_connections = self.ofrep_max_connections.unwrap_or(4096);
+        let o = OfrepSettings {
+            listen,
+            requests_per_sec_per_key: self.ofrep_requests_per_sec_per_key.unwrap_or(200),
+            requests_per_sec_per_address: self.ofrep_requests_per_sec_per_address.unwrap_or(50),
+            max_body_bytes: self.ofrep_max_body_bytes.unwrap_or(64 * 1024),
+            max_connections,
+            max_connections_per_address: max_connections.min(64),
+        };
+        check(o.requests_per_sec_per_key >= 1, "ofrep-requests-per-sec-per-key: must be at least 1")?;
+        check(o.requests_per_sec_per_address >= 1, "ofrep-requests-per-sec-per-address: must be at least 1")?;
+        check(
+            (1024..=16 << 20).contains(&o.max_body_bytes),
+            "ofrep-max-body-bytes: must be between 1024 and 16777216",
+        )?;
+        check(o.max_connections >= 1, "ofrep-max-connections: must be at least 1")?;
+        Ok(Some(o))
     }
 
     /// Log format and the optional OTLP collector.

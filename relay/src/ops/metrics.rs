@@ -72,6 +72,9 @@ pub struct Metrics {
     pub undecodable_requests: Family<Labels, Counter>,
     /// Requests refused by a quota, by environment and quota.
     pub quota_refusals: Family<Labels, Counter>,
+    /// OFREP requests answered, by endpoint (`single`, `bulk`) and HTTP
+    /// status.
+    pub ofrep_requests: Family<Labels, Counter>,
     /// Replicas: upstream streams ended, by environment and how
     /// (`stalled`, `broken`, `connect`, `retry_after`, `reconnect`,
     /// `resync`).
@@ -163,6 +166,7 @@ impl Metrics {
             refusals: Family::default(),
             undecodable_requests: Family::default(),
             quota_refusals: Family::default(),
+            ofrep_requests: Family::default(),
             upstream_ends: Family::default(),
             upstream_live: Family::default(),
             staleness_seconds: Family::default(),
@@ -257,6 +261,11 @@ impl Metrics {
             m.quota_refusals.clone(),
         );
         r.register(
+            "ofrep_requests",
+            "OFREP requests answered, by endpoint and HTTP status",
+            m.ofrep_requests.clone(),
+        );
+        r.register(
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",
             m.refusals.clone(),
@@ -322,6 +331,11 @@ impl Metrics {
         // Create the known series at zero, so `increase()` sees their
         // first event instead of a series that appears already at 1.
         for limit in [
+            "ofrep_rate_per_key",
+            "ofrep_rate_per_address",
+            "ofrep_unauthenticated",
+            "ofrep_body",
+            "ofrep_context",
             "max_subscribers",
             "max_subscribers_per_env",
             "max_replica_streams_per_env",
@@ -409,6 +423,13 @@ impl Metrics {
     /// (`encodes{kind="snapshot_chunk"}`).
     pub fn chunk_assembled(&self) {
         self.encodes.get_or_create(&vec![("kind", "snapshot_chunk".to_owned())]).inc();
+    }
+
+    /// Counts one OFREP answer.
+    pub fn ofrep_request(&self, endpoint: &str, status: u16) {
+        self.ofrep_requests
+            .get_or_create(&vec![("endpoint", endpoint.to_owned()), ("status", status.to_string())])
+            .inc();
     }
 
     /// Counts one triggered limit.

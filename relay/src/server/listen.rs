@@ -24,6 +24,8 @@ pub(crate) struct Running {
     pub metrics: SocketAddr,
     /// Where the Admin API is served (`grpc` unless `admin-listen` is set).
     pub admin: SocketAddr,
+    /// Bound OFREP address, when `ofrep-listen` is set.
+    pub ofrep: Option<SocketAddr>,
 }
 
 /// The bound sockets.
@@ -31,6 +33,7 @@ pub(super) struct Listeners {
     pub grpc: tokio::net::TcpListener,
     pub admin: Option<tokio::net::TcpListener>,
     pub metrics: tokio::net::TcpListener,
+    pub ofrep: Option<tokio::net::TcpListener>,
     pub options: SocketOptions,
     pub running: Running,
 }
@@ -48,7 +51,16 @@ impl Listeners {
         let grpc = transport::bind(cfg.listen.grpc, &options)?;
         let admin = cfg.listen.admin.map(|a| transport::bind(a, &options)).transpose()?;
         let metrics = super::scrape::bind(cfg.listen.metrics).await?;
+        let ofrep = match &cfg.ofrep {
+            Some(o) => Some(
+                tokio::net::TcpListener::bind(o.listen)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("ofrep-listen {}: {e}", o.listen))?,
+            ),
+            None => None,
+        };
         let running = Running {
+            ofrep: ofrep.as_ref().map(tokio::net::TcpListener::local_addr).transpose()?,
             grpc: grpc.local_addr()?,
             metrics: metrics.local_addr()?,
             admin: match &admin {
@@ -57,7 +69,7 @@ impl Listeners {
             },
         };
         warn_if_plaintext(cfg, &running);
-        Ok(Listeners { grpc, admin, metrics, options, running })
+        Ok(Listeners { grpc, admin, metrics, ofrep, options, running })
     }
 }
 

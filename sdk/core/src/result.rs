@@ -52,6 +52,21 @@ impl Reason<'_> {
             Reason::Error(_) => "ERROR",
         }
     }
+
+    /// The OpenFeature reason this result maps to (the OpenFeature
+    /// providers and OFREP): `DISABLED` (off, or a prerequisite failed and
+    /// the off variation served), `TARGETING_MATCH` (a target or a rule),
+    /// `SPLIT` (the fallthrough's rollout chose), `DEFAULT` (the fixed
+    /// fallthrough), `ERROR`.
+    pub fn openfeature_name(&self) -> &'static str {
+        match self {
+            Reason::Off | Reason::PrerequisiteFailed { .. } => "DISABLED",
+            Reason::TargetMatch | Reason::RuleMatch { .. } => "TARGETING_MATCH",
+            Reason::Fallthrough { rollout: true, .. } => "SPLIT",
+            Reason::Fallthrough { rollout: false, .. } => "DEFAULT",
+            Reason::Error(_) => "ERROR",
+        }
+    }
 }
 
 /// A typed evaluation result.

@@ -1,4 +1,5 @@
-//! The Subscribe stream of one relay: snapshots, deltas, resume, limits, hostile clients, TLS, drain.
+//! The Subscribe stream of one relay: snapshots, deltas, resume, limits, hostile clients, TLS, drain;
+//! and OFREP, its HTTP evaluation endpoints.
 //!
 //! One behaviour per module (`stream/*.rs`); the fixtures are the
 //! `flagstream_tests` library's.
@@ -8,6 +9,8 @@ mod encode_once;
 mod hostile_cursor;
 mod hostile_hello;
 mod network_posture;
+mod ofrep_answers;
+mod ofrep_conformance;
 mod refusals;
 mod restart_resume;
 mod sigterm_drain;

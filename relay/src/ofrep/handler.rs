@@ -1,0 +1,364 @@
+//! OFREP's HTTP handling: routing, the SDK key, the limits (request body
+//! size, requests per second per key and per client address: `429` with
+//! `Retry-After` in whole seconds), the evaluation on the blocking pool,
+//! and the answers' statuses and headers. Every refusal is counted
+//! (`limit_hits{limit="ofrep_…"}`) and logged (at most 5 lines a second);
+//! every answer is counted by endpoint and status (`ofrep_requests`).
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value as Json, json};
+
+use super::{answer, context};
+use crate::config::OfrepSettings;
+use crate::ops::http::{Bounds, Caller, Handler};
+use crate::ops::metrics::Metrics;
+use crate::ops::secret;
+use crate::store::Store;
+
+/// The path prefix of every OFREP endpoint.
+const PREFIX: &str = "/ofrep/v1/evaluate/flags";
+
+/// The OFREP listener's bounds: many clients, several requests per
+/// connection (browsers keep theirs open).
+pub(crate) fn bounds(s: &OfrepSettings) -> Bounds {
+    Bounds {
+        name: "ofrep",
+        connections: s.max_connections,
+        per_address: s.max_connections_per_address,
+        header_timeout: Duration::from_secs(5),
+        lifetime: Duration::from_secs(600),
+        keep_alive: true,
+    }
+}
+
+/// The OFREP endpoints (see the module).
+#[derive(Clone)]
+pub(crate) struct Ofrep {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    metrics: Metrics,
+    settings: OfrepSettings,
+    per_key: DefaultKeyedRateLimiter<String>,
+    per_address: DefaultKeyedRateLimiter<IpAddr>,
+    /// Refusal log lines: at most 5 a second (bursts of 10).
+    logs: DefaultDirectRateLimiter,
+}
+
+/// A refusal or failure: its status, its body and, for a rate limit, the
+/// seconds to wait.
+struct Refused {
+    status: StatusCode,
+    body: Json,
+    retry_after: Option<u64>,
+    /// `limit_hits` label, when a limit triggered.
+    limit: Option<&'static str>,
+}
+
+impl Refused {
+    fn new(status: StatusCode, code: &str, details: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            body: json!({ "errorCode": code, "errorDetails": details.into() }),
+            retry_after: None,
+            limit: None,
+        }
+    }
+}
+
+fn quota(per_sec: u32) -> Quota {
+    let n = NonZeroU32::new(per_sec.max(1)).unwrap_or(NonZeroU32::MIN);
+    Quota::per_second(n).allow_burst(n.saturating_mul(NonZeroU32::MIN.saturating_add(1)))
+}
+
+impl Ofrep {
+    /// The endpoints over `store`, within `settings`.
+    pub(crate) fn new(store: Store, metrics: Metrics, settings: OfrepSettings) -> Ofrep {
+        Ofrep {
+            inner: Arc::new(Inner {
+                per_key: RateLimiter::keyed(quota(settings.requests_per_sec_per_key)),
+                per_address: RateLimiter::keyed(quota(settings.requests_per_sec_per_address)),
+                logs: RateLimiter::direct(
+                    Quota::per_second(NonZeroU32::MIN.saturating_add(4))
+                        .allow_burst(NonZeroU32::MIN.saturating_add(9)),
+                ),
+                store,
+                metrics,
+                settings,
+            }),
+        }
+    }
+
+    /// Forgets rate buckets that are full again (bounded memory: called
+    /// once a minute while the listener runs).
+    pub(crate) fn prune(&self) {
+        self.inner.per_key.retain_recent();
+        self.inner.per_key.shrink_to_fit();
+        self.inner.per_address.retain_recent();
+        self.inner.per_address.shrink_to_fit();
+    }
+
+    /// One request's answer, or its refusal.
+    async fn answer(
+        &self,
+        req: Request<Incoming>,
+        caller: Caller,
+    ) -> Result<(StatusCode, Json, Option<String>), Refused> {
+        let i = &self.inner;
+        let path = req.uri().path();
+        let endpoint = match path.strip_prefix(PREFIX) {
+            Some("") => Endpoint::Bulk,
+            // `/flags/` is a single flag whose key is empty (404), as the
+            // providers build the path.
+            Some(rest) if rest.starts_with('/') => Endpoint::Single(decode(&rest[1..])?),
+            _ => {
+                return Err(Refused::new(
+                    StatusCode::NOT_FOUND,
+                    "GENERAL",
+                    format!("no OFREP endpoint at {path}"),
+                ));
+            }
+        };
+        if req.method() != Method::POST {
+            return Err(Refused::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GENERAL",
+                "OFREP evaluations are POST requests",
+            ));
+        }
+        let address = crate::ops::limit::client_of(caller.peer.ip());
+        if let Err(not_until) = i.per_address.check_key(&address) {
+            return Err(rate_refusal(
+                not_until,
+                "ofrep_rate_per_address",
+                format!(
+                    "over {}/s from this address (ofrep-requests-per-sec-per-address)",
+                    i.settings.requests_per_sec_per_address
+                ),
+            ));
+        }
+        let secret = credential(&req).ok_or_else(|| {
+            let mut r = Refused::new(
+                StatusCode::UNAUTHORIZED,
+                "GENERAL",
+                "no credential: send the SDK key as `Authorization: Bearer <key>` or `X-API-Key: <key>`",
+            );
+            r.limit = Some("ofrep_unauthenticated");
+            r
+        })?;
+        let Some((env, key_id)) = i.store.env_by_key_hash(&secret::hash_secret(&secret)) else {
+            let mut r = Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown key");
+            r.limit = Some("ofrep_unauthenticated");
+            return Err(r);
+        };
+        if let Err(not_until) = i.per_key.check_key(&key_id) {
+            return Err(rate_refusal(
+                not_until,
+                "ofrep_rate_per_key",
+                format!(
+                    "over {}/s for this key (ofrep-requests-per-sec-per-key)",
+                    i.settings.requests_per_sec_per_key
+                ),
+            ));
+        }
+        let if_none_match =
+            req.headers().get(hyper::header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let max = i.settings.max_body_bytes;
+        let body = Limited::new(req.into_body(), max).collect().await.map_err(|e| {
+            let mut r = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                Refused::new(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_CONTEXT",
+                    format!("request body: over {max} bytes (ofrep-max-body-bytes)"),
+                )
+            } else {
+                Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", format!("request body: {e}"))
+            };
+            r.limit = Some("ofrep_body");
+            r
+        })?;
+        let state = env.state.load_full();
+        // Parsing, mapping and evaluating a context of up to the body cap:
+        // on the blocking pool, so a large one never holds a worker.
+        let out = tokio::task::spawn_blocking(move || {
+            let body = body.to_bytes();
+            let parsed: Option<Json> = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                Some(serde_json::from_slice(&body).map_err(|e| {
+                    Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", format!("request body: {e}"))
+                })?)
+            };
+            let ctx_json = match &parsed {
+                None | Some(Json::Null) => None,
+                Some(Json::Object(m)) => m.get("context"),
+                Some(_) => {
+                    return Err(Refused::new(
+                        StatusCode::BAD_REQUEST,
+                        "PARSE_ERROR",
+                        "request body: a JSON object",
+                    ));
+                }
+            };
+            let ctx = context::context(ctx_json).map_err(|e| {
+                let mut r = Refused::new(StatusCode::BAD_REQUEST, "INVALID_CONTEXT", e);
+                r.limit = Some("ofrep_context");
+                r
+            })?;
+            Ok(match endpoint {
+                Endpoint::Single(key) => {
+                    let (status, mut body) = answer::single(&state.snapshot, &key, &ctx);
+                    if status == StatusCode::BAD_REQUEST
+                        && let Some(m) = body.as_object_mut()
+                    {
+                        // A failure keeps its flag's key (OFREP's shape).
+                        m.insert("key".into(), Json::from(key));
+                    }
+                    (status, body, None)
+                }
+                Endpoint::Bulk => {
+                    let (body, etag) = answer::bulk(&state.snapshot, &ctx);
+                    match if_none_match.as_deref() {
+                        Some(inm) if answer::not_modified(inm, &etag) => {
+                            (StatusCode::NOT_MODIFIED, Json::Null, Some(etag))
+                        }
+                        _ => (StatusCode::OK, body, Some(etag)),
+                    }
+                }
+            })
+        })
+        .await
+        .map_err(|e| {
+            Refused::new(StatusCode::INTERNAL_SERVER_ERROR, "GENERAL", format!("evaluation task failed: {e}"))
+        })??;
+        Ok(out)
+    }
+
+    /// Counts and logs a refusal.
+    fn refused(&self, r: &Refused, caller: Caller) {
+        if let Some(limit) = r.limit {
+            self.inner.metrics.limit_hit(limit);
+        }
+        if self.inner.logs.check().is_ok() {
+            tracing::warn!(
+                peer = %caller.peer,
+                status = r.status.as_u16(),
+                details = %r.body.get("errorDetails").and_then(Json::as_str).unwrap_or(""),
+                "OFREP request refused"
+            );
+        }
+    }
+}
+
+/// Which endpoint a path names.
+enum Endpoint {
+    Single(String),
+    Bulk,
+}
+
+/// The SDK key a request carries: `Authorization: Bearer <key>`, a bare
+/// `Authorization: <key>`, or `X-API-Key: <key>`.
+fn credential(req: &Request<Incoming>) -> Option<String> {
+    let h = req.headers();
+    if let Some(v) = h.get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        let v = v.trim();
+        let v = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")).unwrap_or(v).trim();
+        if !v.is_empty() {
+            return Some(v.to_owned());
+        }
+    }
+    h.get("x-api-key").and_then(|v| v.to_str().ok()).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// A flag key from the path (percent-decoded; the OFREP providers send
+/// keys as they are, so a plain key arrives unchanged).
+fn decode(raw: &str) -> Result<String, Refused> {
+    let mut out = Vec::with_capacity(raw.len());
+    let b = raw.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = hex {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| {
+        Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", "the flag key in the path is not UTF-8")
+    })
+}
+
+/// A rate refusal: `429` with `Retry-After` in whole seconds (at least 1).
+fn rate_refusal(
+    not_until: governor::NotUntil<governor::clock::QuantaInstant>,
+    limit: &'static str,
+    why: String,
+) -> Refused {
+    let wait = not_until.wait_time_from(DefaultClock::default().now());
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let mut r = Refused::new(StatusCode::TOO_MANY_REQUESTS, "GENERAL", why);
+    r.retry_after = Some(secs.max(1));
+    r.limit = Some(limit);
+    r
+}
+
+impl Handler for Ofrep {
+    fn call(
+        &self,
+        req: Request<Incoming>,
+        caller: Caller,
+    ) -> impl Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send {
+        let this = self.clone();
+        async move {
+            let path = req.uri().path().to_owned();
+            let endpoint = if path.len() > PREFIX.len() { "single" } else { "bulk" };
+            let (status, body, etag, retry_after) = match this.answer(req, caller).await {
+                Ok((status, body, etag)) => (status, body, etag, None),
+                Err(mut r) => {
+                    this.refused(&r, caller);
+                    // A single flag's 400 names its flag (OFREP's shape).
+                    if r.status == StatusCode::BAD_REQUEST
+                        && let Some(Ok(key)) =
+                            path.strip_prefix(PREFIX).and_then(|p| p.strip_prefix('/')).map(decode)
+                        && let Some(m) = r.body.as_object_mut()
+                    {
+                        m.insert("key".into(), Json::from(key));
+                    }
+                    (r.status, r.body, None, r.retry_after)
+                }
+            };
+            this.inner.metrics.ofrep_request(endpoint, status.as_u16());
+            let mut resp = Response::builder().status(status);
+            if let Some(tag) = &etag {
+                resp = resp.header(hyper::header::ETAG, tag.as_str());
+            }
+            if let Some(secs) = retry_after {
+                resp = resp.header(hyper::header::RETRY_AFTER, secs.to_string());
+            }
+            let body = if status == StatusCode::NOT_MODIFIED {
+                Bytes::new()
+            } else {
+                resp = resp.header(hyper::header::CONTENT_TYPE, "application/json");
+                Bytes::from(body.to_string())
+            };
+            resp.body(Full::new(body)).map_err(std::io::Error::other)
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! An OFREP client as plain as the protocol: one HTTP/1.1 request per
+//! connection over a real socket (`Connection: close`), the reply's
+//! status, headers and JSON body; and a flagstream context in OFREP's
+//! context form (`targetingKey`, `kind`, attributes; `kind: multi`).
+
+use std::net::SocketAddr;
+
+use flagstream::Context;
+use serde_json::{Map, Value as Json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One reply.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Header names (lower case) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body (empty for a 304).
+    pub body: String,
+}
+
+impl Reply {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Json {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// `POST path` with `headers` and `body` to `addr`.
+pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("the OFREP listener accepts");
+    s.write_all(req.as_bytes()).await.expect("the request is sent");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("the reply is read");
+    let text = String::from_utf8(raw).expect("a UTF-8 reply");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Reply { status, headers, body: body.to_owned() }
+}
+
+/// A context in OFREP's form: `targetingKey`, `kind` and the attributes
+/// of a single kind; `{"kind": "multi", <kind>: {targetingKey, ...}}`.
+pub fn context_json(c: &Context<'_>) -> Json {
+    if c.is_multi() {
+        let mut m = Map::new();
+        m.insert("kind".into(), Json::from("multi"));
+        for k in c.kinds() {
+            m.insert(k.context_kind().to_owned(), single(k, false));
+        }
+        return Json::Object(m);
+    }
+    single(c, true)
+}
+
+fn single(c: &Context<'_>, with_kind: bool) -> Json {
+    let mut m = Map::new();
+    m.insert("targetingKey".into(), Json::from(c.key()));
+    if with_kind {
+        m.insert("kind".into(), Json::from(c.context_kind()));
+    }
+    for (name, v) in c.attributes() {
+        m.insert(name.to_owned(), v.to_json());
+    }
+    Json::Object(m)
+}
