@@ -103,6 +103,9 @@ pub struct OfrepSettings {
     pub max_connections: usize,
     /// Most connections open at once from one address.
     pub max_connections_per_address: usize,
+    /// A change stream's event waits a random time below this after a
+    /// write (`ofrep-event-spread`).
+    pub event_spread: std::time::Duration,
 }
 
 /// The store's settings.

@@ -11,11 +11,13 @@
 //! Owns: the request context's mapping (`context.rs`), the answers and the
 //! ETag (`answer.rs`, pure), the HTTP handling with its limits
 //! (`handler.rs`: body size, per-key and per-address request rates, each
-//! refusal counted and logged). Uses the store (the key's environment and
+//! refusal counted and logged), the change stream of server-sent events
+//! (`events.rs`: spread, coalesced, replayed by `Last-Event-ID`). Uses the store (the key's environment and
 //! its snapshot) and `ops` (the bounded listener, metrics).
 
 mod answer;
 mod context;
+mod events;
 mod handler;
 
 pub(crate) use handler::{Ofrep, bounds};

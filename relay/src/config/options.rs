@@ -213,6 +213,12 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_OFREP_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ofrep_max_connections: Option<usize>,
+    /// After a write, each OFREP change stream waits a random time below
+    /// this before its event, so clients' re-fetches spread out
+    /// [default: 500ms].
+    #[arg(long, env = "FLAGSTREAM_OFREP_EVENT_SPREAD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_event_spread: Option<Dur>,
     /// `primary` (owns the flag store and takes writes) or `replica`
     /// (follows `upstream`, serves reads and SDKs, takes no writes)
     /// [default: primary].

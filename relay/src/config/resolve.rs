@@ -302,7 +302,8 @@ impl Options {
             let set = self.ofrep_requests_per_sec_per_key.is_some()
                 || self.ofrep_requests_per_sec_per_address.is_some()
                 || self.ofrep_max_body_bytes.is_some()
-                || self.ofrep_max_connections.is_some();
+                || self.ofrep_max_connections.is_some()
+                || self.ofrep_event_spread.is_some();
             check(!set, "ofrep-*: the OFREP limits need ofrep-listen (the listener is off without it)")?;
             return Ok(None);
         };
@@ -314,7 +315,9 @@ impl Options {
             max_body_bytes: self.ofrep_max_body_bytes.unwrap_or(64 * 1024),
             max_connections,
             max_connections_per_address: max_connections.min(64),
+            event_spread: self.ofrep_event_spread.map_or(Duration::from_millis(500), |d| d.0),
         };
+        check(o.event_spread <= Duration::from_secs(60), "ofrep-event-spread: at most 60s")?;
         check(o.requests_per_sec_per_key >= 1, "ofrep-requests-per-sec-per-key: must be at least 1")?;
         check(o.requests_per_sec_per_address >= 1, "ofrep-requests-per-sec-per-address: must be at least 1")?;
         check(

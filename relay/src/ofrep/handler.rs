@@ -13,20 +13,22 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
-use super::{answer, context};
+use super::{answer, context, events};
 use crate::config::OfrepSettings;
-use crate::ops::http::{Bounds, Caller, Handler};
+use crate::ops::http::{Body, Bounds, Caller, Handler, full};
 use crate::ops::metrics::Metrics;
 use crate::ops::secret;
 use crate::store::Store;
 
-/// The path prefix of every OFREP endpoint.
+/// The path prefix of the evaluation endpoints.
 const PREFIX: &str = "/ofrep/v1/evaluate/flags";
+/// The change stream's path.
+const EVENTS: &str = "/ofrep/v1/events";
 
 /// The OFREP listener's bounds: many clients, several requests per
 /// connection (browsers keep theirs open).
@@ -110,6 +112,36 @@ impl Ofrep {
         self.inner.per_address.shrink_to_fit();
     }
 
+    /// A change stream (`GET /ofrep/v1/events`, see `events.rs`).
+    fn events(&self, req: &Request<Incoming>) -> Result<Body, Refused> {
+        let i = &self.inner;
+        if req.method() != Method::GET {
+            return Err(Refused::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GENERAL",
+                "the change stream is a GET request",
+            ));
+        }
+        let query = req.uri().query().unwrap_or("");
+        let param = |name: &str| {
+            query.split('&').find_map(|p| p.split_once('=').filter(|(n, _)| *n == name).map(|(_, v)| v))
+        };
+        let unauthorized = || {
+            let mut r =
+                Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown or revoked change stream token");
+            r.limit = Some("ofrep_unauthenticated");
+            r
+        };
+        let (Some(env), Some(token)) = (param("env"), param("token")) else { return Err(unauthorized()) };
+        let env = decode(env)?;
+        let env = i.store.env(&env).map_err(|_| unauthorized())?;
+        if !events::authorized(&env, token, crate::store::now_ms()) {
+            return Err(unauthorized());
+        }
+        let last = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok(events::stream(env, last, i.settings.event_spread, i.metrics.clone()))
+    }
+
     /// One request's answer, or its refusal.
     async fn answer(
         &self,
@@ -158,7 +190,8 @@ impl Ofrep {
             r.limit = Some("ofrep_unauthenticated");
             r
         })?;
-        let Some((env, key_id)) = i.store.env_by_key_hash(&secret::hash_secret(&secret)) else {
+        let key_hash = secret::hash_secret(&secret);
+        let Some((env, key_id)) = i.store.env_by_key_hash(&key_hash) else {
             let mut r = Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown key");
             r.limit = Some("ofrep_unauthenticated");
             return Err(r);
@@ -190,6 +223,7 @@ impl Ofrep {
             r
         })?;
         let state = env.state.load_full();
+        let stream_uri = events::request_uri(&env.meta.load().name, &key_hash);
         // Parsing, mapping and evaluating a context of up to the body cap:
         // on the blocking pool, so a large one never holds a worker.
         let out = tokio::task::spawn_blocking(move || {
@@ -229,7 +263,13 @@ impl Ofrep {
                     (status, body, None)
                 }
                 Endpoint::Bulk => {
-                    let (body, etag) = answer::bulk(&state.snapshot, &ctx);
+                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx);
+                    if let Some(m) = body.as_object_mut() {
+                        m.insert(
+                            "eventStreams".into(),
+                            json!([{ "type": "sse", "endpoint": { "requestUri": stream_uri }, "inactivityDelaySec": 120 }]),
+                        );
+                    }
                     match if_none_match.as_deref() {
                         Some(inm) if answer::not_modified(inm, &etag) => {
                             (StatusCode::NOT_MODIFIED, Json::Null, Some(etag))
@@ -260,6 +300,16 @@ impl Ofrep {
             );
         }
     }
+}
+
+/// A refusal as a response: its status, `Retry-After` and JSON body.
+fn refusal_response(r: &Refused) -> Result<Response<Body>, hyper::http::Error> {
+    let mut resp =
+        Response::builder().status(r.status).header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(secs) = r.retry_after {
+        resp = resp.header(hyper::header::RETRY_AFTER, secs.to_string());
+    }
+    resp.body(full(r.body.to_string()))
 }
 
 /// Which endpoint a path names.
@@ -324,10 +374,39 @@ impl Handler for Ofrep {
         &self,
         req: Request<Incoming>,
         caller: Caller,
-    ) -> impl Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send {
+    ) -> impl Future<Output = Result<Response<Body>, std::io::Error>> + Send {
         let this = self.clone();
         async move {
             let path = req.uri().path().to_owned();
+            if path == EVENTS {
+                let address = crate::ops::limit::client_of(caller.peer.ip());
+                let opened = match this.inner.per_address.check_key(&address) {
+                    Err(not_until) => Err(rate_refusal(
+                        not_until,
+                        "ofrep_rate_per_address",
+                        format!(
+                            "over {}/s from this address (ofrep-requests-per-sec-per-address)",
+                            this.inner.settings.requests_per_sec_per_address
+                        ),
+                    )),
+                    Ok(()) => this.events(&req),
+                };
+                let (status, resp) = match opened {
+                    Ok(body) => (
+                        StatusCode::OK,
+                        Response::builder()
+                            .header(hyper::header::CONTENT_TYPE, "text/event-stream")
+                            .header(hyper::header::CACHE_CONTROL, "no-cache")
+                            .body(body),
+                    ),
+                    Err(r) => {
+                        this.refused(&r, caller);
+                        (r.status, refusal_response(&r))
+                    }
+                };
+                this.inner.metrics.ofrep_request("events", status.as_u16());
+                return resp.map_err(std::io::Error::other);
+            }
             let endpoint = if path.len() > PREFIX.len() { "single" } else { "bulk" };
             let (status, body, etag, retry_after) = match this.answer(req, caller).await {
                 Ok((status, body, etag)) => (status, body, etag, None),
@@ -358,7 +437,7 @@ impl Handler for Ofrep {
                 resp = resp.header(hyper::header::CONTENT_TYPE, "application/json");
                 Bytes::from(body.to_string())
             };
-            resp.body(Full::new(body)).map_err(std::io::Error::other)
+            resp.body(full(body)).map_err(std::io::Error::other)
         }
     }
 }

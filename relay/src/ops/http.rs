@@ -39,6 +39,15 @@ pub struct Caller {
     pub tls: bool,
 }
 
+/// A response body: whole ([`full`]), or streamed (server-sent events).
+pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+/// A whole response body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    use http_body_util::BodyExt;
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
 /// What answers a listener's requests.
 pub trait Handler: Clone + Send + Sync + 'static {
     /// The response to `req` from `caller`.
@@ -46,7 +55,7 @@ pub trait Handler: Clone + Send + Sync + 'static {
         &self,
         req: Request<Incoming>,
         caller: Caller,
-    ) -> impl Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send;
+    ) -> impl Future<Output = Result<Response<Body>, std::io::Error>> + Send;
 }
 
 /// A listener's bounds, and the name its limits are counted under.

@@ -72,9 +72,11 @@ pub struct Metrics {
     pub undecodable_requests: Family<Labels, Counter>,
     /// Requests refused by a quota, by environment and quota.
     pub quota_refusals: Family<Labels, Counter>,
-    /// OFREP requests answered, by endpoint (`single`, `bulk`) and HTTP
-    /// status.
+    /// OFREP requests answered, by endpoint (`single`, `bulk`, `events`)
+    /// and HTTP status.
     pub ofrep_requests: Family<Labels, Counter>,
+    /// OFREP change streams (server-sent events) open now.
+    pub ofrep_event_streams: Gauge,
     /// Replicas: upstream streams ended, by environment and how
     /// (`stalled`, `broken`, `connect`, `retry_after`, `reconnect`,
     /// `resync`).
@@ -167,6 +169,7 @@ impl Metrics {
             undecodable_requests: Family::default(),
             quota_refusals: Family::default(),
             ofrep_requests: Family::default(),
+            ofrep_event_streams: Gauge::default(),
             upstream_ends: Family::default(),
             upstream_live: Family::default(),
             staleness_seconds: Family::default(),
@@ -265,6 +268,7 @@ impl Metrics {
             "OFREP requests answered, by endpoint and HTTP status",
             m.ofrep_requests.clone(),
         );
+        r.register("ofrep_event_streams", "OFREP change streams open now", m.ofrep_event_streams.clone());
         r.register(
             "grpc_refusals",
             "Every non-OK gRPC status the relay answered, by service, method and code",

@@ -15,7 +15,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::ops::http::{self, Bounds, Handler};
+use crate::ops::http::{self, Body, Bounds, Handler, full};
 pub use crate::ops::http::{Caller, TlsAcceptor, tls_acceptor};
 use crate::ops::metrics::Metrics;
 
@@ -76,7 +76,7 @@ impl Handler for Scrape {
         &self,
         req: Request<Incoming>,
         caller: Caller,
-    ) -> impl Future<Output = Result<Response<Full<Bytes>>, std::io::Error>> + Send {
+    ) -> impl Future<Output = Result<Response<Body>, std::io::Error>> + Send {
         let (metrics, pages) = (self.metrics.clone(), self.pages.clone());
         async move {
             let path = req.uri().path().to_owned();
@@ -94,21 +94,27 @@ impl Handler for Scrape {
                     }
                     return Response::builder()
                         .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-                        .body(Full::new(Bytes::from(metrics.render())))
+                        .body(full(metrics.render()))
                         .map_err(std::io::Error::other);
                 }
                 if let Some(resp) = pages.as_ref().and_then(|p| p.get(&path, auth.as_deref(), caller)) {
-                    return Ok(resp);
+                    return Ok(resp.map(full_of));
                 }
                 Response::builder()
                     .status(StatusCode::NOT_FOUND)
-                    .body(Full::new(Bytes::from_static(b"not found\n")))
+                    .body(full(Bytes::from_static(b"not found\n")))
                     .map_err(std::io::Error::other)
             })
             .await
             .map_err(std::io::Error::other)?
         }
     }
+}
+
+/// A page's whole body as a listener body.
+fn full_of(body: Full<Bytes>) -> Body {
+    use http_body_util::BodyExt;
+    body.map_err(|never| match never {}).boxed()
 }
 
 /// Binds the metrics listener.

@@ -11,6 +11,7 @@ mod hostile_hello;
 mod network_posture;
 mod ofrep_answers;
 mod ofrep_conformance;
+mod ofrep_events;
 mod refusals;
 mod restart_resume;
 mod sigterm_drain;

@@ -1,0 +1,147 @@
+//! OFREP's change stream (server-sent events, OFREP 0.3 / ADR-0008): a
+//! `refetchEvaluation` event each time the environment's head moves, for
+//! static-context clients to re-fetch their bulk evaluation.
+//!
+//! - **Where.** `GET /ofrep/v1/events?env=<name>&token=<t>`, advertised in
+//!   every bulk answer's `eventStreams` as a request URI without an origin
+//!   (the client keeps its own base URL, so any relay of the deployment
+//!   serves it). `EventSource` cannot send headers, so the URL carries a
+//!   stream token: the first 128 bits of SHA-256 over `ofrep-events:` and
+//!   the SDK key's hash. It opens this stream only, never an evaluation;
+//!   every relay derives the same token; revoking the key ends it (checked
+//!   at each connect, and a stream lives at most the connection's
+//!   lifetime, 10 minutes).
+//! - **Events.** `id: <epoch>:<revision>`, `event: message` (the only event
+//!   name the web provider listens to), `data: {"type":
+//!   "refetchEvaluation", "etag": "<epoch>:<revision>", "lastModified":
+//!   <commit, Unix s>}`. A `Last-Event-ID` older than the head (or of
+//!   another epoch) is answered with one event at once: a refetch needs
+//!   no per-revision detail, so the change log's replay is that one event,
+//!   whichever relay the client reconnects to.
+//! - **Spread.** After a write, each stream waits a random time in `[0,
+//!   ofrep-event-spread)` (default 500 ms) before its event, and takes
+//!   every revision that arrived meanwhile into that one event: a write to
+//!   an environment with 100,000 open streams arrives as re-fetches spread
+//!   evenly over half a second (~200,000 a second across the relays
+//!   serving them, most of them `304`s), not 100,000 at once; a burst of
+//!   writes within the spread costs one re-fetch per client.
+//! - **Liveness.** A comment line every 15 s (so a dead client is noticed
+//!   and idle proxies keep the stream), `retry: 1000` at the start (the
+//!   client reconnects after a second).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::{Bytes, Frame};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::ops::http::Body;
+use crate::ops::metrics::Metrics;
+use crate::store::Env;
+
+/// A comment line this often keeps the stream alive.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// The stream token of the SDK key whose hash is `key_hash`.
+pub(crate) fn token(key_hash: &str) -> String {
+    let digest = Sha256::digest(format!("ofrep-events:{key_hash}").as_bytes());
+    hex::encode(&digest[..16])
+}
+
+/// Whether `token` is the stream token of one of `env`'s keys valid now.
+pub(crate) fn authorized(env: &Env, token: &str, now_unix_ms: u64) -> bool {
+    let meta = env.meta.load();
+    meta.sdk_keys.iter().any(|k| {
+        k.valid_at(now_unix_ms) && crate::ops::secret::constant_time_eq(&self::token(&k.hash), token)
+    })
+}
+
+/// The request URI a bulk answer advertises for `env` and the key hash.
+pub(crate) fn request_uri(env: &str, key_hash: &str) -> String {
+    format!("/ofrep/v1/events?env={}&token={}", encode(env), token(key_hash))
+}
+
+/// Percent-encodes what is not an unreserved URL character.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The body of one change stream of `env`: a task writes its events until
+/// the client goes away (the body is dropped), the environment is deleted
+/// or the connection's lifetime ends.
+pub(crate) fn stream(
+    env: Arc<Env>,
+    last_event_id: Option<String>,
+    spread: Duration,
+    metrics: Metrics,
+) -> Body {
+    use http_body_util::BodyExt;
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    tokio::spawn(async move {
+        metrics.ofrep_event_streams.inc();
+        run(&env, last_event_id, spread, &tx).await;
+        metrics.ofrep_event_streams.dec();
+    });
+    let frames = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let frames = futures_util::StreamExt::map(frames, |b| Ok::<_, std::io::Error>(Frame::data(b)));
+    http_body_util::StreamBody::new(frames).boxed()
+}
+
+/// One stream's events; returns when the client is gone (a send fails).
+async fn run(env: &Env, last_event_id: Option<String>, spread: Duration, tx: &mpsc::Sender<Bytes>) {
+    let mut head = env.head.subscribe();
+    if tx.send(Bytes::from_static(b"retry: 1000\n: flagstream\n\n")).await.is_err() {
+        return;
+    }
+    // The id the client saw last, if it is behind: one event, spread.
+    let behind = last_event_id.is_some_and(|id| id != event_id(env));
+    let mut pending = behind;
+    loop {
+        if pending {
+            let wait = spread.mul_f64(rand::random::<f64>());
+            tokio::time::sleep(wait).await;
+            pending = false;
+            if *head.borrow_and_update() == u64::MAX || tx.send(event(env)).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            changed = head.changed() => {
+                if changed.is_err() || *head.borrow_and_update() == u64::MAX {
+                    return; // the environment was deleted
+                }
+                pending = true;
+            }
+            _ = tokio::time::sleep(HEARTBEAT) => {
+                if tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The id of the environment's head: `<epoch>:<revision>`.
+fn event_id(env: &Env) -> String {
+    let s = env.state.load();
+    format!("{}:{}", s.epoch, s.revision)
+}
+
+/// A `refetchEvaluation` event for the environment's head now.
+fn event(env: &Env) -> Bytes {
+    let s = env.state.load();
+    let id = format!("{}:{}", s.epoch, s.revision);
+    let data = serde_json::json!({
+        "type": "refetchEvaluation",
+        "etag": id,
+        "lastModified": s.committed_unix_ms / 1000,
+    });
+    Bytes::from(format!("id: {id}\nevent: message\ndata: {data}\n\n"))
+}
