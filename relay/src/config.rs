@@ -106,6 +106,8 @@ pub struct OfrepSettings {
     /// A change stream's event waits a random time below this after a
     /// write (`ofrep-event-spread`).
     pub event_spread: std::time::Duration,
+    /// Most change streams open at once (`ofrep-max-event-streams`).
+    pub max_event_streams: usize,
 }
 
 /// The store's settings.

@@ -43,10 +43,14 @@ pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: 
     }
     req.push_str("\r\n");
     req.push_str(body);
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("the OFREP listener accepts");
-    s.write_all(req.as_bytes()).await.expect("the request is sent");
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("the reply is read");
+    tokio::time::timeout(crate::STEP, async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("the OFREP listener accepts");
+        s.write_all(req.as_bytes()).await.expect("the request is sent");
+        s.read_to_end(&mut raw).await.expect("the reply is read");
+    })
+    .await
+    .expect("the relay answers in time");
     let text = String::from_utf8(raw).expect("a UTF-8 reply");
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();

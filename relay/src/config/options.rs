@@ -213,6 +213,16 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_OFREP_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ofrep_max_connections: Option<usize>,
+    /// Most OFREP connections open at once from one client address
+    /// [default: 64, at most ofrep-max-connections].
+    #[arg(long, env = "FLAGSTREAM_OFREP_MAX_CONNECTIONS_PER_ADDRESS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_max_connections_per_address: Option<usize>,
+    /// Most OFREP change streams open at once (each holds a connection)
+    /// [default: half of ofrep-max-connections].
+    #[arg(long, env = "FLAGSTREAM_OFREP_MAX_EVENT_STREAMS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_max_event_streams: Option<usize>,
     /// After a write, each OFREP change stream waits a random time below
     /// this before its event, so clients' re-fetches spread out
     /// [default: 500ms].

@@ -303,7 +303,9 @@ impl Options {
                 || self.ofrep_requests_per_sec_per_address.is_some()
                 || self.ofrep_max_body_bytes.is_some()
                 || self.ofrep_max_connections.is_some()
-                || self.ofrep_event_spread.is_some();
+                || self.ofrep_event_spread.is_some()
+                || self.ofrep_max_connections_per_address.is_some()
+                || self.ofrep_max_event_streams.is_some();
             check(!set, "ofrep-*: the OFREP limits need ofrep-listen (the listener is off without it)")?;
             return Ok(None);
         };
@@ -314,9 +316,18 @@ impl Options {
             requests_per_sec_per_address: self.ofrep_requests_per_sec_per_address.unwrap_or(50),
             max_body_bytes: self.ofrep_max_body_bytes.unwrap_or(64 * 1024),
             max_connections,
-            max_connections_per_address: max_connections.min(64),
+            max_connections_per_address: self
+                .ofrep_max_connections_per_address
+                .unwrap_or(64)
+                .min(max_connections),
             event_spread: self.ofrep_event_spread.map_or(Duration::from_millis(500), |d| d.0),
+            max_event_streams: self.ofrep_max_event_streams.unwrap_or(max_connections / 2),
         };
+        check(o.max_connections_per_address >= 1, "ofrep-max-connections-per-address: must be at least 1")?;
+        check(
+            o.max_event_streams < max_connections,
+            "ofrep-max-event-streams: must be below ofrep-max-connections (evaluations need connections too)",
+        )?;
         check(o.event_spread <= Duration::from_secs(60), "ofrep-event-spread: at most 60s")?;
         check(o.requests_per_sec_per_key >= 1, "ofrep-requests-per-sec-per-key: must be at least 1")?;
         check(o.requests_per_sec_per_address >= 1, "ofrep-requests-per-sec-per-address: must be at least 1")?;

@@ -24,7 +24,7 @@ pub(crate) fn single(snap: &Snapshot, key: &str, ctx: &Context<'_>) -> (StatusCo
 /// cannot be evaluated is an item with its error), and the ETag of those
 /// results: it changes when any result does (a new revision that changes
 /// one, a schedule step that moves with the clock) and not otherwise.
-pub(crate) fn bulk(snap: &Snapshot, ctx: &Context<'_>) -> (Json, String) {
+pub(crate) fn bulk(snap: &Snapshot, ctx: &Context<'_>, advertised: &str) -> (Json, String) {
     let mut keys: Vec<&str> = snap.flags().map(|f| f.key.as_str()).collect();
     keys.sort_unstable();
     let flags: Vec<Json> = keys
@@ -34,16 +34,27 @@ pub(crate) fn bulk(snap: &Snapshot, ctx: &Context<'_>) -> (Json, String) {
             Err((_, body)) => body,
         })
         .collect();
-    let flags = Json::Array(flags);
-    let etag = etag(&flags);
-    (json!({ "flags": flags }), etag)
+    let tag = etag(&flags, advertised);
+    (json!({ "flags": flags }), tag)
 }
 
-/// A strong ETag over the results' canonical JSON (`serde_json` writes
-/// object members in key order: the same results, the same bytes).
-fn etag(results: &Json) -> String {
-    let digest = Sha256::digest(results.to_string().as_bytes());
-    format!("\"{}\"", hex::encode(&digest[..16]))
+/// A strong ETag over the results (each item without its `metadata`: a
+/// write to one flag bumps only its version, and must not change the tag
+/// of a client whose results stay the same) and what else the answer
+/// advertises (`advertised`: the change stream's URI), in canonical JSON
+/// (`serde_json` writes object members in key order).
+fn etag(items: &[Json], advertised: &str) -> String {
+    let mut h = Sha256::new();
+    for item in items {
+        let mut item = item.clone();
+        if let Some(m) = item.as_object_mut() {
+            m.remove("metadata");
+        }
+        h.update(item.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    h.update(advertised.as_bytes());
+    format!("\"{}\"", hex::encode(&h.finalize()[..16]))
 }
 
 /// Whether an `If-None-Match` header names `etag` (a list, weak or
@@ -137,13 +148,19 @@ flags:
     #[test]
     fn the_bulk_etag_follows_the_results_only() {
         let s = snap(FLAGS);
-        let (body, tag) = bulk(&s, &Context::new("u1"));
+        let (body, tag) = bulk(&s, &Context::new("u1"), "/events?a");
         assert_eq!(body["flags"].as_array().map(Vec::len), Some(3));
         assert_eq!(body["flags"][0]["key"], "dark", "sorted by key");
         // Another context with the same results: the same tag.
-        assert_eq!(bulk(&s, &Context::new("u2")).1, tag);
-        // A result that differs: another tag.
-        assert_ne!(bulk(&s, &Context::new("u1").with("plan", "pro")).1, tag);
+        assert_eq!(bulk(&s, &Context::new("u2"), "/events?a").1, tag);
+        // A result that differs: another tag; so does another stream URI.
+        assert_ne!(bulk(&s, &Context::new("u1").with("plan", "pro"), "/events?a").1, tag);
+        assert_ne!(bulk(&s, &Context::new("u1"), "/events?b").1, tag);
+        // Another flag's new version with the same results: the same tag.
+        let mut set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
+        set.flags[0].version += 1;
+        let bumped = Snapshot::compile(&set, &Limits::default()).unwrap();
+        assert_eq!(bulk(&bumped, &Context::new("u1"), "/events?a").1, tag);
         assert!(not_modified(&format!("W/{tag}, \"x\""), &tag));
         assert!(!not_modified("\"x\"", &tag));
     }

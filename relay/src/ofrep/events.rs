@@ -8,23 +8,28 @@
 //!   serves it). `EventSource` cannot send headers, so the URL carries a
 //!   stream token: the first 128 bits of SHA-256 over `ofrep-events:` and
 //!   the SDK key's hash. It opens this stream only, never an evaluation;
-//!   every relay derives the same token; revoking the key ends it (checked
-//!   at each connect, and a stream lives at most the connection's
-//!   lifetime, 10 minutes).
+//!   every relay derives the same token (from the key's hash, which the
+//!   relays and their database hold: whoever can read those can open a
+//!   stream, and learns when revisions move, nothing else); revoking the
+//!   key ends its streams (checked at each connect, each heartbeat and
+//!   before each event). At most `ofrep-max-event-streams` are open.
 //! - **Events.** `id: <epoch>:<revision>`, `event: message` (the only event
 //!   name the web provider listens to), `data: {"type":
 //!   "refetchEvaluation", "etag": "<epoch>:<revision>", "lastModified":
-//!   <commit, Unix s>}`. A `Last-Event-ID` older than the head (or of
-//!   another epoch) is answered with one event at once: a refetch needs
-//!   no per-revision detail, so the change log's replay is that one event,
-//!   whichever relay the client reconnects to.
+//!   <commit, Unix s>}`. A stream starts with the head's id (no event),
+//!   so a reconnecting client sends it back. A `Last-Event-ID` behind the
+//!   head (an older revision, or another epoch) is answered with one
+//!   event, after the spread: a refetch needs no per-revision detail, so
+//!   the change log's replay is that one event, whichever relay the client
+//!   reconnects to. (OFREP clients also re-fetch after every reconnect.)
 //! - **Spread.** After a write, each stream waits a random time in `[0,
 //!   ofrep-event-spread)` (default 500 ms) before its event, and takes
 //!   every revision that arrived meanwhile into that one event: a write to
 //!   an environment with 100,000 open streams arrives as re-fetches spread
 //!   evenly over half a second (~200,000 a second across the relays
-//!   serving them, most of them `304`s), not 100,000 at once; a burst of
-//!   writes within the spread costs one re-fetch per client.
+//!   serving them), not 100,000 at once; a burst of
+//!   writes within the spread costs one re-fetch per client. A write that
+//!   leaves a client's results as they were costs it a `304`.
 //! - **Liveness.** A comment line every 15 s (so a dead client is noticed
 //!   and idle proxies keep the stream), `retry: 1000` at the start (the
 //!   client reconnects after a second).
@@ -72,20 +77,25 @@ fn encode(s: &str) -> String {
         .collect()
 }
 
-/// The body of one change stream of `env`: a task writes its events until
-/// the client goes away (the body is dropped), the environment is deleted
-/// or the connection's lifetime ends.
+/// The body of one change stream of `env` for the stream token `token`:
+/// a task writes its events until the client goes away (the body is
+/// dropped), the key is revoked, the environment is deleted or the
+/// connection's lifetime ends. `_slot` is the stream's place among
+/// `ofrep-max-event-streams`, held as long as the task runs.
 pub(crate) fn stream(
     env: Arc<Env>,
+    token: String,
     last_event_id: Option<String>,
     spread: Duration,
     metrics: Metrics,
+    slot: tokio::sync::OwnedSemaphorePermit,
 ) -> Body {
     use http_body_util::BodyExt;
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
+        let _slot = slot;
         metrics.ofrep_event_streams.inc();
-        run(&env, last_event_id, spread, &tx).await;
+        run(&env, &token, last_event_id, spread, &tx).await;
         metrics.ofrep_event_streams.dec();
     });
     let frames = tokio_stream::wrappers::ReceiverStream::new(rx);
@@ -93,26 +103,50 @@ pub(crate) fn stream(
     http_body_util::StreamBody::new(frames).boxed()
 }
 
-/// One stream's events; returns when the client is gone (a send fails).
-async fn run(env: &Env, last_event_id: Option<String>, spread: Duration, tx: &mpsc::Sender<Bytes>) {
+/// Whether the stream goes on: its key still valid, its environment
+/// still there.
+fn live(env: &Env, token: &str) -> bool {
+    *env.head.borrow() != u64::MAX && authorized(env, token, crate::store::now_ms())
+}
+
+/// One stream's events; returns when the client is gone (its receiver
+/// closed, noticed at once), the key no longer valid or the environment
+/// deleted.
+async fn run(
+    env: &Env,
+    token: &str,
+    last_event_id: Option<String>,
+    spread: Duration,
+    tx: &mpsc::Sender<Bytes>,
+) {
     let mut head = env.head.subscribe();
-    if tx.send(Bytes::from_static(b"retry: 1000\n: flagstream\n\n")).await.is_err() {
+    // Deleted between the lookup and the subscription: nothing to follow.
+    if !live(env, token) {
         return;
     }
-    // The id the client saw last, if it is behind: one event, spread.
-    let behind = last_event_id.is_some_and(|id| id != event_id(env));
-    let mut pending = behind;
+    // The head's id first, without an event: a client that reconnects
+    // after this sends it as its `Last-Event-ID`, even if no event came.
+    let start = format!("retry: 1000\nid: {}\n: flagstream\n\n", event_id(env));
+    if tx.send(Bytes::from(start)).await.is_err() {
+        return;
+    }
+    let mut pending = last_event_id.is_some_and(|id| behind(&id, env));
     loop {
         if pending {
             let wait = spread.mul_f64(rand::random::<f64>());
-            tokio::time::sleep(wait).await;
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
             pending = false;
-            if *head.borrow_and_update() == u64::MAX || tx.send(event(env)).await.is_err() {
+            head.borrow_and_update();
+            if !live(env, token) || tx.send(event(env)).await.is_err() {
                 return;
             }
             continue;
         }
         tokio::select! {
+            _ = tx.closed() => return,
             changed = head.changed() => {
                 if changed.is_err() || *head.borrow_and_update() == u64::MAX {
                     return; // the environment was deleted
@@ -120,7 +154,7 @@ async fn run(env: &Env, last_event_id: Option<String>, spread: Duration, tx: &mp
                 pending = true;
             }
             _ = tokio::time::sleep(HEARTBEAT) => {
-                if tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
+                if !live(env, token) || tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
                     return;
                 }
             }
@@ -128,6 +162,16 @@ async fn run(env: &Env, last_event_id: Option<String>, spread: Duration, tx: &mp
     }
 }
 
+/// Whether a client's last event id (`<epoch>:<revision>`) is behind the
+/// environment's head: another epoch, or an older revision (a client that
+/// saw a newer head elsewhere, on a relay ahead of this one, is not).
+fn behind(last: &str, env: &Env) -> bool {
+    let s = env.state.load();
+    match last.split_once(':') {
+        Some((epoch, rev)) if epoch == s.epoch => rev.parse::<u64>().map_or(true, |r| r < s.revision),
+        _ => true,
+    }
+}
 /// The id of the environment's head: `<epoch>:<revision>`.
 fn event_id(env: &Env) -> String {
     let s = env.state.load();

@@ -55,6 +55,8 @@ struct Inner {
     settings: OfrepSettings,
     per_key: DefaultKeyedRateLimiter<String>,
     per_address: DefaultKeyedRateLimiter<IpAddr>,
+    /// Places of the change streams (`ofrep-max-event-streams`).
+    streams: Arc<tokio::sync::Semaphore>,
     /// Refusal log lines: at most 5 a second (bursts of 10).
     logs: DefaultDirectRateLimiter,
 }
@@ -92,6 +94,7 @@ impl Ofrep {
             inner: Arc::new(Inner {
                 per_key: RateLimiter::keyed(quota(settings.requests_per_sec_per_key)),
                 per_address: RateLimiter::keyed(quota(settings.requests_per_sec_per_address)),
+                streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
                 logs: RateLimiter::direct(
                     Quota::per_second(NonZeroU32::MIN.saturating_add(4))
                         .allow_burst(NonZeroU32::MIN.saturating_add(9)),
@@ -133,29 +136,33 @@ impl Ofrep {
             r
         };
         let (Some(env), Some(token)) = (param("env"), param("token")) else { return Err(unauthorized()) };
-        let env = decode(env)?;
+        let env = decode(env).map_err(|_| unauthorized())?;
         let env = i.store.env(&env).map_err(|_| unauthorized())?;
         if !events::authorized(&env, token, crate::store::now_ms()) {
             return Err(unauthorized());
         }
+        let Ok(slot) = i.streams.clone().try_acquire_owned() else {
+            let mut r = Refused::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "GENERAL",
+                format!("{} change streams are open (ofrep-max-event-streams)", i.settings.max_event_streams),
+            );
+            r.retry_after = Some(5);
+            r.limit = Some("ofrep_event_streams");
+            return Err(r);
+        };
         let last = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        Ok(events::stream(env, last, i.settings.event_spread, i.metrics.clone()))
+        Ok(events::stream(env, token.to_owned(), last, i.settings.event_spread, i.metrics.clone(), slot))
     }
 
     /// One request's answer, or its refusal.
-    async fn answer(
-        &self,
-        req: Request<Incoming>,
-        caller: Caller,
-    ) -> Result<(StatusCode, Json, Option<String>), Refused> {
+    async fn answer(&self, req: Request<Incoming>) -> Result<(StatusCode, Json, Option<String>), Refused> {
         let i = &self.inner;
-        let path = req.uri().path();
-        let endpoint = match path.strip_prefix(PREFIX) {
-            Some("") => Endpoint::Bulk,
-            // `/flags/` is a single flag whose key is empty (404), as the
-            // providers build the path.
-            Some(rest) if rest.starts_with('/') => Endpoint::Single(decode(&rest[1..])?),
-            _ => {
+        let endpoint = match route(req.uri().path()) {
+            Route::Bulk => Endpoint::Bulk,
+            Route::Single(raw) => Endpoint::Single(decode(raw)?),
+            Route::Events | Route::Other => {
+                let path = req.uri().path();
                 return Err(Refused::new(
                     StatusCode::NOT_FOUND,
                     "GENERAL",
@@ -170,17 +177,6 @@ impl Ofrep {
                 "OFREP evaluations are POST requests",
             ));
         }
-        let address = crate::ops::limit::client_of(caller.peer.ip());
-        if let Err(not_until) = i.per_address.check_key(&address) {
-            return Err(rate_refusal(
-                not_until,
-                "ofrep_rate_per_address",
-                format!(
-                    "over {}/s from this address (ofrep-requests-per-sec-per-address)",
-                    i.settings.requests_per_sec_per_address
-                ),
-            ));
-        }
         let secret = credential(&req).ok_or_else(|| {
             let mut r = Refused::new(
                 StatusCode::UNAUTHORIZED,
@@ -190,6 +186,11 @@ impl Ofrep {
             r.limit = Some("ofrep_unauthenticated");
             r
         })?;
+        if secret.len() > MAX_CREDENTIAL {
+            let mut r = Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown key");
+            r.limit = Some("ofrep_unauthenticated");
+            return Err(r);
+        }
         let key_hash = secret::hash_secret(&secret);
         let Some((env, key_id)) = i.store.env_by_key_hash(&key_hash) else {
             let mut r = Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown key");
@@ -209,7 +210,17 @@ impl Ofrep {
         let if_none_match =
             req.headers().get(hyper::header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let max = i.settings.max_body_bytes;
-        let body = Limited::new(req.into_body(), max).collect().await.map_err(|e| {
+        let read = tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), max).collect()).await;
+        let read = read.map_err(|_| {
+            let mut r = Refused::new(
+                StatusCode::BAD_REQUEST,
+                "PARSE_ERROR",
+                format!("request body: not received within {} s", BODY_TIMEOUT.as_secs()),
+            );
+            r.limit = Some("ofrep_body");
+            r
+        })?;
+        let body = read.map_err(|e| {
             let mut r = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 Refused::new(
                     StatusCode::BAD_REQUEST,
@@ -223,7 +234,10 @@ impl Ofrep {
             r
         })?;
         let state = env.state.load_full();
-        let stream_uri = events::request_uri(&env.meta.load().name, &key_hash);
+        let stream_uri = match endpoint {
+            Endpoint::Bulk => events::request_uri(&env.meta.load().name, &key_hash),
+            Endpoint::Single(_) => String::new(),
+        };
         // Parsing, mapping and evaluating a context of up to the body cap:
         // on the blocking pool, so a large one never holds a worker.
         let out = tokio::task::spawn_blocking(move || {
@@ -263,7 +277,7 @@ impl Ofrep {
                     (status, body, None)
                 }
                 Endpoint::Bulk => {
-                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx);
+                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx, &stream_uri);
                     if let Some(m) = body.as_object_mut() {
                         m.insert(
                             "eventStreams".into(),
@@ -281,7 +295,8 @@ impl Ofrep {
         })
         .await
         .map_err(|e| {
-            Refused::new(StatusCode::INTERNAL_SERVER_ERROR, "GENERAL", format!("evaluation task failed: {e}"))
+            tracing::error!(error = %e, "an OFREP evaluation task failed");
+            Refused::new(StatusCode::INTERNAL_SERVER_ERROR, "GENERAL", "internal error")
         })??;
         Ok(out)
     }
@@ -312,7 +327,37 @@ fn refusal_response(r: &Refused) -> Result<Response<Body>, hyper::http::Error> {
     resp.body(full(r.body.to_string()))
 }
 
-/// Which endpoint a path names.
+/// Longest credential read (longer ones are refused unhashed).
+const MAX_CREDENTIAL: usize = 256;
+/// Time a request body has to arrive once its head did.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a path names (leading slashes collapsed: a base URL ending in `/`
+/// makes clients send `//ofrep/...`).
+#[derive(Clone, Copy)]
+enum Route<'a> {
+    Single(&'a str),
+    Bulk,
+    Events,
+    Other,
+}
+
+fn route(path: &str) -> Route<'_> {
+    let trimmed = path.trim_start_matches('/');
+    let path = &path[path.len() - trimmed.len() - usize::from(path.starts_with('/'))..];
+    if path == EVENTS {
+        return Route::Events;
+    }
+    match path.strip_prefix(PREFIX) {
+        Some("") => Route::Bulk,
+        // `/flags/` is a single flag whose key is empty (404), as the
+        // providers build the path.
+        Some(rest) if rest.starts_with('/') => Route::Single(&rest[1..]),
+        _ => Route::Other,
+    }
+}
+
+/// Which evaluation endpoint a request is for.
 enum Endpoint {
     Single(String),
     Bulk,
@@ -339,7 +384,7 @@ fn decode(raw: &str) -> Result<String, Refused> {
     let b = raw.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit() {
             let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
             if let Some(v) = hex {
                 out.push(v);
@@ -378,18 +423,30 @@ impl Handler for Ofrep {
         let this = self.clone();
         async move {
             let path = req.uri().path().to_owned();
-            if path == EVENTS {
-                let address = crate::ops::limit::client_of(caller.peer.ip());
-                let opened = match this.inner.per_address.check_key(&address) {
-                    Err(not_until) => Err(rate_refusal(
-                        not_until,
-                        "ofrep_rate_per_address",
-                        format!(
-                            "over {}/s from this address (ofrep-requests-per-sec-per-address)",
-                            this.inner.settings.requests_per_sec_per_address
-                        ),
-                    )),
-                    Ok(()) => this.events(&req),
+            let route = route(&path);
+            let label = match route {
+                Route::Single(_) => "single",
+                Route::Bulk => "bulk",
+                Route::Events => "events",
+                Route::Other => "other",
+            };
+            // Every request from an address counts against its rate, an
+            // unknown path's and a refused one's too.
+            let address = crate::ops::limit::client_of(caller.peer.ip());
+            let over = this.inner.per_address.check_key(&address).err().map(|not_until| {
+                rate_refusal(
+                    not_until,
+                    "ofrep_rate_per_address",
+                    format!(
+                        "over {}/s from this address (ofrep-requests-per-sec-per-address)",
+                        this.inner.settings.requests_per_sec_per_address
+                    ),
+                )
+            });
+            if matches!(route, Route::Events) {
+                let opened = match over {
+                    Some(r) => Err(r),
+                    None => this.events(&req),
                 };
                 let (status, resp) = match opened {
                     Ok(body) => (
@@ -407,15 +464,18 @@ impl Handler for Ofrep {
                 this.inner.metrics.ofrep_request("events", status.as_u16());
                 return resp.map_err(std::io::Error::other);
             }
-            let endpoint = if path.len() > PREFIX.len() { "single" } else { "bulk" };
-            let (status, body, etag, retry_after) = match this.answer(req, caller).await {
+            let answered = match over {
+                Some(r) => Err(r),
+                None => this.answer(req).await,
+            };
+            let (status, body, etag, retry_after) = match answered {
                 Ok((status, body, etag)) => (status, body, etag, None),
                 Err(mut r) => {
                     this.refused(&r, caller);
                     // A single flag's 400 names its flag (OFREP's shape).
                     if r.status == StatusCode::BAD_REQUEST
-                        && let Some(Ok(key)) =
-                            path.strip_prefix(PREFIX).and_then(|p| p.strip_prefix('/')).map(decode)
+                        && let Route::Single(raw) = route
+                        && let Ok(key) = decode(raw)
                         && let Some(m) = r.body.as_object_mut()
                     {
                         m.insert("key".into(), Json::from(key));
@@ -423,8 +483,10 @@ impl Handler for Ofrep {
                     (r.status, r.body, None, r.retry_after)
                 }
             };
-            this.inner.metrics.ofrep_request(endpoint, status.as_u16());
-            let mut resp = Response::builder().status(status);
+            this.inner.metrics.ofrep_request(label, status.as_u16());
+            // Idle connections close after 5 s (the header deadline): say
+            // so, so clients do not reuse one as it closes.
+            let mut resp = Response::builder().status(status).header("keep-alive", "timeout=4");
             if let Some(tag) = &etag {
                 resp = resp.header(hyper::header::ETAG, tag.as_str());
             }

@@ -121,7 +121,7 @@ pub async fn serve<H: Handler>(
                     a
                 }
                 Err(e) => {
-                    tracing::warn!(listener = name, error = %e, retry_in_ms = backoff.as_millis() as u64, "accept failed");
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "{name} accept failed");
                     metrics.limit_hit(&format!("{name}_accept_error"));
                     tokio::select! {
                         _ = stop.cancelled() => return,
@@ -178,7 +178,7 @@ pub async fn serve<H: Handler>(
         let (limit, cap, why) = refused;
         metrics.limit_hit(&format!("{name}_{limit}"));
         if logs.check().is_ok() {
-            tracing::warn!(listener = name, %peer, limit = cap, unlogged, "connection refused: {why}");
+            tracing::warn!(%peer, limit = cap, unlogged, "{name} connection refused: {why}");
             unlogged = 0;
         } else {
             unlogged += 1;
@@ -212,6 +212,8 @@ async fn serve_one<S, H>(
         .timer(TokioTimer::new())
         .keep_alive(bounds.keep_alive)
         .header_read_timeout(bounds.header_timeout)
+        // Request heads of at most 16 KiB (hyper's default allows ~400 KB).
+        .max_buf_size(16 * 1024)
         .serve_connection(TokioIo::new(stream), svc);
     let name = bounds.name;
     tokio::select! {

@@ -137,6 +137,12 @@ impl Servers {
 /// hosts without TLS: SDK keys and admin tokens would cross the network in
 /// clear.
 fn warn_if_plaintext(cfg: &Config, running: &Running) {
+    if let Some(ofrep) = running.ofrep
+        && cfg.listen.tls.is_none()
+        && !ofrep.ip().is_loopback()
+    {
+        tracing::warn!(addr = %ofrep, "serving OFREP WITHOUT TLS on a non-loopback address: SDK keys cross the network in clear; set tls-cert and tls-key, or put a TLS proxy in front (docs/SECURITY.md)");
+    }
     if !cfg.listen.metrics_tls && !running.metrics.ip().is_loopback() {
         tracing::warn!(addr = %running.metrics, remote_tokens = cfg.listen.status_page_remote_plaintext, "serving metrics and the status page WITHOUT TLS on a non-loopback address: the status page takes a token only from this host unless status-page-remote-plaintext is set; set metrics-tls (docs/SECURITY.md)");
     }

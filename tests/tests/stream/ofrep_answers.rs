@@ -108,10 +108,10 @@ async fn a_key_over_its_rate_gets_429_with_retry_after_in_seconds() {
             .await;
     let addr = relay.ofrep.expect("the relay names its OFREP address");
     let bearer = format!("Bearer {}", relay.demo_key());
-    // One a second with a burst of two: ten requests in a row cannot all
-    // pass, however slow the machine (the tenth comes < 8 s after the first).
+    // One a second with a burst of two: 200 requests in a row cannot all
+    // pass unless each took over a second.
     let mut refused = None;
-    for _ in 0..10 {
+    for _ in 0..200 {
         let r =
             post(addr, "/ofrep/v1/evaluate/flags/theme", &[("Authorization", bearer.as_str())], "{}").await;
         if r.status == 429 {
@@ -122,7 +122,7 @@ async fn a_key_over_its_rate_gets_429_with_retry_after_in_seconds() {
     }
     let r = refused.expect("a request over the key's rate is refused");
     let secs: u64 = r.header("retry-after").expect("Retry-After").parse().expect("whole seconds");
-    assert!(secs >= 1, "{r:?}");
+    assert!((1..=2).contains(&secs), "a wait of about one token at 1/s: {r:?}");
     assert!(r.json()["errorDetails"].as_str().unwrap().contains("ofrep-requests-per-sec-per-key"), "{r:?}");
     assert!(relay.metric("flagstream_limit_hits_total{limit=\"ofrep_rate_per_key\"}").await >= 1.0);
 }
