@@ -12,12 +12,15 @@
 //! ETag (`answer.rs`, pure), the HTTP handling with its limits
 //! (`handler.rs`: body size, per-key and per-address request rates, each
 //! refusal counted and logged), the change stream of server-sent events
-//! (`events.rs`: spread, coalesced, replayed by `Last-Event-ID`). Uses the store (the key's environment and
-//! its snapshot) and `ops` (the bounded listener, metrics).
+//! (`events.rs`: spread, coalesced, replayed by `Last-Event-ID`), and the
+//! evaluations counted for the usage table (`usage.rs`). Uses the store (the key's environment and
+//! its snapshot), the usage table and `ops` (the bounded listener,
+//! metrics).
 
 mod answer;
 mod context;
 mod events;
 mod handler;
+mod usage;
 
 pub(crate) use handler::{Ofrep, bounds};

@@ -107,7 +107,7 @@ pub(crate) async fn serve(
     let background = Background::default();
     spawn_background(&cfg, &opened, &services, &background, listeners.metrics, &metrics)?;
     if let (Some(settings), Some(listener)) = (&cfg.ofrep, listeners.ofrep) {
-        spawn_ofrep(&cfg, settings, &opened, &background, listener, &metrics)?;
+        spawn_ofrep(&cfg, settings, &opened, services.hub.clone(), &background, listener, &metrics)?;
     }
     let servers = serve_grpc(
         &cfg,
@@ -205,11 +205,13 @@ impl Services {
 }
 
 /// The OFREP listener (TLS with the relay's certificate when it has one),
-/// and the pruning of its rate buckets once a minute.
+/// the hand-over of its evaluations to the usage table every 10 s, and
+/// the pruning of its rate buckets once a minute.
 fn spawn_ofrep(
     cfg: &Config,
     settings: &crate::config::OfrepSettings,
     opened: &Opened,
+    hub: Arc<Hub>,
     background: &Background,
     listener: tokio::net::TcpListener,
     metrics: &Metrics,
@@ -225,12 +227,45 @@ fn spawn_ofrep(
         tls,
         stop.clone(),
     ));
+    let store = opened.store.clone();
     background.spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(60));
+        let mut every = tokio::time::interval(Duration::from_secs(10));
+        let (mut ticks, mut since) = (0u64, crate::store::now_ms());
         loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = every.tick() => ofrep.prune(),
+            let stopping = tokio::select! {
+                _ = stop.cancelled() => true,
+                _ = every.tick() => false,
+            };
+            ticks += 1;
+            if ticks % 6 == 0 {
+                ofrep.prune();
+            }
+            // The last counts go in at shutdown too.
+            let now = crate::store::now_ms();
+            let summaries = ofrep.take_usage(since, now);
+            since = now;
+            if !summaries.is_empty() {
+                let (hub, store) = (hub.clone(), store.clone());
+                let counted = tokio::task::spawn_blocking(move || {
+                    for (env, key_id, summary) in summaries {
+                        // An environment deleted meanwhile: its usage is gone.
+                        let Ok(e) = store.env(&env) else { continue };
+                        if let Err(over) = crate::usage::check(&summary) {
+                            tracing::warn!(%env, field = over.field, "OFREP usage summary over a bound: dropped");
+                            hub.usage.refused(over.field);
+                            continue;
+                        }
+                        let snap = e.state.load().snapshot.clone();
+                        hub.usage.ingest(&e.deleted, &env, &format!("ofrep:{key_id}"), false, &snap, summary);
+                    }
+                })
+                .await;
+                if let Err(e) = counted {
+                    tracing::warn!(error = %e, "counting OFREP usage failed");
+                }
+            }
+            if stopping {
+                return;
             }
         }
     });

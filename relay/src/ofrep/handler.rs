@@ -18,6 +18,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
+use super::usage::OfrepUsage;
 use super::{answer, context, events};
 use crate::config::OfrepSettings;
 use crate::ops::http::{Body, Bounds, Caller, Handler, full};
@@ -57,6 +58,8 @@ struct Inner {
     per_address: DefaultKeyedRateLimiter<IpAddr>,
     /// Places of the change streams (`ofrep-max-event-streams`).
     streams: Arc<tokio::sync::Semaphore>,
+    /// Evaluations counted for the usage table.
+    usage: Arc<OfrepUsage>,
     /// Refusal log lines: at most 5 a second (bursts of 10).
     logs: DefaultDirectRateLimiter,
 }
@@ -95,6 +98,7 @@ impl Ofrep {
                 per_key: RateLimiter::keyed(quota(settings.requests_per_sec_per_key)),
                 per_address: RateLimiter::keyed(quota(settings.requests_per_sec_per_address)),
                 streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
+                usage: Arc::default(),
                 logs: RateLimiter::direct(
                     Quota::per_second(NonZeroU32::MIN.saturating_add(4))
                         .allow_burst(NonZeroU32::MIN.saturating_add(9)),
@@ -104,6 +108,16 @@ impl Ofrep {
                 settings,
             }),
         }
+    }
+
+    /// The evaluations counted since the last call, as usage summaries
+    /// per (environment, SDK key id) covering `start..end` (Unix ms).
+    pub(crate) fn take_usage(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> Vec<(String, String, flagstream_proto::v1::UsageSummary)> {
+        self.inner.usage.take(start, end)
     }
 
     /// Forgets rate buckets that are full again (bounded memory: called
@@ -240,6 +254,7 @@ impl Ofrep {
         };
         // Parsing, mapping and evaluating a context of up to the body cap:
         // on the blocking pool, so a large one never holds a worker.
+        let (usage, env_name) = (i.usage.clone(), env.meta.load().name.clone());
         let out = tokio::task::spawn_blocking(move || {
             let body = body.to_bytes();
             let parsed: Option<Json> = if body.iter().all(u8::is_ascii_whitespace) {
@@ -268,6 +283,9 @@ impl Ofrep {
             Ok(match endpoint {
                 Endpoint::Single(key) => {
                     let (status, mut body) = answer::single(&state.snapshot, &key, &ctx);
+                    if status == StatusCode::OK || status == StatusCode::NOT_FOUND {
+                        usage.record(&env_name, &key_id, [(key.as_str(), served(&body))]);
+                    }
                     if status == StatusCode::BAD_REQUEST
                         && let Some(m) = body.as_object_mut()
                     {
@@ -278,6 +296,13 @@ impl Ofrep {
                 }
                 Endpoint::Bulk => {
                     let (mut body, etag) = answer::bulk(&state.snapshot, &ctx, &stream_uri);
+                    if let Some(items) = body["flags"].as_array() {
+                        let evaluated = items
+                            .iter()
+                            .filter(|f| f.get("errorCode").is_none())
+                            .filter_map(|f| Some((f["key"].as_str()?, served(f))));
+                        usage.record(&env_name, &key_id, evaluated);
+                    }
                     if let Some(m) = body.as_object_mut() {
                         m.insert(
                             "eventStreams".into(),
@@ -325,6 +350,11 @@ fn refusal_response(r: &Refused) -> Result<Response<Body>, hyper::http::Error> {
         resp = resp.header(hyper::header::RETRY_AFTER, secs.to_string());
     }
     resp.body(full(r.body.to_string()))
+}
+
+/// The variation an answer served (`variant` is its index), or `None`.
+fn served(answer: &Json) -> Option<u32> {
+    answer.get("variant").and_then(Json::as_str).and_then(|v| v.parse().ok())
 }
 
 /// Longest credential read (longer ones are refused unhashed).

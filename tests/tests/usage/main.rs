@@ -6,6 +6,7 @@
 mod usage_churn;
 mod usage_default_mismatch;
 mod usage_fallbacks;
+mod usage_ofrep;
 mod usage_pages;
 mod usage_refused;
 mod usage_short_lived;
