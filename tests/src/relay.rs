@@ -260,6 +260,19 @@ impl Relay {
         client
     }
 
+    /// One flag's usage in environment `env` as `GetUsage` shows it (`None`:
+    /// no usage of it yet).
+    pub async fn flag_usage(&self, env: &str, key: &str) -> Option<pb::FlagUsageView> {
+        let r = self
+            .admin()
+            .await
+            .get_usage(pb::GetUsageRequest { environment: env.into(), key: key.into(), ..Default::default() })
+            .await
+            .expect("GetUsage answers")
+            .into_inner();
+        r.flags.into_iter().next()
+    }
+
     /// Creates an environment; returns its SDK key.
     pub async fn create_env(&self, name: &str) -> String {
         self.admin()

@@ -14,14 +14,7 @@ use flagstream_tests::cluster::Cluster;
 use flagstream_tests::relay::Relay;
 
 async fn usage(relay: &Relay, key: &str) -> pb::FlagUsageView {
-    let r = relay
-        .admin()
-        .await
-        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: key.into(), ..Default::default() })
-        .await
-        .expect("GetUsage answers")
-        .into_inner();
-    r.flags.into_iter().next().expect("the flag asked for")
+    relay.flag_usage("demo", key).await.expect("the flag asked for")
 }
 
 /// Waits (polling GetUsage) until `relay` holds the expected day window.

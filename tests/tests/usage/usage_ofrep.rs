@@ -11,14 +11,7 @@ use flagstream_tests::ofrep::post;
 use flagstream_tests::relay::Relay;
 
 async fn day(relay: &Relay, key: &str) -> Option<pb::UsageWindow> {
-    let r = relay
-        .admin()
-        .await
-        .get_usage(pb::GetUsageRequest { environment: "demo".into(), key: key.into(), ..Default::default() })
-        .await
-        .expect("GetUsage answers")
-        .into_inner();
-    r.flags.into_iter().next().and_then(|f| f.day)
+    relay.flag_usage("demo", key).await.and_then(|f| f.day)
 }
 
 #[tokio::test]

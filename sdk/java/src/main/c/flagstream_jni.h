@@ -24,7 +24,7 @@
 #define CONTEXT(h) ((flagstream_context *)(intptr_t)(h))
 #define FLAG(h) ((const flagstream_flag *)(intptr_t)(h))
 
-/* ---- strings (flagstream_jni.c) ---------------------------------------- */
+/* ---- strings (flagstream_jni_util.c) ----------------------------------- */
 
 /* A Java string as UTF-8, in `stack` when it fits, else on the C heap. */
 typedef struct {
@@ -47,7 +47,7 @@ void fsj_release_utf8(fsj_utf8 *a);
  * exception pending on failure. */
 jstring fsj_new_string(JNIEnv *env, const uint8_t *s, size_t len);
 
-/* ---- errors (flagstream_jni.c) ----------------------------------------- */
+/* ---- errors (flagstream_jni_util.c) ------------------------------------ */
 
 /* Throws the dev.flagstream.FlagstreamException for `status` with this
  * thread's flagstream_last_error message: call it in the same native call
@@ -63,6 +63,12 @@ void fsj_throw_oom(JNIEnv *env, const char *message);
  * the classes and method they call, the thread key that detaches). 0 on
  * failure. */
 int fsj_listeners_load(JavaVM *vm, JNIEnv *env);
+
+/* ---- loading (flagstream_jni_util.c) ------------------------------------ */
+
+/* Called by JNI_OnLoad: the exception class and factory the helpers use.
+ * 0 on failure. */
+int fsj_util_load(JNIEnv *env);
 
 #pragma GCC visibility pop
 
