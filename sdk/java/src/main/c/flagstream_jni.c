@@ -3,8 +3,9 @@
  * libflagstream_ffi.a into libflagstream_jni.so, so one shared object
  * carries the wrapper and the engine (no version drift between them).
  *
- * This file: loading and the client's life. The helpers every file uses
- * (strings, errors; flagstream_jni.h) are in flagstream_jni_util.c;
+ * This file: the client's life. Loading is flagstream_jni_load.c; the
+ * helpers every file uses (strings, errors; flagstream_jni.h) are in
+ * flagstream_jni_util.c;
  * evaluations in flagstream_jni_eval.c; contexts, flag handles and change
  * listeners in flagstream_jni_objects.c.
  *
@@ -28,17 +29,6 @@
 
 /* dev.flagstream.Native.GLUE_VERSION: bumped when a native method changes. */
 #define FLAGSTREAM_JNI_GLUE_VERSION 1
-
-/* ---- loading ------------------------------------------------------------ */
-
-JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM *vm, void *reserved) {
-    (void)reserved;
-    JNIEnv *env;
-    if ((*vm)->GetEnv(vm, (void **)&env, JNI_VERSION_1_8) != JNI_OK) return JNI_ERR;
-    if (!fsj_util_load(env)) return JNI_ERR;
-    if (!fsj_listeners_load(vm, env)) return JNI_ERR;
-    return JNI_VERSION_1_8;
-}
 
 JNIEXPORT jint JNICALL Java_dev_flagstream_Native_abiVersion(JNIEnv *env, jclass cls) {
     (void)env, (void)cls;
