@@ -77,6 +77,7 @@ pub(crate) async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<(
         signal.cancel();
     });
     serve(cfg, stop, demo, |r| {
+        // Without an OFREP listener the line has no `ofrep=` field.
         let ofrep = r.ofrep.map(|a| format!(" ofrep={a}")).unwrap_or_default();
         println!("flagstream-relay listening grpc={} metrics={} admin={}{ofrep}", r.grpc, r.metrics, r.admin);
         // Tests and scripts read this line; make sure it is out.

@@ -436,6 +436,7 @@ func TestWaitReadyHonoursItsContext(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() {
+		// Not a timing: a cancel before the wait starts ends it the same way.
 		time.Sleep(100 * time.Millisecond) // cancels a wait that would never end
 		cancel()
 	}()

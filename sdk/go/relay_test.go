@@ -150,7 +150,7 @@ func TestRelayFirstDataAndAChange(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the panic was not logged within %s: %q", step, logged.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a poll of the log, bounded by the deadline above
 	}
 	s := stats(t, c)
 	if s.SnapshotsApplied != 1 || s.DeltasApplied < 1 {
@@ -300,7 +300,9 @@ func TestRelayFinalizerNeverWaitsOnAFullChannel(t *testing.T) {
 	case <-time.After(step):
 		t.Fatalf("the change did not arrive within %s", step)
 	}
-	time.Sleep(100 * time.Millisecond) // the channel's send is waiting by now
+	// Gives the send time to block (what the test is about); were it not
+	// blocked yet, the finalizer's run below is checked all the same.
+	time.Sleep(100 * time.Millisecond)
 	runtime.GC()                       // the client is unreachable: its finalizer is queued
 
 	type sentinel struct {

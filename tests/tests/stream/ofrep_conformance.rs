@@ -113,7 +113,7 @@ async fn the_evaluation_suite_through_the_single_flag_endpoint() {
                     want_value = want_value.as_f64().map_or(want_value, Json::from)
                 }
                 flagstream::FlagType::Int if want_value.is_f64() => {
-                    let f = want_value.as_f64().unwrap_or_default();
+                    let f = want_value.as_f64().expect("an f64 (checked above)");
                     want_value = Json::from(f as i64);
                 }
                 _ => {}

@@ -230,6 +230,8 @@ class RelayTest {
                 fail(what + " within " + STEP.toSeconds() + " s");
             }
             System.gc();
+            // A poll, not a timing: collection has no event to wait on;
+            // the deadline above bounds it.
             Thread.sleep(20);
         }
     }
