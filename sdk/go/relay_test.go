@@ -303,7 +303,7 @@ func TestRelayFinalizerNeverWaitsOnAFullChannel(t *testing.T) {
 	// Gives the send time to block (what the test is about); were it not
 	// blocked yet, the finalizer's run below is checked all the same.
 	time.Sleep(100 * time.Millisecond)
-	runtime.GC()                       // the client is unreachable: its finalizer is queued
+	runtime.GC() // the client is unreachable: its finalizer is queued
 
 	type sentinel struct {
 		buf []byte // a pointer: never in a tiny allocation block
