@@ -78,7 +78,10 @@ pub(crate) async fn run(cfg: Config, demo: Option<Duration>) -> anyhow::Result<(
     });
     serve(cfg, stop, demo, |r| {
         // Without an OFREP listener the line has no `ofrep=` field.
-        let ofrep = r.ofrep.map(|a| format!(" ofrep={a}")).unwrap_or_default();
+        let ofrep = match r.ofrep {
+            Some(a) => format!(" ofrep={a}"),
+            None => String::new(),
+        };
         println!("flagstream-relay listening grpc={} metrics={} admin={}{ofrep}", r.grpc, r.metrics, r.admin);
         // Tests and scripts read this line; make sure it is out.
         std::io::stdout().flush()

@@ -79,8 +79,11 @@ impl Live {
     /// fallbacks a fixed snapshot counted itself (after a fork until the
     /// new sync has data, and for unvalidated test data).
     pub fn stats(&self) -> flagstream::Stats {
-        // No syncing client (a fixed snapshot): no stream counters, zeros.
-        let mut s = self.syncing().map(flagstream::Client::stats).unwrap_or_default();
+        let mut s = match self.syncing() {
+            Some(c) => c.stats(),
+            // A fixed snapshot has no stream: its stream counters are zero.
+            None => flagstream::Stats::default(),
+        };
         if let Serving::Fixed { fallbacks, .. } = &self.serving {
             s.default_not_found += fallbacks.not_found.load(Ordering::Relaxed);
             s.default_not_ready += fallbacks.not_ready.load(Ordering::Relaxed);

@@ -371,6 +371,20 @@ enum flagstream_status flagstream_flag_new(const uint8_t *key,
 // `flag` is null or a live flag handle, not used after this call.
 void flagstream_flag_free(struct flagstream_flag *flag);
 
+// Frees a string the library returned. A null `ptr` is ignored.
+//
+// # Safety
+// `s` is a string this library returned, not freed before.
+void flagstream_string_free(struct flagstream_string s);
+
+// Frees the strings of a detail an evaluation wrote (`rule_id`,
+// `prerequisite_key`) and empties them, so a second call is harmless.
+// Null is ignored.
+//
+// # Safety
+// `detail` is null or a detail this library wrote (or emptied).
+void flagstream_detail_free(struct flagstream_detail *detail);
+
 // Evaluates a bool flag: `*value` is its value or `default_value`;
 // `detail` (may be null) gets the rest of the result (free its strings
 // with [`flagstream_detail_free`]).
@@ -524,20 +538,6 @@ enum flagstream_status flagstream_eval_at(const struct flagstream_client *client
                                           int64_t at_ms,
                                           struct flagstream_string *value_json,
                                           struct flagstream_detail *detail);
-
-// Frees a string the library returned. A null `ptr` is ignored.
-//
-// # Safety
-// `s` is a string this library returned, not freed before.
-void flagstream_string_free(struct flagstream_string s);
-
-// Frees the strings of a detail an evaluation wrote (`rule_id`,
-// `prerequisite_key`) and empties them, so a second call is harmless.
-// Null is ignored.
-//
-// # Safety
-// `detail` is null or a detail this library wrote (or emptied).
-void flagstream_detail_free(struct flagstream_detail *detail);
 
 #ifdef __cplusplus
 }  // extern "C"

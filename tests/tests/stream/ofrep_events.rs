@@ -18,8 +18,10 @@ type Lines = tokio::io::Lines<BufReader<tokio::net::TcpStream>>;
 async fn open(addr: std::net::SocketAddr, uri: &str, last_event_id: Option<&str>) -> (String, Lines) {
     tokio::time::timeout(STEP, async {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("the OFREP listener accepts");
-        // No id: no header line.
-        let last = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
+        let last = match last_event_id {
+            Some(id) => format!("Last-Event-ID: {id}\r\n"),
+            None => String::new(),
+        };
         let req = format!("GET {uri} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{last}\r\n");
         s.write_all(req.as_bytes()).await.expect("the request is sent");
         let mut lines = BufReader::new(s).lines();
