@@ -509,6 +509,7 @@ impl Admin for AdminService {
                     "environment.delete" => pb::AuditAction::EnvironmentDelete,
                     "token.create" => pb::AuditAction::TokenCreate,
                     "token.revoke" => pb::AuditAction::TokenRevoke,
+                    "environment.cors" => pb::AuditAction::CorsOriginsSet,
                     _ => pb::AuditAction::Update,
                 } as i32,
                 comment: a.comment,
@@ -643,6 +644,13 @@ impl Admin for AdminService {
         req: Request<pb::RevokeSdkKeyRequest>,
     ) -> Result<Response<pb::RevokeSdkKeyResponse>, Status> {
         self.revoke_sdk_key_call(req).await
+    }
+
+    async fn set_cors_origins(
+        &self,
+        req: Request<pb::SetCorsOriginsRequest>,
+    ) -> Result<Response<pb::SetCorsOriginsResponse>, Status> {
+        self.set_cors_origins_call(req).await
     }
 
     async fn create_token(

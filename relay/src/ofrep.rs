@@ -19,8 +19,10 @@
 
 mod answer;
 mod context;
+mod cors;
 mod events;
 mod handler;
 mod usage;
+mod view;
 
 pub(crate) use handler::{Ofrep, bounds};

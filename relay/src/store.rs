@@ -23,10 +23,12 @@ mod environment;
 mod error;
 mod freshness;
 mod index;
+pub(crate) use index::KeyMatch;
 mod key;
 mod mark;
 pub(crate) mod meta;
 mod op;
+mod origin;
 pub(crate) mod postgres;
 pub(crate) mod received;
 pub(crate) mod sled;
@@ -436,7 +438,7 @@ impl Store {
 
     /// The environment, and the id of its SDK key, whose secret hashes to
     /// `hash`, if that key works now: one map lookup (`store/index.rs`).
-    pub(crate) fn env_by_key_hash(&self, hash: &str) -> Option<(Arc<Env>, String)> {
+    pub(crate) fn env_by_key_hash(&self, hash: &str) -> Option<KeyMatch> {
         let version = *self.inner.catalog.borrow();
         self.inner.key_index.find(hash, now_ms(), version, &self.inner.envs.load())
     }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use flagstream::Context;
 use serde_json::{Map, Value as Json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// One reply.
 #[derive(Debug)]
@@ -34,10 +34,22 @@ impl Reply {
 
 /// `POST path` with `headers` and `body` to `addr`.
 pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
-    let mut req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
+    request(addr, "POST", path, headers, body).await
+}
+
+/// `method path` with `headers` and `body` (a JSON content type when it is
+/// not empty) to `addr`.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if !body.is_empty() || method == "POST" {
+        req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
@@ -61,6 +73,64 @@ pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: 
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     Reply { status, headers, body: body.to_owned() }
+}
+
+/// An open change stream (server-sent events), read line by line.
+pub struct Events {
+    /// The reply's status line.
+    pub status: String,
+    /// The reply's header lines, as sent.
+    pub headers: Vec<String>,
+    lines: tokio::io::Lines<BufReader<tokio::net::TcpStream>>,
+}
+
+impl Events {
+    /// Opens the change stream at `uri` with `headers`
+    /// (`Last-Event-ID`, `Origin`, ...).
+    pub async fn open(addr: SocketAddr, uri: &str, headers: &[(&str, &str)]) -> Events {
+        tokio::time::timeout(crate::STEP, async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.expect("the OFREP listener accepts");
+            let mut req = format!("GET {uri} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+            for (n, v) in headers {
+                req.push_str(&format!("{n}: {v}\r\n"));
+            }
+            req.push_str("\r\n");
+            s.write_all(req.as_bytes()).await.expect("the request is sent");
+            let mut lines = BufReader::new(s).lines();
+            let status = lines.next_line().await.expect("a reply").expect("a status line");
+            let mut headers = Vec::new();
+            while let Some(h) = lines.next_line().await.expect("a header line") {
+                if h.is_empty() {
+                    break;
+                }
+                headers.push(h);
+            }
+            Events { status, headers, lines }
+        })
+        .await
+        .expect("the relay answers in time")
+    }
+
+    /// The next line starting with `prefix`, without it.
+    pub async fn next_with(&mut self, prefix: &str) -> String {
+        while let Some(line) = tokio::time::timeout(crate::STEP, self.lines.next_line())
+            .await
+            .expect("in time")
+            .expect("readable")
+        {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+        panic!("the stream ended before a line starting {prefix:?}");
+    }
+
+    /// The next event's id and data (skipping comments and chunk framing).
+    pub async fn next_event(&mut self) -> (String, Json) {
+        let id = self.next_with("id: ").await;
+        let data = self.next_with("data: ").await;
+        (id, serde_json::from_str(&data).expect("JSON data"))
+    }
 }
 
 /// A context in OFREP's form: `targetingKey`, `kind` and the attributes

@@ -465,6 +465,7 @@ pub fn bool_flag(key: &str, on: bool) -> pb::Flag {
         description: String::new(),
         tags: vec![],
         owner: String::new(),
+        client_visible: false,
     };
     flagstream::wire::flag_to_proto(&flag)
 }

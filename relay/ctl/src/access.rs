@@ -19,6 +19,10 @@ pub enum KeyCmd {
         /// Name (e.g. the service that will use it).
         #[arg(long, default_value = "")]
         name: String,
+        /// A client-side key (`fs_client_...`) for browsers and apps: it
+        /// may only call OFREP and sees only flags visible to clients.
+        #[arg(long)]
+        client: bool,
     },
     /// List the environment's SDK keys (never their secrets).
     List,
@@ -107,6 +111,7 @@ fn action_name(action: i32) -> &'static str {
         Ok(pb::AuditAction::EnvironmentDelete) => "environment.delete",
         Ok(pb::AuditAction::TokenCreate) => "token.create",
         Ok(pb::AuditAction::TokenRevoke) => "token.revoke",
+        Ok(pb::AuditAction::CorsOriginsSet) => "environment.cors",
         _ => "unknown",
     }
 }
@@ -122,7 +127,7 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
 }
 
 fn key_json(k: &pb::SdkKey) -> serde_json::Value {
-    serde_json::json!({"id": k.id, "name": k.name, "created_unix_ms": k.created_unix_ms,
+    serde_json::json!({"id": k.id, "name": k.name, "client": k.client, "created_unix_ms": k.created_unix_ms,
         "expires_unix_ms": k.expires_unix_ms, "created_by": k.created_by})
 }
 
@@ -142,13 +147,17 @@ fn print_secret(conn: &Conn, what: &str, secret: &str, extra: serde_json::Value)
 pub(crate) async fn key_cmd(conn: &mut Conn, cmd: KeyCmd) -> CmdResult {
     let environment = conn.env.clone();
     match cmd {
-        KeyCmd::Create { name } => {
-            let r =
-                conn.admin.create_sdk_key(pb::CreateSdkKeyRequest { environment, name }).await?.into_inner();
+        KeyCmd::Create { name, client } => {
+            let r = conn
+                .admin
+                .create_sdk_key(pb::CreateSdkKeyRequest { environment, name, client })
+                .await?
+                .into_inner();
             let key = r.key.unwrap_or_default();
+            let kind = if key.client { "client-side key" } else { "SDK key" };
             print_secret(
                 conn,
-                &format!("SDK key {} created in {}", key.id, conn.env),
+                &format!("{kind} {} created in {}", key.id, conn.env),
                 &r.secret,
                 key_json(&key),
             )
@@ -167,6 +176,7 @@ pub(crate) async fn key_cmd(conn: &mut Conn, cmd: KeyCmd) -> CmdResult {
                         };
                         vec![
                             k.id.clone(),
+                            if k.client { "client" } else { "server" }.to_owned(),
                             k.name.clone(),
                             k.created_by.clone(),
                             k.created_unix_ms.to_string(),
@@ -174,7 +184,7 @@ pub(crate) async fn key_cmd(conn: &mut Conn, cmd: KeyCmd) -> CmdResult {
                         ]
                     })
                     .collect();
-                table(&["ID", "NAME", "CREATED BY", "CREATED (UNIX MS)", "EXPIRES (UNIX MS)"], rows);
+                table(&["ID", "KIND", "NAME", "CREATED BY", "CREATED (UNIX MS)", "EXPIRES (UNIX MS)"], rows);
                 Ok(())
             } else {
                 print_data(conn.output, &r.keys.iter().map(key_json).collect::<Vec<_>>())

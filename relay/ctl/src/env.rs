@@ -1,4 +1,5 @@
-//! `flagctl env`: create, list and delete environments.
+//! `flagctl env`: create, list and delete environments; set the web
+//! origins allowed to call OFREP (CORS).
 
 use clap::Subcommand;
 use flagstream_proto::v1 as pb;
@@ -25,6 +26,21 @@ pub enum EnvCmd {
         /// Name.
         name: String,
     },
+    /// Show or replace the web origins whose pages may call OFREP with
+    /// the environment's keys (CORS): `env cors prod --allow
+    /// https://app.example.com --allow http://localhost:3000`; `--clear`
+    /// allows none; neither shows them.
+    Cors {
+        /// Name.
+        name: String,
+        /// An origin, `scheme://host[:port]` (repeat it), or `*` for any.
+        /// Replaces the list.
+        #[arg(long = "allow", conflicts_with = "clear")]
+        allow: Vec<String>,
+        /// Remove every origin.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
@@ -49,7 +65,7 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
                 Output::Table => {
                     let mut t = comfy_table::Table::new();
                     t.load_preset(comfy_table::presets::NOTHING);
-                    t.set_header(["NAME", "REVISION", "FLAGS", "SEGMENTS", "EPOCH"]);
+                    t.set_header(["NAME", "REVISION", "FLAGS", "SEGMENTS", "EPOCH", "CORS ORIGINS"]);
                     for e in &envs {
                         t.add_row([
                             e.name.clone(),
@@ -57,6 +73,7 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
                             e.flag_count.to_string(),
                             e.segment_count.to_string(),
                             e.epoch.clone(),
+                            e.cors_origins.join(","),
                         ]);
                     }
                     println!("{t}");
@@ -64,7 +81,7 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
                 o => {
                     let v: Vec<_> = envs
                         .iter()
-                        .map(|e| serde_json::json!({"name": e.name, "revision": e.revision, "flags": e.flag_count, "segments": e.segment_count, "epoch": e.epoch}))
+                        .map(|e| serde_json::json!({"name": e.name, "revision": e.revision, "flags": e.flag_count, "segments": e.segment_count, "epoch": e.epoch, "cors_origins": e.cors_origins}))
                         .collect();
                     print_data(o, &v)?;
                 }
@@ -88,6 +105,39 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
                 );
             }
         }
+        EnvCmd::Cors { name, allow, clear } => {
+            if allow.is_empty() && !clear {
+                let envs = conn
+                    .admin
+                    .list_environments(pb::ListEnvironmentsRequest::default())
+                    .await?
+                    .into_inner()
+                    .environments;
+                let Some(e) = envs.into_iter().find(|e| e.name == name) else {
+                    return Err(crate::failure::Failure::new(
+                        crate::failure::exit::NOT_FOUND,
+                        format!("no environment {name:?}"),
+                    ));
+                };
+                return show_origins(conn.output, &e.cors_origins);
+            }
+            conn.confirm(&format!("set the CORS origins of {name:?} to {allow:?}"))?;
+            let r = conn
+                .admin
+                .set_cors_origins(pb::SetCorsOriginsRequest { environment: name, origins: allow })
+                .await?
+                .into_inner();
+            show_origins(conn.output, &r.origins)?;
+        }
+    }
+    Ok(())
+}
+
+fn show_origins(output: Output, origins: &[String]) -> CmdResult {
+    match output {
+        Output::Table if origins.is_empty() => println!("(no origin may call OFREP from a browser)"),
+        Output::Table => origins.iter().for_each(|o| println!("{o}")),
+        o => print_data(o, &origins)?,
     }
     Ok(())
 }

@@ -75,6 +75,21 @@ pub enum FlagCmd {
         /// Tags, comma-separated.
         #[arg(long, value_delimiter = ',')]
         tags: Vec<String>,
+        /// Answer it over OFREP to client-side keys (browsers, apps).
+        #[arg(long)]
+        client_visible: bool,
+        /// Write options.
+        #[command(flatten)]
+        write: WriteArgs,
+    },
+    /// Show a flag to client-side keys over OFREP (`true`), or hide it
+    /// from them (`false`: they get FLAG_NOT_FOUND, as for no flag).
+    ClientVisible {
+        /// Flag key.
+        key: String,
+        /// true or false.
+        #[arg(action = clap::ArgAction::Set)]
+        visible: bool,
         /// Write options.
         #[command(flatten)]
         write: WriteArgs,
@@ -333,6 +348,7 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             on,
             description,
             tags,
+            client_visible,
             write,
         } => {
             let t = match flag_type {
@@ -366,6 +382,7 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
                 tags,
                 // No $USER (e.g. in CI): the owner is left empty.
                 owner: std::env::var("USER").unwrap_or_default(),
+                client_visible,
             };
             let bool_default =
                 |want: bool| f.variations.iter().position(|v| *v == Json::Bool(want)).unwrap_or(0) as u32;
@@ -384,6 +401,12 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
         }
         FlagCmd::On { key, write } => set_on(conn, &key, true, &write).await?,
         FlagCmd::Off { key, write } => set_on(conn, &key, false, &write).await?,
+        FlagCmd::ClientVisible { key, visible, write } => {
+            let before = get_flag(conn, &key).await?;
+            let mut after = before.clone();
+            after.client_visible = visible;
+            write_flag(conn, Some(&before), after, &write).await?
+        }
         FlagCmd::Rollout { key, weights, bucket_by, write } => {
             let before = get_flag(conn, &key).await?;
             let mut after = before.clone();

@@ -76,8 +76,8 @@ impl AdminService {
         let p = authorize(&req, Role::Admin, Some(&env), "manage SDK keys")?;
         let by = who(&req, &p);
         let r = req.into_inner();
-        let (key, secret) = self.store.create_sdk_key(&env, &r.name, &by).await?;
-        tracing::info!(env = %env, key = %key.id, by = %p.name(), "SDK key created");
+        let (key, secret) = self.store.create_sdk_key(&env, &r.name, r.client, &by).await?;
+        tracing::info!(env = %env, key = %key.id, client = key.client, by = %p.name(), "SDK key created");
         Ok(Response::new(pb::CreateSdkKeyResponse { key: Some(key.to_proto()), secret }))
     }
 
@@ -123,6 +123,19 @@ impl AdminService {
         let ended = self.hub.end_key(&env, &r.id, "was revoked");
         tracing::info!(env = %env, key = %r.id, streams_ended = ended, by = %p.name(), "SDK key revoked");
         Ok(Response::new(pb::RevokeSdkKeyResponse {}))
+    }
+
+    pub(super) async fn set_cors_origins_call(
+        &self,
+        req: Request<pb::SetCorsOriginsRequest>,
+    ) -> Result<Response<pb::SetCorsOriginsResponse>, Status> {
+        let env = req.get_ref().environment.clone();
+        let p = authorize(&req, Role::Admin, Some(&env), "set CORS origins")?;
+        let by = who(&req, &p);
+        let r = req.into_inner();
+        let origins = self.store.set_cors_origins(&env, &r.origins, &by).await?;
+        tracing::info!(env = %env, origins = ?origins, by = %p.name(), "CORS origins set");
+        Ok(Response::new(pb::SetCorsOriginsResponse { origins }))
     }
 
     pub(super) async fn create_token_call(

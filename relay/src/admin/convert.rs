@@ -45,6 +45,7 @@ pub(super) fn env_to_proto(env: &Env) -> pb::Environment {
         flag_count: state.items.keys().filter(|(k, _)| *k == Kind::Flag).count() as u64,
         segment_count: state.items.keys().filter(|(k, _)| *k == Kind::Segment).count() as u64,
         created_unix_ms: meta.created_unix_ms,
+        cors_origins: meta.cors_origins.clone(),
     }
 }
 

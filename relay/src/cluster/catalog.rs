@@ -71,6 +71,7 @@ pub(crate) fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
                 description: meta.description.clone(),
                 created_unix_ms: meta.created_unix_ms,
                 sdk_keys: meta.sdk_keys.iter().filter(|k| k.valid_at(now)).map(key_to_proto).collect(),
+                cors_origins: meta.cors_origins.clone(),
             }
         })
         .collect();
@@ -122,6 +123,7 @@ fn key_from_proto(k: &pb::CatalogSdkKey) -> Result<SdkKeyRecord, CatalogError> {
         created_unix_ms: key.created_unix_ms,
         expires_unix_ms: key.expires_unix_ms,
         created_by: key.created_by.clone(),
+        client: key.client,
     })
 }
 
@@ -193,13 +195,14 @@ pub(crate) async fn apply(
                     keys_made: 0,
                     audit_head: String::new(),
                     confirmed_unix_ms: 0,
+                    cors_origins: e.cors_origins.clone(),
                 })
                 .await?;
             tracing::info!(env = %name, "environment created upstream: following it");
             applied.created.push(name.to_owned());
             continue;
         }
-        let gone = store.replace_keys(name, e.description.clone(), keys).await?;
+        let gone = store.replace_keys(name, e.description.clone(), keys, e.cors_origins.clone()).await?;
         for id in gone {
             hub.end_key(name, &id, "was revoked or expired upstream");
         }

@@ -1,8 +1,13 @@
 //! OFREP's answers: one flag's evaluation (`POST
 //! /ofrep/v1/evaluate/flags/{key}`) and every flag's (`POST
 //! /ofrep/v1/evaluate/flags`), as the OFREP OpenAPI document shapes them,
-//! and the bulk answer's ETag. Pure: a snapshot and a context in, a status
-//! and a JSON body out.
+//! and the bulk answer's ETag. Pure: a snapshot, a context and who asks
+//! in, a status and a JSON body out.
+//!
+//! Who asks: a server-side SDK key sees every flag; a client-side key
+//! ([`Viewer::Client`]) sees only flags with `client_visible` set, and any
+//! other flag answers it exactly as a flag that does not exist (the same
+//! status and body, and absent from the bulk answer, so from its ETag).
 
 use std::borrow::Cow;
 
@@ -11,10 +16,26 @@ use hyper::StatusCode;
 use serde_json::{Map, Value as Json, json};
 use sha2::{Digest, Sha256};
 
+/// Who a request is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Viewer {
+    /// A server-side SDK key: every flag.
+    Server,
+    /// A client-side key: flags visible to clients only.
+    Client,
+}
+
+impl Viewer {
+    /// Whether it may see `flag`.
+    pub(crate) fn sees(self, flag: &flagstream::Flag) -> bool {
+        self == Viewer::Server || flag.client_visible
+    }
+}
+
 /// The single-flag answer: 200 with the evaluation; 404 `FLAG_NOT_FOUND`;
 /// 400 `PARSE_ERROR` for a flag that cannot be evaluated.
-pub(crate) fn single(snap: &Snapshot, key: &str, ctx: &Context<'_>) -> (StatusCode, Json) {
-    match evaluate(snap, key, ctx) {
+pub(crate) fn single(snap: &Snapshot, key: &str, ctx: &Context<'_>, viewer: Viewer) -> (StatusCode, Json) {
+    match evaluate(snap, key, ctx, viewer) {
         Ok(v) => (StatusCode::OK, v),
         Err((status, body)) => (status, body),
     }
@@ -24,12 +45,12 @@ pub(crate) fn single(snap: &Snapshot, key: &str, ctx: &Context<'_>) -> (StatusCo
 /// cannot be evaluated is an item with its error), and the ETag of those
 /// results: it changes when any result does (a new revision that changes
 /// one, a schedule step that moves with the clock) and not otherwise.
-pub(crate) fn bulk(snap: &Snapshot, ctx: &Context<'_>, advertised: &str) -> (Json, String) {
-    let mut keys: Vec<&str> = snap.flags().map(|f| f.key.as_str()).collect();
+pub(crate) fn bulk(snap: &Snapshot, ctx: &Context<'_>, advertised: &str, viewer: Viewer) -> (Json, String) {
+    let mut keys: Vec<&str> = snap.flags().filter(|f| viewer.sees(f)).map(|f| f.key.as_str()).collect();
     keys.sort_unstable();
     let flags: Vec<Json> = keys
         .into_iter()
-        .map(|key| match evaluate(snap, key, ctx) {
+        .map(|key| match evaluate(snap, key, ctx, viewer) {
             Ok(v) => v,
             Err((_, body)) => body,
         })
@@ -64,8 +85,13 @@ pub(crate) fn not_modified(if_none_match: &str, etag: &str) -> bool {
 }
 
 /// One flag's evaluation body, or its failure's status and body.
-fn evaluate(snap: &Snapshot, key: &str, ctx: &Context<'_>) -> Result<Json, (StatusCode, Json)> {
-    let Some(flag) = snap.flag(key) else {
+fn evaluate(
+    snap: &Snapshot,
+    key: &str,
+    ctx: &Context<'_>,
+    viewer: Viewer,
+) -> Result<Json, (StatusCode, Json)> {
+    let Some(flag) = snap.flag(key).filter(|f| viewer.sees(f)) else {
         return Err((StatusCode::NOT_FOUND, failure(key, "FLAG_NOT_FOUND", format!("no flag {key:?}"))));
     };
     let flag_type = flag.flag_type;
@@ -130,17 +156,17 @@ flags:
     fn single_answers_shapes_and_statuses() {
         let s = snap(FLAGS);
         let pro = Context::new("u1").with("plan", "pro");
-        let (status, body) = single(&s, "gate", &pro);
+        let (status, body) = single(&s, "gate", &pro, Viewer::Server);
         assert_eq!(status, StatusCode::OK);
         assert_eq!(
             body,
             json!({"key": "gate", "value": true, "reason": "TARGETING_MATCH", "variant": "0", "metadata": {"flagVersion": 0}})
         );
-        assert_eq!(single(&s, "dark", &pro).1["reason"], "DISABLED");
-        assert_eq!(single(&s, "gate", &Context::new("u2")).1["reason"], "DEFAULT");
-        let ratio = single(&s, "ratio", &pro).1;
+        assert_eq!(single(&s, "dark", &pro, Viewer::Server).1["reason"], "DISABLED");
+        assert_eq!(single(&s, "gate", &Context::new("u2"), Viewer::Server).1["reason"], "DEFAULT");
+        let ratio = single(&s, "ratio", &pro, Viewer::Server).1;
         assert_eq!(ratio["value"].to_string(), "1.0", "a number flag's whole value is a float");
-        let (status, body) = single(&s, "nope", &pro);
+        let (status, body) = single(&s, "nope", &pro, Viewer::Server);
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["errorCode"], "FLAG_NOT_FOUND");
     }
@@ -148,20 +174,47 @@ flags:
     #[test]
     fn the_bulk_etag_follows_the_results_only() {
         let s = snap(FLAGS);
-        let (body, tag) = bulk(&s, &Context::new("u1"), "/events?a");
+        let (body, tag) = bulk(&s, &Context::new("u1"), "/events?a", Viewer::Server);
         assert_eq!(body["flags"].as_array().map(Vec::len), Some(3));
         assert_eq!(body["flags"][0]["key"], "dark", "sorted by key");
         // Another context with the same results: the same tag.
-        assert_eq!(bulk(&s, &Context::new("u2"), "/events?a").1, tag);
+        assert_eq!(bulk(&s, &Context::new("u2"), "/events?a", Viewer::Server).1, tag);
         // A result that differs: another tag; so does another stream URI.
-        assert_ne!(bulk(&s, &Context::new("u1").with("plan", "pro"), "/events?a").1, tag);
-        assert_ne!(bulk(&s, &Context::new("u1"), "/events?b").1, tag);
+        assert_ne!(bulk(&s, &Context::new("u1").with("plan", "pro"), "/events?a", Viewer::Server).1, tag);
+        assert_ne!(bulk(&s, &Context::new("u1"), "/events?b", Viewer::Server).1, tag);
         // Another flag's new version with the same results: the same tag.
         let mut set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
         set.flags[0].version += 1;
         let bumped = Snapshot::compile(&set, &Limits::default()).unwrap();
-        assert_eq!(bulk(&bumped, &Context::new("u1"), "/events?a").1, tag);
+        assert_eq!(bulk(&bumped, &Context::new("u1"), "/events?a", Viewer::Server).1, tag);
         assert!(not_modified(&format!("W/{tag}, \"x\""), &tag));
         assert!(!not_modified("\"x\"", &tag));
+    }
+
+    #[test]
+    fn a_client_key_sees_hidden_flags_as_missing() {
+        let mut set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();
+        set.flags[1].client_visible = true; // gate
+        let s = Snapshot::compile(&set, &Limits::default()).unwrap();
+        let pro = Context::new("u1").with("plan", "pro");
+        assert_eq!(single(&s, "gate", &pro, Viewer::Client), single(&s, "gate", &pro, Viewer::Server));
+        // A hidden flag: byte for byte what a missing one answers.
+        let hidden = single(&s, "dark", &pro, Viewer::Client);
+        let mut missing = single(&s, "nope", &pro, Viewer::Client);
+        missing.1["key"] = json!("dark");
+        missing.1["errorDetails"] = json!("no flag \"dark\"");
+        assert_eq!(hidden, missing);
+        let (body, tag) = bulk(&s, &pro, "/events?a", Viewer::Client);
+        let keys: Vec<&str> =
+            body["flags"].as_array().unwrap().iter().map(|f| f["key"].as_str().unwrap()).collect();
+        assert_eq!(keys, ["gate"]);
+        // A change to a hidden flag leaves the client's tag alone.
+        set.flags[2].on = true;
+        let changed = Snapshot::compile(&set, &Limits::default()).unwrap();
+        assert_eq!(bulk(&changed, &pro, "/events?a", Viewer::Client).1, tag);
+        assert_ne!(
+            bulk(&changed, &pro, "/events?a", Viewer::Server).1,
+            bulk(&s, &pro, "/events?a", Viewer::Server).1
+        );
     }
 }

@@ -22,6 +22,11 @@
 //!   event, after the spread: a refetch needs no per-revision detail, so
 //!   the change log's replay is that one event, whichever relay the client
 //!   reconnects to. (OFREP clients also re-fetch after every reconnect.)
+//! - **Client-side keys.** A client key's stream follows only what its
+//!   answers depend on (`view.rs`: the flags visible to clients, their
+//!   prerequisites and segments): its ids are `<epoch>:c<digest>`, an
+//!   event comes only when that digest moves, and its data carries no
+//!   `lastModified`. A write to a hidden flag reaches no browser.
 //! - **Spread.** After a write, each stream waits a random time in `[0,
 //!   ofrep-event-spread)` (default 500 ms) before its event, and takes
 //!   every revision that arrived meanwhile into that one event: a write to
@@ -41,6 +46,8 @@ use hyper::body::{Bytes, Frame};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use super::answer::Viewer;
+use super::view::Views;
 use crate::ops::http::Body;
 use crate::ops::metrics::Metrics;
 use crate::store::Env;
@@ -54,12 +61,79 @@ pub(crate) fn token(key_hash: &str) -> String {
     hex::encode(&digest[..16])
 }
 
-/// Whether `token` is the stream token of one of `env`'s keys valid now.
-pub(crate) fn authorized(env: &Env, token: &str, now_unix_ms: u64) -> bool {
+/// Who `token` is the stream token of, if it is one of `env`'s keys valid
+/// now.
+pub(crate) fn authorized(env: &Env, token: &str, now_unix_ms: u64) -> Option<Viewer> {
     let meta = env.meta.load();
-    meta.sdk_keys.iter().any(|k| {
+    let key = meta.sdk_keys.iter().find(|k| {
         k.valid_at(now_unix_ms) && crate::ops::secret::constant_time_eq(&self::token(&k.hash), token)
-    })
+    })?;
+    Some(if key.client { Viewer::Client } else { Viewer::Server })
+}
+
+/// What one stream follows.
+pub(crate) struct Follow {
+    /// The environment.
+    pub env: Arc<Env>,
+    /// The stream token.
+    pub token: String,
+    /// Whose stream it is.
+    pub viewer: Viewer,
+    /// The client view digests (for client-side keys).
+    pub views: Arc<Views>,
+}
+
+impl Follow {
+    /// The id of what the stream follows, now.
+    fn id(&self) -> Arc<str> {
+        match self.viewer {
+            Viewer::Server => {
+                let s = self.env.state.load();
+                format!("{}:{}", s.epoch, s.revision).into()
+            }
+            Viewer::Client => self.views.id(&self.env),
+        }
+    }
+
+    /// Whether the stream goes on: its key still valid, its environment
+    /// still there.
+    fn live(&self) -> bool {
+        *self.env.head.borrow() != u64::MAX
+            && authorized(&self.env, &self.token, crate::store::now_ms()).is_some()
+    }
+
+    /// Whether a client's last event id is behind `current`: for a
+    /// server-side key another epoch or an older revision (a client that
+    /// saw a newer head elsewhere, on a relay ahead of this one, is not);
+    /// for a client-side key any other id.
+    fn behind(&self, last: &str, current: &str) -> bool {
+        match self.viewer {
+            Viewer::Client => last != current,
+            Viewer::Server => {
+                let s = self.env.state.load();
+                match last.split_once(':') {
+                    Some((epoch, rev)) if epoch == s.epoch => {
+                        rev.parse::<u64>().map_or(true, |r| r < s.revision)
+                    }
+                    _ => true,
+                }
+            }
+        }
+    }
+
+    /// A `refetchEvaluation` event with id `id` (a client-side key's
+    /// without `lastModified`).
+    fn event(&self, id: &str) -> Bytes {
+        let data = match self.viewer {
+            Viewer::Server => serde_json::json!({
+                "type": "refetchEvaluation",
+                "etag": id,
+                "lastModified": self.env.state.load().committed_unix_ms / 1000,
+            }),
+            Viewer::Client => serde_json::json!({ "type": "refetchEvaluation", "etag": id }),
+        };
+        Bytes::from(format!("id: {id}\nevent: message\ndata: {data}\n\n"))
+    }
 }
 
 /// The request URI a bulk answer advertises for `env` and the key hash.
@@ -77,14 +151,13 @@ fn encode(s: &str) -> String {
         .collect()
 }
 
-/// The body of one change stream of `env` for the stream token `token`:
-/// a task writes its events until the client goes away (the body is
-/// dropped), the key is revoked, the environment is deleted or the
-/// connection's lifetime ends. `_slot` is the stream's place among
-/// `ofrep-max-event-streams`, held as long as the task runs.
+/// The body of one change stream (`follow`): a task writes its events
+/// until the client goes away (the body is dropped), the key is revoked,
+/// the environment is deleted or the connection's lifetime ends. `_slot`
+/// is the stream's place among `ofrep-max-event-streams`, held as long as
+/// the task runs.
 pub(crate) fn stream(
-    env: Arc<Env>,
-    token: String,
+    follow: Follow,
     last_event_id: Option<String>,
     spread: Duration,
     metrics: Metrics,
@@ -95,7 +168,7 @@ pub(crate) fn stream(
     tokio::spawn(async move {
         let _slot = slot;
         metrics.ofrep_event_streams.inc();
-        run(&env, &token, last_event_id, spread, &tx).await;
+        run(&follow, last_event_id, spread, &tx).await;
         metrics.ofrep_event_streams.dec();
     });
     let frames = tokio_stream::wrappers::ReceiverStream::new(rx);
@@ -103,34 +176,23 @@ pub(crate) fn stream(
     http_body_util::StreamBody::new(frames).boxed()
 }
 
-/// Whether the stream goes on: its key still valid, its environment
-/// still there.
-fn live(env: &Env, token: &str) -> bool {
-    *env.head.borrow() != u64::MAX && authorized(env, token, crate::store::now_ms())
-}
-
 /// One stream's events; returns when the client is gone (its receiver
 /// closed, noticed at once), the key no longer valid or the environment
 /// deleted.
-async fn run(
-    env: &Env,
-    token: &str,
-    last_event_id: Option<String>,
-    spread: Duration,
-    tx: &mpsc::Sender<Bytes>,
-) {
-    let mut head = env.head.subscribe();
+async fn run(f: &Follow, last_event_id: Option<String>, spread: Duration, tx: &mpsc::Sender<Bytes>) {
+    let mut head = f.env.head.subscribe();
     // Deleted between the lookup and the subscription: nothing to follow.
-    if !live(env, token) {
+    if !f.live() {
         return;
     }
-    // The head's id first, without an event: a client that reconnects
+    // The current id first, without an event: a client that reconnects
     // after this sends it as its `Last-Event-ID`, even if no event came.
-    let start = format!("retry: 1000\nid: {}\n: flagstream\n\n", event_id(env));
+    let mut announced = f.id();
+    let start = format!("retry: 1000\nid: {announced}\n: flagstream\n\n");
     if tx.send(Bytes::from(start)).await.is_err() {
         return;
     }
-    let mut pending = last_event_id.is_some_and(|id| behind(&id, env));
+    let mut pending = last_event_id.is_some_and(|id| f.behind(&id, &announced));
     loop {
         if pending {
             let wait = spread.mul_f64(rand::random::<f64>());
@@ -140,7 +202,8 @@ async fn run(
             }
             pending = false;
             head.borrow_and_update();
-            if !live(env, token) || tx.send(event(env)).await.is_err() {
+            announced = f.id();
+            if !f.live() || tx.send(f.event(&announced)).await.is_err() {
                 return;
             }
             continue;
@@ -151,41 +214,14 @@ async fn run(
                 if changed.is_err() || *head.borrow_and_update() == u64::MAX {
                     return; // the environment was deleted
                 }
-                pending = true;
+                // A client-side key's view may not have moved.
+                pending = f.viewer == Viewer::Server || f.id() != announced;
             }
             _ = tokio::time::sleep(HEARTBEAT) => {
-                if !live(env, token) || tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
+                if !f.live() || tx.send(Bytes::from_static(b": ping\n\n")).await.is_err() {
                     return;
                 }
             }
         }
     }
-}
-
-/// Whether a client's last event id (`<epoch>:<revision>`) is behind the
-/// environment's head: another epoch, or an older revision (a client that
-/// saw a newer head elsewhere, on a relay ahead of this one, is not).
-fn behind(last: &str, env: &Env) -> bool {
-    let s = env.state.load();
-    match last.split_once(':') {
-        Some((epoch, rev)) if epoch == s.epoch => rev.parse::<u64>().map_or(true, |r| r < s.revision),
-        _ => true,
-    }
-}
-/// The id of the environment's head: `<epoch>:<revision>`.
-fn event_id(env: &Env) -> String {
-    let s = env.state.load();
-    format!("{}:{}", s.epoch, s.revision)
-}
-
-/// A `refetchEvaluation` event for the environment's head now.
-fn event(env: &Env) -> Bytes {
-    let s = env.state.load();
-    let id = format!("{}:{}", s.epoch, s.revision);
-    let data = serde_json::json!({
-        "type": "refetchEvaluation",
-        "etag": id,
-        "lastModified": s.committed_unix_ms / 1000,
-    });
-    Bytes::from(format!("id: {id}\nevent: message\ndata: {data}\n\n"))
 }

@@ -18,8 +18,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
+use super::answer::Viewer;
 use super::usage::OfrepUsage;
-use super::{answer, context, events};
+use super::view::Views;
+use super::{answer, context, cors, events};
 use crate::config::OfrepSettings;
 use crate::ops::http::{Body, Bounds, Caller, Handler, full};
 use crate::ops::metrics::Metrics;
@@ -60,6 +62,8 @@ struct Inner {
     streams: Arc<tokio::sync::Semaphore>,
     /// Evaluations counted for the usage table.
     usage: Arc<OfrepUsage>,
+    /// What client-side keys' change streams follow.
+    views: Arc<Views>,
     /// Refusal log lines: at most 5 a second (bursts of 10).
     logs: DefaultDirectRateLimiter,
 }
@@ -72,6 +76,8 @@ struct Refused {
     retry_after: Option<u64>,
     /// `limit_hits` label, when a limit triggered.
     limit: Option<&'static str>,
+    /// Sent without CORS headers (the page's origin is refused).
+    hidden: bool,
 }
 
 impl Refused {
@@ -81,6 +87,7 @@ impl Refused {
             body: json!({ "errorCode": code, "errorDetails": details.into() }),
             retry_after: None,
             limit: None,
+            hidden: false,
         }
     }
 }
@@ -99,6 +106,7 @@ impl Ofrep {
                 per_address: RateLimiter::keyed(quota(settings.requests_per_sec_per_address)),
                 streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
                 usage: Arc::default(),
+                views: Arc::default(),
                 logs: RateLimiter::direct(
                     Quota::per_second(NonZeroU32::MIN.saturating_add(4))
                         .allow_burst(NonZeroU32::MIN.saturating_add(9)),
@@ -130,7 +138,7 @@ impl Ofrep {
     }
 
     /// A change stream (`GET /ofrep/v1/events`, see `events.rs`).
-    fn events(&self, req: &Request<Incoming>) -> Result<Body, Refused> {
+    fn events(&self, req: &Request<Incoming>, origin: Option<&str>) -> Result<Body, Refused> {
         let i = &self.inner;
         if req.method() != Method::GET {
             return Err(Refused::new(
@@ -152,8 +160,13 @@ impl Ofrep {
         let (Some(env), Some(token)) = (param("env"), param("token")) else { return Err(unauthorized()) };
         let env = decode(env).map_err(|_| unauthorized())?;
         let env = i.store.env(&env).map_err(|_| unauthorized())?;
-        if !events::authorized(&env, token, crate::store::now_ms()) {
+        let Some(viewer) = events::authorized(&env, token, crate::store::now_ms()) else {
             return Err(unauthorized());
+        };
+        if let Some(o) = origin
+            && !env.meta.load().allows_origin(o)
+        {
+            return Err(origin_refused(o, Some(&env.meta.load().name)));
         }
         let Ok(slot) = i.streams.clone().try_acquire_owned() else {
             let mut r = Refused::new(
@@ -166,11 +179,16 @@ impl Ofrep {
             return Err(r);
         };
         let last = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        Ok(events::stream(env, token.to_owned(), last, i.settings.event_spread, i.metrics.clone(), slot))
+        let follow = events::Follow { env, token: token.to_owned(), viewer, views: i.views.clone() };
+        Ok(events::stream(follow, last, i.settings.event_spread, i.metrics.clone(), slot))
     }
 
     /// One request's answer, or its refusal.
-    async fn answer(&self, req: Request<Incoming>) -> Result<(StatusCode, Json, Option<String>), Refused> {
+    async fn answer(
+        &self,
+        req: Request<Incoming>,
+        origin: Option<&str>,
+    ) -> Result<(StatusCode, Json, Option<String>), Refused> {
         let i = &self.inner;
         let endpoint = match route(req.uri().path()) {
             Route::Bulk => Endpoint::Bulk,
@@ -206,11 +224,18 @@ impl Ofrep {
             return Err(r);
         }
         let key_hash = secret::hash_secret(&secret);
-        let Some((env, key_id)) = i.store.env_by_key_hash(&key_hash) else {
+        let Some(found) = i.store.env_by_key_hash(&key_hash) else {
             let mut r = Refused::new(StatusCode::UNAUTHORIZED, "GENERAL", "unknown key");
             r.limit = Some("ofrep_unauthenticated");
             return Err(r);
         };
+        let (env, key_id) = (found.env, found.id);
+        let viewer = if found.client { Viewer::Client } else { Viewer::Server };
+        if let Some(o) = origin
+            && !env.meta.load().allows_origin(o)
+        {
+            return Err(origin_refused(o, Some(&env.meta.load().name)));
+        }
         if let Err(not_until) = i.per_key.check_key(&key_id) {
             return Err(rate_refusal(
                 not_until,
@@ -282,7 +307,7 @@ impl Ofrep {
             })?;
             Ok(match endpoint {
                 Endpoint::Single(key) => {
-                    let (status, mut body) = answer::single(&state.snapshot, &key, &ctx);
+                    let (status, mut body) = answer::single(&state.snapshot, &key, &ctx, viewer);
                     if status == StatusCode::OK || status == StatusCode::NOT_FOUND {
                         usage.record(&env_name, &key_id, [(key.as_str(), served(&body))]);
                     }
@@ -295,7 +320,7 @@ impl Ofrep {
                     (status, body, None)
                 }
                 Endpoint::Bulk => {
-                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx, &stream_uri);
+                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx, &stream_uri, viewer);
                     if let Some(items) = body["flags"].as_array() {
                         let evaluated = items
                             .iter()
@@ -342,10 +367,12 @@ impl Ofrep {
     }
 }
 
-/// A refusal as a response: its status, `Retry-After` and JSON body.
-fn refusal_response(r: &Refused) -> Result<Response<Body>, hyper::http::Error> {
-    let mut resp =
-        Response::builder().status(r.status).header(hyper::header::CONTENT_TYPE, "application/json");
+/// A refusal as a response: its status, `Retry-After`, JSON body and the
+/// CORS headers for `reader` (the page origin that may read it).
+fn refusal_response(r: &Refused, reader: Option<&str>) -> Result<Response<Body>, hyper::http::Error> {
+    let mut resp = cors::with_headers(Response::builder(), reader)
+        .status(r.status)
+        .header(hyper::header::CONTENT_TYPE, "application/json");
     if let Some(secs) = r.retry_after {
         resp = resp.header(hyper::header::RETRY_AFTER, secs.to_string());
     }
@@ -391,6 +418,23 @@ fn route(path: &str) -> Route<'_> {
 enum Endpoint {
     Single(String),
     Bulk,
+}
+
+/// The refusal of a page whose origin `env` does not list (`None`: that
+/// no environment here lists, for a preflight).
+fn origin_refused(origin: &str, env: Option<&str>) -> Refused {
+    let whose = match env {
+        Some(env) => format!("environment {env:?}'s keys"),
+        None => "OFREP on this relay: no environment lists it".to_owned(),
+    };
+    let mut r = Refused::new(
+        StatusCode::FORBIDDEN,
+        "GENERAL",
+        format!("origin {origin:?} may not use {whose} (flagctl env cors)"),
+    );
+    r.limit = Some("ofrep_origin");
+    r.hidden = true;
+    r
 }
 
 /// The SDK key a request carries: `Authorization: Bearer <key>`, a bare
@@ -454,6 +498,13 @@ impl Handler for Ofrep {
         async move {
             let path = req.uri().path().to_owned();
             let route = route(&path);
+            let origin = cors::origin(&req);
+            // What a page from `origin` may read: an answer for its key's
+            // environment (checked with the key), and before the key is
+            // known, a refusal when some environment here allows it.
+            let readable = |r: &Refused| {
+                origin.as_deref().filter(|o| !r.hidden && cors::allowed_anywhere(&this.inner.store, o))
+            };
             let label = match route {
                 Route::Single(_) => "single",
                 Route::Bulk => "bulk",
@@ -473,22 +524,38 @@ impl Handler for Ofrep {
                     ),
                 )
             });
+            if req.method() == Method::OPTIONS {
+                let allowed = origin.as_deref().filter(|o| cors::allowed_anywhere(&this.inner.store, o));
+                let (status, resp) = match (over, allowed) {
+                    (None, Some(o)) => (StatusCode::NO_CONTENT, cors::preflight(o)),
+                    (over, _) => {
+                        let r = match over {
+                            Some(r) => r,
+                            None => origin_refused(origin.as_deref().unwrap_or("(none)"), None),
+                        };
+                        this.refused(&r, caller);
+                        (r.status, refusal_response(&r, readable(&r)))
+                    }
+                };
+                this.inner.metrics.ofrep_request("preflight", status.as_u16());
+                return resp.map_err(std::io::Error::other);
+            }
             if matches!(route, Route::Events) {
                 let opened = match over {
                     Some(r) => Err(r),
-                    None => this.events(&req),
+                    None => this.events(&req, origin.as_deref()),
                 };
                 let (status, resp) = match opened {
                     Ok(body) => (
                         StatusCode::OK,
-                        Response::builder()
+                        cors::with_headers(Response::builder(), origin.as_deref())
                             .header(hyper::header::CONTENT_TYPE, "text/event-stream")
                             .header(hyper::header::CACHE_CONTROL, "no-cache")
                             .body(body),
                     ),
                     Err(r) => {
                         this.refused(&r, caller);
-                        (r.status, refusal_response(&r))
+                        (r.status, refusal_response(&r, readable(&r)))
                     }
                 };
                 this.inner.metrics.ofrep_request("events", status.as_u16());
@@ -496,11 +563,12 @@ impl Handler for Ofrep {
             }
             let answered = match over {
                 Some(r) => Err(r),
-                None => this.answer(req).await,
+                None => this.answer(req, origin.as_deref()).await,
             };
-            let (status, body, etag, retry_after) = match answered {
-                Ok((status, body, etag)) => (status, body, etag, None),
+            let (status, body, etag, retry_after, reader) = match answered {
+                Ok((status, body, etag)) => (status, body, etag, None, origin.clone()),
                 Err(mut r) => {
+                    let reader = readable(&r).map(str::to_owned);
                     this.refused(&r, caller);
                     // A single flag's 400 names its flag (OFREP's shape).
                     if r.status == StatusCode::BAD_REQUEST
@@ -510,13 +578,15 @@ impl Handler for Ofrep {
                     {
                         m.insert("key".into(), Json::from(key));
                     }
-                    (r.status, r.body, None, r.retry_after)
+                    (r.status, r.body, None, r.retry_after, reader)
                 }
             };
             this.inner.metrics.ofrep_request(label, status.as_u16());
             // Idle connections close after 5 s (the header deadline): say
             // so, so clients do not reuse one as it closes.
-            let mut resp = Response::builder().status(status).header("keep-alive", "timeout=4");
+            let mut resp = cors::with_headers(Response::builder(), reader.as_deref())
+                .status(status)
+                .header("keep-alive", "timeout=4");
             if let Some(tag) = &etag {
                 resp = resp.header(hyper::header::ETAG, tag.as_str());
             }

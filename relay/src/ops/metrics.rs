@@ -341,6 +341,7 @@ impl Metrics {
             "ofrep_body",
             "ofrep_context",
             "ofrep_event_streams",
+            "ofrep_origin",
             "ofrep_connections",
             "ofrep_connections_per_address",
             "ofrep_accept_error",

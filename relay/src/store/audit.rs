@@ -211,6 +211,8 @@ pub(crate) enum Access {
     TokenCreate,
     /// An admin token was revoked (on the relay's chain).
     TokenRevoke,
+    /// The environment's CORS origins were replaced.
+    CorsOriginsSet,
 }
 
 impl Access {
@@ -224,6 +226,7 @@ impl Access {
             Access::EnvironmentDelete => "environment.delete",
             Access::TokenCreate => "token.create",
             Access::TokenRevoke => "token.revoke",
+            Access::CorsOriginsSet => "environment.cors",
         }
     }
 }

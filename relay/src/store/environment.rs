@@ -61,10 +61,12 @@ impl Store {
                 created_unix_ms: now,
                 expires_unix_ms: 0,
                 created_by: created_by.to_owned(),
+                client: false,
             }],
             keys_made: 1,
             audit_head: String::new(),
             confirmed_unix_ms: 0,
+            cors_origins: Vec::new(),
         };
         let details = format!("description: {description:?}\nsdk_key: k1\nsdk_key_name: \"default\"\n");
         let mut meta = meta;

@@ -37,6 +37,17 @@ struct Built {
     by_hash: HashMap<String, (String, String)>,
 }
 
+/// A key found by its hash.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyMatch {
+    /// Its environment.
+    pub env: Arc<Env>,
+    /// Its id (`k1`, ...).
+    pub id: String,
+    /// A client-side key (OFREP only, flags visible to clients only).
+    pub client: bool,
+}
+
 /// SDK key hash → environment and key id.
 #[derive(Debug, Default)]
 pub(crate) struct KeyIndex {
@@ -55,7 +66,7 @@ impl KeyIndex {
         now_ms: u64,
         version: u64,
         envs: &HashMap<String, Arc<Env>>,
-    ) -> Option<(Arc<Env>, String)> {
+    ) -> Option<KeyMatch> {
         let mut built = self.built.load_full();
         if built.version < Some(version) {
             let _one = self.rebuilding.lock().unwrap_or_else(|p| p.into_inner());
@@ -67,9 +78,9 @@ impl KeyIndex {
         }
         let (env_name, key_id) = built.by_hash.get(hash)?;
         let env = envs.get(env_name)?;
-        let works =
-            env.meta.load().sdk_keys.iter().any(|k| k.id == *key_id && k.hash == hash && k.valid_at(now_ms));
-        works.then(|| (env.clone(), key_id.clone()))
+        let meta = env.meta.load();
+        let key = meta.sdk_keys.iter().find(|k| k.id == *key_id && k.hash == hash && k.valid_at(now_ms))?;
+        Some(KeyMatch { env: env.clone(), id: key_id.clone(), client: key.client })
     }
 }
 

@@ -32,9 +32,10 @@ fn check_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// A new key record and its secret.
-fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, String) {
-    let secret = secret::new_secret("fs_sdk_");
+/// A new key record and its secret: a client-side key's starts
+/// `fs_client_`, a server-side one's `fs_sdk_`.
+fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str, client: bool) -> (SdkKeyRecord, String) {
+    let secret = secret::new_secret(if client { "fs_client_" } else { "fs_sdk_" });
     meta.keys_made += 1;
     let key = SdkKeyRecord {
         id: format!("k{}", meta.keys_made),
@@ -43,6 +44,7 @@ fn make_key(meta: &mut EnvMeta, name: &str, created_by: &str) -> (SdkKeyRecord, 
         created_unix_ms: now_ms(),
         expires_unix_ms: 0,
         created_by: created_by.to_owned(),
+        client,
     };
     meta.sdk_keys.push(key.clone());
     (key, secret)
@@ -57,6 +59,7 @@ fn key_stub() -> SdkKeyRecord {
         created_unix_ms: 0,
         expires_unix_ms: 0,
         created_by: String::new(),
+        client: false,
     }
 }
 
@@ -71,6 +74,9 @@ fn key_event(
     who: &Who,
 ) -> Result<AuditRecord, StoreError> {
     let mut details = format!("id: {}\nname: {:?}\ncreated_by: {:?}\n", key.id, key.name, key.created_by);
+    if key.client {
+        details.push_str("client: true\n");
+    }
     if let Some(old) = replaced {
         details.push_str(&format!(
             "replaces: {}\nreplaced_expires_unix_ms: {}\n",
@@ -189,11 +195,13 @@ impl Store {
         .await
     }
 
-    /// Creates another SDK key for `env`; returns it and its secret.
+    /// Creates another SDK key for `env` (a client-side one when
+    /// `client`); returns it and its secret.
     pub(crate) async fn create_sdk_key(
         &self,
         env: &str,
         name: &str,
+        client: bool,
         who: &Who,
     ) -> Result<(SdkKeyRecord, String), StoreError> {
         self.check_writable()?;
@@ -201,7 +209,7 @@ impl Store {
         let (name, who, quota) = (name.to_owned(), who.clone(), self.key_quota());
         self.change_meta_audited(env, move |meta| {
             quota.check(meta, 1)?;
-            let (key, secret) = make_key(meta, &name, &who.principal);
+            let (key, secret) = make_key(meta, &name, &who.principal, client);
             let rec = key_event(Access::SdkKeyCreate, &key, None, meta, &who)?;
             Ok(((key, secret), Some(rec)))
         })
@@ -238,6 +246,9 @@ impl Store {
             };
             // With a grace period the old key stays: one key more.
             quota.check(meta, usize::from(grace_ms > 0))?;
+            // The new key keeps the old one's kind, and its name unless
+            // renamed.
+            let (old_name, client) = (meta.sdk_keys[i].name.clone(), meta.sdk_keys[i].client);
             let old = if grace_ms == 0 {
                 meta.sdk_keys.remove(i);
                 None
@@ -248,10 +259,9 @@ impl Store {
                 k.expires_unix_ms = if k.expires_unix_ms == 0 { until } else { k.expires_unix_ms.min(until) };
                 Some(k.clone())
             };
-            let new_name =
-                if name.is_empty() { old.as_ref().map(|k| k.name.clone()).unwrap_or_default() } else { name };
-            let replaced = old.clone().unwrap_or_else(|| SdkKeyRecord { id, ..key_stub() });
-            let (key, secret) = make_key(meta, &new_name, &who.principal);
+            let new_name = if name.is_empty() { old_name } else { name };
+            let replaced = old.clone().unwrap_or_else(|| SdkKeyRecord { id, client, ..key_stub() });
+            let (key, secret) = make_key(meta, &new_name, &who.principal, client);
             let rec = key_event(Access::SdkKeyRotate, &key, Some(&replaced), meta, &who)?;
             Ok((Rotated { old, key, secret }, Some(rec)))
         })
@@ -303,17 +313,21 @@ impl Store {
         out
     }
 
-    /// Replaces `env`'s description and SDK keys with its upstream's (a
-    /// replica applying the catalog); returns the ids of keys that are gone
-    /// (their streams must end).
+    /// Replaces `env`'s description, SDK keys and CORS origins with its
+    /// upstream's (a replica applying the catalog); returns the ids of keys
+    /// that are gone (their streams must end).
     pub(crate) async fn replace_keys(
         &self,
         env: &str,
         description: String,
         keys: Vec<SdkKeyRecord>,
+        cors_origins: Vec<String>,
     ) -> Result<Vec<String>, StoreError> {
         let current = self.env(env)?.meta.load_full();
-        if current.description == description && current.sdk_keys == keys {
+        if current.description == description
+            && current.sdk_keys == keys
+            && current.cors_origins == cors_origins
+        {
             return Ok(Vec::new());
         }
         self.change_meta(env, move |meta| {
@@ -325,6 +339,7 @@ impl Store {
                 .collect();
             meta.description = description;
             meta.sdk_keys = keys;
+            meta.cors_origins = cors_origins;
             Ok(gone)
         })
         .await

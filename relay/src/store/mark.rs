@@ -201,6 +201,7 @@ mod tests {
             keys_made: 0,
             audit_head: String::new(),
             confirmed_unix_ms: 0,
+            cors_origins: Vec::new(),
         }
     }
 

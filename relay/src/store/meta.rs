@@ -39,6 +39,10 @@ pub(crate) struct EnvMeta {
     /// primary.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub confirmed_unix_ms: u64,
+    /// Web origins (`https://app.example.com`) whose pages may call OFREP
+    /// with this environment's keys (CORS); empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors_origins: Vec<String>,
 }
 
 impl EnvMeta {
@@ -52,6 +56,7 @@ impl EnvMeta {
                 created_unix_ms: self.created_unix_ms,
                 expires_unix_ms: 0,
                 created_by: "relay".into(),
+                client: false,
             });
             self.keys_made = self.keys_made.max(1);
         }
@@ -73,6 +78,10 @@ pub(crate) struct SdkKeyRecord {
     pub expires_unix_ms: u64,
     /// The admin token that made it.
     pub created_by: String,
+    /// A client-side key (browsers, apps): OFREP only, flags visible to
+    /// clients only.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub client: bool,
 }
 
 impl SdkKeyRecord {
@@ -85,6 +94,7 @@ impl SdkKeyRecord {
             created_unix_ms: self.created_unix_ms,
             expires_unix_ms: self.expires_unix_ms,
             created_by: self.created_by.clone(),
+            client: self.client,
         }
     }
 }
@@ -94,6 +104,10 @@ impl SdkKeyRecord {
     pub(crate) fn valid_at(&self, now: u64) -> bool {
         self.expires_unix_ms == 0 || now < self.expires_unix_ms
     }
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 fn is_zero(v: &u64) -> bool {

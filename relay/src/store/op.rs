@@ -447,6 +447,7 @@ mod tests {
             description: String::new(),
             tags: vec![],
             owner: String::new(),
+            client_visible: false,
         };
         f.targets = vec![
             Target { variation: 0, values: vec!["alice".into(), "bob".into()], context_kind: String::new() },

@@ -111,9 +111,20 @@ impl SyncService {
         // Refusals are logged (rate-limited) and counted by the refusal
         // layer, and counted by reason here: a key-guessing flood cannot
         // fill the disk.
-        let Some((env, key_id)) = self.store.env_by_key_hash(&secret::hash_secret(&hello.sdk_key)) else {
+        let Some(found) = self.store.env_by_key_hash(&secret::hash_secret(&hello.sdk_key)) else {
             return Err(("unknown_sdk_key", Refusal::Unauthenticated("unknown SDK key").into()));
         };
+        if found.client {
+            return Err((
+                "client_key",
+                Refusal::NotPermitted(format!(
+                    "key {} is a client-side key: it may only call OFREP (server-side SDKs need an SDK key)",
+                    found.id
+                ))
+                .into(),
+            ));
+        }
+        let (env, key_id) = (found.env, found.id);
         let env_name = env.meta.load().name.clone();
         if !hello.environment.is_empty() && hello.environment != env_name {
             return Err((

@@ -69,6 +69,7 @@ fn main() {
         description: String::new(),
         tags: vec![],
         owner: String::new(),
+        client_visible: false,
     };
     let snap = Snapshot::compile(&FlagSet { flags: vec![flag], segments: vec![] }, &Limits::default())
         .expect("a valid flag");

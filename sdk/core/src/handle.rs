@@ -277,6 +277,7 @@ mod tests {
                 description: String::new(),
                 tags: vec![],
                 owner: String::new(),
+                client_visible: false,
             })
             .collect();
         Snapshot::compile(&FlagSet { flags, segments: vec![] }, &Limits::default()).unwrap()

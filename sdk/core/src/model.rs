@@ -87,6 +87,10 @@ pub struct Flag {
     /// Owning team or person.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner: String,
+    /// Answered over OFREP to client-side keys (browsers, apps); a flag
+    /// without it is invisible to them. Not used by evaluation.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub client_visible: bool,
 }
 
 impl Flag {
@@ -114,6 +118,7 @@ impl Flag {
             description: String::new(),
             tags: Vec::new(),
             owner: String::new(),
+            client_visible: false,
         }
     }
 }

@@ -58,6 +58,7 @@ pub fn flag_to_proto(f: &Flag) -> pb::Flag {
         description: f.description.clone(),
         tags: f.tags.clone(),
         owner: f.owner.clone(),
+        client_visible: f.client_visible,
     }
 }
 
@@ -126,6 +127,7 @@ pub fn flag_from_proto(p: &pb::Flag) -> Result<Flag, ValidationErrors> {
         description: p.description.clone(),
         tags: p.tags.clone(),
         owner: p.owner.clone(),
+        client_visible: p.client_visible,
     })
 }
 

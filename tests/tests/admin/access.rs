@@ -203,7 +203,7 @@ async fn every_call(
         "CreateSdkKey",
         A,
         false,
-        c.create_sdk_key(pb::CreateSdkKeyRequest { environment: e(), name: tag.into() })
+        c.create_sdk_key(pb::CreateSdkKeyRequest { environment: e(), name: tag.into(), client: false })
     );
     call!("ListSdkKeys", A, false, c.list_sdk_keys(pb::ListSdkKeysRequest { environment: e() }));
     call!(

@@ -35,7 +35,7 @@ async fn wait_for_log(relay: &Relay, needle: &str, count: usize) {
 }
 
 async fn create_key(admin: &mut Admin, name: &str) -> Result<(), Status> {
-    let req = pb::CreateSdkKeyRequest { environment: "demo".into(), name: name.into() };
+    let req = pb::CreateSdkKeyRequest { environment: "demo".into(), name: name.into(), client: false };
     admin.create_sdk_key(req).await.map(|_| ())
 }
 

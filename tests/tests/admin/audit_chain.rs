@@ -167,7 +167,11 @@ async fn access_events_are_chained_and_hold_no_secret() {
     let mut admin = relay.admin().await;
     let mut secrets = vec![relay.create_env("acc").await];
     let created = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "acc".into(), name: "ci".into() })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "acc".into(),
+            name: "ci".into(),
+            client: false,
+        })
         .await
         .unwrap()
         .into_inner();

@@ -30,6 +30,7 @@ async fn keys_are_created_rotated_with_grace_and_revoked() {
         .create_sdk_key(pb::CreateSdkKeyRequest {
             environment: "shop".into(),
             name: "checkout-service".into(),
+            client: false,
         })
         .await
         .unwrap()

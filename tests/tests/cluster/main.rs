@@ -13,6 +13,7 @@ mod postgres_tls;
 mod postgres_usage;
 mod postgres_writers;
 mod replica_ahead;
+mod replica_ofrep;
 mod replica_chain;
 mod replica_failover;
 mod replica_follow;

@@ -36,7 +36,11 @@ async fn a_migrated_v1_database_keeps_a_chain_no_blanked_hash_can_hide_in() {
         put(&mut admin, "demo", bool_flag(&format!("f{i}"), true)).await.unwrap();
     }
     let key = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "ci".into() })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "demo".into(),
+            name: "ci".into(),
+            client: false,
+        })
         .await
         .unwrap()
         .into_inner();

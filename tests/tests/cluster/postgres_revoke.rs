@@ -145,7 +145,11 @@ async fn a_revocation_the_database_refuses_is_reported_and_undone_nowhere() {
         .into_inner()
         .secret;
     let key = root
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "svc".into() })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "demo".into(),
+            name: "svc".into(),
+            client: false,
+        })
         .await
         .unwrap()
         .into_inner();

@@ -126,7 +126,11 @@ async fn environments_and_keys_follow_the_primary() {
 
     // A second key, made at the primary, opens a stream at the replica.
     let made = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "staging".into(), name: "svc".into() })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "staging".into(),
+            name: "svc".into(),
+            client: false,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -251,7 +255,11 @@ async fn a_replica_follows_only_its_environments_and_shows_its_freshness() {
     // Its catalog (keys, environments) is polled separately from the
     // streams: wait until it has seen a change made after staging's key.
     let made = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "later".into() })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "demo".into(),
+            name: "later".into(),
+            client: false,
+        })
         .await
         .unwrap()
         .into_inner();

@@ -27,6 +27,7 @@ fn base_flag(key: &str, variations: Vec<Json>, flag_type: FlagType) -> Flag {
         description: String::new(),
         tags: vec![],
         owner: String::new(),
+        client_visible: false,
     }
 }
 

@@ -10,6 +10,7 @@ mod hostile_cursor;
 mod hostile_hello;
 mod network_posture;
 mod ofrep_answers;
+mod ofrep_client_keys;
 mod ofrep_conformance;
 mod ofrep_events;
 mod refusals;

@@ -35,6 +35,7 @@ fn json_flag(i: usize) -> pb::Flag {
         description: String::new(),
         tags: vec![],
         owner: String::new(),
+        client_visible: false,
     };
     flagstream::wire::flag_to_proto(&flag)
 }

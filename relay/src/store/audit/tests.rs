@@ -219,7 +219,7 @@ async fn a_verification_in_its_walk_holds_no_write_back() {
     backend.reached.notified().await;
     // The walk is paused inside its second page: writes go on.
     store.write("e", vec![flag("during")], None, &who, "").await.unwrap();
-    store.create_sdk_key("e", "during", &who).await.unwrap();
+    store.create_sdk_key("e", "during", false, &who).await.unwrap();
     assert!(!verifying.is_finished());
     backend.go.add_permits(1_000);
     let v = verifying.await.unwrap().unwrap();

@@ -118,6 +118,7 @@ mod tests {
             description: String::new(),
             tags: vec![],
             owner: String::new(),
+            client_visible: false,
         }
     }
 

@@ -18,6 +18,7 @@ fn flag(key: &str) -> Flag {
         description: String::new(),
         tags: vec![],
         owner: String::new(),
+        client_visible: false,
     }
 }
 
