@@ -2,7 +2,8 @@
 //! PyYAML and xxhash for the reference evaluator; `deploy_artifacts.rs`:
 //! kubernetes-validate for the manifests; `python_sdk.rs`: maturin to build
 //! the Python package, pytest and openfeature-sdk to test it, PyYAML for
-//! the conformance suite), and where they come from.
+//! the conformance suite; `ofrep_clients.rs`: OpenFeature's OFREP
+//! provider), and where they come from.
 //!
 //! With `FLAGSTREAM_PYTHON_PACKAGES` set (`tests/run` sets it, after
 //! installing every pin of [`PINS`] there) the tests use that directory
@@ -25,6 +26,8 @@ pub const PINS: &[&str] = &[
     "maturin==1.16.0",
     "pytest==9.2.0",
     "openfeature-sdk==0.10.0",
+    // OpenFeature's OFREP provider against a relay (`ofrep_clients.rs`).
+    "openfeature-provider-ofrep==0.3.0",
 ];
 
 /// A directory (for `PYTHONPATH`) from which `modules` import, holding the

@@ -43,6 +43,7 @@ flags:
     off_variation: 0
     targets: [{variation: 1, values: [user-42]}]
     fallthrough: {variation: 2}
+    client_visible: true
   - key: beta-banner
     description: Show the beta banner to beta testers
     type: bool
@@ -54,6 +55,7 @@ flags:
         clauses: [{attribute: key, op: segment_match, values: [beta-testers]}]
         serve: {variation: 0}
     fallthrough: {variation: 1}
+    client_visible: true
   - key: max-upload-mb
     type: int
     variations: [10, 100]
@@ -64,6 +66,7 @@ flags:
         clauses: [{attribute: plan, op: in, values: [pro, enterprise]}]
         serve: {variation: 1}
     fallthrough: {variation: 0}
+    client_visible: true
   - key: search-ranking
     type: json
     variations: [{"model": "bm25"}, {"model": "hybrid", "weight": 0.3}]

@@ -9,5 +9,6 @@ mod c_abi;
 mod go_sdk;
 mod java_sdk;
 mod node_sdk;
+mod ofrep_clients;
 mod python_sdk;
 mod toolchain;

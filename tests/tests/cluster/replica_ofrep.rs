@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use flagstream_proto::v1 as pb;
+use flagstream_tests::STEP;
 use flagstream_tests::cluster::Cluster;
 use flagstream_tests::ofrep::{Reply, post};
-use flagstream_tests::STEP;
 
 const BULK: &str = "/ofrep/v1/evaluate/flags";
 
@@ -32,7 +32,11 @@ async fn a_replica_serves_client_keys_visibility_and_origins_from_the_primary() 
     let addr = c.replicas[0].ofrep.expect("the replica names its OFREP address");
     let mut admin = c.primary.admin().await;
     let made = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "web".into(), client: true })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "demo".into(),
+            name: "web".into(),
+            client: true,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -53,6 +57,7 @@ async fn a_replica_serves_client_keys_visibility_and_origins_from_the_primary() 
     let hidden = post(addr, &format!("{BULK}/new-checkout"), &headers, "{}").await;
     assert_eq!(hidden.status, 404, "{}", hidden.body);
     let bulk = post(addr, BULK, &headers, "{}").await.json();
-    let keys: Vec<&str> = bulk["flags"].as_array().unwrap().iter().filter_map(|f| f["key"].as_str()).collect();
+    let keys: Vec<&str> =
+        bulk["flags"].as_array().unwrap().iter().filter_map(|f| f["key"].as_str()).collect();
     assert_eq!(keys, ["theme"]);
 }
