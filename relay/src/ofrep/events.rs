@@ -61,22 +61,23 @@ pub(crate) fn token(key_hash: &str) -> String {
     hex::encode(&digest[..16])
 }
 
-/// Who `token` is the stream token of, if it is one of `env`'s keys valid
-/// now.
-pub(crate) fn authorized(env: &Env, token: &str, now_unix_ms: u64) -> Option<Viewer> {
+/// Who `token` is the stream token of (the key's id and kind), if it is
+/// one of `env`'s keys valid now.
+pub(crate) fn authorized(env: &Env, token: &str, now_unix_ms: u64) -> Option<(String, Viewer)> {
     let meta = env.meta.load();
     let key = meta.sdk_keys.iter().find(|k| {
         k.valid_at(now_unix_ms) && crate::ops::secret::constant_time_eq(&self::token(&k.hash), token)
     })?;
-    Some(if key.client { Viewer::Client } else { Viewer::Server })
+    Some((key.id.clone(), if key.client { Viewer::Client } else { Viewer::Server }))
 }
 
 /// What one stream follows.
 pub(crate) struct Follow {
     /// The environment.
     pub env: Arc<Env>,
-    /// The stream token.
-    pub token: String,
+    /// The id of the key whose token opened it (ids are never reused: a
+    /// rotated key's successor has another).
+    pub key_id: String,
     /// Whose stream it is.
     pub viewer: Viewer,
     /// The client view digests (for client-side keys).
@@ -98,8 +99,9 @@ impl Follow {
     /// Whether the stream goes on: its key still valid, its environment
     /// still there.
     fn live(&self) -> bool {
+        let now = crate::store::now_ms();
         *self.env.head.borrow() != u64::MAX
-            && authorized(&self.env, &self.token, crate::store::now_ms()).is_some()
+            && self.env.meta.load().sdk_keys.iter().any(|k| k.id == self.key_id && k.valid_at(now))
     }
 
     /// Whether a client's last event id is behind `current`: for a

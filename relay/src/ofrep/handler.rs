@@ -1,7 +1,8 @@
-//! OFREP's HTTP handling: routing, the SDK key, the limits (request body
-//! size, requests per second per key and per client address: `429` with
-//! `Retry-After` in whole seconds), the evaluation on the blocking pool,
-//! and the answers' statuses and headers. Every refusal is counted
+//! OFREP's HTTP handling: routing, the key and its kind, the page's
+//! origin (`cors.rs`), the limits (request body size, requests per second
+//! per key and per client address: `429` with `Retry-After` in whole
+//! seconds), handing the admitted request to `job.rs`, and the answers'
+//! statuses and headers. Every refusal is counted
 //! (`limit_hits{limit="ofrep_…"}`) and logged (at most 5 lines a second);
 //! every answer is counted by endpoint and status (`ofrep_requests`).
 
@@ -19,9 +20,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value as Json, json};
 
 use super::answer::Viewer;
+use super::job::{self, Answered, Endpoint, Job};
 use super::usage::OfrepUsage;
 use super::view::Views;
-use super::{answer, context, cors, events};
+use super::{cors, events};
 use crate::config::OfrepSettings;
 use crate::ops::http::{Body, Bounds, Caller, Handler, full};
 use crate::ops::metrics::Metrics;
@@ -70,18 +72,18 @@ struct Inner {
 
 /// A refusal or failure: its status, its body and, for a rate limit, the
 /// seconds to wait.
-struct Refused {
-    status: StatusCode,
-    body: Json,
+pub(super) struct Refused {
+    pub(super) status: StatusCode,
+    pub(super) body: Json,
     retry_after: Option<u64>,
     /// `limit_hits` label, when a limit triggered.
-    limit: Option<&'static str>,
+    pub(super) limit: Option<&'static str>,
     /// Sent without CORS headers (the page's origin is refused).
     hidden: bool,
 }
 
 impl Refused {
-    fn new(status: StatusCode, code: &str, details: impl Into<String>) -> Refused {
+    pub(super) fn new(status: StatusCode, code: &str, details: impl Into<String>) -> Refused {
         Refused {
             status,
             body: json!({ "errorCode": code, "errorDetails": details.into() }),
@@ -160,7 +162,7 @@ impl Ofrep {
         let (Some(env), Some(token)) = (param("env"), param("token")) else { return Err(unauthorized()) };
         let env = decode(env).map_err(|_| unauthorized())?;
         let env = i.store.env(&env).map_err(|_| unauthorized())?;
-        let Some(viewer) = events::authorized(&env, token, crate::store::now_ms()) else {
+        let Some((key_id, viewer)) = events::authorized(&env, token, crate::store::now_ms()) else {
             return Err(unauthorized());
         };
         if let Some(o) = origin
@@ -179,16 +181,12 @@ impl Ofrep {
             return Err(r);
         };
         let last = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let follow = events::Follow { env, token: token.to_owned(), viewer, views: i.views.clone() };
+        let follow = events::Follow { env, key_id, viewer, views: i.views.clone() };
         Ok(events::stream(follow, last, i.settings.event_spread, i.metrics.clone(), slot))
     }
 
     /// One request's answer, or its refusal.
-    async fn answer(
-        &self,
-        req: Request<Incoming>,
-        origin: Option<&str>,
-    ) -> Result<(StatusCode, Json, Option<String>), Refused> {
+    async fn answer(&self, req: Request<Incoming>, origin: Option<&str>) -> Result<Answered, Refused> {
         let i = &self.inner;
         let endpoint = match route(req.uri().path()) {
             Route::Bulk => Endpoint::Bulk,
@@ -277,78 +275,18 @@ impl Ofrep {
             Endpoint::Bulk => events::request_uri(&env.meta.load().name, &key_hash),
             Endpoint::Single(_) => String::new(),
         };
-        // Parsing, mapping and evaluating a context of up to the body cap:
-        // on the blocking pool, so a large one never holds a worker.
-        let (usage, env_name) = (i.usage.clone(), env.meta.load().name.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            let body = body.to_bytes();
-            let parsed: Option<Json> = if body.iter().all(u8::is_ascii_whitespace) {
-                None
-            } else {
-                Some(serde_json::from_slice(&body).map_err(|e| {
-                    Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", format!("request body: {e}"))
-                })?)
-            };
-            let ctx_json = match &parsed {
-                None | Some(Json::Null) => None,
-                Some(Json::Object(m)) => m.get("context"),
-                Some(_) => {
-                    return Err(Refused::new(
-                        StatusCode::BAD_REQUEST,
-                        "PARSE_ERROR",
-                        "request body: a JSON object",
-                    ));
-                }
-            };
-            let ctx = context::context(ctx_json).map_err(|e| {
-                let mut r = Refused::new(StatusCode::BAD_REQUEST, "INVALID_CONTEXT", e);
-                r.limit = Some("ofrep_context");
-                r
-            })?;
-            Ok(match endpoint {
-                Endpoint::Single(key) => {
-                    let (status, mut body) = answer::single(&state.snapshot, &key, &ctx, viewer);
-                    if status == StatusCode::OK || status == StatusCode::NOT_FOUND {
-                        usage.record(&env_name, &key_id, [(key.as_str(), served(&body))]);
-                    }
-                    if status == StatusCode::BAD_REQUEST
-                        && let Some(m) = body.as_object_mut()
-                    {
-                        // A failure keeps its flag's key (OFREP's shape).
-                        m.insert("key".into(), Json::from(key));
-                    }
-                    (status, body, None)
-                }
-                Endpoint::Bulk => {
-                    let (mut body, etag) = answer::bulk(&state.snapshot, &ctx, &stream_uri, viewer);
-                    if let Some(items) = body["flags"].as_array() {
-                        let evaluated = items
-                            .iter()
-                            .filter(|f| f.get("errorCode").is_none())
-                            .filter_map(|f| Some((f["key"].as_str()?, served(f))));
-                        usage.record(&env_name, &key_id, evaluated);
-                    }
-                    if let Some(m) = body.as_object_mut() {
-                        m.insert(
-                            "eventStreams".into(),
-                            json!([{ "type": "sse", "endpoint": { "requestUri": stream_uri }, "inactivityDelaySec": 120 }]),
-                        );
-                    }
-                    match if_none_match.as_deref() {
-                        Some(inm) if answer::not_modified(inm, &etag) => {
-                            (StatusCode::NOT_MODIFIED, Json::Null, Some(etag))
-                        }
-                        _ => (StatusCode::OK, body, Some(etag)),
-                    }
-                }
-            })
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "an OFREP evaluation task failed");
-            Refused::new(StatusCode::INTERNAL_SERVER_ERROR, "GENERAL", "internal error")
-        })??;
-        Ok(out)
+        let job = Job {
+            body: body.to_bytes(),
+            state,
+            endpoint,
+            viewer,
+            usage: i.usage.clone(),
+            env_name: env.meta.load().name.clone(),
+            key_id,
+            stream_uri,
+            if_none_match,
+        };
+        job::run(job).await
     }
 
     /// Counts and logs a refusal.
@@ -379,11 +317,6 @@ fn refusal_response(r: &Refused, reader: Option<&str>) -> Result<Response<Body>,
     resp.body(full(r.body.to_string()))
 }
 
-/// The variation an answer served (`variant` is its index), or `None`.
-fn served(answer: &Json) -> Option<u32> {
-    answer.get("variant").and_then(Json::as_str).and_then(|v| v.parse().ok())
-}
-
 /// Longest credential read (longer ones are refused unhashed).
 const MAX_CREDENTIAL: usize = 256;
 /// Time a request body has to arrive once its head did.
@@ -412,12 +345,6 @@ fn route(path: &str) -> Route<'_> {
         Some(rest) if rest.starts_with('/') => Route::Single(&rest[1..]),
         _ => Route::Other,
     }
-}
-
-/// Which evaluation endpoint a request is for.
-enum Endpoint {
-    Single(String),
-    Bulk,
 }
 
 /// The refusal of a page whose origin `env` does not list (`None`: that
@@ -566,7 +493,7 @@ impl Handler for Ofrep {
                 None => this.answer(req, origin.as_deref()).await,
             };
             let (status, body, etag, retry_after, reader) = match answered {
-                Ok((status, body, etag)) => (status, body, etag, None, origin.clone()),
+                Ok(a) => (a.status, a.body, a.etag, None, origin.clone()),
                 Err(mut r) => {
                     let reader = readable(&r).map(str::to_owned);
                     this.refused(&r, caller);
@@ -578,7 +505,7 @@ impl Handler for Ofrep {
                     {
                         m.insert("key".into(), Json::from(key));
                     }
-                    (r.status, r.body, None, r.retry_after, reader)
+                    (r.status, Bytes::from(r.body.to_string()), None, r.retry_after, reader)
                 }
             };
             this.inner.metrics.ofrep_request(label, status.as_u16());
@@ -597,7 +524,7 @@ impl Handler for Ofrep {
                 Bytes::new()
             } else {
                 resp = resp.header(hyper::header::CONTENT_TYPE, "application/json");
-                Bytes::from(body.to_string())
+                body
             };
             resp.body(full(body)).map_err(std::io::Error::other)
         }

@@ -57,6 +57,11 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     if let Some(url) = &pg_url {
         relay_args.extend(["--store", url.as_str()]);
     }
+    let spread = format!("{}ms", args.ofrep_spread_ms);
+    if args.ofrep_streams > 0 {
+        relay_args.extend(ofrep::RELAY_ARGS);
+        relay_args.extend(["--ofrep-event-spread", spread.as_str()]);
+    }
     let relay = Relay::start(dir.path(), &relay_args).await;
     let key = relay.demo_key();
     let mut admin = relay.admin().await;
@@ -125,7 +130,46 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     let sum_stats =
         |pids: &[u32]| pids.iter().map(|p| proc_stats(*p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, rss_before) = sum_stats(&pids);
+    let (_, mut rss_before) = sum_stats(&pids);
+
+    // The OFREP change streams first, on the tool's event loops.
+    let sse = Arc::new(ofrep::Streams::default());
+    let sse_loops = EventLoops::start(client_threads(args))?;
+    let mut sse_tasks = Vec::new();
+    let mut rss_per_sse_kib = 0.0;
+    if args.ofrep_streams > 0 {
+        let addr = relay.ofrep.ok_or_else(|| anyhow::anyhow!("the relay named no OFREP address"))?;
+        let bulk = flagstream_tests::ofrep::post(
+            addr,
+            "/ofrep/v1/evaluate/flags",
+            &[("Authorization", format!("Bearer {key}").as_str())],
+            "{}",
+        )
+        .await
+        .json();
+        let uri = bulk["eventStreams"][0]["endpoint"]["requestUri"]
+            .as_str()
+            .ok_or_else(|| anyhow::anyhow!("no change stream advertised: {bulk}"))?
+            .to_owned();
+        let (tx, mut rx) = mpsc::channel(args.ofrep_streams);
+        for i in 0..args.ofrep_streams {
+            let rt = &sse_loops.handles[i % sse_loops.handles.len()];
+            sse_tasks.push(rt.spawn(ofrep::stream(addr, uri.clone(), sse.clone(), tx.clone())));
+        }
+        drop(tx);
+        let mut opened = 0;
+        while opened < args.ofrep_streams && rx.recv().await.is_some() {
+            opened += 1;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (_, rss_sse) = sum_stats(&pids);
+        rss_per_sse_kib = rss_sse.saturating_sub(rss_before) as f64 / args.ofrep_streams as f64;
+        println!(
+            "OFREP change streams   {opened} open ({} failed); relay RSS {rss_before} KiB before them, {rss_sse} KiB with them",
+            sse.failed.load(Ordering::Relaxed)
+        );
+        rss_before = rss_sse;
+    }
 
     // Revisions: the demo seed's few, one per bulk flag, one per write.
     let rec = Arc::new(Recorder::new(args.flags + args.writes + 64, !args.no_ack));
@@ -213,6 +257,12 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     }
     let write_time = write_started.elapsed();
     let (ticks_end, rss_end) = sum_stats(&pids);
+    if args.ofrep_streams > 0 {
+        // The change streams' last events come up to the spread after the
+        // last write, and the streams hand their samples over only when
+        // the relay stops: wait the spread out (and a second more).
+        tokio::time::sleep(Duration::from_millis(args.ofrep_spread_ms + 1000)).await;
+    }
     let encodes = metric("flagstream_encodes_total{kind=\"delta\"}").await - encodes_before;
     let acks = metric("flagstream_ack_latency_seconds_count").await - acks_before;
     let errors = rec.errors.load(Ordering::Relaxed);
@@ -237,6 +287,11 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
         eprintln!("warning: {unfinished} subscribers did not hand over their samples");
     }
     drop(loops);
+    for t in sse_tasks {
+        // A stream that does not end gives no samples; counted below.
+        let _ended = tokio::time::timeout(Duration::from_secs(30), t).await;
+    }
+    drop(sse_loops);
     let samples = std::mem::take(&mut *rec.latencies_ms.lock().expect("recorder lock"));
     let phase_of = |revision: u64| usize::from(revision >= first_heavy_revision);
     let mut by_phase: [Vec<u64>; 2] = Default::default();
@@ -320,6 +375,23 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
         args.connections
     );
     println!("delta encodings        {encodes} for {} revisions", revisions.len());
+    if args.ofrep_streams > 0 {
+        let streams = std::mem::take(&mut *sse.events.lock().expect("recorder lock"));
+        let sse_lat = ofrep::latencies(&streams, &revisions, |r| {
+            rec.committed_ms.get(r as usize).map_or(0, |c| c.load(Ordering::Relaxed))
+        });
+        println!(
+            "OFREP SSE commit->event p50 {} ms, p99 {} ms, max {} ms over {} (stream, write) pairs of {} expected, \
+             ofrep-event-spread {} ms; gRPC p99 above {} ms; relay RSS / change stream {rss_per_sse_kib:.1} KiB",
+            pct(&sse_lat, 0.5),
+            pct(&sse_lat, 0.99),
+            sse_lat.last().unwrap_or(&0),
+            sse_lat.len(),
+            streams.len() * revisions.len(),
+            args.ofrep_spread_ms,
+            pct(&lat, 0.99),
+        );
+    }
     println!("acks the relay timed   {acks} (commit->ack latency samples)");
     if let Some((what, h)) = heavy_report {
         for (phase, name) in [(0, "baseline (quiet)".to_owned()), (1, format!("during {what}"))] {

@@ -25,6 +25,8 @@
 //! cargo build --release -p flagstream-tests --bin relay   # the relay it starts
 //! cargo run --release -p flagstream-tools --bin loadgen -- --subscribers 10000 --connections 100
 //! cargo run --release -p flagstream-tools --bin loadgen -- --subscribers 10000 --connections 10000 --writes 30 --floor
+//! cargo run --release -p flagstream-tools --bin loadgen -- --subscribers 10000 --connections 100 --ofrep-streams 10000
+//! cargo run --release -p flagstream-tools --bin loadgen -- --ofrep-bulk --ofrep-concurrency 32 --throughput-secs 10
 //! ```
 
 use std::sync::Arc;
@@ -118,6 +120,23 @@ struct Args {
     /// each revision number read from stdin, exits at stdin's end).
     #[arg(long, hide = true)]
     serve_floor: bool,
+    /// Also open this many OFREP change streams (server-sent events, one
+    /// HTTP/1.1 connection each) and report when each write reached them,
+    /// beside the gRPC subscribers' numbers, and the relay's RSS per stream.
+    #[arg(long, default_value_t = 0, conflicts_with_all = ["heavy", "noisy", "replicas", "postgres", "floor"])]
+    ofrep_streams: usize,
+    /// With `--ofrep-streams`: the relay's `ofrep-event-spread`, ms.
+    #[arg(long, default_value_t = 500)]
+    ofrep_spread_ms: u64,
+    /// Instead of propagation, measure OFREP's bulk endpoint (50 flags
+    /// visible to clients, a client key) for `--throughput-secs`, then its
+    /// `304` path.
+    #[arg(long)]
+    ofrep_bulk: bool,
+    /// With `--ofrep-bulk`: keep-alive connections, each one request at a
+    /// time.
+    #[arg(long, default_value_t = 32)]
+    ofrep_concurrency: usize,
     /// Internal, with `--serve-floor`: HTTP/2 streams per connection.
     #[arg(long, hide = true, default_value_t = 1_000)]
     floor_streams: u32,
@@ -146,6 +165,9 @@ fn main() -> anyhow::Result<()> {
     }
     // The coordinator (relay process, writes, reports) mostly sleeps.
     tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async move {
+        if args.ofrep_bulk {
+            return ofrep::bulk(&args).await;
+        }
         if !args.floor {
             return run(&args).await.map(drop);
         }
@@ -261,3 +283,6 @@ mod throughput;
 
 /// `--floor`: the baseline server and its measurement.
 mod floor;
+
+/// `--ofrep-streams` and `--ofrep-bulk`.
+mod ofrep;
