@@ -55,12 +55,7 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
             println!("SDK key (shown once): {}", r.sdk_key);
         }
         EnvCmd::List => {
-            let envs = conn
-                .admin
-                .list_environments(pb::ListEnvironmentsRequest::default())
-                .await?
-                .into_inner()
-                .environments;
+            let envs = environments(conn).await?;
             match conn.output {
                 Output::Table => {
                     let mut t = comfy_table::Table::new();
@@ -107,13 +102,7 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
         }
         EnvCmd::Cors { name, allow, clear } => {
             if allow.is_empty() && !clear {
-                let envs = conn
-                    .admin
-                    .list_environments(pb::ListEnvironmentsRequest::default())
-                    .await?
-                    .into_inner()
-                    .environments;
-                let Some(e) = envs.into_iter().find(|e| e.name == name) else {
+                let Some(e) = environments(conn).await?.into_iter().find(|e| e.name == name) else {
                     return Err(crate::failure::Failure::new(
                         crate::failure::exit::NOT_FOUND,
                         format!("no environment {name:?}"),
@@ -131,6 +120,11 @@ pub(crate) async fn env_cmd(conn: &mut Conn, cmd: EnvCmd) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// Every environment, as the relay lists them.
+async fn environments(conn: &mut Conn) -> Result<Vec<pb::Environment>, crate::failure::Failure> {
+    Ok(conn.admin.list_environments(pb::ListEnvironmentsRequest::default()).await?.into_inner().environments)
 }
 
 fn show_origins(output: Output, origins: &[String]) -> CmdResult {

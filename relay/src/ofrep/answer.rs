@@ -78,7 +78,9 @@ pub(crate) fn bulk<'s>(
                 a.write_result(&mut item);
                 hash.update(&item);
                 body.extend_from_slice(&item);
-                body.extend_from_slice(format!(",\"metadata\":{{\"flagVersion\":{}}}}}", a.flag_version).as_bytes());
+                body.extend_from_slice(
+                    format!(",\"metadata\":{{\"flagVersion\":{}}}}}", a.flag_version).as_bytes(),
+                );
                 served(key, a.variation);
             }
             Err((_, failure)) => {
@@ -214,7 +216,8 @@ mod tests {
         let (body, tag) = bulk(s, ctx, advertised, viewer, |_, _| served += 1);
         let body: Json = serde_json::from_slice(&body).expect("the bulk body is JSON");
         assert_eq!(body["eventStreams"][0]["endpoint"]["requestUri"], advertised, "{body}");
-        let evaluated = body["flags"].as_array().unwrap().iter().filter(|f| f.get("errorCode").is_none()).count();
+        let evaluated =
+            body["flags"].as_array().unwrap().iter().filter(|f| f.get("errorCode").is_none()).count();
         assert_eq!(served, evaluated, "usage hears of every evaluated flag");
         (body, tag)
     }
@@ -256,7 +259,10 @@ flags:
         // Another context with the same results: the same tag.
         assert_eq!(bulk_json(&s, &Context::new("u2"), "/events?a", Viewer::Server).1, tag);
         // A result that differs: another tag; so does another stream URI.
-        assert_ne!(bulk_json(&s, &Context::new("u1").with("plan", "pro"), "/events?a", Viewer::Server).1, tag);
+        assert_ne!(
+            bulk_json(&s, &Context::new("u1").with("plan", "pro"), "/events?a", Viewer::Server).1,
+            tag
+        );
         assert_ne!(bulk_json(&s, &Context::new("u1"), "/events?b", Viewer::Server).1, tag);
         // Another flag's new version with the same results: the same tag.
         let mut set: FlagSet = serde_yaml_ng::from_str(FLAGS).unwrap();

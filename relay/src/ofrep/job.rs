@@ -80,16 +80,16 @@ fn context_of(body: &[u8]) -> Result<flagstream::Context<'static>, Refused> {
     let parsed: Option<Json> = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        Some(
-            serde_json::from_slice(body).map_err(|e| {
-                Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", format!("request body: {e}"))
-            })?,
-        )
+        Some(serde_json::from_slice(body).map_err(|e| {
+            Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", format!("request body: {e}"))
+        })?)
     };
     let ctx_json = match &parsed {
         None | Some(Json::Null) => None,
         Some(Json::Object(m)) => m.get("context"),
-        Some(_) => return Err(Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", "request body: a JSON object")),
+        Some(_) => {
+            return Err(Refused::new(StatusCode::BAD_REQUEST, "PARSE_ERROR", "request body: a JSON object"));
+        }
     };
     context::context(ctx_json).map_err(|e| {
         let mut r = Refused::new(StatusCode::BAD_REQUEST, "INVALID_CONTEXT", e);
@@ -118,7 +118,8 @@ fn evaluate(job: Job) -> Result<Answered, Refused> {
         }
         Endpoint::Bulk => {
             let mut served = Vec::new();
-            let (body, etag) = answer::bulk(snap, &ctx, &job.stream_uri, job.viewer, |key, v| served.push((key, v)));
+            let (body, etag) =
+                answer::bulk(snap, &ctx, &job.stream_uri, job.viewer, |key, v| served.push((key, v)));
             job.usage.record(&job.env_name, &job.key_id, served);
             match job.if_none_match.as_deref() {
                 Some(inm) if answer::not_modified(inm, &etag) => {

@@ -46,8 +46,10 @@ pub(super) struct Streams {
 pub(super) async fn stream(addr: SocketAddr, uri: String, rec: Arc<Streams>, ready: mpsc::Sender<()>) {
     let opened = async {
         let mut s = TcpStream::connect(addr).await?;
-        s.write_all(format!("GET {uri} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n").as_bytes())
-            .await?;
+        s.write_all(
+            format!("GET {uri} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n").as_bytes(),
+        )
+        .await?;
         let mut lines = BufReader::new(s).lines();
         while let Some(l) = lines.next_line().await? {
             if l.starts_with("id: ") {
@@ -79,7 +81,11 @@ pub(super) async fn stream(addr: SocketAddr, uri: String, rec: Arc<Streams>, rea
 
 /// For each write (`revisions`, committed at `committed_ms`), when each
 /// stream got it: commit → the first event at or past it, ms.
-pub(super) fn latencies(streams: &[Vec<(u64, u64)>], revisions: &[u64], committed_ms: impl Fn(u64) -> u64) -> Vec<u64> {
+pub(super) fn latencies(
+    streams: &[Vec<(u64, u64)>],
+    revisions: &[u64],
+    committed_ms: impl Fn(u64) -> u64,
+) -> Vec<u64> {
     let mut out = Vec::new();
     for events in streams {
         for &w in revisions {
@@ -185,7 +191,11 @@ pub(super) async fn bulk(args: &Args) -> anyhow::Result<()> {
         })
         .await?;
     let key = admin
-        .create_sdk_key(pb::CreateSdkKeyRequest { environment: "demo".into(), name: "bench".into(), client: true })
+        .create_sdk_key(pb::CreateSdkKeyRequest {
+            environment: "demo".into(),
+            name: "bench".into(),
+            client: true,
+        })
         .await?
         .into_inner()
         .secret;
@@ -215,7 +225,8 @@ pub(super) async fn bulk(args: &Args) -> anyhow::Result<()> {
                         // Another user each time, a third of them on a
                         // paid plan: no answer is cached anywhere.
                         let plan = if n % 3 == 0 { "pro" } else { "free" };
-                        let body = format!(r#"{{"context":{{"targetingKey":"user-{c}-{n}","plan":"{plan}"}}}}"#);
+                        let body =
+                            format!(r#"{{"context":{{"targetingKey":"user-{c}-{n}","plan":"{plan}"}}}}"#);
                         let (s, _, b) = conn.post("/ofrep/v1/evaluate/flags", &auth, &body).await?;
                         (s, b)
                     };
