@@ -93,8 +93,12 @@ pub struct Config {
 pub struct OfrepSettings {
     /// Where it listens (`ofrep-listen`).
     pub listen: SocketAddr,
-    /// Requests a second one SDK key may make (`ofrep-requests-per-sec-per-key`).
+    /// Requests a second one server-side SDK key may make
+    /// (`ofrep-requests-per-sec-per-key`).
     pub requests_per_sec_per_key: u32,
+    /// Requests a second one client-side key may make, from every browser
+    /// that shares it (`ofrep-requests-per-sec-per-client-key`).
+    pub requests_per_sec_per_client_key: u32,
     /// Requests a second from one client address (`ofrep-requests-per-sec-per-address`).
     pub requests_per_sec_per_address: u32,
     /// Largest request body, bytes (`ofrep-max-body-bytes`).

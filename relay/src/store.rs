@@ -564,7 +564,7 @@ impl Store {
     }
 
     /// Replaces the metadata of `env` with what another writer of the
-    /// shared database stored (its keys, description); returns the ids of
+    /// shared database stored (its keys, description, CORS origins); returns the ids of
     /// keys that are gone (their streams must end).
     pub(crate) fn replace_meta(&self, env: &Env, stored: EnvMeta) -> Vec<String> {
         let current = env.meta.load_full();
@@ -572,6 +572,7 @@ impl Store {
         next.description = stored.description;
         next.sdk_keys = stored.sdk_keys;
         next.keys_made = stored.keys_made;
+        next.cors_origins = stored.cors_origins;
         if next == *current {
             return Vec::new();
         }

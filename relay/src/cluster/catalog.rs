@@ -58,8 +58,10 @@ pub(crate) fn token_to_proto(t: &TokenRecord) -> pb::Token {
     }
 }
 
-/// The current catalog, its version filled in.
-pub(crate) fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
+/// The current catalog, its version filled in; without client-side keys
+/// unless the caller knows them (`client_keys`: a relay from before them
+/// would serve one as a server-side key, every flag and Subscribe).
+pub(crate) fn build(store: &Store, tokens: &Tokens, client_keys: bool) -> pb::Catalog {
     let now = now_ms();
     let environments = store
         .envs()
@@ -70,7 +72,12 @@ pub(crate) fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
                 name: meta.name.clone(),
                 description: meta.description.clone(),
                 created_unix_ms: meta.created_unix_ms,
-                sdk_keys: meta.sdk_keys.iter().filter(|k| k.valid_at(now)).map(key_to_proto).collect(),
+                sdk_keys: meta
+                    .sdk_keys
+                    .iter()
+                    .filter(|k| k.valid_at(now) && (client_keys || !k.client))
+                    .map(key_to_proto)
+                    .collect(),
                 cors_origins: meta.cors_origins.clone(),
             }
         })
@@ -92,14 +99,20 @@ pub(crate) fn build(store: &Store, tokens: &Tokens) -> pb::Catalog {
 }
 
 /// The catalog once it differs from `known`, or `unchanged` after `wait`.
-pub(crate) async fn wait(store: &Store, tokens: &Tokens, known: &str, wait: Duration) -> pb::Catalog {
+pub(crate) async fn wait(
+    store: &Store,
+    tokens: &Tokens,
+    known: &str,
+    wait: Duration,
+    client_keys: bool,
+) -> pb::Catalog {
     let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
     let (mut envs, mut toks) = (store.catalog_changes(), tokens.changes());
     // A key's expiry changes the catalog without any event: look again
     // every second.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        let c = build(store, tokens);
+        let c = build(store, tokens, client_keys);
         if c.version != known {
             return c;
         }

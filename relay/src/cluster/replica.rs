@@ -204,6 +204,7 @@ impl Replica {
         let mut req = tonic::Request::new(pb::GetCatalogRequest {
             known_version: known.to_owned(),
             wait_ms: CATALOG_WAIT.as_millis() as u32,
+            client_keys: true,
         });
         req.set_timeout(CATALOG_WAIT + Duration::from_secs(10));
         match client.get_catalog(req).await {

@@ -47,7 +47,8 @@ impl Replication for ReplicationService {
         let r = req.into_inner();
         let wait = Duration::from_millis(u64::from(r.wait_ms));
         Ok(Response::new(
-            crate::cluster::catalog::wait(&self.store, &self.tokens, &r.known_version, wait).await,
+            crate::cluster::catalog::wait(&self.store, &self.tokens, &r.known_version, wait, r.client_keys)
+                .await,
         ))
     }
 }

@@ -194,11 +194,16 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_OFREP_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ofrep_listen: Option<SocketAddr>,
-    /// OFREP requests a second one SDK key may make (more get 429)
-    /// [default: 200].
+    /// OFREP requests a second one server-side SDK key may make (more get
+    /// 429) [default: 200].
     #[arg(long, env = "FLAGSTREAM_OFREP_REQUESTS_PER_SEC_PER_KEY")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ofrep_requests_per_sec_per_key: Option<u32>,
+    /// OFREP requests a second one client-side key may make, from all the
+    /// browsers and apps that share it (more get 429) [default: 20000].
+    #[arg(long, env = "FLAGSTREAM_OFREP_REQUESTS_PER_SEC_PER_CLIENT_KEY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ofrep_requests_per_sec_per_client_key: Option<u32>,
     /// OFREP requests a second from one client address (more get 429)
     /// [default: 50].
     #[arg(long, env = "FLAGSTREAM_OFREP_REQUESTS_PER_SEC_PER_ADDRESS")]

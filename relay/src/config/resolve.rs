@@ -300,6 +300,7 @@ impl Options {
     pub(super) fn ofrep(&self) -> Result<Option<OfrepSettings>, ConfigError> {
         let Some(listen) = self.ofrep_listen else {
             let set = self.ofrep_requests_per_sec_per_key.is_some()
+                || self.ofrep_requests_per_sec_per_client_key.is_some()
                 || self.ofrep_requests_per_sec_per_address.is_some()
                 || self.ofrep_max_body_bytes.is_some()
                 || self.ofrep_max_connections.is_some()
@@ -313,6 +314,7 @@ impl Options {
         let o = OfrepSettings {
             listen,
             requests_per_sec_per_key: self.ofrep_requests_per_sec_per_key.unwrap_or(200),
+            requests_per_sec_per_client_key: self.ofrep_requests_per_sec_per_client_key.unwrap_or(20_000),
             requests_per_sec_per_address: self.ofrep_requests_per_sec_per_address.unwrap_or(50),
             max_body_bytes: self.ofrep_max_body_bytes.unwrap_or(64 * 1024),
             max_connections,
@@ -330,6 +332,10 @@ impl Options {
         )?;
         check(o.event_spread <= Duration::from_secs(60), "ofrep-event-spread: at most 60s")?;
         check(o.requests_per_sec_per_key >= 1, "ofrep-requests-per-sec-per-key: must be at least 1")?;
+        check(
+            o.requests_per_sec_per_client_key >= 1,
+            "ofrep-requests-per-sec-per-client-key: must be at least 1",
+        )?;
         check(o.requests_per_sec_per_address >= 1, "ofrep-requests-per-sec-per-address: must be at least 1")?;
         check(
             (1024..=16 << 20).contains(&o.max_body_bytes),

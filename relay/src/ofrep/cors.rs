@@ -17,7 +17,7 @@ use crate::ops::http::{Body, full};
 use crate::store::Store;
 
 /// Request headers a page may send.
-const ALLOWED_HEADERS: &str = "Content-Type, Authorization, X-API-Key, If-None-Match";
+const ALLOWED_HEADERS: &str = "Content-Type, Authorization, X-API-Key, If-None-Match, Last-Event-ID";
 /// How long a browser may keep a preflight's answer, seconds.
 const MAX_AGE: &str = "600";
 

@@ -11,8 +11,9 @@
 //!   every relay derives the same token (from the key's hash, which the
 //!   relays and their database hold: whoever can read those can open a
 //!   stream, and learns when revisions move, nothing else); revoking the
-//!   key ends its streams (checked at each connect, each heartbeat and
-//!   before each event). At most `ofrep-max-event-streams` are open.
+//!   key ends its streams, and so does removing their page's origin from
+//!   the environment's CORS list (checked at each connect, each heartbeat
+//!   and before each event). At most `ofrep-max-event-streams` are open.
 //! - **Events.** `id: <epoch>:<revision>`, `event: message` (the only event
 //!   name the web provider listens to), `data: {"type":
 //!   "refetchEvaluation", "etag": "<epoch>:<revision>", "lastModified":
@@ -82,6 +83,8 @@ pub(crate) struct Follow {
     pub viewer: Viewer,
     /// The client view digests (for client-side keys).
     pub views: Arc<Views>,
+    /// The page's origin, for a stream a page opened.
+    pub origin: Option<String>,
 }
 
 impl Follow {
@@ -96,12 +99,14 @@ impl Follow {
         }
     }
 
-    /// Whether the stream goes on: its key still valid, its environment
-    /// still there.
+    /// Whether the stream goes on: its key still valid, its page's origin
+    /// (if it came from a page) still listed, its environment still there.
     fn live(&self) -> bool {
         let now = crate::store::now_ms();
+        let meta = self.env.meta.load();
         *self.env.head.borrow() != u64::MAX
-            && self.env.meta.load().sdk_keys.iter().any(|k| k.id == self.key_id && k.valid_at(now))
+            && meta.sdk_keys.iter().any(|k| k.id == self.key_id && k.valid_at(now))
+            && self.origin.as_deref().is_none_or(|o| meta.allows_origin(o))
     }
 
     /// Whether a client's last event id is behind `current`: for a

@@ -58,7 +58,11 @@ struct Inner {
     store: Store,
     metrics: Metrics,
     settings: OfrepSettings,
+    /// Per server-side key, by the key's hash (ids repeat across
+    /// environments).
     per_key: DefaultKeyedRateLimiter<String>,
+    /// Per client-side key, by the key's hash.
+    per_client_key: DefaultKeyedRateLimiter<String>,
     per_address: DefaultKeyedRateLimiter<IpAddr>,
     /// Places of the change streams (`ofrep-max-event-streams`).
     streams: Arc<tokio::sync::Semaphore>,
@@ -105,6 +109,7 @@ impl Ofrep {
         Ofrep {
             inner: Arc::new(Inner {
                 per_key: RateLimiter::keyed(quota(settings.requests_per_sec_per_key)),
+                per_client_key: RateLimiter::keyed(quota(settings.requests_per_sec_per_client_key)),
                 per_address: RateLimiter::keyed(quota(settings.requests_per_sec_per_address)),
                 streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
                 usage: Arc::default(),
@@ -135,6 +140,8 @@ impl Ofrep {
     pub(crate) fn prune(&self) {
         self.inner.per_key.retain_recent();
         self.inner.per_key.shrink_to_fit();
+        self.inner.per_client_key.retain_recent();
+        self.inner.per_client_key.shrink_to_fit();
         self.inner.per_address.retain_recent();
         self.inner.per_address.shrink_to_fit();
     }
@@ -181,7 +188,8 @@ impl Ofrep {
             return Err(r);
         };
         let last = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let follow = events::Follow { env, key_id, viewer, views: i.views.clone() };
+        let follow =
+            events::Follow { env, key_id, viewer, views: i.views.clone(), origin: origin.map(str::to_owned) };
         Ok(events::stream(follow, last, i.settings.event_spread, i.metrics.clone(), slot))
     }
 
@@ -234,14 +242,21 @@ impl Ofrep {
         {
             return Err(origin_refused(o, Some(&env.meta.load().name)));
         }
-        if let Err(not_until) = i.per_key.check_key(&key_id) {
+        let (limiter, rate, option) = match viewer {
+            Viewer::Server => {
+                (&i.per_key, i.settings.requests_per_sec_per_key, "ofrep-requests-per-sec-per-key")
+            }
+            Viewer::Client => (
+                &i.per_client_key,
+                i.settings.requests_per_sec_per_client_key,
+                "ofrep-requests-per-sec-per-client-key",
+            ),
+        };
+        if let Err(not_until) = limiter.check_key(&key_hash) {
             return Err(rate_refusal(
                 not_until,
                 "ofrep_rate_per_key",
-                format!(
-                    "over {}/s for this key (ofrep-requests-per-sec-per-key)",
-                    i.settings.requests_per_sec_per_key
-                ),
+                format!("over {rate}/s for this key ({option})"),
             ));
         }
         let if_none_match =

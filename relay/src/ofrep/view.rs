@@ -6,8 +6,12 @@
 //! (and nothing a visible flag depends on) reaches no browser, not even as
 //! a revision number that moved.
 //!
-//! The digest is computed once per environment revision (cached here, at
-//! most [`MAX_CACHED`] environments), however many streams follow it.
+//! The digest is over each item's key and stored checksum contribution (a
+//! hash of its whole bytes, rules included), not its revision: a client
+//! cannot rebuild it from guessed names and revisions to learn which
+//! hidden flags exist. It is computed once per environment revision
+//! (cached here, at most [`MAX_CACHED`] environments), however many
+//! streams follow it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -17,6 +21,7 @@ use flagstream::model::{Clause, Operator};
 use sha2::{Digest, Sha256};
 
 use crate::store::Env;
+use crate::store::state::Kind;
 
 /// Most environments whose digest is cached (the cache is emptied when
 /// full: a recomputation is one pass over the snapshot).
@@ -50,7 +55,8 @@ impl Views {
         {
             return seen.id.clone();
         }
-        let id: Arc<str> = format!("{}:c{}", state.epoch, digest(&state.snapshot)).into();
+        let hash_of = |kind: Kind, key: &str| state.items.get(&(kind, key.to_owned())).map(|i| i.hash);
+        let id: Arc<str> = format!("{}:c{}", state.epoch, digest(&state.snapshot, hash_of)).into();
         if cache.len() >= MAX_CACHED {
             cache.clear();
         }
@@ -68,9 +74,9 @@ fn segments_of(clauses: &[Clause]) -> impl Iterator<Item = &str> {
 }
 
 /// The digest of the visible flags and their dependencies: each item's
-/// kind, key and the revision that last changed it, in key order (a
+/// kind, key and checksum contribution (`hash_of`), in key order (a
 /// dependency that does not exist counts as such).
-fn digest(snap: &Snapshot) -> String {
+fn digest(snap: &Snapshot, hash_of: impl Fn(Kind, &str) -> Option<u64>) -> String {
     let mut flags: BTreeSet<&str> = BTreeSet::new();
     let mut segments: BTreeSet<&str> = BTreeSet::new();
     let mut todo: Vec<&str> = snap.flags().filter(|f| f.client_visible).map(|f| f.key.as_str()).collect();
@@ -95,13 +101,11 @@ fn digest(snap: &Snapshot) -> String {
         }
     }
     let mut h = Sha256::new();
-    for key in flags {
-        let revision = snap.flag(key).map(|f| f.revision.to_string());
-        h.update(format!("f {key} {}\n", revision.as_deref().unwrap_or("-")).as_bytes());
-    }
-    for key in segments {
-        let revision = snap.segment(key).map(|s| s.revision.to_string());
-        h.update(format!("s {key} {}\n", revision.as_deref().unwrap_or("-")).as_bytes());
+    let items =
+        flags.into_iter().map(|k| (Kind::Flag, k)).chain(segments.into_iter().map(|k| (Kind::Segment, k)));
+    for (kind, key) in items {
+        let hash = hash_of(kind, key).map(|v| v.to_string());
+        h.update(format!("{} {key} {}\n", kind as u8, hash.as_deref().unwrap_or("-")).as_bytes());
     }
     hex::encode(&h.finalize()[..8])
 }
@@ -112,8 +116,15 @@ mod tests {
 
     use super::*;
 
-    fn snap(set: &FlagSet) -> Snapshot {
-        Snapshot::compile(set, &Limits::default()).unwrap()
+    /// The digest of `set`, each item's hash standing for its bytes by its
+    /// revision.
+    fn digest_of(set: &FlagSet) -> String {
+        let snap = Snapshot::compile(set, &Limits::default()).unwrap();
+        let hash_of = |kind: Kind, key: &str| match kind {
+            Kind::Flag => snap.flag(key).map(|f| f.revision),
+            Kind::Segment => snap.segment(key).map(|s| s.revision),
+        };
+        digest(&snap, hash_of)
     }
 
     #[test]
@@ -133,14 +144,14 @@ segments:
 "#,
         )
         .unwrap();
-        let before = digest(&snap(&set));
+        let before = digest_of(&set);
         set.flags[2].revision = 7; // a hidden flag nothing visible uses
         set.segments[1].revision = 7; // a segment nothing visible uses
-        assert_eq!(digest(&snap(&set)), before);
+        assert_eq!(digest_of(&set), before);
         set.flags[1].revision = 8; // the visible flag's prerequisite
-        let after_prerequisite = digest(&snap(&set));
+        let after_prerequisite = digest_of(&set);
         assert_ne!(after_prerequisite, before);
         set.segments[0].revision = 9; // a segment the visible flag uses
-        assert_ne!(digest(&snap(&set)), after_prerequisite);
+        assert_ne!(digest_of(&set), after_prerequisite);
     }
 }

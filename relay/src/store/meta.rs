@@ -1,11 +1,19 @@
 //! An environment's metadata as stored: name, epoch, head revision and
-//! checksum, SDK keys (their secrets only as hashes), the audit chain's
-//! head. Every backend stores it as this JSON document.
+//! checksum, SDK keys (their secrets only as hashes), CORS origins, the
+//! audit chain's head. Every backend stores it as this JSON document.
+//!
+//! Client-side keys are stored apart from the server-side ones (the
+//! document's `client_keys`, merged into [`EnvMeta::sdk_keys`] when read):
+//! a relay from before client-side keys, reading a shared database, does
+//! not see them at all, instead of taking a public key for a server-side
+//! one. (It drops them if it rewrites the metadata: upgrade every relay of
+//! a database before making client-side keys; docs/OPERATIONS.md.)
 
 use serde::{Deserialize, Serialize};
 
 /// Persistent facts about one environment.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(from = "Stored", into = "Stored")]
 pub(crate) struct EnvMeta {
     /// Name.
     pub name: String,
@@ -43,6 +51,80 @@ pub(crate) struct EnvMeta {
     /// with this environment's keys (CORS); empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors_origins: Vec<String>,
+}
+
+/// [`EnvMeta`] as the JSON document holds it: the client-side keys in a
+/// field of their own.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    name: String,
+    description: String,
+    epoch: String,
+    revision: u64,
+    checksum: u64,
+    committed_unix_ms: u64,
+    created_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    sdk_key_hash: String,
+    /// The server-side keys.
+    #[serde(default)]
+    sdk_keys: Vec<SdkKeyRecord>,
+    /// The client-side keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    client_keys: Vec<SdkKeyRecord>,
+    #[serde(default)]
+    keys_made: u64,
+    #[serde(default)]
+    audit_head: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    confirmed_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cors_origins: Vec<String>,
+}
+
+impl From<Stored> for EnvMeta {
+    fn from(s: Stored) -> EnvMeta {
+        let mut sdk_keys = s.sdk_keys;
+        // A record in `client_keys` is a client-side key whatever it says.
+        sdk_keys.extend(s.client_keys.into_iter().map(|k| SdkKeyRecord { client: true, ..k }));
+        EnvMeta {
+            name: s.name,
+            description: s.description,
+            epoch: s.epoch,
+            revision: s.revision,
+            checksum: s.checksum,
+            committed_unix_ms: s.committed_unix_ms,
+            created_unix_ms: s.created_unix_ms,
+            sdk_key_hash: s.sdk_key_hash,
+            sdk_keys,
+            keys_made: s.keys_made,
+            audit_head: s.audit_head,
+            confirmed_unix_ms: s.confirmed_unix_ms,
+            cors_origins: s.cors_origins,
+        }
+    }
+}
+
+impl From<EnvMeta> for Stored {
+    fn from(m: EnvMeta) -> Stored {
+        let (client_keys, sdk_keys) = m.sdk_keys.into_iter().partition(|k| k.client);
+        Stored {
+            name: m.name,
+            description: m.description,
+            epoch: m.epoch,
+            revision: m.revision,
+            checksum: m.checksum,
+            committed_unix_ms: m.committed_unix_ms,
+            created_unix_ms: m.created_unix_ms,
+            sdk_key_hash: m.sdk_key_hash,
+            sdk_keys,
+            client_keys,
+            keys_made: m.keys_made,
+            audit_head: m.audit_head,
+            confirmed_unix_ms: m.confirmed_unix_ms,
+            cors_origins: m.cors_origins,
+        }
+    }
 }
 
 impl EnvMeta {
@@ -112,4 +194,48 @@ fn is_false(v: &bool) -> bool {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str, client: bool) -> SdkKeyRecord {
+        SdkKeyRecord {
+            id: id.into(),
+            name: String::new(),
+            hash: format!("hash-{id}"),
+            created_unix_ms: 1,
+            expires_unix_ms: 0,
+            created_by: "t".into(),
+            client,
+        }
+    }
+
+    /// An older relay reads `sdk_keys` only: client-side keys are not there.
+    #[test]
+    fn client_keys_are_stored_apart() {
+        let meta = EnvMeta {
+            name: "e".into(),
+            description: String::new(),
+            epoch: "ep".into(),
+            revision: 3,
+            checksum: 0,
+            committed_unix_ms: 0,
+            created_unix_ms: 0,
+            sdk_key_hash: String::new(),
+            sdk_keys: vec![key("k1", false), key("k2", true)],
+            keys_made: 2,
+            audit_head: String::new(),
+            confirmed_unix_ms: 0,
+            cors_origins: vec!["https://a.example".into()],
+        };
+        let doc = serde_json::to_value(&meta).unwrap();
+        let ids = |field: &str| -> Vec<String> {
+            doc[field].as_array().unwrap().iter().map(|k| k["id"].as_str().unwrap().to_owned()).collect()
+        };
+        assert_eq!(ids("sdk_keys"), ["k1"]);
+        assert_eq!(ids("client_keys"), ["k2"]);
+        assert_eq!(serde_json::from_value::<EnvMeta>(doc).unwrap(), meta);
+    }
 }

@@ -36,6 +36,7 @@ fn origin_problem(origin: &str) -> Option<String> {
     let split = match rest.find(']') {
         Some(end) if rest.starts_with('[') => Some((&rest[..=end], &rest[end + 1..])),
         Some(_) => None,
+        None if rest.starts_with('[') => None,
         None => Some(match rest.rsplit_once(':') {
             Some((h, _)) => (h, &rest[h.len()..]),
             None => (rest, ""),
@@ -51,17 +52,21 @@ fn origin_problem(origin: &str) -> Option<String> {
             None => return Some(format!("{origin:?} is not scheme://host[:port] (or *)")),
         },
     };
-    if host.is_empty()
-        || !host.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.[]:".contains(&b))
-    {
+    let bracketed = host.starts_with('[');
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b);
+    let inner = if bracketed { &host[1..host.len() - 1] } else { host };
+    if inner.is_empty() || !inner.bytes().all(|b| allowed(b) || (bracketed && b == b':')) {
         return Some(format!(
             "{origin:?}: the host must be lower-case letters, digits, '-' and '.' with no path (as browsers send it)"
         ));
     }
-    if let Some(p) = port
-        && p.parse::<u16>().is_err()
-    {
-        return Some(format!("{origin:?}: port {p:?} is not a number up to 65535"));
+    if let Some(p) = port {
+        if p.parse::<u16>().is_err() {
+            return Some(format!("{origin:?}: port {p:?} is not a number up to 65535"));
+        }
+        if (scheme, p) == ("https", "443") || (scheme, p) == ("http", "80") {
+            return Some(format!("{origin:?}: browsers leave out the scheme's default port {p}"));
+        }
     }
     None
 }
@@ -130,8 +135,9 @@ mod tests {
             "http://localhost:8080",
             "*",
             "http://127.0.0.1:3000",
-            "http://[::1]:80",
+            "http://[::1]:8080",
             "http://[::1]",
+            "https://x.example:8443",
         ] {
             assert_eq!(origin_problem(ok), None, "{ok}");
         }
@@ -144,6 +150,10 @@ mod tests {
             "https://",
             "https://a.example:",
             "http://[::1]x",
+            "http://a:b:80",
+            "http://[::1",
+            "https://x.example:443",
+            "http://x.example:80",
         ] {
             assert!(origin_problem(bad).is_some(), "{bad}");
         }

@@ -61,6 +61,7 @@ const METHODS: &[(&str, &[&str])] = &[
             "CreateEnvironment",
             "ListEnvironments",
             "DeleteEnvironment",
+            "SetCorsOrigins",
             "GetFlag",
             "ListFlags",
             "PutFlag",

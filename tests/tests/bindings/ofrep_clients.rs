@@ -163,20 +163,27 @@ async fn openfeature_ofrep_providers_against_a_relay() {
     assert_eq!(revoked["ready"], false, "{revoked}");
     assert!(revoked["error"].is_string(), "{revoked}");
     assert!(relay.metric("flagstream_ofrep_requests_total{endpoint=\"bulk\",status=\"401\"}").await >= 1.0);
-    // The page's evaluations reached the usage table as OFREP's.
     println!("the change reached the page in {} ms", web["change_ms"]);
 
     // The server providers (theme back on, as the demo has it).
     relay.flagctl("demo", &["flag", "on", "theme", "--yes"]);
-    let server_cfg = json!({
-        "ofrep": ofrep(&relay),
-        "key": relay.demo_key(),
-        "limited_ofrep": ofrep(&limited),
-        "limited_key": limited.demo_key(),
-    });
+    // Each provider with its own key at the limited relay (the rate is per
+    // key).
+    let server_cfg = |limited_key: Json| {
+        json!({
+            "ofrep": ofrep(&relay),
+            "key": relay.demo_key(),
+            "limited_ofrep": ofrep(&limited),
+            "limited_key": limited_key,
+        })
+        .to_string()
+    };
     let node = json_out(
         "node server.mjs (@openfeature/ofrep-provider)",
-        Command::new("node").arg("server.mjs").arg(server_cfg.to_string()).current_dir(clients_dir()),
+        Command::new("node")
+            .arg("server.mjs")
+            .arg(server_cfg(json!(limited.demo_key())))
+            .current_dir(clients_dir()),
     );
     check_server_provider("node", &node);
     let packages = python::packages(
@@ -188,7 +195,7 @@ async fn openfeature_ofrep_providers_against_a_relay() {
         "python3 server.py (openfeature-provider-ofrep)",
         Command::new("python3")
             .arg("server.py")
-            .arg(server_cfg.to_string())
+            .arg(server_cfg(ctl_json(&limited, &["key", "create", "--name", "python"])["secret"].clone()))
             .current_dir(clients_dir())
             .env("PYTHONPATH", &packages),
     );

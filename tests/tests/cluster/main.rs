@@ -5,6 +5,7 @@
 
 mod postgres_audit;
 mod postgres_freshness;
+mod postgres_ofrep;
 mod postgres_privileges;
 mod postgres_pruning;
 mod postgres_recovery;

@@ -13,6 +13,7 @@ mod ofrep_answers;
 mod ofrep_client_keys;
 mod ofrep_conformance;
 mod ofrep_events;
+mod ofrep_limits;
 mod refusals;
 mod restart_resume;
 mod sigterm_drain;

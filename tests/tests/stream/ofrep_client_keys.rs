@@ -50,6 +50,11 @@ async fn a_client_key_sees_only_flags_visible_to_clients() {
     let relay =
         Relay::start(dir.path(), &["--ofrep-listen", "127.0.0.1:0", "--ofrep-event-spread", "20ms"]).await;
     let addr = relay.ofrep.expect("the relay names its OFREP address");
+    // The demo shows three flags to clients: hidden here, so what the key
+    // sees is this test's.
+    for demo in ["theme", "beta-banner", "max-upload-mb"] {
+        relay.flagctl("demo", &["flag", "client-visible", demo, "false", "--yes"]);
+    }
     relay.flagctl("demo", &["flag", "create", "shown", "--on", "--client-visible", "--yes"]);
     relay.flagctl("demo", &["flag", "create", "hidden", "--on", "--yes"]);
 
