@@ -427,8 +427,13 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             if total != 100_000 {
                 return Err(invalid(format!("weights sum to {}%, must be 100%", total as f64 / 1000.0)));
             }
-            after.fallthrough =
-                Serve::rollout(Rollout { bucket_by, context_kind: String::new(), seed: None, variations });
+            after.fallthrough = Serve::rollout(Rollout {
+                bucket_by,
+                context_kind: String::new(),
+                seed: None,
+                variations,
+                bucketing: None,
+            });
             write_flag(conn, Some(&before), after, &write).await?;
         }
         FlagCmd::Target { key, variation, add, remove, write } => {

@@ -156,6 +156,7 @@ pub(crate) async fn live(
                             pb::WeightedVariation { variation: 1, weight: (100 - percent) * 1_000 },
                         ],
                         context_kind: String::new(),
+                        bucketing: None,
                     })),
                 };
                 let ops = vec![

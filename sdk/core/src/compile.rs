@@ -39,7 +39,7 @@ fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
             Some(CompiledServe::Rollout(Box::new(CompiledRollout {
                 kind: KindSel::parse(&r.context_kind),
                 bucket_by: parse_attr(&r.bucket_by).ok()?,
-                seed: bucket::seed_for(r.seed, salt),
+                mode: bucket::Mode::of(r.bucketing.as_ref(), bucket::seed_for(r.seed, salt)),
                 thresholds,
             })))
         }
@@ -190,7 +190,10 @@ pub(crate) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegm
             let weight = match r.weight {
                 None => Ok(None),
                 Some(w) => parse_attr(&r.bucket_by)
-                    .map(|by| Some((w, KindSel::parse(&r.rollout_context_kind), by, seed)))
+                    .map(|by| {
+                        let mode = bucket::Mode::of(r.bucketing.as_ref(), seed);
+                        Some((w, KindSel::parse(&r.rollout_context_kind), by, mode))
+                    })
                     .map_err(|_| ()),
             };
             // Only unvalidated data fails here: the segment then answers

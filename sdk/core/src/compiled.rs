@@ -34,7 +34,9 @@ pub(crate) enum CompiledServe {
 pub(crate) struct CompiledRollout {
     pub(crate) kind: KindSel,
     pub(crate) bucket_by: Attr,
-    pub(crate) seed: u64,
+    /// How the bucket is computed (flagstream's seed, or an imported
+    /// system's bucketing).
+    pub(crate) mode: crate::bucket::Mode,
     /// `(exclusive end of the bucket range, variation)` in listed order.
     pub(crate) thresholds: Box<[(u32, u32)]>,
 }
@@ -158,6 +160,6 @@ pub(crate) struct CompiledSegment {
 pub(crate) struct CompiledSegmentRule {
     pub(crate) clauses: Box<[CompiledClause]>,
     /// The share of matching contexts in the segment: `(weight, kind,
-    /// attribute, seed)`.
-    pub(crate) weight: Option<(u32, KindSel, Attr, u64)>,
+    /// attribute, bucketing)`.
+    pub(crate) weight: Option<(u32, KindSel, Attr, crate::bucket::Mode)>,
 }

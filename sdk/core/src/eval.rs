@@ -483,13 +483,8 @@ impl Snapshot {
             }
             match &rule.weight {
                 None => return Ok(true),
-                Some((weight, kind, by, seed)) => {
-                    // Not bucketable: outside any share below 100%.
-                    let inside = match bucket::bucket_if_any(ctx, kind, by, *seed) {
-                        Some(b) => b < *weight,
-                        None => *weight >= crate::model::WEIGHT_TOTAL,
-                    };
-                    if inside {
+                Some((weight, kind, by, mode)) => {
+                    if bucket::inside(mode, ctx, kind, by, *weight) {
                         return Ok(true);
                     }
                 }
@@ -598,14 +593,9 @@ fn listed(ctx: &Context<'_>, default: &StrSet, by_kind: &[(KindSel, StrSet)]) ->
 fn serve(s: &CompiledServe, ctx: &Context<'_>, clock: &Clock) -> Result<(u32, bool, Option<u32>), ErrorKind> {
     match s {
         CompiledServe::Variation(v) => Ok((*v, false, None)),
-        CompiledServe::Rollout(r) => {
-            let b = bucket::bucket(ctx, &r.kind, &r.bucket_by, r.seed);
-            r.thresholds
-                .iter()
-                .find(|(end, _)| b < *end)
-                .map(|&(_, v)| (v, true, None))
-                .ok_or(ErrorKind::MalformedFlag)
-        }
+        CompiledServe::Rollout(r) => bucket::pick(&r.mode, ctx, &r.kind, &r.bucket_by, &r.thresholds)
+            .map(|v| (v, true, None))
+            .ok_or(ErrorKind::MalformedFlag),
         CompiledServe::Schedule(schedule) => {
             let (v, step) = schedule.serve(ctx, clock.now_ms());
             Ok((v, true, Some(step)))

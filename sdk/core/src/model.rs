@@ -123,6 +123,56 @@ impl Flag {
     }
 }
 
+/// [`Bucketing`] as files spell it: a map with exactly one mode.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BucketingDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    launchdarkly: Option<LaunchDarklyDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unleash: Option<UnleashDoc>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaunchDarklyDoc {
+    prefix: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnleashDoc {
+    group: String,
+    #[serde(default)]
+    seed: u32,
+    modulus: u32,
+}
+
+impl TryFrom<BucketingDoc> for Bucketing {
+    type Error = String;
+
+    fn try_from(d: BucketingDoc) -> Result<Bucketing, String> {
+        match (d.launchdarkly, d.unleash) {
+            (Some(l), None) => Ok(Bucketing::Launchdarkly { prefix: l.prefix }),
+            (None, Some(u)) => Ok(Bucketing::Unleash { group: u.group, seed: u.seed, modulus: u.modulus }),
+            _ => Err("bucketing: set exactly one of launchdarkly and unleash".into()),
+        }
+    }
+}
+
+impl From<Bucketing> for BucketingDoc {
+    fn from(b: Bucketing) -> BucketingDoc {
+        match b {
+            Bucketing::Launchdarkly { prefix } => {
+                BucketingDoc { launchdarkly: Some(LaunchDarklyDoc { prefix }), unleash: None }
+            }
+            Bucketing::Unleash { group, seed, modulus } => {
+                BucketingDoc { launchdarkly: None, unleash: Some(UnleashDoc { group, seed, modulus }) }
+            }
+        }
+    }
+}
+
 /// Individual targeting: these context keys get this variation.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -369,6 +419,43 @@ pub struct Rollout {
     pub seed: Option<u64>,
     /// Variations in bucket order, weights in 1/100000.
     pub variations: Vec<WeightedVariation>,
+    /// How a context's bucket is computed: absent, flagstream's own
+    /// (XXH3-64 with `seed`); or an imported system's, so a rollout
+    /// imported from it keeps every context in the variation it had
+    /// (docs/EVALUATION.md, "Imported bucketing").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucketing: Option<Bucketing>,
+}
+
+/// Another system's bucketing, reproduced exactly (docs/EVALUATION.md,
+/// "Imported bucketing"). In files: `{launchdarkly: {prefix: …}}` or
+/// `{unleash: {group: …, seed: …, modulus: …}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "BucketingDoc", into = "BucketingDoc")]
+pub enum Bucketing {
+    /// LaunchDarkly's: the first 15 hex digits of SHA-1 over `"<prefix>.<value>"`
+    /// as a fraction of `0xFFFFFFFFFFFFFFF` (single precision), compared with
+    /// the running sum of the weights (single precision); past the last
+    /// sum, the last variation. An unbucketable context is at 0.
+    Launchdarkly {
+        /// `"<flag key>.<salt>"` (a segment rule: `"<segment key>.<salt>"`),
+        /// or the rollout's seed in decimal.
+        prefix: String,
+    },
+    /// Unleash's: MurmurHash3 (x86, 32 bits) with `seed` over
+    /// `"<group>:<value>"`, modulo `modulus`, scaled to 100,000 (so
+    /// `modulus` divides 100,000); a context without the value gets the
+    /// last variation.
+    Unleash {
+        /// The group id (Unleash's `groupId`, by default the feature name).
+        group: String,
+        /// The hash seed: 0 for a rollout, 86028157 for variants.
+        #[serde(default)]
+        seed: u32,
+        /// The hash's modulus: 100 for a rollout percentage, the variants'
+        /// total weight (1000) for variants.
+        modulus: u32,
+    },
 }
 
 /// One variation's share of a rollout.
@@ -465,6 +552,10 @@ pub struct SegmentRule {
     /// The context kind bucketed for the weight; empty: the default kind.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub rollout_context_kind: String,
+    /// How the weight's bucket is computed (only LaunchDarkly's besides
+    /// flagstream's own; see [`Rollout::bucketing`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucketing: Option<Bucketing>,
 }
 
 /// A whole environment's flags and segments: the file format of `flagctl

@@ -478,10 +478,33 @@ fn schedule(r: &mut Report, path: &str, sc: &Schedule, n: usize, limits: &Limits
     }
 }
 
+/// Longest imported bucketing prefix or group, bytes.
+const MAX_BUCKETING_PREFIX: usize = 512;
+
+fn imported_bucketing(r: &mut Report, path: &str, b: Option<&crate::model::Bucketing>) {
+    use crate::model::Bucketing as B;
+    match b {
+        None => {}
+        Some(B::Launchdarkly { prefix }) => {
+            if prefix.is_empty() {
+                r.err(format!("{path}.launchdarkly.prefix"), "empty: \"<flag key>.<salt>\" or the seed");
+            }
+            r.max(&format!("{path}.launchdarkly.prefix"), "bytes", prefix.len(), MAX_BUCKETING_PREFIX);
+        }
+        Some(B::Unleash { group, modulus, .. }) => {
+            r.max(&format!("{path}.unleash.group"), "bytes", group.len(), MAX_BUCKETING_PREFIX);
+            if *modulus == 0 || !WEIGHT_TOTAL.is_multiple_of(*modulus) {
+                r.err(format!("{path}.unleash.modulus"), format!("{modulus} does not divide {WEIGHT_TOTAL}"));
+            }
+        }
+    }
+}
+
 fn rollout(r: &mut Report, path: &str, ro: &Rollout, n: usize) {
     if ro.variations.is_empty() {
         r.err(format!("{path}.variations"), "a rollout needs at least one variation");
     }
+    imported_bucketing(r, &format!("{path}.bucketing"), ro.bucketing.as_ref());
     let mut total: u64 = 0;
     for (i, wv) in ro.variations.iter().enumerate() {
         if wv.variation as usize >= n {
@@ -612,10 +635,12 @@ fn segment(r: &mut Report, path: &str, s: &Segment, limits: &Limits) -> usize {
         {
             r.err(format!("{rpath}.weight"), format!("{w} is over {WEIGHT_TOTAL} (units of 1/100000)"));
         }
-        let bucketing = !rule.bucket_by.is_empty() || !rule.rollout_context_kind.is_empty();
+        let bucketing =
+            !rule.bucket_by.is_empty() || !rule.rollout_context_kind.is_empty() || rule.bucketing.is_some();
         if bucketing && rule.weight.is_none() {
-            r.err(&rpath, "bucket_by and rollout_context_kind only apply with a weight");
+            r.err(&rpath, "bucket_by, rollout_context_kind and bucketing only apply with a weight");
         }
+        imported_bucketing(r, &format!("{rpath}.bucketing"), rule.bucketing.as_ref());
         attribute(r, &format!("{rpath}.bucket_by"), &rule.bucket_by, limits);
         context_kind(r, &format!("{rpath}.rollout_context_kind"), &rule.rollout_context_kind);
     }

@@ -146,6 +146,7 @@ pub fn segment_to_proto(s: &Segment) -> pb::Segment {
                 weight: r.weight,
                 bucket_by: r.bucket_by.clone(),
                 rollout_context_kind: r.rollout_context_kind.clone(),
+                bucketing: r.bucketing.as_ref().map(bucketing_to_proto),
             })
             .collect(),
         version: s.version,
@@ -171,6 +172,7 @@ pub fn segment_from_proto(p: &pb::Segment) -> Result<Segment, ValidationErrors> 
                 weight: r.weight,
                 bucket_by: r.bucket_by.clone(),
                 rollout_context_kind: r.rollout_context_kind.clone(),
+                bucketing: bucketing_from_proto(r.bucketing.as_ref()),
             })
         })
         .collect::<Result<_, ValidationErrors>>()?;
@@ -284,6 +286,33 @@ fn clauses_from_proto(path: &str, cs: &[pb::Clause]) -> Result<Vec<Clause>, Vali
         .collect()
 }
 
+/// The protobuf form of an imported bucketing.
+fn bucketing_to_proto(b: &crate::model::Bucketing) -> pb::Bucketing {
+    use crate::model::Bucketing as B;
+    let kind = match b {
+        B::Launchdarkly { prefix } => {
+            pb::bucketing::Kind::Launchdarkly(pb::LaunchDarklyBucketing { prefix: prefix.clone() })
+        }
+        B::Unleash { group, seed, modulus } => pb::bucketing::Kind::Unleash(pb::UnleashBucketing {
+            group: group.clone(),
+            seed: *seed,
+            modulus: *modulus,
+        }),
+    };
+    pb::Bucketing { kind: Some(kind) }
+}
+
+/// An imported bucketing from protobuf (an empty message: none).
+fn bucketing_from_proto(b: Option<&pb::Bucketing>) -> Option<crate::model::Bucketing> {
+    use crate::model::Bucketing as B;
+    match b?.kind.as_ref()? {
+        pb::bucketing::Kind::Launchdarkly(l) => Some(B::Launchdarkly { prefix: l.prefix.clone() }),
+        pb::bucketing::Kind::Unleash(u) => {
+            Some(B::Unleash { group: u.group.clone(), seed: u.seed, modulus: u.modulus })
+        }
+    }
+}
+
 /// The protobuf form of a serve.
 pub fn serve_to_proto(s: &Serve) -> pb::Serve {
     let kind = match (s.variation, &s.rollout, &s.schedule) {
@@ -297,6 +326,7 @@ pub fn serve_to_proto(s: &Serve) -> pb::Serve {
                 .map(|w| pb::WeightedVariation { variation: w.variation, weight: w.weight })
                 .collect(),
             context_kind: r.context_kind.clone(),
+            bucketing: r.bucketing.as_ref().map(bucketing_to_proto),
         })),
         (None, None, Some(sc)) => Some(pb::serve::Kind::Schedule(pb::Schedule {
             variation: sc.variation,
@@ -328,6 +358,7 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
                 .iter()
                 .map(|w| WeightedVariation { variation: w.variation, weight: w.weight })
                 .collect(),
+            bucketing: bucketing_from_proto(r.bucketing.as_ref()),
         })),
         Some(pb::serve::Kind::Schedule(sc)) => Ok(Serve::schedule(Schedule {
             variation: sc.variation,

@@ -63,7 +63,7 @@ SHAPES = {
     "rule": ({"clauses", "serve"}, {"id"}),
     "clause": ({"op", "values"}, {"context_kind", "attribute", "negate"}),
     "serve": (set(), {"variation", "rollout", "schedule"}),
-    "rollout": ({"variations"}, {"bucket_by", "context_kind", "seed"}),
+    "rollout": ({"variations"}, {"bucket_by", "context_kind", "seed", "bucketing"}),
     "weighted": ({"variation", "weight"}, set()),
     "schedule": ({"variation", "otherwise", "steps"}, {"bucket_by", "context_kind", "seed"}),
     "step": ({"start", "weight"}, set()),
@@ -71,7 +71,11 @@ SHAPES = {
     "segment": ({"key"}, {"included", "excluded", "included_contexts", "excluded_contexts", "rules",
                           "salt", "version", "revision", "description"}),
     "kind_keys": ({"context_kind", "values"}, set()),
-    "segment_rule": (set(), {"id", "clauses", "weight", "bucket_by", "rollout_context_kind"}),
+    "segment_rule": (set(), {"id", "clauses", "weight", "bucket_by", "rollout_context_kind", "bucketing"}),
+    # exactly one of the two (a map with one key)
+    "bucketing": (set(), {"launchdarkly", "unleash"}),
+    "launchdarkly": ({"prefix"}, set()),
+    "unleash": ({"group", "modulus"}, {"seed"}),
 }
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 _KIND = re.compile(r"^[A-Za-z0-9._-]{1,256}$")
@@ -175,6 +179,20 @@ def shape(bad, where, obj, name):
     return True
 
 
+def check_bucketing(bad, where, holder):
+    """An imported bucketing, when there is one: exactly one mode, its fields."""
+    b = holder.get("bucketing")
+    if b is None:
+        return
+    if not shape(bad, f"{where}.bucketing", b, "bucketing"):
+        return
+    if len(b) != 1:
+        bad(f"{where}.bucketing: exactly one of launchdarkly and unleash")
+        return
+    (mode, fields), = b.items()
+    shape(bad, f"{where}.bucketing.{mode}", fields, mode)
+
+
 def check_str_field(bad, where, obj, field):
     if field in obj and not isinstance(obj[field], str):
         bad(f"{where}.{field}: must be a string")
@@ -205,6 +223,7 @@ def check_serve_shape(bad, where, s):
                 if shape(bad, f"{where}.rollout.variations[{i}]", wv, "weighted"):
                     if not (is_u32(wv.get("variation")) and is_u32(wv.get("weight"))):
                         bad(f"{where}.rollout.variations[{i}]: variation and weight are u32")
+            check_bucketing(bad, f"{where}.rollout", ro)
             check_str_field(bad, f"{where}.rollout", ro, "bucket_by")
             check_str_field(bad, f"{where}.rollout", ro, "context_kind")
             if "seed" in ro and not (is_int(ro["seed"]) and 0 <= ro["seed"] < 2**64):
@@ -270,6 +289,7 @@ def check_segment_shape(bad, where, sg):
                 check_clause_shape(bad, f"{rp}.clauses[{j}]", cl)
             if "weight" in r and not is_u32(r["weight"]):
                 bad(f"{rp}.weight: must be a u32")
+            check_bucketing(bad, rp, r)
             check_str_field(bad, rp, r, "bucket_by")
             check_str_field(bad, rp, r, "rollout_context_kind")
 

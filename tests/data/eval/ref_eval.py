@@ -17,8 +17,15 @@ import datetime
 import math
 import os
 import re
+import sys
 
 import xxhash
+
+# The imported bucketings' independent implementation (LaunchDarkly's SHA-1
+# fraction, Unleash's normalised MurmurHash3), checked there against the
+# values their sources publish.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "sdk", "core", "testdata"))
+from imported_buckets import f32, ld_fraction, unleash_bucket  # noqa: E402
 
 BUCKETS = 100_000
 OPS = {"in", "starts_with", "ends_with", "contains", "matches", "lt", "lte", "gt", "gte", "eq",
@@ -505,6 +512,59 @@ def bucket_if_any(kinds, context_kind, bucket_by, seed):
     return xxh3(bv, seed) % BUCKETS
 
 
+def bucket_value(kinds, context_kind, bucket_by):
+    """The bytes a context is bucketed by, None when not bucketable; and
+    whether the context has the kind."""
+    k = select(kinds, context_kind)
+    if k is None:
+        return None, False
+    ref = parse_ref(bucket_by or "key")
+    v = k.name if ref[0] == "kinds" else lookup(k, ref)
+    if v is _MISSING:
+        return None, True
+    return bucket_bytes(v), True
+
+
+def imported_pick(b, kinds, ro):
+    """A rollout's variation under an imported bucketing (EVALUATION.md,
+    "Imported bucketing")."""
+    value, _ = bucket_value(kinds, ro.get("context_kind", ""), ro.get("bucket_by", ""))
+    wvs = ro["variations"]
+    if "launchdarkly" in b:
+        frac = 0.0 if value is None else ld_fraction(b["launchdarkly"]["prefix"], value.decode("utf-8"))
+        total = 0.0
+        for wv in wvs:
+            total = f32(total + f32(f32(wv["weight"]) / f32(100000.0)))
+            if frac < total:
+                return wv["variation"]
+        return wvs[-1]["variation"]
+    u = b["unleash"]
+    if value is None:
+        return wvs[-1]["variation"]
+    bk = unleash_bucket(u["group"], value.decode("utf-8"), u.get("seed", 0), u["modulus"]) * (BUCKETS // u["modulus"])
+    run = 0
+    for wv in wvs:
+        run += wv["weight"]
+        if run > bk:
+            return wv["variation"]
+    return wvs[-1]["variation"]
+
+
+def imported_inside(b, kinds, r):
+    """A weighted segment rule under an imported bucketing."""
+    value, has_kind = bucket_value(kinds, r.get("rollout_context_kind", ""), r.get("bucket_by", ""))
+    w = r["weight"]
+    if "launchdarkly" in b:
+        if not has_kind:
+            return False
+        frac = 0.0 if value is None else ld_fraction(b["launchdarkly"]["prefix"], value.decode("utf-8"))
+        return frac < f32(f32(w) / f32(100000.0))
+    u = b["unleash"]
+    if value is None:
+        return False
+    return unleash_bucket(u["group"], value.decode("utf-8"), u.get("seed", 0), u["modulus"]) * (BUCKETS // u["modulus"]) < w
+
+
 def flag_seed(flag, explicit):
     if explicit is not None:
         return explicit
@@ -596,6 +656,10 @@ class Env:
             w = r.get("weight")
             if w is None:
                 return True
+            if r.get("bucketing"):
+                if imported_inside(r["bucketing"], kinds, r):
+                    return True
+                continue
             b = bucket_if_any(kinds, r.get("rollout_context_kind", ""), r.get("bucket_by", ""), seed)
             if (b < w) if b is not None else (w >= BUCKETS):
                 return True
@@ -609,6 +673,8 @@ class Env:
             return s["variation"], None
         if s.get("rollout") is not None:
             ro = s["rollout"]
+            if ro.get("bucketing"):
+                return imported_pick(ro["bucketing"], kinds, ro), None
             b = bucket_if_any(kinds, ro.get("context_kind", ""), ro.get("bucket_by", ""),
                               flag_seed(flag, ro.get("seed")))
             b = 0 if b is None else b

@@ -78,6 +78,7 @@ fn errors_name_path_and_limit() {
             WeightedVariation { variation: 0, weight: 60_000 },
             WeightedVariation { variation: 1, weight: 30_000 },
         ],
+        bucketing: None,
     });
     let errs = errors(vec![f], vec![]);
     for want in [
@@ -176,6 +177,7 @@ fn nesting(key: &str, inner: &[&str]) -> Segment {
             weight: None,
             bucket_by: String::new(),
             rollout_context_kind: String::new(),
+            bucketing: None,
         }],
         ..Segment::default()
     }
@@ -217,4 +219,35 @@ fn custom_limits() {
     let err =
         flag_set(&FlagSet { flags: vec![flag("a"), flag("b")], segments: vec![] }, &limits).unwrap_err();
     assert_eq!(err.to_string(), "flags: 2 flags, limit 1");
+}
+
+/// An imported bucketing is checked: a LaunchDarkly prefix is not empty,
+/// an Unleash modulus divides 100,000; a file names exactly one mode.
+#[test]
+fn imported_bucketing_is_checked() {
+    use crate::model::Bucketing;
+    let with = |b: Bucketing| {
+        let mut f = flag("imported");
+        f.fallthrough = Serve::rollout(Rollout {
+            variations: vec![
+                WeightedVariation { variation: 0, weight: 50_000 },
+                WeightedVariation { variation: 1, weight: 50_000 },
+            ],
+            bucketing: Some(b),
+            ..Rollout::default()
+        });
+        errors(vec![f], vec![])
+    };
+    assert_error(
+        &with(Bucketing::Unleash { group: "g".into(), seed: 0, modulus: 7 }),
+        r#"flags["imported"].fallthrough.rollout.bucketing.unleash.modulus: 7 does not divide 100000"#,
+    );
+    assert_error(
+        &with(Bucketing::Launchdarkly { prefix: String::new() }),
+        r#"flags["imported"].fallthrough.rollout.bucketing.launchdarkly.prefix: empty: "<flag key>.<salt>" or the seed"#,
+    );
+    assert!(with(Bucketing::Unleash { group: "g".into(), seed: 86_028_157, modulus: 1000 }).is_empty());
+    let both: Result<Bucketing, _> =
+        serde_json::from_str(r#"{"launchdarkly": {"prefix": "a"}, "unleash": {"group": "g", "modulus": 100}}"#);
+    assert!(both.unwrap_err().to_string().contains("exactly one of launchdarkly and unleash"));
 }
