@@ -247,7 +247,8 @@ fn imported_bucketing_is_checked() {
         r#"flags["imported"].fallthrough.rollout.bucketing.launchdarkly.prefix: empty: "<flag key>.<salt>" or the seed"#,
     );
     assert!(with(Bucketing::Unleash { group: "g".into(), seed: 86_028_157, modulus: 1000 }).is_empty());
-    let both: Result<Bucketing, _> =
-        serde_json::from_str(r#"{"launchdarkly": {"prefix": "a"}, "unleash": {"group": "g", "modulus": 100}}"#);
+    let both: Result<Bucketing, _> = serde_json::from_str(
+        r#"{"launchdarkly": {"prefix": "a"}, "unleash": {"group": "g", "modulus": 100}}"#,
+    );
     assert!(both.unwrap_err().to_string().contains("exactly one of launchdarkly and unleash"));
 }
