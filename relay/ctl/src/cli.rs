@@ -37,6 +37,12 @@ pub enum Command {
     Apply(gitops::ApplyArgs),
     /// Print the whole environment in the file format `apply` reads.
     Export,
+    /// Import another flag system's flags and segments into the
+    /// environment, exactly or not at all: the report says, per flag and
+    /// segment, imported exactly or not imported and why; the write is one
+    /// revision (`--dry-run` shows the plan). docs/MIGRATION.md.
+    #[command(subcommand)]
+    Import(crate::import::ImportCmd),
     /// Evaluate a flag for a context on the relay (same engine as the SDK).
     Eval(eval::EvalArgs),
     /// Relay health, role, revisions and subscribers.

@@ -28,6 +28,14 @@ pub struct ApplyArgs {
     /// Delete flags and segments the files do not contain.
     #[arg(long)]
     pub prune: bool,
+    /// How the plan is written.
+    #[command(flatten)]
+    pub write: PlanArgs,
+}
+
+/// How a plan is written (`apply`, `import`).
+#[derive(Debug, Args)]
+pub struct PlanArgs {
     /// Show the plan and stop.
     #[arg(long)]
     pub dry_run: bool,
@@ -260,11 +268,17 @@ fn plan<T: Item>(want: Vec<T>, have: Vec<T>, prune: bool) -> Result<Vec<Step<T>>
 /// `apply`.
 pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
     let want = read_sets(&a.file)?;
+    apply_set(conn, want, a.prune, &a.write).await
+}
+
+/// Makes the environment hold `want` (and, with `prune`, nothing else):
+/// validates the result, shows the plan, writes it as one batch.
+pub(crate) async fn apply_set(conn: &mut Conn, want: FlagSet, prune: bool, a: &PlanArgs) -> CmdResult {
     let (have, revision) = current(conn).await?;
     // Validate what the environment would become (the files may hold only
     // part of it), with the validator the relay runs, before showing a plan.
     let mut next = FlagSet::default();
-    if !a.prune {
+    if !prune {
         next.flags =
             have.flags.iter().filter(|h| !want.flags.iter().any(|w| w.key == h.key)).cloned().collect();
         next.segments =
@@ -272,8 +286,8 @@ pub(crate) async fn apply(conn: &mut Conn, a: ApplyArgs) -> CmdResult {
     }
     next.flags.extend(want.flags.iter().cloned());
     next.segments.extend(want.segments.iter().cloned());
-    let flags = plan(want.flags, have.flags, a.prune)?;
-    let segments = plan(want.segments, have.segments, a.prune)?;
+    let flags = plan(want.flags, have.flags, prune)?;
+    let segments = plan(want.segments, have.segments, prune)?;
     flagstream::validate::flag_set(&next, &flagstream::Limits::default())
         .map_err(|e| Failure::new(exit::INVALID, e.to_string()))?;
     if flags.is_empty() && segments.is_empty() {

@@ -19,6 +19,7 @@ pub mod failure;
 mod file;
 mod flag;
 mod gitops;
+mod import;
 mod output;
 mod propagation;
 mod ramp;
@@ -76,6 +77,7 @@ async fn run(cli: Cli) -> CmdResult {
                 Command::Flag(_)
                     | Command::Segment(_)
                     | Command::Apply(_)
+                    | Command::Import(_)
                     | Command::Export
                     | Command::Eval(_)
                     | Command::Key(_)
@@ -103,6 +105,7 @@ async fn run(cli: Cli) -> CmdResult {
                 Command::Segment(s) => segment::segment_cmd(&mut conn, s).await,
                 Command::Apply(a) => gitops::apply(&mut conn, a).await,
                 Command::Export => gitops::export(&mut conn).await,
+                Command::Import(i) => import::import_cmd(&mut conn, i).await,
                 Command::Eval(e) => eval::eval(&mut conn, e).await,
                 Command::Status { tree: false } => status::status(&mut conn).await,
                 Command::Status { tree: true } => status::tree(&mut conn).await,
