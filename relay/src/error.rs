@@ -80,6 +80,18 @@ pub(crate) enum Refusal {
     /// This relay cannot serve it now; another relay may (UNAVAILABLE).
     #[error("{0}")]
     NotHere(String),
+    /// The environment's data uses an evaluation feature the client does
+    /// not announce (FAILED_PRECONDITION naming it, PROTOCOL.md §8 rule 7):
+    /// it would evaluate it wrongly.
+    #[error(
+        "environment {env:?} uses the evaluation feature {feature:?}, which this client does not announce: upgrade it (it keeps its last-known-good flags meanwhile)"
+    )]
+    MissingFeature {
+        /// The environment.
+        env: String,
+        /// The feature's name.
+        feature: &'static str,
+    },
     /// A count limit is reached (RESOURCE_EXHAUSTED without a retry hint:
     /// it frees only when something open closes); the message names the
     /// limit and its option.
@@ -108,6 +120,7 @@ impl From<Refusal> for Status {
             Refusal::TooSlow(_) => Status::deadline_exceeded(message),
             Refusal::ItemNotFound { .. } | Refusal::EnvDeleted(_) => Status::not_found(message),
             Refusal::NotHere(_) => Status::unavailable(message),
+            Refusal::MissingFeature { .. } => Status::failed_precondition(message),
             Refusal::OverLimit(_) => Status::resource_exhausted(message),
             Refusal::TaskFailed { cause, .. } => {
                 tracing::error!(error = %cause, "{message}");

@@ -39,8 +39,8 @@ pub use flagstream_core::{
     AttrValue, Context, DEFAULT_KIND, Detail, ErrorKind, Evaluation, FlagHandle, FromValue,
     INLINE_ATTRIBUTES, Limits, MAX_CONTEXT_ATTRIBUTES, MAX_CONTEXT_KINDS, MAX_PREREQUISITE_DEPTH,
     MAX_SEGMENT_DEPTH, Name, Reason, ReasonParts, Scalar, Seq, Snapshot, SnapshotCell, ValidationError,
-    ValidationErrors, Value, bucket, checksum, context_attributes_problem, context_kinds_problem, model,
-    proto, reference, usage, validate, wire,
+    ValidationErrors, Value, bucket, checksum, context_attributes_problem, context_kinds_problem, feature,
+    model, proto, reference, usage, validate, wire,
 };
 pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
 pub use flagstream_core::{FlagUsage, UsageCounts};

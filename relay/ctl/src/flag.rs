@@ -427,13 +427,11 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             if total != 100_000 {
                 return Err(invalid(format!("weights sum to {}%, must be 100%", total as f64 / 1000.0)));
             }
-            after.fallthrough = Serve::rollout(Rollout {
-                bucket_by,
-                context_kind: String::new(),
-                seed: None,
-                variations,
-                bucketing: None,
-            });
+            // A rollout already there keeps its kind, seed and bucketing
+            // (an imported one its source's): new weights move contexts
+            // only into the variations that grew.
+            let prior = before.fallthrough.rollout.clone().unwrap_or_default();
+            after.fallthrough = Serve::rollout(Rollout { bucket_by, variations, ..prior });
             write_flag(conn, Some(&before), after, &write).await?;
         }
         FlagCmd::Target { key, variation, add, remove, write } => {

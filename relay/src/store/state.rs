@@ -111,6 +111,8 @@ pub(crate) struct EnvState {
     /// Encoded deltas to this revision from older revisions, by `from`,
     /// bounded in bytes.
     deltas: Mutex<DeltaCache>,
+    /// The evaluation features the data uses, found on first demand.
+    features: OnceLock<Vec<&'static str>>,
 }
 
 /// Deltas from older cursors, encoded once each while they fit the byte
@@ -179,7 +181,20 @@ impl EnvState {
             chunks: OnceLock::new(),
             delta_from_previous: OnceLock::new(),
             deltas: Mutex::new(DeltaCache::default()),
+            features: OnceLock::new(),
         }
+    }
+
+    /// The first evaluation feature the data uses that a subscriber
+    /// announcing `has` lacks (PROTOCOL.md §8, rule 7).
+    pub(crate) fn missing_feature(&self, has: &[String]) -> Option<&'static str> {
+        // A subscriber with every feature this relay knows lacks none: the
+        // data is not looked at (one pass over it per revision otherwise).
+        if flagstream::feature::IMPLEMENTED.iter().all(|f| has.iter().any(|h| h == f)) {
+            return None;
+        }
+        let used = self.features.get_or_init(|| flagstream::feature::used(&self.snapshot));
+        used.iter().copied().find(|f| !has.iter().any(|h| h == f))
     }
 
     /// Lowest cursor revision a delta can start from.

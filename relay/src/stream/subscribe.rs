@@ -202,6 +202,10 @@ impl SyncService {
             ))
             .into());
         }
+        if let Some(feature) = env.state.load().missing_feature(&hello.features) {
+            refused("missing_feature");
+            return Err(Refusal::MissingFeature { env: env_name, feature }.into());
+        }
         if !relay && let Err(status) = self.quotas.check_subscribe(&env_name) {
             refused("subscribe_rate");
             return Err(status);
@@ -267,7 +271,8 @@ impl SyncService {
             span.clone(),
         ));
 
-        Ok(outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, cursor, sub, span))
+        let start = outbound::Start { cursor, features: hello.features };
+        Ok(outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, start, sub, span))
     }
 }
 

@@ -73,28 +73,42 @@ pub(crate) enum Mode {
         prefix: Box<[u8]>,
         seed: u32,
         modulus: u32,
+        /// `100000 / modulus`: a bucket's width in units of 1/100,000.
+        scale: u32,
     },
 }
 
 impl Mode {
-    /// The mode of an imported bucketing, or flagstream's with `seed`.
-    pub(crate) fn of(b: Option<&crate::model::Bucketing>, seed: u64) -> Mode {
+    /// The mode of an imported bucketing, or flagstream's with `seed`;
+    /// `None` for an Unleash modulus that does not divide 100,000 (data
+    /// that bypassed validation: malformed, never a guess).
+    pub(crate) fn of(b: Option<&crate::model::Bucketing>, seed: u64) -> Option<Mode> {
         use crate::model::Bucketing as B;
-        match b {
+        Some(match b {
             None => Mode::Flagstream(seed),
             Some(B::Launchdarkly { prefix }) => Mode::LaunchDarkly(format!("{prefix}.").into_bytes().into()),
-            Some(B::Unleash { group, seed, modulus }) => Mode::Unleash {
-                prefix: format!("{group}:").into_bytes().into(),
-                seed: *seed,
-                modulus: (*modulus).max(1),
-            },
-        }
+            Some(B::Unleash { group, seed, modulus }) => {
+                if *modulus == 0 || !WEIGHT_TOTAL.is_multiple_of(*modulus) {
+                    return None;
+                }
+                Mode::Unleash {
+                    prefix: format!("{group}:").into_bytes().into(),
+                    seed: *seed,
+                    modulus: *modulus,
+                    scale: WEIGHT_TOTAL / *modulus,
+                }
+            }
+        })
     }
 }
 
-/// The bytes a context is bucketed by: a string as it is, an integral
-/// number in decimal (in `buf`); `None` for anything else, or a missing
-/// kind or attribute.
+/// Largest integral magnitude an imported bucketing hashes in decimal (its
+/// sources bucket any 64-bit integer).
+const MAX_I64_F64: f64 = 9_223_372_036_854_775_807.0;
+
+/// The bytes a context is bucketed by in an imported mode: a string as it
+/// is, an integral number in decimal (in `buf`); `None` for anything
+/// else, or a missing kind or attribute.
 #[inline]
 fn bucketable<'a>(
     ctx: &'a Context<'_>,
@@ -104,7 +118,7 @@ fn bucketable<'a>(
 ) -> Option<&'a [u8]> {
     match ctx.lookup(kind, attr)?.single()? {
         ScalarRef::Str(s) => Some(s.as_bytes()),
-        ScalarRef::Num(n) if n.fract() == 0.0 && n.abs() <= MAX_EXACT_INT => {
+        ScalarRef::Num(n) if n.fract() == 0.0 && n.abs() < MAX_I64_F64 => {
             Some(buf.format(n as i64).as_bytes())
         }
         _ => None,
@@ -125,25 +139,31 @@ pub fn launchdarkly_fraction(prefix: &[u8], value: &[u8]) -> f32 {
 
 /// MurmurHash3, x86 32-bit, of `data` with `seed`.
 pub fn murmur3_32(data: &[u8], seed: u32) -> u32 {
+    murmur3_32_parts(&[data], seed)
+}
+
+/// MurmurHash3, x86 32-bit, with `seed`, of the concatenation of `parts`
+/// (read in place: no buffer, whatever their length).
+pub fn murmur3_32_parts(parts: &[&[u8]], seed: u32) -> u32 {
     const C1: u32 = 0xcc9e_2d51;
     const C2: u32 = 0x1b87_3593;
-    let mut h = seed;
-    let mut blocks = data.chunks_exact(4);
-    for b in &mut blocks {
-        let mut k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = blocks.remainder();
-    if !tail.is_empty() {
-        let mut k = 0u32;
-        for (i, b) in tail.iter().enumerate() {
-            k ^= u32::from(*b) << (8 * i);
+    let scramble = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
+    let (mut h, mut block, mut len) = (seed, 0u32, 0usize);
+    for part in parts {
+        for &b in *part {
+            block |= u32::from(b) << (8 * (len % 4));
+            len += 1;
+            if len % 4 == 0 {
+                h ^= scramble(block);
+                h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+                block = 0;
+            }
         }
-        h ^= k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
     }
-    h ^= data.len() as u32;
+    if len % 4 != 0 {
+        h ^= scramble(block);
+    }
+    h ^= len as u32;
     h ^= h >> 16;
     h = h.wrapping_mul(0x85eb_ca6b);
     h ^= h >> 13;
@@ -154,17 +174,7 @@ pub fn murmur3_32(data: &[u8], seed: u32) -> u32 {
 /// Unleash's bucket, 0-based (its normalised value minus one): MurmurHash3
 /// with `seed` over `prefix` (`"<group>:"`) and `value`, modulo `modulus`.
 pub fn unleash_bucket(prefix: &[u8], value: &[u8], seed: u32, modulus: u32) -> u32 {
-    // Hashed whole: on the stack up to 256 bytes, as Unleash's keys are.
-    let mut stack = [0u8; 256];
-    let len = prefix.len() + value.len();
-    let h = if len <= stack.len() {
-        stack[..prefix.len()].copy_from_slice(prefix);
-        stack[prefix.len()..len].copy_from_slice(value);
-        murmur3_32(&stack[..len], seed)
-    } else {
-        murmur3_32(&[prefix, value].concat(), seed)
-    };
-    h % modulus.max(1)
+    murmur3_32_parts(&[prefix, value], seed) % modulus.max(1)
 }
 
 /// Picks a variation from `thresholds` (`(exclusive end, variation)` in
@@ -199,10 +209,10 @@ pub(crate) fn pick(
             }
             Some(last)
         }
-        Mode::Unleash { prefix, seed, modulus } => {
+        Mode::Unleash { prefix, seed, modulus, scale } => {
             let mut buf = itoa::Buffer::new();
             let Some(value) = bucketable(ctx, kind, attr, &mut buf) else { return Some(last) };
-            let b = unleash_bucket(prefix, value, *seed, *modulus) * (WEIGHT_TOTAL / *modulus);
+            let b = unleash_bucket(prefix, value, *seed, *modulus) * scale;
             Some(thresholds.iter().find(|(end, _)| b < *end).map_or(last, |&(_, v)| v))
         }
     }
@@ -228,13 +238,9 @@ pub(crate) fn inside(mode: &Mode, ctx: &Context<'_>, kind: &KindSel, attr: &Attr
             let b = bucketable(ctx, kind, attr, &mut buf).map_or(0.0, |v| launchdarkly_fraction(prefix, v));
             b < weight as f32 / 100_000.0
         }
-        Mode::Unleash { prefix, seed, modulus } => {
-            let mut buf = itoa::Buffer::new();
-            match bucketable(ctx, kind, attr, &mut buf) {
-                Some(v) => unleash_bucket(prefix, v, *seed, *modulus) * (WEIGHT_TOTAL / *modulus) < weight,
-                None => false,
-            }
-        }
+        // Validation allows only LaunchDarkly's on a segment rule; data
+        // that bypassed it is never inside.
+        Mode::Unleash { .. } => false,
     }
 }
 
@@ -343,12 +349,12 @@ mod tests {
         assert!(rows >= 1_000, "only {rows} vectors");
         assert_eq!(unleash_bucket(b"gr1:", b"123", 0, 100) + 1, 73);
         assert_eq!(unleash_bucket(b"groupX:", b"999", 86_028_157, 100) + 1, 60);
-        // Longer than the stack buffer: the same hash.
-        let long = "v".repeat(400);
-        assert_eq!(
-            unleash_bucket(b"g:", long.as_bytes(), 0, 100),
-            murmur3_32(format!("g:{long}").as_bytes(), 0) % 100
-        );
+        // In parts or whole, of any length: the same hash.
+        for n in [0, 1, 3, 4, 5, 400] {
+            let v = "v".repeat(n);
+            let whole = murmur3_32(format!("gr:{v}").as_bytes(), 9) % 1000;
+            assert_eq!(unleash_bucket(b"gr:", v.as_bytes(), 9, 1000), whole, "{n}");
+        }
     }
 
     /// How each mode picks: LaunchDarkly's last variation past the sum,
@@ -358,7 +364,7 @@ mod tests {
     fn imported_modes_pick_as_their_sources() {
         use crate::model::Bucketing;
         let (key, default) = (Attr::Key, KindSel::Default);
-        let ld = Mode::of(Some(&Bucketing::Launchdarkly { prefix: "hashKey.saltyA".into() }), 0);
+        let ld = Mode::of(Some(&Bucketing::Launchdarkly { prefix: "hashKey.saltyA".into() }), 0).unwrap();
         // userKeyA is at 0.42157587: in the second of 40%/60%.
         let split = [(40_000, 0), (100_000, 1)];
         assert_eq!(pick(&ld, &Context::new("userKeyA"), &default, &key, &split), Some(1));
@@ -378,7 +384,9 @@ mod tests {
         assert!(inside(&ld, &Context::new("userKeyA"), &default, &key, 42_158));
         assert!(!inside(&ld, &Context::new("userKeyA"), &default, &key, 42_157));
 
-        let unleash = Mode::of(Some(&Bucketing::Unleash { group: "gr1".into(), seed: 0, modulus: 100 }), 0);
+        let unleash =
+            Mode::of(Some(&Bucketing::Unleash { group: "gr1".into(), seed: 0, modulus: 100 }), 0).unwrap();
+        assert!(Mode::of(Some(&Bucketing::Unleash { group: "g".into(), seed: 0, modulus: 7 }), 0).is_none());
         // normalized("gr1", "123") = 73: inside 73%, outside 72%.
         let rollout = |p: u32| [(p * 1_000, 0), (100_000, 1)];
         assert_eq!(pick(&unleash, &Context::new("123"), &default, &key, &rollout(73)), Some(0));

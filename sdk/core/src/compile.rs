@@ -39,7 +39,7 @@ fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
             Some(CompiledServe::Rollout(Box::new(CompiledRollout {
                 kind: KindSel::parse(&r.context_kind),
                 bucket_by: parse_attr(&r.bucket_by).ok()?,
-                mode: bucket::Mode::of(r.bucketing.as_ref(), bucket::seed_for(r.seed, salt)),
+                mode: bucket::Mode::of(r.bucketing.as_ref(), bucket::seed_for(r.seed, salt))?,
                 thresholds,
             })))
         }
@@ -189,12 +189,10 @@ pub(crate) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegm
                 r.clauses.iter().map(|c| CompiledClause::compile(c, limits, &mut budget)).collect();
             let weight = match r.weight {
                 None => Ok(None),
-                Some(w) => parse_attr(&r.bucket_by)
-                    .map(|by| {
-                        let mode = bucket::Mode::of(r.bucketing.as_ref(), seed);
-                        Some((w, KindSel::parse(&r.rollout_context_kind), by, mode))
-                    })
-                    .map_err(|_| ()),
+                Some(w) => parse_attr(&r.bucket_by).map_err(|_| ()).and_then(|by| {
+                    let mode = bucket::Mode::of(r.bucketing.as_ref(), seed).ok_or(())?;
+                    Ok(Some((w, KindSel::parse(&r.rollout_context_kind), by, mode)))
+                }),
             };
             // Only unvalidated data fails here: the segment then answers
             // MALFORMED_FLAG wherever it is consulted, never a guess.

@@ -21,6 +21,7 @@ mod compiled;
 mod context;
 mod error;
 mod eval;
+pub mod feature;
 mod handle;
 mod limit;
 pub mod model;

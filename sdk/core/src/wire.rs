@@ -172,7 +172,7 @@ pub fn segment_from_proto(p: &pb::Segment) -> Result<Segment, ValidationErrors> 
                 weight: r.weight,
                 bucket_by: r.bucket_by.clone(),
                 rollout_context_kind: r.rollout_context_kind.clone(),
-                bucketing: bucketing_from_proto(r.bucketing.as_ref()),
+                bucketing: bucketing_from_proto(&format!("{path}.rules[{i}]"), r.bucketing.as_ref())?,
             })
         })
         .collect::<Result<_, ValidationErrors>>()?;
@@ -302,14 +302,24 @@ fn bucketing_to_proto(b: &crate::model::Bucketing) -> pb::Bucketing {
     pb::Bucketing { kind: Some(kind) }
 }
 
-/// An imported bucketing from protobuf (an empty message: none).
-fn bucketing_from_proto(b: Option<&pb::Bucketing>) -> Option<crate::model::Bucketing> {
+/// An imported bucketing from protobuf. A message without a mode this SDK
+/// knows (a newer one) is an error, so the item is malformed rather than
+/// bucketed another way.
+fn bucketing_from_proto(
+    path: &str,
+    b: Option<&pb::Bucketing>,
+) -> Result<Option<crate::model::Bucketing>, ValidationErrors> {
     use crate::model::Bucketing as B;
-    match b?.kind.as_ref()? {
-        pb::bucketing::Kind::Launchdarkly(l) => Some(B::Launchdarkly { prefix: l.prefix.clone() }),
-        pb::bucketing::Kind::Unleash(u) => {
-            Some(B::Unleash { group: u.group.clone(), seed: u.seed, modulus: u.modulus })
+    let Some(b) = b else { return Ok(None) };
+    match &b.kind {
+        Some(pb::bucketing::Kind::Launchdarkly(l)) => Ok(Some(B::Launchdarkly { prefix: l.prefix.clone() })),
+        Some(pb::bucketing::Kind::Unleash(u)) => {
+            Ok(Some(B::Unleash { group: u.group.clone(), seed: u.seed, modulus: u.modulus }))
         }
+        None => Err(ValidationErrors::at(
+            format!("{path}.bucketing"),
+            "a bucketing this SDK does not know (upgrade it)".to_owned(),
+        )),
     }
 }
 
@@ -358,7 +368,7 @@ pub fn serve_from_proto(path: &str, s: Option<&pb::Serve>) -> Result<Serve, Vali
                 .iter()
                 .map(|w| WeightedVariation { variation: w.variation, weight: w.weight })
                 .collect(),
-            bucketing: bucketing_from_proto(r.bucketing.as_ref()),
+            bucketing: bucketing_from_proto(&format!("{path}.rollout"), r.bucketing.as_ref())?,
         })),
         Some(pb::serve::Kind::Schedule(sc)) => Ok(Serve::schedule(Schedule {
             variation: sc.variation,

@@ -208,7 +208,9 @@ impl<S: Sink> Follower<S> {
             instance_id: cfg.instance_id.clone(),
             subscriber_kind: cfg.subscriber_kind as i32,
             checksum_mismatches: self.mismatches,
-            features: Vec::new(),
+            // What this evaluator implements (a relay following upstream
+            // stores and serves the same data, so it announces the same).
+            features: flagstream_core::feature::IMPLEMENTED.iter().map(|f| (*f).to_owned()).collect(),
         };
         if tx
             .try_send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) })

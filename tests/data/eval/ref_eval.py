@@ -522,6 +522,9 @@ def bucket_value(kinds, context_kind, bucket_by):
     v = k.name if ref[0] == "kinds" else lookup(k, ref)
     if v is _MISSING:
         return None, True
+    # Imported modes hash any 64-bit integer in decimal, as their sources.
+    if is_num(v) and math.isfinite(v) and float(v) == int(v) and abs(v) < 2**63:
+        return str(int(v)).encode(), True
     return bucket_bytes(v), True
 
 

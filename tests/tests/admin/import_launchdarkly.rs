@@ -45,6 +45,8 @@ fn launchdarkly_data() -> Json {
                 "rules": [{"id": "beta", "clauses": [{"attribute": "key", "op": "segmentMatch", "values": ["half"]}], "variation": 0}],
                 "fallthrough": {"variation": 1}
             },
+            "limit": {"key": "limit", "on": false, "salt": "n", "variations": [10, 100.0], "offVariation": 1,
+                      "fallthrough": {"variation": 0}},
             "no-off": {"key": "no-off", "on": true, "variations": [true, false], "fallthrough": {"variation": 0}},
             // A pattern LaunchDarkly never matched; flagstream refuses it.
             "bad-regex": {"key": "bad-regex", "on": true, "variations": [true, false], "offVariation": 1,
@@ -78,7 +80,7 @@ async fn launchdarkly_data_is_imported_exactly_or_reported() {
     let path = file.to_str().unwrap();
 
     let dry = relay.flagctl("demo", &["import", "launchdarkly", path, "--dry-run", "-o", "json"]);
-    assert!(report(&dry).len() == 8, "{dry}");
+    assert!(report(&dry).len() == 9, "{dry}");
     let lines = report(&relay.flagctl("demo", &["import", "launchdarkly", path, "--yes", "-o", "json"]));
     let result = |kind: &str, key: &str| {
         let l = lines
@@ -87,7 +89,13 @@ async fn launchdarkly_data_is_imported_exactly_or_reported() {
             .unwrap_or_else(|| panic!("{kind} {key}"));
         (l["result"].as_str().unwrap().to_owned(), l["reason"].as_str().unwrap_or("").to_owned())
     };
-    for (kind, key) in [("flag", "hashKey"), ("flag", "experiment"), ("flag", "gated"), ("segment", "half")] {
+    for (kind, key) in [
+        ("flag", "hashKey"),
+        ("flag", "experiment"),
+        ("flag", "gated"),
+        ("flag", "limit"),
+        ("segment", "half"),
+    ] {
         assert_eq!(result(kind, key).0, "exact", "{kind} {key}: {lines:?}");
     }
     let (skipped, why) = result("flag", "no-off");
@@ -123,6 +131,21 @@ async fn launchdarkly_data_is_imported_exactly_or_reported() {
     // The prerequisite and the segment: "vip" is in it and passes the
     // prerequisite (hashKey serves it 1).
     assert_eq!(variation("gated", &Context::new("vip")), Some(0));
+    // The weighted rule, in LaunchDarkly's bucketing under "half.segsalt"
+    // (each passes the prerequisite: hashKey serves them 1): u12 at
+    // 0.2397 and u20 at 0.0336 are inside 50%, userKeyB at 0.7098 and u4
+    // at 0.775 are not.
+    for (user, inside) in [("u12", true), ("u20", true), ("userKeyB", false), ("u4", false)] {
+        assert_eq!(variation("hashKey", &Context::new(user)), Some(1), "{user}");
+        assert_eq!(variation("gated", &Context::new(user)), Some(if inside { 0 } else { 1 }), "{user}");
+    }
+    // An org context: hashKey's user-kind rollout puts a context without
+    // that kind at 0 (variation 0, as LaunchDarkly does), so the
+    // prerequisite fails.
+    assert_eq!(variation("hashKey", &Context::new("u12").kind("org")), Some(0));
+    assert_eq!(variation("gated", &Context::new("u12").kind("org")), Some(1));
+    // A number flag, served as LaunchDarkly serves it.
+    assert_eq!(snap.detail("limit", &Context::new("u"), 0i64).value, 100);
     // Visible to clients, as LaunchDarkly's client-side availability says.
     assert!(snap.flag("hashKey").unwrap().client_visible);
     assert!(!snap.flag("experiment").unwrap().client_visible);

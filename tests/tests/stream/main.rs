@@ -21,6 +21,7 @@ mod stream_limits;
 mod stream_memory;
 mod subscribe_ahead;
 mod subscribe_errors;
+mod subscribe_features;
 mod subscribe_resume;
 mod subscribe_snapshot;
 mod tls;

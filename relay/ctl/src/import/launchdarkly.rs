@@ -93,21 +93,28 @@ fn strings(v: &Json, field: &str) -> Result<Vec<String>, Why> {
         .collect()
 }
 
-/// The flag type of LaunchDarkly's variations.
-fn flag_type(variations: &[Json]) -> FlagType {
+/// Largest integer LaunchDarkly's SDKs serve exactly (their numbers are
+/// doubles).
+const MAX_EXACT_INT: f64 = 9_007_199_254_740_992.0;
+
+/// The flag type of LaunchDarkly's variations, and the variations written
+/// as that type and as the relay stores them (an int flag's as integers,
+/// a float flag's as floats), so the same file imported again is no
+/// change.
+fn typed_variations(variations: &[Json]) -> (FlagType, Vec<Json>) {
+    let integral = |v: &Json| v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() <= MAX_EXACT_INT);
     if variations.iter().all(Json::is_boolean) {
-        FlagType::Bool
+        (FlagType::Bool, variations.to_vec())
     } else if variations.iter().all(Json::is_string) {
-        FlagType::String
-    } else if variations
-        .iter()
-        .all(|v| v.as_i64().is_some() || v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15))
-    {
-        FlagType::Int
+        (FlagType::String, variations.to_vec())
+    } else if variations.iter().all(integral) {
+        let ints =
+            variations.iter().map(|v| v.as_f64().map_or(Json::Null, |f| Json::from(f as i64))).collect();
+        (FlagType::Int, ints)
     } else if variations.iter().all(Json::is_number) {
-        FlagType::Float
+        (FlagType::Float, variations.iter().map(|v| v.as_f64().map_or(Json::Null, Json::from)).collect())
     } else {
-        FlagType::Json
+        (FlagType::Json, variations.to_vec())
     }
 }
 
@@ -211,9 +218,12 @@ fn serve(v: &Json, prefix: &str) -> Result<Serve, Why> {
     // Experiments always bucket by key.
     let bucket_by =
         if experiment { String::new() } else { attribute(str_of(r, "bucketBy"), !kind.is_empty())? };
-    let prefix = match r.get("seed").and_then(Json::as_i64) {
-        Some(seed) => seed.to_string(),
-        None => prefix.to_owned(),
+    let prefix = match r.get("seed") {
+        None | Some(Json::Null) => prefix.to_owned(),
+        Some(seed) => match seed.as_i64() {
+            Some(seed) => seed.to_string(),
+            None => return Err(format!("rollout seed {seed}: not an integer")),
+        },
     };
     Ok(Serve::rollout(Rollout {
         bucket_by,
@@ -229,14 +239,14 @@ fn serve(v: &Json, prefix: &str) -> Result<Serve, Why> {
 /// variation), or `targets` alone.
 fn targets(f: &Json) -> Result<Vec<Target>, Why> {
     let users = array(f, "targets");
+    // The first user target of that variation, as LaunchDarkly looks it up.
     let user_values = |variation: u32| -> Result<Vec<String>, Why> {
-        let mut out = Vec::new();
         for t in users {
             if u32_of(t, "variation")? == Some(variation) {
-                out.extend(strings(t, "values")?);
+                return strings(t, "values");
             }
         }
-        Ok(out)
+        Ok(Vec::new())
     };
     let contextual = array(f, "contextTargets");
     let mut out = Vec::new();
@@ -265,7 +275,7 @@ fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
     if f.get("deleted").and_then(Json::as_bool) == Some(true) {
         return Ok(None);
     }
-    let variations = array(f, "variations").to_vec();
+    let (flag_type, variations) = typed_variations(array(f, "variations"));
     if variations.is_empty() {
         return Err("no variations".into());
     }
@@ -303,7 +313,7 @@ fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
     }) || f.get("clientSide").and_then(Json::as_bool) == Some(true);
     Ok(Some(Flag {
         key: key.to_owned(),
-        flag_type: flag_type(&variations),
+        flag_type,
         variations,
         on: f.get("on").and_then(Json::as_bool).unwrap_or(false),
         off_variation,
@@ -411,6 +421,11 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(f.flag_type, FlagType::Float);
+        assert_eq!(f.variations, vec![json!(1.0), json!(2.5)], "as the relay stores them");
+        let ints = one_flag(
+            json!({"on": true, "variations": [2.0, 3], "offVariation": 0, "fallthrough": {"variation": 0}}),
+        );
+        assert_eq!(ints.unwrap().unwrap().variations, vec![json!(2), json!(3)]);
         assert_eq!(f.rules[0].clauses[0].context_kind, "user");
         assert_eq!(f.rules[0].clauses[0].values, vec![json!("pro"), json!(3.0)]);
         let r = f.fallthrough.rollout.as_ref().unwrap();
@@ -431,6 +446,9 @@ mod tests {
         let over = one_flag(json!({"on": true, "variations": [true, false], "offVariation": 0,
             "fallthrough": {"rollout": {"variations": [{"variation": 0, "weight": 90000}, {"variation": 1, "weight": 20000}]}}}));
         assert!(over.unwrap_err().contains("over 100000"));
+        let seed = one_flag(json!({"on": true, "variations": [true], "offVariation": 0,
+            "fallthrough": {"rollout": {"seed": 61.5, "variations": [{"variation": 0, "weight": 100000}]}}}));
+        assert!(seed.unwrap_err().contains("seed"));
         assert!(one_flag(json!({"deleted": true})).unwrap().is_none());
         let (_, report) = convert(&json!({"segments": {"b": {"unbounded": true}}})).unwrap();
         assert!(matches!(&report[0].outcome, Outcome::Skipped(w) if w.contains("big segment")));

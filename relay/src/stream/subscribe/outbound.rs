@@ -24,7 +24,15 @@ use crate::stream::hub::{Hub, Subscriber};
 
 use super::{Outgoing, StreamConfig};
 
-/// The outgoing stream of subscriber `sub` of `env`, from `cursor`
+/// Where a stream starts and what its client implements.
+pub(super) struct Start {
+    /// The client's cursor.
+    pub cursor: pb::Cursor,
+    /// The evaluation features it announced.
+    pub features: Vec<String>,
+}
+
+/// The outgoing stream of subscriber `sub` of `env`, from `start`'s cursor
 /// (pull-based: see the module docs of `subscribe.rs`); dropping it
 /// removes the subscriber from the hub.
 pub(super) fn stream(
@@ -32,10 +40,11 @@ pub(super) fn stream(
     hub: Arc<Hub>,
     cfg: Arc<StreamConfig>,
     env: Arc<Env>,
-    cursor: pb::Cursor,
+    start: Start,
     sub: Arc<Subscriber>,
     span: tracing::Span,
 ) -> Outgoing {
+    let Start { cursor, features } = start;
     let jitter = rand::rng().random_range(0.9..=1.1);
     let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=cfg.heartbeat);
     let age_deadline = Instant::now() + cfg.max_stream_age.mul_f64(jitter);
@@ -46,6 +55,7 @@ pub(super) fn stream(
         head: env.head.subscribe(),
         env,
         cursor: (cursor.epoch, cursor.revision),
+        features,
         pending: None,
         heartbeat: {
             let mut i = tokio::time::interval_at(Instant::now() + heartbeat_phase, cfg.heartbeat);
@@ -112,6 +122,8 @@ struct Outbound {
     env: Arc<Env>,
     head: tokio::sync::watch::Receiver<u64>,
     cursor: (String, u64),
+    /// The evaluation features the subscriber announced.
+    features: Vec<String>,
     pending: Option<Pending>,
     heartbeat: Interval,
     age_deadline: Instant,
@@ -243,6 +255,13 @@ impl Outbound {
             // A guard, not an `Arc` clone: no shared reference count touched
             // per delivery. Never held across an await (reloaded after).
             let state = self.env.state.load();
+            // Data the subscriber would misread (a write after it
+            // subscribed started using a feature it lacks): ended, not sent.
+            if let Some(feature) = state.missing_feature(&self.features) {
+                self.done = true;
+                let env = state.name.clone();
+                return Some(Err(Refusal::MissingFeature { env, feature }.into()));
+            }
             if std::mem::take(&mut self.first) {
                 // Every stream opens with a heartbeat: the client learns the
                 // interval (to size its watchdog) and the head revision
