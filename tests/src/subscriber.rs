@@ -87,11 +87,23 @@ pub fn checksum(flags: &BTreeMap<String, pb::Flag>, segments: &BTreeMap<String, 
 }
 
 impl Subscriber {
-    /// Opens a stream on `channel` with this key and cursor.
+    /// Opens a stream on `channel` with this key and cursor, announcing
+    /// every evaluation feature this build implements (a current client).
     pub async fn connect(
         channel: Channel,
         sdk_key: &str,
         cursor: Option<(String, u64)>,
+    ) -> Result<Subscriber, tonic::Status> {
+        Subscriber::connect_with_features(channel, sdk_key, cursor, flagstream::feature::IMPLEMENTED).await
+    }
+
+    /// [`Subscriber::connect`] announcing only `features` (an older client
+    /// announces fewer).
+    pub async fn connect_with_features(
+        channel: Channel,
+        sdk_key: &str,
+        cursor: Option<(String, u64)>,
+        features: &[&str],
     ) -> Result<Subscriber, tonic::Status> {
         let (tx, rx) = mpsc::channel(16);
         let (epoch, revision) = cursor.clone().unwrap_or_default();
@@ -100,6 +112,7 @@ impl Subscriber {
             cursor: Some(pb::Cursor { epoch: epoch.clone(), revision }),
             sdk_name: "flagstream-tests".into(),
             sdk_version: "0".into(),
+            features: features.iter().map(|f| (*f).to_owned()).collect(),
             ..Default::default()
         };
         tx.send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) })

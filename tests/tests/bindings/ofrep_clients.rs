@@ -32,7 +32,9 @@ fn clients_dir() -> PathBuf {
 fn json_out(what: &str, cmd: &mut Command) -> Json {
     let out = run(what, cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Json = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+    // No output at all is "" here, and fails the parse with the output shown.
+    let last = stdout.lines().last().unwrap_or("");
+    let v: Json = serde_json::from_str(last)
         .unwrap_or_else(|e| panic!("{what}: the output is not JSON ({e}): {stdout}"));
     println!("{what}: {v:#}");
     v

@@ -39,7 +39,8 @@ async fn a_subscriber_without_a_feature_the_data_uses_is_refused_by_name() {
     let mut admin = relay.admin().await;
 
     // Open before the write: an old client following the environment.
-    let mut old = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
+    let mut old =
+        Subscriber::connect_with_features(relay.channel().await, &relay.demo_key(), None, &[]).await.unwrap();
     assert!(matches!(old.next(STEP).await, Ok(Update::Snapshot { .. })));
     put(&mut admin, "demo", imported("imported")).await.unwrap();
     let end = loop {
@@ -52,7 +53,8 @@ async fn a_subscriber_without_a_feature_the_data_uses_is_refused_by_name() {
     assert!(err.contains("not in a state required") && err.contains("imported_bucketing"), "{err}");
 
     // A new old client: refused before any message.
-    let refused = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await;
+    let refused =
+        Subscriber::connect_with_features(relay.channel().await, &relay.demo_key(), None, &[]).await;
     let status = match refused {
         Err(s) => s,
         Ok(mut s) => match s.next(STEP).await {
@@ -66,6 +68,10 @@ async fn a_subscriber_without_a_feature_the_data_uses_is_refused_by_name() {
         relay.metric("flagstream_subscribes_total{result=\"rejected\",reason=\"missing_feature\"}").await
             >= 1.0
     );
+
+    // A client announcing it is served.
+    let mut current = Subscriber::connect(relay.channel().await, &relay.demo_key(), None).await.unwrap();
+    assert!(matches!(current.next(STEP).await, Ok(Update::Snapshot { .. })));
 
     // The SDK announces the feature: it follows and evaluates the flag as
     // LaunchDarkly would (userKeyA at 0.42157587: the first half).
