@@ -75,6 +75,27 @@ pub async fn request(
     Reply { status, headers, body: body.to_owned() }
 }
 
+/// Posts `body` until the answer's status is `want`, and returns the last
+/// answer. For a change that reaches the OFREP listener with no event a
+/// test can await over HTTP (a replica's catalog, another relay's feed):
+/// a bounded poll, every 50 ms for at most `STEP`, asserting no timing.
+pub async fn post_until(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    want: u16,
+) -> Reply {
+    let deadline = tokio::time::Instant::now() + crate::STEP;
+    loop {
+        let r = post(addr, path, headers, body).await;
+        if r.status == want || tokio::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// An open change stream (server-sent events), read line by line.
 pub struct Events {
     /// The reply's status line.

@@ -3,29 +3,12 @@
 //! database's change feed), and an origin removed at one is refused at
 //! the other.
 
-use std::time::Duration;
-
 use flagstream_proto::v1 as pb;
-use flagstream_tests::STEP;
-use flagstream_tests::ofrep::{Reply, post};
+use flagstream_tests::ofrep::post_until;
 use flagstream_tests::postgres::Postgres;
 use flagstream_tests::relay::Relay;
 
 const BULK: &str = "/ofrep/v1/evaluate/flags";
-
-/// Posts until the answer's status is `want`: the other relay learns of
-/// the metadata change through the database's feed, with no event a test
-/// can await over HTTP (a bounded poll, every 50 ms for at most `STEP`).
-async fn until_status(addr: std::net::SocketAddr, headers: &[(&str, &str)], want: u16) -> Reply {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let r = post(addr, BULK, headers, "{}").await;
-        if r.status == want || tokio::time::Instant::now() > deadline {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn client_keys_and_origins_hold_on_every_relay_of_the_database() {
@@ -54,7 +37,7 @@ async fn client_keys_and_origins_hold_on_every_relay_of_the_database() {
 
     let bearer = format!("Bearer {}", made.secret);
     let headers = [("Authorization", bearer.as_str()), ("Origin", "https://app.example")];
-    let r = until_status(addr, &headers, 200).await;
+    let r = post_until(addr, BULK, &headers, "{}", 200).await;
     assert_eq!(r.status, 200, "the other relay has the key and the origin: {r:?}");
     assert_eq!(r.header("access-control-allow-origin"), Some("https://app.example"));
     let keys: Vec<String> =
@@ -63,6 +46,6 @@ async fn client_keys_and_origins_hold_on_every_relay_of_the_database() {
 
     // The origin removed at the first relay: refused at the second.
     admin.set_cors_origins(set(vec![])).await.unwrap();
-    let r = until_status(addr, &headers, 403).await;
+    let r = post_until(addr, BULK, &headers, "{}", 403).await;
     assert_eq!((r.status, r.header("access-control-allow-origin")), (403, None), "{r:?}");
 }

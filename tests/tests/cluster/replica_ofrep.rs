@@ -2,28 +2,11 @@
 //! keys, the flags visible to clients and the CORS origins it follows from
 //! the primary's catalog.
 
-use std::time::Duration;
-
 use flagstream_proto::v1 as pb;
-use flagstream_tests::STEP;
 use flagstream_tests::cluster::Cluster;
-use flagstream_tests::ofrep::{Reply, post};
+use flagstream_tests::ofrep::{post, post_until};
 
 const BULK: &str = "/ofrep/v1/evaluate/flags";
-
-/// Posts until the answer's status is `want` (the replica's catalog and
-/// flags arrive by long poll and stream, with no event a test can await
-/// over HTTP): a bounded poll, every 50 ms for at most `STEP`.
-async fn until_status(addr: std::net::SocketAddr, path: &str, headers: &[(&str, &str)], want: u16) -> Reply {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
-        let r = post(addr, path, headers, r#"{"context":{"targetingKey":"u1"}}"#).await;
-        if r.status == want || tokio::time::Instant::now() > deadline {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn a_replica_serves_client_keys_visibility_and_origins_from_the_primary() {
@@ -52,7 +35,14 @@ async fn a_replica_serves_client_keys_visibility_and_origins_from_the_primary() 
 
     let bearer = format!("Bearer {}", made.secret);
     let headers = [("Authorization", bearer.as_str()), ("Origin", "https://app.example")];
-    let single = until_status(addr, &format!("{BULK}/new-checkout"), &headers, 200).await;
+    let single = post_until(
+        addr,
+        &format!("{BULK}/new-checkout"),
+        &headers,
+        r#"{"context":{"targetingKey":"u1"}}"#,
+        200,
+    )
+    .await;
     assert_eq!(single.status, 200, "the replica answers the client key: {}", single.body);
     assert_eq!(single.header("access-control-allow-origin"), Some("https://app.example"));
     let hidden = post(addr, &format!("{BULK}/search-ranking"), &headers, "{}").await;
