@@ -1,11 +1,13 @@
 //! `flagctl import`: another flag system's data as this environment's
 //! flags and segments, exactly or not at all (docs/MIGRATION.md). Each
-//! source's reading is its own module (`launchdarkly.rs`), pure; here: the
+//! source's reading is its own module (`launchdarkly.rs`, `unleash.rs`),
+//! pure; here: the
 //! command, the report (one line per flag and segment: imported exactly,
 //! or not imported with the construct and the reason), and the write
 //! through `apply`'s plan (one atomic revision; the same file again is a
 //! no-op, a changed file shows the difference).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -18,6 +20,7 @@ use crate::gitops::{PlanArgs, apply_set};
 use crate::output::{Output, print_data};
 
 mod launchdarkly;
+mod unleash;
 
 /// `import` subcommands.
 #[derive(Debug, Subcommand)]
@@ -26,6 +29,23 @@ pub enum ImportCmd {
     /// "Authorization: $LD_SDK_KEY" https://sdk.launchdarkly.com/sdk/latest-all`):
     /// flags and segments, rollouts keeping LaunchDarkly's bucketing.
     Launchdarkly(ImportArgs),
+    /// Unleash's client features document of one environment (`curl -sH
+    /// "Authorization: $UNLEASH_BACKEND_TOKEN"
+    /// https://unleash.example.com/api/client/features`): each feature as
+    /// the bool flag `<name>` and, with variants, the JSON flag
+    /// `<name>.variant`; percentages keeping Unleash's bucketing.
+    Unleash(UnleashArgs),
+}
+
+/// What an Unleash import reads and how it writes.
+#[derive(Debug, Args)]
+pub struct UnleashArgs {
+    #[command(flatten)]
+    pub import: ImportArgs,
+    /// Carry what has no exact equivalent as the nearest one, listed per
+    /// feature (a random percentage as a steady share of context keys).
+    #[arg(long)]
+    pub approximate: bool,
 }
 
 /// What an import reads and how it writes.
@@ -44,8 +64,22 @@ pub struct ImportArgs {
 pub(crate) enum Outcome {
     /// Imported with its meaning unchanged.
     Exact,
+    /// Imported with a stated change of meaning (`--approximate` only).
+    Approximate(String),
     /// Not imported: the construct and why.
     Skipped(String),
+    /// Not an item: what the import asks of the application.
+    Note(String),
+}
+
+/// The report line each written item belongs to, where it is not the
+/// item's own (an Unleash feature's flags and segments are one line).
+#[derive(Debug, Default)]
+pub(crate) struct Owners {
+    /// Flag key → (line kind, line key).
+    pub flags: BTreeMap<String, (&'static str, String)>,
+    /// Segment key → (line kind, line key).
+    pub segments: BTreeMap<String, (&'static str, String)>,
 }
 
 /// One line of the report.
@@ -66,7 +100,7 @@ impl Line {
 /// Leaves out what flagstream's validation refuses (a regular expression
 /// LaunchDarkly never matched, a reference to a segment left out, ...),
 /// each with the validator's words, until the rest validates.
-fn keep_valid(set: &mut FlagSet, report: &mut [Line]) -> Result<(), Failure> {
+fn keep_valid(set: &mut FlagSet, report: &mut [Line], owners: &Owners) -> Result<(), Failure> {
     for _ in 0..8 {
         let Err(errors) = flagstream::validate::flag_set(set, &flagstream::Limits::default()) else {
             return Ok(());
@@ -77,13 +111,19 @@ fn keep_valid(set: &mut FlagSet, report: &mut [Line]) -> Result<(), Failure> {
                 let Some(rest) = e.path.strip_prefix(prefix) else { continue };
                 let Some(key) = rest.split("\"]").next() else { continue };
                 let why = format!("{}: {}", e.path, e.message);
-                if kind == "flag" {
-                    set.flags.retain(|f| f.key != key);
-                } else {
-                    set.segments.retain(|s| s.key != key);
-                }
-                if let Some(line) = report.iter_mut().find(|l| l.kind == kind && l.key == key)
-                    && matches!(line.outcome, Outcome::Exact)
+                let owner = if kind == "flag" { owners.flags.get(key) } else { owners.segments.get(key) };
+                let (line_kind, line_key) = owner.cloned().unwrap_or((kind, key.to_owned()));
+                // Everything of that line goes: a feature's other flag and
+                // segments too.
+                let of_line = |item: &str, map: &BTreeMap<String, (&'static str, String)>, own: &str| {
+                    item == own || map.get(item).is_some_and(|(k, l)| *k == line_kind && *l == line_key)
+                };
+                let own_flag = if kind == "flag" { key } else { "" };
+                let own_segment = if kind == "segment" { key } else { "" };
+                set.flags.retain(|f| !of_line(&f.key, &owners.flags, own_flag));
+                set.segments.retain(|s| !of_line(&s.key, &owners.segments, own_segment));
+                if let Some(line) = report.iter_mut().find(|l| l.kind == line_kind && l.key == line_key)
+                    && matches!(line.outcome, Outcome::Exact | Outcome::Approximate(_))
                 {
                     line.outcome = Outcome::Skipped(format!("flagstream's validation: {why}"));
                     dropped = true;
@@ -101,17 +141,28 @@ fn print_report(output: Output, source: &str, report: &[Line]) -> CmdResult {
     if output == Output::Table {
         let mut t = comfy_table::Table::new();
         t.load_preset(comfy_table::presets::NOTHING);
-        t.set_header(["KIND", "KEY", "RESULT", "WHY NOT"]);
+        t.set_header(["KIND", "KEY", "RESULT", "DETAIL"]);
         for l in report {
             let (result, why) = match &l.outcome {
                 Outcome::Exact => ("imported exactly", String::new()),
+                Outcome::Approximate(how) => ("imported approximately", how.clone()),
                 Outcome::Skipped(why) => ("not imported", why.clone()),
+                Outcome::Note(what) => ("note", what.clone()),
             };
             t.add_row([l.kind.to_owned(), l.key.clone(), result.to_owned(), why]);
         }
         eprintln!("{t}");
-        let exact = report.iter().filter(|l| matches!(l.outcome, Outcome::Exact)).count();
-        eprintln!("from {source}: {exact} imported exactly, {} not imported", report.len() - exact);
+        let count = |f: fn(&Outcome) -> bool| report.iter().filter(|l| f(&l.outcome)).count();
+        let exact = count(|o| matches!(o, Outcome::Exact));
+        let approximate = count(|o| matches!(o, Outcome::Approximate(_)));
+        let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
+        if approximate == 0 {
+            eprintln!("from {source}: {exact} imported exactly, {skipped} not imported");
+        } else {
+            eprintln!(
+                "from {source}: {exact} imported exactly, {approximate} approximately, {skipped} not imported"
+            );
+        }
         Ok(())
     } else {
         print_data(output, &report)
@@ -120,14 +171,23 @@ fn print_report(output: Output, source: &str, report: &[Line]) -> CmdResult {
 
 /// Runs an `import` subcommand.
 pub(crate) async fn import_cmd(conn: &mut Conn, cmd: ImportCmd) -> CmdResult {
-    let ImportCmd::Launchdarkly(a) = cmd;
+    let (a, source) = match &cmd {
+        ImportCmd::Launchdarkly(a) => (a, "LaunchDarkly"),
+        ImportCmd::Unleash(u) => (&u.import, "Unleash"),
+    };
     let text = std::fs::read_to_string(&a.file)
         .map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", a.file.display())))?;
     let doc: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Failure::new(exit::INVALID, format!("{}: not JSON: {e}", a.file.display())))?;
-    let (mut set, mut report) = launchdarkly::convert(&doc)
-        .map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", a.file.display())))?;
-    keep_valid(&mut set, &mut report)?;
-    print_report(conn.output, "LaunchDarkly", &report)?;
+    let converted = match &cmd {
+        ImportCmd::Launchdarkly(_) => {
+            launchdarkly::convert(&doc).map(|(set, report)| (set, report, Owners::default()))
+        }
+        ImportCmd::Unleash(u) => unleash::convert(&doc, u.approximate),
+    };
+    let (mut set, mut report, owners) =
+        converted.map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", a.file.display())))?;
+    keep_valid(&mut set, &mut report, &owners)?;
+    print_report(conn.output, source, &report)?;
     apply_set(conn, set, false, &a.write).await
 }

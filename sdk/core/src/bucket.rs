@@ -211,8 +211,11 @@ pub(crate) fn pick(
         }
         Mode::Unleash { prefix, seed, modulus, scale } => {
             let mut buf = itoa::Buffer::new();
-            let Some(value) = bucketable(ctx, kind, attr, &mut buf) else { return Some(last) };
-            let b = unleash_bucket(prefix, value, *seed, *modulus) * scale;
+            // Without the value: bucket 0, the first variation with a
+            // weight (Unleash's engine takes target 1 where it has no
+            // stickiness value).
+            let b = bucketable(ctx, kind, attr, &mut buf)
+                .map_or(0, |value| unleash_bucket(prefix, value, *seed, *modulus) * scale);
             Some(thresholds.iter().find(|(end, _)| b < *end).map_or(last, |&(_, v)| v))
         }
     }
@@ -238,9 +241,14 @@ pub(crate) fn inside(mode: &Mode, ctx: &Context<'_>, kind: &KindSel, attr: &Attr
             let b = bucketable(ctx, kind, attr, &mut buf).map_or(0.0, |v| launchdarkly_fraction(prefix, v));
             b < weight as f32 / 100_000.0
         }
-        // Validation allows only LaunchDarkly's on a segment rule; data
-        // that bypassed it is never inside.
-        Mode::Unleash { .. } => false,
+        // Unleash's strategy rollout: a context without the stickiness
+        // value is outside; inside when its normalised value is at most
+        // the percentage (bucket × scale below the weight).
+        Mode::Unleash { prefix, seed, modulus, scale } => {
+            let mut buf = itoa::Buffer::new();
+            bucketable(ctx, kind, attr, &mut buf)
+                .is_some_and(|value| unleash_bucket(prefix, value, *seed, *modulus) * scale < weight)
+        }
     }
 }
 
@@ -358,8 +366,9 @@ mod tests {
     }
 
     /// How each mode picks: LaunchDarkly's last variation past the sum,
-    /// an unbucketable context at 0; Unleash's last variation for a
-    /// context without the value.
+    /// an unbucketable context at 0; Unleash's first variation with a
+    /// weight for a context without the value, and a strategy's
+    /// percentage as a segment rule (the normalised value at most it).
     #[test]
     fn imported_modes_pick_as_their_sources() {
         use crate::model::Bucketing;
@@ -392,6 +401,13 @@ mod tests {
         assert_eq!(pick(&unleash, &Context::new("123"), &default, &key, &rollout(73)), Some(0));
         assert_eq!(pick(&unleash, &Context::new("123"), &default, &key, &rollout(72)), Some(1));
         let missing = Attr::Name("userId".into());
-        assert_eq!(pick(&unleash, &Context::new("123"), &default, &missing, &rollout(100)), Some(1));
+        assert_eq!(
+            pick(&unleash, &Context::new("123"), &default, &missing, &[(0, 2), (30_000, 0), (100_000, 1)]),
+            Some(0)
+        );
+        assert!(inside(&unleash, &Context::new("123"), &default, &key, 73_000));
+        assert!(!inside(&unleash, &Context::new("123"), &default, &key, 72_000));
+        // Without the stickiness value: outside, even at 100%.
+        assert!(!inside(&unleash, &Context::new("123"), &default, &missing, 100_000));
     }
 }

@@ -552,8 +552,7 @@ pub struct SegmentRule {
     /// The context kind bucketed for the weight; empty: the default kind.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub rollout_context_kind: String,
-    /// How the weight's bucket is computed (only LaunchDarkly's besides
-    /// flagstream's own; see [`Rollout::bucketing`]).
+    /// How the weight's bucket is computed (see [`Rollout::bucketing`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucketing: Option<Bucketing>,
 }

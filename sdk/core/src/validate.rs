@@ -641,12 +641,6 @@ fn segment(r: &mut Report, path: &str, s: &Segment, limits: &Limits) -> usize {
             r.err(&rpath, "bucket_by, rollout_context_kind and bucketing only apply with a weight");
         }
         imported_bucketing(r, &format!("{rpath}.bucketing"), rule.bucketing.as_ref());
-        if let Some(crate::model::Bucketing::Unleash { .. }) = &rule.bucketing {
-            r.err(
-                format!("{rpath}.bucketing.unleash"),
-                "a segment rule's weight takes only LaunchDarkly's bucketing",
-            );
-        }
         attribute(r, &format!("{rpath}.bucket_by"), &rule.bucket_by, limits);
         context_kind(r, &format!("{rpath}.rollout_context_kind"), &rule.rollout_context_kind);
     }

@@ -32,9 +32,8 @@ def ld_pick(prefix, weights, value):
 
 
 def unleash_pick(group, seed, modulus, weights, value):
-    if value is None:
-        return len(weights) - 1, None
-    b = unleash_bucket(group, value, seed, modulus) * (100000 // modulus)
+    # Without the value: bucket 0, the first variation with a weight.
+    b = 0 if value is None else unleash_bucket(group, value, seed, modulus) * (100000 // modulus)
     run = 0
     for i, w in enumerate(weights):
         run += w
@@ -103,7 +102,7 @@ for u in ["123"] + users[:20]:
         i, b = unleash_pick("gr1", 0, 100, [w, 100000 - w], u)
         case(f"unleash {key[-2:]}%: {u} (normalised {b // 1000 + 1})", key, f"{{key: \"{u}\"}}", ["enabled", "disabled"], i)
 flag("unleash-by-user-id", ["enabled", "disabled"], [50000, 50000], "{unleash: {group: gr1, modulus: 100}}", bucket_by="userId")
-case("unleash without the stickiness value: the last variation", "unleash-by-user-id", "{key: k}", ["enabled", "disabled"], 1)
+case("unleash without the stickiness value: the first variation with a weight", "unleash-by-user-id", "{key: k}", ["enabled", "disabled"], 0)
 vv = ["red", "green", "blue"]
 flag("unleash-variants", vv, [33300, 33300, 33400], "{unleash: {group: checkout, seed: 86028157, modulus: 1000}}")
 for u in users[:30]:
@@ -123,7 +122,43 @@ out.append("        clauses:")
 out.append("          - {attribute: key, op: segment_match, values: [ld-half]}")
 out.append("        serve: {variation: 0}")
 out.append("    fallthrough: {variation: 1}")
+# An Unleash strategy's percentage as a segment rule (how `flagctl import
+# unleash` writes a flexibleRollout): 50% of userIds in group "gr1"; a
+# context without a userId is never inside.
+out.append("  - key: unleash-segment-flag")
+out.append("    type: string")
+out.append("    variations: [in, out]")
+out.append("    on: true")
+out.append("    off_variation: 1")
+out.append("    rules:")
+out.append("      - id: strategy")
+out.append("        clauses:")
+out.append("          - {attribute: key, op: segment_match, values: [unleash-half]}")
+out.append("        serve: {variation: 0}")
+out.append("    fallthrough: {variation: 1}")
 out.append("segments:")
+out.append("  - key: unleash-half")
+out.append("    rules:")
+out.append("      - weight: 50000")
+out.append("        bucket_by: userId")
+out.append("        bucketing: {unleash: {group: gr1, modulus: 100}}")
+for u in ["123"] + users[:20]:
+    b = unleash_bucket("gr1", u, 0, 100) * 1000
+    cases.append(f"  - name: \"unleash strategy segment 50%: {u} (normalised {b // 1000 + 1})\"")
+    cases.append("    flag: unleash-segment-flag")
+    cases.append("    type: string")
+    cases.append("    default: dflt")
+    cases.append(f"    context: {{key: k, attributes: {{userId: \"{u}\"}}}}")
+    if b < 50000:
+        cases.append("    expect: {value: in, variation: 0, reason: RULE_MATCH, rule_index: 0, rule_id: strategy}")
+    else:
+        cases.append("    expect: {value: out, variation: 1, reason: FALLTHROUGH}")
+cases.append("  - name: \"unleash strategy segment: without a userId, never inside\"")
+cases.append("    flag: unleash-segment-flag")
+cases.append("    type: string")
+cases.append("    default: dflt")
+cases.append("    context: {key: \"123\"}")
+cases.append("    expect: {value: out, variation: 1, reason: FALLTHROUGH}")
 out.append("  - key: ld-half")
 out.append("    rules:")
 out.append("      - weight: 50000")

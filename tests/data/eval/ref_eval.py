@@ -543,8 +543,9 @@ def imported_pick(b, kinds, ro):
         return wvs[-1]["variation"]
     u = b["unleash"]
     if value is None:
-        return wvs[-1]["variation"]
-    bk = unleash_bucket(u["group"], value.decode("utf-8"), u.get("seed", 0), u["modulus"]) * (BUCKETS // u["modulus"])
+        bk = 0  # without the value: the first variation with a weight
+    else:
+        bk = unleash_bucket(u["group"], value.decode("utf-8"), u.get("seed", 0), u["modulus"]) * (BUCKETS // u["modulus"])
     run = 0
     for wv in wvs:
         run += wv["weight"]

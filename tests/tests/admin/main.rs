@@ -11,7 +11,6 @@ mod audit_chain;
 mod audit_retention;
 mod env_delete;
 mod evaluate_limits;
-mod import_launchdarkly;
 mod memory_budget;
 mod memory_budget_fair;
 mod quotas;

@@ -9,6 +9,8 @@ use flagstream_tests::STEP;
 use flagstream_tests::relay::Relay;
 use serde_json::{Value as Json, json};
 
+use crate::report;
+
 /// LaunchDarkly's data: the flags of its bucketing tests, targets, rules,
 /// a prerequisite, a weighted segment, and four things flagstream does
 /// not carry (a flag with no off variation, a big segment, an operator it
@@ -62,13 +64,6 @@ fn launchdarkly_data() -> Json {
             "big": {"key": "big", "version": 1, "salt": "x", "unbounded": true}
         }
     })
-}
-
-/// The first JSON value flagctl printed (the report), from its stdout.
-fn report(stdout: &str) -> Vec<Json> {
-    let first = serde_json::Deserializer::from_str(stdout).into_iter::<Json>().next();
-    let v = first.expect("a report").expect("the report is JSON");
-    v.as_array().expect("a list").clone()
 }
 
 #[tokio::test]

@@ -1,0 +1,207 @@
+//! Unleash's own expectations through the import: each file of
+//! `tests/data/migration/unleash/` (Unleash's client specification in this
+//! repository's case format, with its provenance) is imported with
+//! `flagctl import unleash` into its own environment of a real relay, and
+//! the Rust SDK's answers (`<feature>` for `isEnabled`, `<feature>.variant`
+//! for `getVariant`) are compared with what the specification expects.
+//! Every difference must be listed, with its class and why, in
+//! `tests/data/migration/unleash/differences.yaml`, and every listed one
+//! must still differ. Cases on a feature the import reports as not
+//! imported are counted apart, with the import's reason. The counts and
+//! the classified differences are printed (docs/MIGRATION.md quotes
+//! them).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use flagstream::Context;
+use flagstream_tests::STEP;
+use flagstream_tests::relay::Relay;
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use crate::report;
+
+#[derive(Debug, Deserialize)]
+struct CaseFile {
+    title: String,
+    provenance: String,
+    document: Json,
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Case {
+    name: String,
+    feature: String,
+    #[serde(default)]
+    context: Json,
+    expect: Expect,
+}
+
+/// One of: what `isEnabled` answers, what `getVariant` answers.
+#[derive(Debug, Deserialize)]
+struct Expect {
+    enabled: Option<bool>,
+    variant: Option<Json>,
+}
+
+/// A listed difference.
+#[derive(Debug, Deserialize)]
+struct Difference {
+    file: String,
+    case: String,
+    class: String,
+    why: String,
+}
+
+/// Unleash's context fields, read from the field or, without it, from the
+/// property of that name (as Unleash's specification reads them).
+const FIELDS: [&str; 6] = ["userId", "sessionId", "remoteAddress", "environment", "appName", "currentTime"];
+
+/// An Unleash context as docs/MIGRATION.md says to build it: each field
+/// and property an attribute of the same name, strings, except those the
+/// import names as numbers (left out when not a number); the key is the
+/// userId (any key would do: the imported flags read only attributes).
+fn context(unleash: &Json, numeric: &BTreeSet<String>) -> Context<'static> {
+    let mut attrs: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(props) = unleash.get("properties").and_then(Json::as_object) {
+        for (k, v) in props {
+            if let Some(s) = v.as_str() {
+                attrs.insert(k.clone(), s.to_owned());
+            }
+        }
+    }
+    for f in FIELDS {
+        if let Some(s) = unleash.get(f).and_then(Json::as_str) {
+            attrs.insert(f.to_owned(), s.to_owned());
+        }
+    }
+    let key = attrs.get("userId").cloned().unwrap_or_default();
+    let mut ctx = Context::new(key);
+    for (k, v) in attrs {
+        if numeric.contains(&k) {
+            if let Ok(n) = v.trim().parse::<f64>() {
+                ctx = ctx.with(k, n);
+            }
+        } else {
+            ctx = ctx.with(k, v);
+        }
+    }
+    ctx
+}
+
+/// Whether `got` says what `want` does (fields the expectation leaves out
+/// are not compared: older files have no `feature_enabled`).
+fn same_variant(want: &Json, got: &Json) -> bool {
+    let Some(w) = want.as_object() else { return false };
+    w.iter().all(|(k, v)| match (k.as_str(), got.get(k)) {
+        // An absent payload and a null one are the same answer.
+        ("payload", None) => v.is_null(),
+        (_, Some(g)) => g == v,
+        (_, None) => false,
+    })
+}
+
+#[tokio::test]
+async fn unleash_specification_through_the_import() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/migration/unleash");
+    let mut files: Vec<_> = std::fs::read_dir(&root)
+        .expect("tests/data/migration/unleash exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml") && !p.ends_with("differences.yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "{files:?}");
+    let listed: Vec<Difference> =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root.join("differences.yaml")).unwrap()).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &[]).await;
+    let (mut total, mut passed, mut not_imported) = (0, 0, Vec::new());
+    // (file, case) → what flagstream answered instead.
+    let mut differing: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (i, path) in files.iter().enumerate() {
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_owned();
+        let file: CaseFile = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap())
+            .unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert!(file.provenance.contains("client-specification"), "{stem}: {}", file.provenance);
+        let env = format!("unleash-{i}");
+        let key = relay.create_env(&env).await;
+        let doc = dir.path().join(format!("{stem}.json"));
+        std::fs::write(&doc, file.document.to_string()).unwrap();
+        let out = relay.flagctl(&env, &["import", "unleash", doc.to_str().unwrap(), "--yes", "-o", "json"]);
+        let lines = report(&out);
+        // Features the import reports as not imported: their cases are
+        // counted apart (the import said so; no answer is claimed).
+        let skipped: BTreeMap<String, String> = lines
+            .iter()
+            .filter(|l| l["kind"] == "feature" && l["result"] == "skipped")
+            .map(|l| (l["key"].as_str().unwrap().to_owned(), l["reason"].as_str().unwrap().to_owned()))
+            .collect();
+        let numeric: BTreeSet<String> = lines
+            .iter()
+            .filter(|l| l["kind"] == "attribute")
+            .filter_map(|l| l["key"].as_str().map(str::to_owned))
+            .collect();
+        let sdk = relay.sdk_for(key).build().unwrap();
+        assert!(sdk.wait_ready(STEP).await.has_data(), "{stem}");
+        let snap = sdk.snapshot();
+        for case in &file.cases {
+            total += 1;
+            if let Some(why) = skipped.get(&case.feature) {
+                not_imported.push(format!("{stem}: {}: {why}", case.name));
+                continue;
+            }
+            let ctx = context(&case.context, &numeric);
+            let enabled = snap.detail(&case.feature, &ctx, false).value;
+            let got = match (&case.expect.enabled, &case.expect.variant) {
+                (Some(want), None) => (enabled != *want).then(|| format!("isEnabled {enabled}")),
+                (None, Some(want)) => {
+                    // A feature without variants has no variant flag: its
+                    // answer is Unleash's "disabled" variant.
+                    let fallback = json!({"name": "disabled", "enabled": false, "feature_enabled": enabled});
+                    let variant_key = format!("{}.variant", case.feature);
+                    let got = match snap.flag(&variant_key) {
+                        Some(_) => snap.detail(&variant_key, &ctx, Cow::Owned(Json::Null)).value.into_owned(),
+                        None => fallback,
+                    };
+                    (!same_variant(want, &got)).then(|| format!("getVariant {got}"))
+                }
+                _ => panic!("{stem}: {}: expect one of `enabled` and `variant`", case.name),
+            };
+            match got {
+                None => passed += 1,
+                Some(got) => {
+                    differing.insert((stem.clone(), case.name.clone()), got);
+                }
+            }
+        }
+        eprintln!("{stem} ({}): {} cases", file.title, file.cases.len());
+        drop(sdk);
+    }
+
+    // Every difference is listed with its class, and every listed one
+    // still differs.
+    let listed_keys: BTreeSet<(String, String)> =
+        listed.iter().map(|d| (d.file.clone(), d.case.clone())).collect();
+    let unlisted: Vec<_> = differing.iter().filter(|(k, _)| !listed_keys.contains(k)).collect();
+    let stale: Vec<_> = listed_keys.iter().filter(|k| !differing.contains_key(k)).collect();
+    let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in &listed {
+        assert!(!d.why.is_empty(), "{d:?}: say why");
+        *classes.entry(d.class.as_str()).or_default() += 1;
+    }
+    for line in &not_imported {
+        eprintln!("not imported: {line}");
+    }
+    eprintln!(
+        "unleash: {total} cases: {passed} give Unleash's answer, {} differ (by class: {classes:?}), {} are on features the import reports as not imported",
+        differing.len(),
+        not_imported.len()
+    );
+    assert!(unlisted.is_empty(), "differences not listed in differences.yaml: {unlisted:#?}");
+    assert!(stale.is_empty(), "listed in differences.yaml but no longer differing: {stale:#?}");
+    assert!(total >= 150, "{total} cases");
+}
