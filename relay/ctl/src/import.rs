@@ -28,22 +28,24 @@ pub enum ImportCmd {
     /// LaunchDarkly's server-side SDK data of one environment (`curl -sH
     /// "Authorization: $LD_SDK_KEY" https://sdk.launchdarkly.com/sdk/latest-all`):
     /// flags and segments, rollouts keeping LaunchDarkly's bucketing.
-    Launchdarkly(ImportArgs),
+    Launchdarkly(ApproximateArgs),
     /// Unleash's client features document of one environment (`curl -sH
     /// "Authorization: $UNLEASH_BACKEND_TOKEN"
     /// https://unleash.example.com/api/client/features`): each feature as
     /// the bool flag `<name>` and, with variants, the JSON flag
     /// `<name>.variant`; percentages keeping Unleash's bucketing.
-    Unleash(UnleashArgs),
+    Unleash(ApproximateArgs),
 }
 
-/// What an Unleash import reads and how it writes.
+/// What an import reads, how it writes, and whether it may approximate.
 #[derive(Debug, Args)]
-pub struct UnleashArgs {
+pub struct ApproximateArgs {
     #[command(flatten)]
     pub import: ImportArgs,
-    /// Carry what has no exact equivalent as the nearest one, listed per
-    /// feature (a random percentage as a steady share of context keys).
+    /// Carry what has no exact equivalent as the nearest one, said on its
+    /// line of the report (LaunchDarkly: an on flag without an off
+    /// variation gets its last; Unleash: a random percentage becomes a
+    /// steady share of context keys).
     #[arg(long)]
     pub approximate: bool,
 }
@@ -172,7 +174,7 @@ fn print_report(output: Output, source: &str, report: &[Line]) -> CmdResult {
 /// Runs an `import` subcommand.
 pub(crate) async fn import_cmd(conn: &mut Conn, cmd: ImportCmd) -> CmdResult {
     let (a, source) = match &cmd {
-        ImportCmd::Launchdarkly(a) => (a, "LaunchDarkly"),
+        ImportCmd::Launchdarkly(l) => (&l.import, "LaunchDarkly"),
         ImportCmd::Unleash(u) => (&u.import, "Unleash"),
     };
     let text = std::fs::read_to_string(&a.file)
@@ -180,8 +182,8 @@ pub(crate) async fn import_cmd(conn: &mut Conn, cmd: ImportCmd) -> CmdResult {
     let doc: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Failure::new(exit::INVALID, format!("{}: not JSON: {e}", a.file.display())))?;
     let converted = match &cmd {
-        ImportCmd::Launchdarkly(_) => {
-            launchdarkly::convert(&doc).map(|(set, report)| (set, report, Owners::default()))
+        ImportCmd::Launchdarkly(l) => {
+            launchdarkly::convert(&doc, l.approximate).map(|(set, report)| (set, report, Owners::default()))
         }
         ImportCmd::Unleash(u) => unleash::convert(&doc, u.approximate),
     };

@@ -571,20 +571,34 @@ fn clause(r: &mut Report, path: &str, c: &Clause, limits: &Limits) {
                     .and_then(|e| regex_problem(r.item, e, limits)),
             },
             Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte | Operator::Eq => {
-                (!v.as_f64().is_some_and(f64::is_finite))
-                    .then(|| format!("{}: `{}` takes numbers", short(v), op.name()))
+                (!comparable(op, v)).then(|| format!("{}: `{}` takes numbers", short(v), op.name()))
             }
-            Operator::SemverEq | Operator::SemverLt | Operator::SemverGt => match v.as_str() {
-                Some(s) if parse_semver(s).is_some() => None,
-                _ => Some(format!("{}: `{}` takes versions like \"1.2.3\"", short(v), op.name())),
-            },
-            Operator::Before | Operator::After => json_instant(v)
-                .is_none()
+            Operator::SemverEq | Operator::SemverLt | Operator::SemverGt => (!comparable(op, v))
+                .then(|| format!("{}: `{}` takes versions like \"1.2.3\"", short(v), op.name())),
+            Operator::Before | Operator::After => (!comparable(op, v))
                 .then(|| format!("{}: `{}` takes Unix milliseconds or RFC 3339 times", short(v), op.name())),
         };
         if let Some(msg) = problem {
             r.err(vpath, msg);
         }
+    }
+}
+
+/// Whether `op` can compare a context with the clause value `v`: a finite
+/// number for the numeric operators, a version for `semver_*`, an instant
+/// for `before`/`after`; any value otherwise (its kind is checked apart).
+/// Validation requires it of every value; an importer keeps only these of
+/// a source whose clauses let other values never match.
+pub fn comparable(op: Operator, v: &Json) -> bool {
+    match op {
+        Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte | Operator::Eq => {
+            v.as_f64().is_some_and(f64::is_finite)
+        }
+        Operator::SemverEq | Operator::SemverLt | Operator::SemverGt => {
+            v.as_str().is_some_and(|s| parse_semver(s).is_some())
+        }
+        Operator::Before | Operator::After => json_instant(v).is_some(),
+        _ => true,
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::Value as Json;
 
 mod import_launchdarkly;
 mod import_unleash;
+mod launchdarkly_conformance;
 mod unleash_conformance;
 
 /// The report (the first JSON value flagctl printed with `-o json`).

@@ -26,7 +26,7 @@ const USER: &str = "user";
 type Why = String;
 
 /// The document as flags, segments and the report (sorted by key).
-pub(crate) fn convert(doc: &Json) -> Result<(FlagSet, Vec<Line>), String> {
+pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Line>), String> {
     let obj = doc.as_object().ok_or("the file is not a JSON object with `flags` and `segments`")?;
     let flags = obj.get("flags").map_or(Ok(BTreeMap::new()), |f| keyed(f, "flags"))?;
     let segments = obj.get("segments").map_or(Ok(BTreeMap::new()), |s| keyed(s, "segments"))?;
@@ -50,10 +50,11 @@ pub(crate) fn convert(doc: &Json) -> Result<(FlagSet, Vec<Line>), String> {
         }
     }
     for (key, f) in &flags {
-        match flag(key, f) {
-            Ok(Some(fl)) => {
+        match flag(key, f, approximate) {
+            Ok(Some((fl, approximation))) => {
                 set.flags.push(fl);
-                report.push(Line::new("flag", key, Outcome::Exact));
+                let outcome = approximation.map_or(Outcome::Exact, Outcome::Approximate);
+                report.push(Line::new("flag", key, outcome));
             }
             Ok(None) => report.push(Line::new("flag", key, Outcome::Skipped("deleted: a tombstone".into()))),
             Err(why) => report.push(Line::new("flag", key, Outcome::Skipped(why))),
@@ -152,22 +153,37 @@ fn operator(op: &str) -> Result<Operator, Why> {
     })
 }
 
+/// A pattern no string matches (a word boundary that is not one).
+const NO_MATCH: &str = r"\b\B";
+
 fn clause(c: &Json) -> Result<Clause, Why> {
     let kind = str_of(c, "contextKind");
     let op = operator(str_of(c, "op"))?;
     let attr = str_of(c, "attribute");
     let attribute =
         if op == Operator::SegmentMatch { "key".to_owned() } else { attribute(attr, !kind.is_empty())? };
+    // Numbers as the relay stores them (floats): the same file imported
+    // again is then no change. Values the operator cannot compare (a date
+    // that does not parse, a version that is not one) never match in
+    // LaunchDarkly: left out.
+    let values: Vec<Json> = array(c, "values")
+        .iter()
+        .map(|v| v.as_f64().filter(|_| v.is_number()).map_or_else(|| v.clone(), Json::from))
+        .filter(|v| flagstream::validate::comparable(op, v))
+        .collect();
+    // Nothing left: a test of the same attribute that no value passes (so
+    // a missing attribute is still false whatever `negate` says, as in
+    // LaunchDarkly).
+    let (op, values) = if values.is_empty() && op != Operator::SegmentMatch {
+        (Operator::Matches, vec![Json::from(NO_MATCH)])
+    } else {
+        (op, values)
+    };
     Ok(Clause {
         context_kind: if kind.is_empty() { USER.into() } else { kind.into() },
         attribute,
         op,
-        // Numbers as the relay stores them (floats): the same file imported
-        // again is then no change.
-        values: array(c, "values")
-            .iter()
-            .map(|v| v.as_f64().filter(|_| v.is_number()).map_or_else(|| v.clone(), Json::from))
-            .collect(),
+        values,
         negate: c.get("negate").and_then(Json::as_bool).unwrap_or(false),
     })
 }
@@ -271,7 +287,8 @@ fn targets(f: &Json) -> Result<Vec<Target>, Why> {
     Ok(out)
 }
 
-fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
+/// A flag, and what `--approximate` changed in it.
+fn flag(key: &str, f: &Json, approximate: bool) -> Result<Option<(Flag, Option<String>)>, Why> {
     if f.get("deleted").and_then(Json::as_bool) == Some(true) {
         return Ok(None);
     }
@@ -279,9 +296,27 @@ fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
     if variations.is_empty() {
         return Err("no variations".into());
     }
-    let off_variation = u32_of(f, "offVariation")?.ok_or(
-        "offVariation: none (LaunchDarkly serves the caller's default while the flag is off; a flagstream flag names its off variation)",
-    )?;
+    let on = f.get("on").and_then(Json::as_bool).unwrap_or(false);
+    let last = variations.len() as u32 - 1;
+    let (off_variation, approximation) = match u32_of(f, "offVariation")? {
+        Some(v) => (v, None),
+        // On, every answer is LaunchDarkly's; only switching it off later
+        // would differ.
+        None if on && approximate => (
+            last,
+            Some(format!(
+                "no offVariation: switched off, it serves variation {last} where LaunchDarkly serves the caller's default"
+            )),
+        ),
+        None => {
+            let why = "offVariation: none (LaunchDarkly serves the caller's default while the flag is off; a flagstream flag names its off variation";
+            return Err(if on {
+                format!("{why}; --approximate imports it with its last variation as the off variation)")
+            } else {
+                format!("{why}, and this flag is off)")
+            });
+        }
+    };
     let salt = str_of(f, "salt").to_owned();
     let prefix = format!("{key}.{salt}");
     let rules = array(f, "rules")
@@ -311,11 +346,11 @@ fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
         a.get("usingEnvironmentId").and_then(Json::as_bool) == Some(true)
             || a.get("usingMobileKey").and_then(Json::as_bool) == Some(true)
     }) || f.get("clientSide").and_then(Json::as_bool) == Some(true);
-    Ok(Some(Flag {
+    let flag = Flag {
         key: key.to_owned(),
         flag_type,
         variations,
-        on: f.get("on").and_then(Json::as_bool).unwrap_or(false),
+        on,
         off_variation,
         targets: targets(f)?,
         rules,
@@ -328,7 +363,8 @@ fn flag(key: &str, f: &Json) -> Result<Option<Flag>, Why> {
         tags: vec!["launchdarkly".into()],
         owner: String::new(),
         client_visible,
-    }))
+    };
+    Ok(Some((flag, approximation)))
 }
 
 fn kind_keys(v: &Json, field: &str) -> Result<Vec<KindKeys>, Why> {
@@ -408,7 +444,7 @@ mod tests {
     use serde_json::json;
 
     fn one_flag(f: Json) -> Result<Option<Flag>, Why> {
-        flag("f", &f)
+        flag("f", &f, false).map(|f| f.map(|(f, _)| f))
     }
 
     #[test]
@@ -437,8 +473,15 @@ mod tests {
 
     #[test]
     fn what_is_not_carried_says_why() {
-        let no_off = one_flag(json!({"on": true, "variations": [true], "fallthrough": {"variation": 0}}));
-        assert!(no_off.unwrap_err().contains("offVariation"));
+        let no_off = json!({"on": true, "variations": [true, false], "fallthrough": {"variation": 0}});
+        assert!(one_flag(no_off.clone()).unwrap_err().contains("--approximate"));
+        // Asked for: the last variation as the off variation, said so.
+        let (approx, how) = flag("f", &no_off, true).unwrap().unwrap();
+        assert_eq!(approx.off_variation, 1);
+        assert!(how.unwrap().contains("caller's default"));
+        // Switched off, no variation stands for the caller's default.
+        let off = json!({"on": false, "variations": [true], "fallthrough": {"variation": 0}});
+        assert!(flag("f", &off, true).unwrap_err().contains("this flag is off"));
         let legacy = one_flag(json!({"on": true, "variations": [true], "offVariation": 0,
             "rules": [{"clauses": [{"attribute": "/odd", "op": "in", "values": ["x"]}], "variation": 0}],
             "fallthrough": {"variation": 0}}));
@@ -450,8 +493,8 @@ mod tests {
             "fallthrough": {"rollout": {"seed": 61.5, "variations": [{"variation": 0, "weight": 100000}]}}}));
         assert!(seed.unwrap_err().contains("seed"));
         assert!(one_flag(json!({"deleted": true})).unwrap().is_none());
-        let (_, report) = convert(&json!({"segments": {"b": {"unbounded": true}}})).unwrap();
+        let (_, report) = convert(&json!({"segments": {"b": {"unbounded": true}}}), false).unwrap();
         assert!(matches!(&report[0].outcome, Outcome::Skipped(w) if w.contains("big segment")));
-        assert!(convert(&json!({"items": []})).is_err(), "not LaunchDarkly's data");
+        assert!(convert(&json!({"items": []}), false).is_err(), "not LaunchDarkly's data");
     }
 }
