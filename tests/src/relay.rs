@@ -192,6 +192,12 @@ impl Relay {
     /// relay with its admin token (no config file) in environment `env`,
     /// and returns its stdout; a failed run fails the test with its stderr.
     pub fn flagctl(&self, env: &str, args: &[&str]) -> String {
+        self.flagctl_with_stderr(env, args).0
+    }
+
+    /// [`Relay::flagctl`], with what it wrote to stderr (the plan, a
+    /// report's table) as well.
+    pub fn flagctl_with_stderr(&self, env: &str, args: &[&str]) -> (String, String) {
         let bin = relay_binary().with_file_name(format!("flagctl{}", std::env::consts::EXE_SUFFIX));
         let out = std::process::Command::new(bin)
             .args([
@@ -207,7 +213,7 @@ impl Relay {
             .output()
             .expect("flagctl runs");
         assert!(out.status.success(), "flagctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
     /// The admin token the relay wrote on first start.

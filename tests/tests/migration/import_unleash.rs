@@ -5,7 +5,8 @@
 //! `"groupX:999"` at 60 for variants); dependencies, segments with
 //! Unleash's `NOT_IN` on a missing field, numbers; a custom strategy and a
 //! random percentage are reported, not imported, unless `--approximate` is
-//! asked for; the same file again is a no-op.
+//! asked for; the same file again is a no-op, a changed one shows the
+//! difference.
 
 use std::borrow::Cow;
 
@@ -135,6 +136,15 @@ async fn unleash_features_are_imported_exactly_or_reported() {
     // The same file again: nothing to write.
     let again = relay.flagctl("demo", &["import", "unleash", path, "--yes", "-o", "json"]);
     assert!(again.contains("up to date"), "{again}");
+    // A changed file shows the difference: the strategy's segment, its
+    // weight.
+    let mut changed = unleash_data();
+    changed["features"][0]["strategies"][0]["parameters"]["rollout"] = json!("50");
+    std::fs::write(&file, changed.to_string()).unwrap();
+    let (_, plan) = relay.flagctl_with_stderr("demo", &["import", "unleash", path, "--dry-run"]);
+    assert!(plan.contains("~ segment \"rollout-73.strategy1\""), "{plan}");
+    assert!(plan.contains("73000") && plan.contains("50000"), "{plan}");
+    std::fs::write(&file, unleash_data().to_string()).unwrap();
     // Asked for, the random percentage comes as a steady share of keys,
     // said so.
     let approx = report(

@@ -78,6 +78,7 @@ fn context(unleash: &Json, numeric: &BTreeSet<String>) -> Context<'static> {
             attrs.insert(f.to_owned(), s.to_owned());
         }
     }
+    // Without a userId, the empty key (the flags read only attributes).
     let key = attrs.get("userId").cloned().unwrap_or_default();
     let mut ctx = Context::new(key);
     for (k, v) in attrs {

@@ -159,6 +159,7 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
             owners.flags.insert(v.key.clone(), line.clone());
             set.flags.push(v);
         }
+        // A feature without written segments has no entry.
         for key in owned.remove(&name).unwrap_or_default() {
             owners.segments.insert(key, line.clone());
         }
