@@ -9,7 +9,7 @@ use flagstream_tests::STEP;
 use flagstream_tests::relay::Relay;
 use serde_json::{Value as Json, json};
 
-use crate::report;
+use crate::{outcome, report};
 
 /// LaunchDarkly's data: the flags of its bucketing tests, targets, rules,
 /// a prerequisite, a weighted segment, and four things flagstream does
@@ -77,13 +77,7 @@ async fn launchdarkly_data_is_imported_exactly_or_reported() {
     let dry = relay.flagctl("demo", &["import", "launchdarkly", path, "--dry-run", "-o", "json"]);
     assert!(report(&dry).len() == 9, "{dry}");
     let lines = report(&relay.flagctl("demo", &["import", "launchdarkly", path, "--yes", "-o", "json"]));
-    let result = |kind: &str, key: &str| {
-        let l = lines
-            .iter()
-            .find(|l| l["kind"] == kind && l["key"] == key)
-            .unwrap_or_else(|| panic!("{kind} {key}"));
-        (l["result"].as_str().unwrap().to_owned(), l["reason"].as_str().unwrap_or("").to_owned())
-    };
+    let result = |kind: &str, key: &str| outcome(&lines, kind, key);
     for (kind, key) in [
         ("flag", "hashKey"),
         ("flag", "experiment"),

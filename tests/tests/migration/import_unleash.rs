@@ -15,7 +15,7 @@ use flagstream_tests::STEP;
 use flagstream_tests::relay::Relay;
 use serde_json::{Value as Json, json};
 
-use crate::report;
+use crate::{outcome, report};
 
 fn strategy(name: &str, parameters: Json) -> Json {
     json!({"name": name, "parameters": parameters, "constraints": [], "segments": []})
@@ -71,13 +71,7 @@ async fn unleash_features_are_imported_exactly_or_reported() {
     let path = file.to_str().unwrap();
 
     let lines = report(&relay.flagctl("demo", &["import", "unleash", path, "--yes", "-o", "json"]));
-    let result = |kind: &str, key: &str| {
-        let l = lines
-            .iter()
-            .find(|l| l["kind"] == kind && l["key"] == key)
-            .unwrap_or_else(|| panic!("{kind} {key}: {lines:?}"));
-        (l["result"].as_str().unwrap().to_owned(), l["reason"].as_str().unwrap_or("").to_owned())
-    };
+    let result = |kind: &str, key: &str| outcome(&lines, kind, key);
     for key in ["rollout-73", "rollout-72", "gr1", "groupX", "switched-off", "child", "segmented", "numbers"]
     {
         assert_eq!(result("feature", key).0, "exact", "{key}: {lines:?}");
