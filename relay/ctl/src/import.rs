@@ -7,7 +7,7 @@
 //! through `apply`'s plan (one atomic revision; the same file again is a
 //! no-op, a changed file shows the difference).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -82,6 +82,34 @@ pub(crate) struct Owners {
     pub flags: BTreeMap<String, (&'static str, String)>,
     /// Segment key → (line kind, line key).
     pub segments: BTreeMap<String, (&'static str, String)>,
+    /// Segments the import wrote to express something else (a strategy's
+    /// percentage, a negation): dropped when nothing kept refers to them.
+    pub generated: BTreeSet<String>,
+}
+
+/// Drops generated segments no flag or segment refers to any more (their
+/// feature was left out, or its strategy never matches).
+fn prune_generated(set: &mut FlagSet, generated: &BTreeSet<String>) {
+    loop {
+        let referred: BTreeSet<&str> = set
+            .flags
+            .iter()
+            .flat_map(|f| f.rules.iter().flat_map(|r| &r.clauses))
+            .chain(set.segments.iter().flat_map(|s| s.rules.iter().flat_map(|r| &r.clauses)))
+            .filter(|c| c.op == flagstream::model::Operator::SegmentMatch)
+            .flat_map(|c| c.values.iter().filter_map(|v| v.as_str()))
+            .collect();
+        let unused: BTreeSet<String> = set
+            .segments
+            .iter()
+            .filter(|s| generated.contains(&s.key) && !referred.contains(s.key.as_str()))
+            .map(|s| s.key.clone())
+            .collect();
+        if unused.is_empty() {
+            return;
+        }
+        set.segments.retain(|s| !unused.contains(&s.key));
+    }
 }
 
 /// One line of the report.
@@ -103,7 +131,8 @@ impl Line {
 /// LaunchDarkly never matched, a reference to a segment left out, ...),
 /// each with the validator's words, until the rest validates.
 fn keep_valid(set: &mut FlagSet, report: &mut [Line], owners: &Owners) -> Result<(), Failure> {
-    for _ in 0..8 {
+    // Each round removes at least one item, or fails.
+    for _ in 0..=set.flags.len() + set.segments.len() {
         let Err(errors) = flagstream::validate::flag_set(set, &flagstream::Limits::default()) else {
             return Ok(());
         };
@@ -115,20 +144,23 @@ fn keep_valid(set: &mut FlagSet, report: &mut [Line], owners: &Owners) -> Result
                 let why = format!("{}: {}", e.path, e.message);
                 let owner = if kind == "flag" { owners.flags.get(key) } else { owners.segments.get(key) };
                 let (line_kind, line_key) = owner.cloned().unwrap_or((kind, key.to_owned()));
-                // Everything of that line goes: a feature's other flag and
-                // segments too.
-                let of_line = |item: &str, map: &BTreeMap<String, (&'static str, String)>, own: &str| {
-                    item == own || map.get(item).is_some_and(|(k, l)| *k == line_kind && *l == line_key)
-                };
-                let own_flag = if kind == "flag" { key } else { "" };
-                let own_segment = if kind == "segment" { key } else { "" };
-                set.flags.retain(|f| !of_line(&f.key, &owners.flags, own_flag));
-                set.segments.retain(|s| !of_line(&s.key, &owners.segments, own_segment));
+                // Everything of that line goes: the item, the line's own
+                // item, and what else belongs to it (a feature's other flag
+                // and segments, a segment's negations).
+                let of_line =
+                    |item: &str, item_kind: &str, map: &BTreeMap<String, (&'static str, String)>| {
+                        (item_kind == kind && item == key)
+                            || (item_kind == line_kind && item == line_key)
+                            || map.get(item).is_some_and(|(k, l)| *k == line_kind && *l == line_key)
+                    };
+                let before = set.flags.len() + set.segments.len();
+                set.flags.retain(|f| !of_line(&f.key, "flag", &owners.flags));
+                set.segments.retain(|s| !of_line(&s.key, "segment", &owners.segments));
+                dropped |= set.flags.len() + set.segments.len() < before;
                 if let Some(line) = report.iter_mut().find(|l| l.kind == line_kind && l.key == line_key)
                     && matches!(line.outcome, Outcome::Exact | Outcome::Approximate(_))
                 {
                     line.outcome = Outcome::Skipped(format!("flagstream's validation: {why}"));
-                    dropped = true;
                 }
             }
         }
@@ -190,6 +222,56 @@ pub(crate) async fn import_cmd(conn: &mut Conn, cmd: ImportCmd) -> CmdResult {
     let (mut set, mut report, owners) =
         converted.map_err(|e| Failure::new(exit::INVALID, format!("{}: {e}", a.file.display())))?;
     keep_valid(&mut set, &mut report, &owners)?;
+    prune_generated(&mut set, &owners.generated);
     print_report(conn.output, source, &report)?;
     apply_set(conn, set, false, &a.write).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result<'a>(report: &'a [Line], kind: &str, key: &str) -> &'a Outcome {
+        &report.iter().find(|l| l.kind == kind && l.key == key).unwrap().outcome
+    }
+
+    /// What validation refuses goes with everything of its report line (a
+    /// segment's written negations, the features using it), and segments
+    /// written for what was left out go too.
+    #[test]
+    fn what_validation_refuses_leaves_with_its_line() {
+        let doc = json!({
+            "features": [
+                {"name": "uses-bad", "enabled": true,
+                 "strategies": [{"name": "default", "parameters": {}, "segments": [1]}]},
+                {"name": "fine", "enabled": true,
+                 "strategies": [{"name": "flexibleRollout", "parameters": {"rollout": "50"}}]},
+                {"name": "custom", "enabled": true,
+                 "strategies": [{"name": "flexibleRollout", "parameters": {"rollout": "50"}},
+                                {"name": "mine", "parameters": {}}]}
+            ],
+            // An inverted pattern flagstream's engine refuses: its negation
+            // segment fails validation.
+            "segments": [{"id": 1, "constraints": [
+                {"contextName": "email", "operator": "REGEX", "value": "(?=x)", "inverted": true}]}]
+        });
+        let (mut set, mut report, owners) = unleash::convert(&doc, false).unwrap();
+        keep_valid(&mut set, &mut report, &owners).unwrap();
+        prune_generated(&mut set, &owners.generated);
+        assert!(
+            matches!(result(&report, "segment", "unleash-segment-1"), Outcome::Skipped(w) if w.contains("regex"))
+        );
+        assert!(matches!(result(&report, "feature", "uses-bad"), Outcome::Skipped(_)));
+        assert!(matches!(result(&report, "feature", "fine"), Outcome::Exact));
+        assert!(matches!(result(&report, "feature", "custom"), Outcome::Skipped(w) if w.contains("mine")));
+        let keys: Vec<&str> = set.segments.iter().map(|s| s.key.as_str()).collect();
+        assert!(keys.contains(&"fine.strategy1"), "{keys:?}");
+        assert!(
+            !keys.iter().any(|k| k.starts_with("unleash-segment-1") || k.starts_with("custom.")),
+            "{keys:?}"
+        );
+        assert_eq!(set.flags.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(), ["fine"]);
+        assert!(flagstream::validate::flag_set(&set, &flagstream::Limits::default()).is_ok());
+    }
 }

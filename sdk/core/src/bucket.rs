@@ -212,8 +212,8 @@ pub(crate) fn pick(
         Mode::Unleash { prefix, seed, modulus, scale } => {
             let mut buf = itoa::Buffer::new();
             // Without the value: bucket 0, the first variation with a
-            // weight (Unleash's engine takes target 1 where it has no
-            // stickiness value).
+            // weight (Unleash's SDKs draw at random there; its
+            // WebAssembly engine takes target 1, the same variation).
             let b = bucketable(ctx, kind, attr, &mut buf)
                 .map_or(0, |value| unleash_bucket(prefix, value, *seed, *modulus) * scale);
             Some(thresholds.iter().find(|(end, _)| b < *end).map_or(last, |&(_, v)| v))

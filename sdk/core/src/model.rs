@@ -444,8 +444,9 @@ pub enum Bucketing {
     },
     /// Unleash's: MurmurHash3 (x86, 32 bits) with `seed` over
     /// `"<group>:<value>"`, modulo `modulus`, scaled to 100,000 (so
-    /// `modulus` divides 100,000); a context without the value gets the
-    /// last variation.
+    /// `modulus` divides 100,000); a context without the value is at
+    /// bucket 0 in a rollout (the first variation with a weight) and never
+    /// inside a weighted segment rule.
     Unleash {
         /// The group id (Unleash's `groupId`, by default the feature name).
         group: String,

@@ -101,7 +101,8 @@ def inferred(flags, ev):
     """The harness's default and requested type when a case leaves them
     out: the default from the flag's first variation's type, the type from
     the default."""
-    default = ev.get("default")
+    declared = ev.get("default")
+    default = declared
     if default is None:
         variations = (flags.get(ev["flagKey"]) or {}).get("variations") or [None]
         first = variations[0]
@@ -113,12 +114,13 @@ def inferred(flags, ev):
             default = ""
     value_type = ev.get("valueType")
     if not value_type:
+        # As the harness: a number is "int" when the declared default is
+        # an integral number, else (an inferred one too) "double".
         if isinstance(default, bool):
             value_type = "bool"
-        elif isinstance(default, int):
-            value_type = "int"
-        elif isinstance(default, float):
-            value_type = "double"
+        elif isinstance(default, (int, float)):
+            integral = isinstance(declared, (int, float)) and not isinstance(declared, bool) and float(declared).is_integer()
+            value_type = "int" if integral else "double"
         elif isinstance(default, str):
             value_type = "string"
         else:

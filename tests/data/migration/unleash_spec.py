@@ -9,7 +9,8 @@ compares the Rust SDK's answers with these expectations.
 
 Usage: python3 unleash_spec.py SPEC_DIR
   SPEC_DIR holds the specification's JSON files and a PROVENANCE.md whose
-  table rows read `| file | repo | commit | notes |`.
+  table rows read `| file | repo | commit | notes |`. Specification files
+  that are not a features document (the delta API's) are left out.
 Needs PyYAML. Deterministic.
 """
 import json
@@ -28,8 +29,10 @@ def commits(spec_dir):
     for line in open(path, encoding="utf-8"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and re.fullmatch(r"\d\d-[\w.-]+\.json", cells[0]) and re.fullmatch(r"[0-9a-f]{40}", cells[2]):
-            note = f" ({cells[3]})" if len(cells) > 3 and cells[3] else ""
-            out[cells[0]] = cells[2] + note
+            # A copy from the branch of client-specification PR #51 (not
+            # merged) says so; other notes stay in PROVENANCE.md.
+            branch = len(cells) > 3 and "PR-51" in cells[3]
+            out[cells[0]] = cells[2] + (" (the branch of the unmerged pull request #51)" if branch else "")
     return out
 
 
@@ -39,6 +42,9 @@ def main(spec_dir):
         if not re.match(r"\d\d-.*\.json$", name):
             continue
         spec = json.load(open(os.path.join(spec_dir, name), encoding="utf-8"))
+        if "features" not in (spec.get("state") or {}):
+            # Not a features document (the delta API's files, 19 and 20).
+            continue
         cases = []
         for t in spec.get("tests", []):
             cases.append({"name": t["description"], "feature": t["toggleName"],

@@ -300,9 +300,10 @@ fn flag(key: &str, f: &Json, approximate: bool) -> Result<Option<(Flag, Option<S
     let last = variations.len() as u32 - 1;
     let (off_variation, approximation) = match u32_of(f, "offVariation")? {
         Some(v) => (v, None),
-        // On, every answer is LaunchDarkly's; only switching it off later
-        // would differ.
-        None if on && approximate => (
+        // On without prerequisites (a failed one serves the off
+        // variation), every answer is LaunchDarkly's; only switching it off
+        // later would differ.
+        None if on && approximate && array(f, "prerequisites").is_empty() => (
             last,
             Some(format!(
                 "no offVariation: switched off, it serves variation {last} where LaunchDarkly serves the caller's default"
@@ -310,10 +311,12 @@ fn flag(key: &str, f: &Json, approximate: bool) -> Result<Option<(Flag, Option<S
         ),
         None => {
             let why = "offVariation: none (LaunchDarkly serves the caller's default while the flag is off; a flagstream flag names its off variation";
-            return Err(if on {
-                format!("{why}; --approximate imports it with its last variation as the off variation)")
-            } else {
+            return Err(if !on {
                 format!("{why}, and this flag is off)")
+            } else if !array(f, "prerequisites").is_empty() {
+                format!("{why}, which a failed prerequisite serves too)")
+            } else {
+                format!("{why}; --approximate imports it with its last variation as the off variation)")
             });
         }
     };
@@ -482,6 +485,11 @@ mod tests {
         // Switched off, no variation stands for the caller's default.
         let off = json!({"on": false, "variations": [true], "fallthrough": {"variation": 0}});
         assert!(flag("f", &off, true).unwrap_err().contains("this flag is off"));
+        // A failed prerequisite serves the off variation too: not
+        // approximated.
+        let mut gated = no_off.clone();
+        gated["prerequisites"] = json!([{"key": "p", "variation": 0}]);
+        assert!(flag("f", &gated, true).unwrap_err().contains("prerequisite"));
         let legacy = one_flag(json!({"on": true, "variations": [true], "offVariation": 0,
             "rules": [{"clauses": [{"attribute": "/odd", "op": "in", "values": ["x"]}], "variation": 0}],
             "fallthrough": {"variation": 0}}));

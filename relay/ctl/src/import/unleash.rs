@@ -64,8 +64,8 @@ pub(super) fn str_of<'a>(v: &'a Json, field: &str) -> &'a str {
     v.get(field).and_then(Json::as_str).unwrap_or("")
 }
 
-/// The document as flags, segments and the report (segments first, then
-/// features, each sorted by key).
+/// The document as flags, segments and the report (segments in the
+/// document's order, then features sorted by name).
 pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Line>, Owners), String> {
     let obj = doc.as_object().ok_or("the file is not a JSON object with `features`")?;
     let Some(features) = obj.get("features").and_then(Json::as_array) else {
@@ -79,8 +79,12 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
         features: features.iter().map(|f| (str_of(f, "name"), f)).collect(),
     };
     let unleash_segments = obj.get("segments").and_then(Json::as_array).map_or(&[][..], Vec::as_slice);
-    for f in features {
-        for s in array(f, "strategies") {
+    // Deleted features and disabled strategies read nothing.
+    let live = |v: &Json| v.get("deleted").and_then(Json::as_bool) != Some(true);
+    for f in features.iter().filter(|f| live(f)) {
+        for s in
+            array(f, "strategies").iter().filter(|s| s.get("disabled").and_then(Json::as_bool) != Some(true))
+        {
             cv.scope.note_numeric(array(s, "constraints"));
         }
     }
@@ -88,11 +92,17 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
         cv.scope.note_numeric(array(s, "constraints"));
     }
     let (mut set, mut report) = (FlagSet::default(), Vec::new());
+    let mut owners = Owners::default();
     for s in unleash_segments {
         let key = segment_key(s.get("id").unwrap_or(&Json::Null));
         let mark = cv.scope.segments.len();
         match cv.unleash_segment(&key, s) {
             Ok(seg) => {
+                // Its negations' segments belong to its line.
+                for helper in &cv.scope.segments[mark..] {
+                    owners.segments.insert(helper.key.clone(), ("segment", key.clone()));
+                    owners.generated.insert(helper.key.clone());
+                }
                 set.segments.push(seg);
                 cv.segments.insert(key.clone(), Ok(()));
                 report.push(Line::new("segment", &key, Outcome::Exact));
@@ -150,7 +160,6 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
             }
         }
     }
-    let mut owners = Owners::default();
     for (name, (flag, variant)) in converted {
         let line = ("feature", name.clone());
         owners.flags.insert(flag.key.clone(), line.clone());
@@ -161,6 +170,7 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
         }
         // A feature without written segments has no entry.
         for key in owned.remove(&name).unwrap_or_default() {
+            owners.generated.insert(key.clone());
             owners.segments.insert(key, line.clone());
         }
     }
@@ -172,6 +182,7 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
             HAS_USER_ID,
             vec![SegmentRule { clauses: vec![present("userId")], ..SegmentRule::default() }],
         ));
+        owners.generated.insert(HAS_USER_ID.to_owned());
     }
     for (name, outcome) in feature_lines {
         report.push(Line::new("feature", &name, outcome));
@@ -214,6 +225,11 @@ fn dependencies(
         let enabled = d.get("enabled").and_then(Json::as_bool).unwrap_or(true);
         let wanted: Vec<&str> = array(d, "variants").iter().filter_map(Json::as_str).collect();
         if !enabled {
+            if !wanted.is_empty() {
+                return Err(format!(
+                    "depends on {parent:?} being disabled with variants {wanted:?}: not one flagstream prerequisite"
+                ));
+            }
             if pf.get("enabled").and_then(Json::as_bool) != Some(true) {
                 return Err(format!(
                     "depends on {parent:?} being disabled while {parent:?} is switched off: a flagstream prerequisite needs its flag on"
@@ -234,16 +250,21 @@ fn dependencies(
                     })
                     .map(|(i, _)| i as u32)
                     .collect();
-                match indexes.as_slice() {
-                    [one] => out.push(Prerequisite { key: pv.key.clone(), variation: *one }),
-                    [] => {
+                // Where the parent resolves no variant (its variation 1),
+                // Unleash's variant test holds too.
+                let serves_none = pv.fallthrough.variation == Some(1)
+                    || pv.rules.iter().any(|r| r.serve.variation == Some(1));
+                match (indexes.as_slice(), serves_none) {
+                    ([one], false) => out.push(Prerequisite { key: pv.key.clone(), variation: *one }),
+                    ([], true) => out.push(Prerequisite { key: pv.key.clone(), variation: 1 }),
+                    ([], false) => {
                         return Err(format!(
                             "depends on variants {wanted:?} of {parent:?}, which it does not have (Unleash never enables {name:?})"
                         ));
                     }
                     _ => {
                         return Err(format!(
-                            "depends on variants {wanted:?} of {parent:?}: a flagstream prerequisite names one variation"
+                            "depends on variants {wanted:?} of {parent:?}, held by more than one of its answers (a variant, or none resolved): a flagstream prerequisite names one variation"
                         ));
                     }
                 }
@@ -278,8 +299,7 @@ impl Rules {
 
 impl Convert<'_> {
     fn unleash_segment(&mut self, key: &str, s: &Json) -> Result<Segment, Why> {
-        let mut n = 0;
-        let (mut clauses, never) = self.tests(s, key, &mut n)?;
+        let (mut clauses, never) = self.tests(s, key)?;
         if clauses.is_empty() {
             clauses.push(always());
         }
@@ -292,10 +312,10 @@ impl Convert<'_> {
 
     /// The clauses of `v`'s constraints, and whether one of them is true
     /// for no context.
-    pub(super) fn tests(&mut self, v: &Json, owner: &str, n: &mut usize) -> Result<(Vec<Clause>, bool), Why> {
+    pub(super) fn tests(&mut self, v: &Json, owner: &str) -> Result<(Vec<Clause>, bool), Why> {
         let (mut clauses, mut never) = (Vec::new(), false);
         for (i, c) in array(v, "constraints").iter().enumerate() {
-            match self.scope.constraint(c, owner, n).map_err(|e| format!("constraints[{i}]: {e}"))? {
+            match self.scope.constraint(c, owner, i + 1).map_err(|e| format!("constraint {}: {e}", i + 1))? {
                 Test::Clause(c) => clauses.push(c),
                 Test::Always => {}
                 Test::Never => never = true,
@@ -331,7 +351,7 @@ impl Convert<'_> {
             }
             if let Some(st) = self
                 .strategy(name, i + 1, s, segments)
-                .map_err(|e| format!("strategies[{i}] ({}): {e}", str_of(s, "name")))?
+                .map_err(|e| format!("strategy {} ({}): {e}", i + 1, str_of(s, "name")))?
             {
                 strategies.push(st);
             }

@@ -134,9 +134,9 @@ impl Scope {
         Ok(())
     }
 
-    /// One constraint as one test. `owner` names the flag or segment it
-    /// belongs to (for a written segment's key); `n` counts them.
-    pub(super) fn constraint(&mut self, c: &Json, owner: &str, n: &mut usize) -> Result<Test, Why> {
+    /// One constraint as one test. A segment it needs is `<owner>.c<n>`
+    /// (`n`: the constraint's 1-based position in its list).
+    pub(super) fn constraint(&mut self, c: &Json, owner: &str, n: usize) -> Result<Test, Why> {
         let name = c.get("contextName").and_then(Json::as_str).unwrap_or("");
         let attr = attribute(name)?;
         let op = c.get("operator").and_then(Json::as_str).unwrap_or("");
@@ -172,6 +172,10 @@ impl Scope {
             "STR_STARTS_WITH" | "STR_ENDS_WITH" | "STR_CONTAINS" => {
                 self.as_string(&attr)?;
                 let values = strings(c)?;
+                if values.is_empty() {
+                    // No value to find: never true, unless inverted.
+                    return Ok(if inverted { Test::Always } else { Test::Never });
+                }
                 let test = if fold {
                     let pattern = |v: &String| match op {
                         "STR_STARTS_WITH" => format!("(?i)^{}", literal(v)),
@@ -236,7 +240,6 @@ impl Scope {
         // Either of several clauses: a segment with a rule for each.
         // Unleash's negation is true for a context without the field: the
         // negated membership of a segment holding the positive test.
-        *n += 1;
         let key = format!("{owner}.c{n}");
         let rules = positive.into_iter().map(|c| SegmentRule { clauses: vec![c], ..SegmentRule::default() });
         self.segments.push(segment(&key, rules.collect()));
@@ -268,7 +271,7 @@ mod tests {
     fn one(c: Json) -> (Result<Clause, Why>, Scope) {
         let mut scope = Scope::default();
         scope.note_numeric(std::slice::from_ref(&c));
-        let r = scope.constraint(&c, "f", &mut 0).map(|t| match t {
+        let r = scope.constraint(&c, "f", 1).map(|t| match t {
             Test::Clause(c) => c,
             other => panic!("{other:?}"),
         });
@@ -299,9 +302,9 @@ mod tests {
         // An empty list: nothing is in it.
         let mut scope = Scope::default();
         let empty = |op: &str, inverted: bool| json!({"contextName": "a", "operator": op, "values": [], "inverted": inverted});
-        assert_eq!(scope.constraint(&empty("IN", false), "f", &mut 0), Ok(Test::Never));
-        assert_eq!(scope.constraint(&empty("NOT_IN", false), "f", &mut 0), Ok(Test::Always));
-        assert_eq!(scope.constraint(&empty("IN", true), "f", &mut 0), Ok(Test::Always));
+        assert_eq!(scope.constraint(&empty("IN", false), "f", 1), Ok(Test::Never));
+        assert_eq!(scope.constraint(&empty("NOT_IN", false), "f", 1), Ok(Test::Always));
+        assert_eq!(scope.constraint(&empty("IN", true), "f", 1), Ok(Test::Always));
         let (c, s) = one(json!({"contextName": "age", "operator": "NUM_GTE", "value": "18"}));
         assert_eq!(c.unwrap(), clause("age".into(), Operator::Gte, vec![json!(18.0)], false));
         assert!(s.numeric.contains("age"));
@@ -322,8 +325,7 @@ mod tests {
         assert!(c.unwrap_err().contains("not a number"));
         let mut scope = Scope::default();
         scope.numeric.insert("age".into());
-        let r =
-            scope.constraint(&json!({"contextName": "age", "operator": "IN", "values": ["1"]}), "f", &mut 0);
+        let r = scope.constraint(&json!({"contextName": "age", "operator": "IN", "values": ["1"]}), "f", 1);
         assert!(r.unwrap_err().contains("one type"));
     }
 }

@@ -76,7 +76,7 @@ impl Convert<'_> {
         segments: &mut Vec<Segment>,
     ) -> Result<Option<Strategy>, Why> {
         let owner = format!("{name}.strategy{n}");
-        let (mut cond, never) = self.tests(s, &owner, &mut 0)?;
+        let (mut cond, never) = self.tests(s, &owner)?;
         if never {
             return Ok(None);
         }
@@ -104,6 +104,9 @@ impl Convert<'_> {
                     .filter(|id| !id.is_empty())
                     .map(Json::from)
                     .collect();
+                if ids.is_empty() {
+                    return Ok(None); // no listed user: never true
+                }
                 cond.push(clause("userId".into(), Operator::In, ids, false));
                 None
             }
@@ -115,6 +118,9 @@ impl Convert<'_> {
                     .map(|ip| ip.trim().to_owned())
                     .filter(|ip| !ip.is_empty())
                     .collect();
+                if ips.is_empty() {
+                    return Ok(None); // no listed address: never true
+                }
                 if let Some(range) = ips.iter().find(|ip| ip.contains('/')) {
                     return Err(format!("the address range {range:?}: flagstream has no CIDR test"));
                 }

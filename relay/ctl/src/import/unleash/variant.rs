@@ -42,23 +42,23 @@ impl Convert<'_> {
             rules.add(format!("{id}-none"), prefix.to_vec(), Serve::variation(1));
             return Ok(());
         }
-        for v in list {
+        for (vi, v) in list.iter().enumerate() {
             for (j, o) in array(v, "overrides").iter().enumerate() {
-                let attr =
-                    attribute(str_of(o, "contextName")).map_err(|e| format!("variant overrides: {e}"))?;
-                self.scope.as_string(&attr)?;
+                let at = |e: Why| format!("variant {:?}, override {}: {e}", str_of(v, "name"), j + 1);
+                let attr = attribute(str_of(o, "contextName")).map_err(at)?;
+                self.scope.as_string(&attr).map_err(at)?;
                 let listed: Vec<Json> = array(o, "values").to_vec();
+                if listed.is_empty() {
+                    continue; // no listed value: never applies
+                }
                 let index = index_of(values, variant_value(v));
                 let mut clauses = prefix.to_vec();
                 clauses.push(clause(attr, Operator::In, listed, false));
-                rules.add(
-                    format!("{id}-override-{}-{}", str_of(v, "name"), j + 1),
-                    clauses,
-                    Serve::variation(index),
-                );
+                rules.add(format!("{id}-override-{}-{}", vi + 1, j + 1), clauses, Serve::variation(index));
             }
         }
-        let stick = stickiness(list.first().and_then(|v| v.get("stickiness")).and_then(Json::as_str))?;
+        let stick = stickiness(list.first().and_then(|v| v.get("stickiness")).and_then(Json::as_str))
+            .map_err(|e| format!("variants' stickiness: {e}"))?;
         self.split(id, prefix, list, name, &stick, values, rules)
     }
 
@@ -82,12 +82,13 @@ impl Convert<'_> {
                 })
             })
             .collect::<Result<Vec<u32>, Why>>()?;
-        let total: u32 = weights.iter().sum();
-        if total == 0 || !WEIGHT_TOTAL.is_multiple_of(total) {
+        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        let Some(total) = u32::try_from(total).ok().filter(|&t| t > 0 && WEIGHT_TOTAL.is_multiple_of(t))
+        else {
             return Err(format!(
                 "variant weights total {total}: flagstream reproduces Unleash's split only for a total dividing 100000 (Unleash's own total is 1000)"
             ));
-        }
+        };
         let scale = WEIGHT_TOTAL / total;
         let variations: Vec<WeightedVariation> = list
             .iter()
@@ -112,8 +113,9 @@ impl Convert<'_> {
         };
         match stick {
             Stick::Default => {
-                self.scope.as_string("userId")?;
-                self.scope.as_string("sessionId")?;
+                let at = |e: Why| format!("variants' stickiness: {e}");
+                self.scope.as_string("userId").map_err(at)?;
+                self.scope.as_string("sessionId").map_err(at)?;
                 let mut with_user = prefix.to_vec();
                 with_user.push(present("userId"));
                 rules.add(format!("{id}-by-userId"), with_user, rollout("userId"));
@@ -123,7 +125,7 @@ impl Convert<'_> {
             // first variant with a weight, as flagstream's missing value).
             Stick::Random => rules.add(format!("{id}-split"), prefix.to_vec(), rollout("random")),
             Stick::Named(by) => {
-                self.scope.as_string(by)?;
+                self.scope.as_string(by).map_err(|e| format!("variants' stickiness: {e}"))?;
                 rules.add(format!("{id}-split"), prefix.to_vec(), rollout(by));
             }
         }
