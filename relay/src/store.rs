@@ -37,7 +37,7 @@ mod task;
 pub(crate) mod token;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -57,7 +57,7 @@ pub(crate) use error::{StoreError, corrupt, to_json};
 pub(crate) use freshness::Freshness;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
 pub(crate) use op::{Op, WriteResult};
-use state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
+use state::{EnvState, Item, Items, Kind, Log, item_hash};
 
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]
@@ -265,9 +265,9 @@ pub(crate) fn build_items(
     raw: impl IntoIterator<Item = (Kind, Bytes)>,
     limits: &Limits,
     metrics: &Metrics,
-) -> Result<(BTreeMap<ItemKey, Item>, Snapshot), String> {
+) -> Result<(Items, Snapshot), String> {
     let mut set = FlagSet::default();
-    let mut items = BTreeMap::new();
+    let mut items = Items::new();
     for (kind, bytes) in raw {
         let (key, version) =
             decode_item(kind, &bytes, &mut set).map_err(|e| format!("{} {e}", kind.name()))?;
@@ -605,8 +605,8 @@ fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<En
         meta.epoch.clone(),
         meta.revision,
         meta.committed_unix_ms,
-        Arc::new(items),
-        Arc::new(VecDeque::from(l.log)),
+        items,
+        Log::from(l.log),
         Arc::new(snapshot.with_cursor(&meta.epoch, meta.revision)),
     );
     if state.checksum != meta.checksum {
@@ -637,7 +637,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Drops the oldest entries beyond the retention; returns their revisions.
-fn trim_log(log: &mut VecDeque<LogEntry>, retention: Retention) -> Vec<u64> {
+fn trim_log(log: &mut Log, retention: Retention) -> Vec<u64> {
     let mut trimmed = Vec::new();
     let mut bytes: usize = log.iter().map(|e| e.bytes).sum();
     while log.len() > 1 && (log.len() > retention.revisions || bytes > retention.bytes) {

@@ -42,8 +42,8 @@ pub(super) fn env_to_proto(env: &Env) -> pb::Environment {
         description: meta.description.clone(),
         epoch: meta.epoch.clone(),
         revision: state.revision,
-        flag_count: state.items.keys().filter(|(k, _)| *k == Kind::Flag).count() as u64,
-        segment_count: state.items.keys().filter(|(k, _)| *k == Kind::Segment).count() as u64,
+        flag_count: state.totals().flags as u64,
+        segment_count: state.totals().segments as u64,
         created_unix_ms: meta.created_unix_ms,
         cors_origins: meta.cors_origins.clone(),
     }

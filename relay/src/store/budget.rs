@@ -23,10 +23,8 @@
 
 use std::sync::atomic::Ordering;
 
-use std::collections::BTreeMap;
-
 use super::op::Op;
-use super::state::{Item, ItemKey, Kind};
+use super::state::{Items, Kind};
 use super::{Store, StoreError};
 
 /// Copies of an environment a write holds until it is published
@@ -88,7 +86,7 @@ pub(super) struct Request {
 impl Request {
     /// The request of `ops` against the environment's `items`. One item at
     /// a time, so the estimate allocates nothing that lives.
-    pub(super) fn of(ops: &[Op], items: &BTreeMap<ItemKey, Item>) -> Request {
+    pub(super) fn of(ops: &[Op], items: &Items) -> Request {
         use prost::Message;
         let stored =
             |kind: Kind, key: &str| items.get(&(kind, key.to_owned())).map_or(0, |i| i.bytes.len()) as i64;

@@ -3,7 +3,7 @@
 //! caller does not own, so it completes whole whatever happens to the
 //! caller.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -11,7 +11,7 @@ use flagstream::{Snapshot, ValidationErrors};
 
 use super::audit::{self, Access, AuditRecord, Who};
 use super::meta::{EnvMeta, SdkKeyRecord};
-use super::state::EnvState;
+use super::state::{EnvState, Items, Log};
 use super::{Env, Store, StoreError, now_ms};
 use crate::ops::secret;
 
@@ -106,8 +106,8 @@ impl Store {
                 meta.epoch.clone(),
                 meta.revision,
                 meta.committed_unix_ms,
-                Arc::new(BTreeMap::new()),
-                Arc::new(VecDeque::new()),
+                Items::new(),
+                Log::new(),
                 Arc::new(Snapshot::empty()),
             );
             let name = meta.name.clone();

@@ -29,7 +29,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use super::audit::{self, AuditPos, AuditRecord};
 use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, MetaChange, Revoked, WriteLock};
 use super::meta::EnvMeta;
-use super::state::{Kind, LogEntry};
+use super::state::{Kind, Log, LogEntry};
 use super::{Retention, StoreError, corrupt, trim_log};
 use crate::store::token::TokenRecord;
 
@@ -618,7 +618,7 @@ pub(crate) fn log_of(
     retention: Retention,
 ) -> Vec<LogEntry> {
     rows.sort_by_key(|r| r.0);
-    let mut log: std::collections::VecDeque<LogEntry> = rows
+    let mut log: Log = rows
         .into_iter()
         .map(|(revision, commit_id, committed_unix_ms, bytes)| LogEntry {
             revision,
@@ -632,7 +632,7 @@ pub(crate) fn log_of(
         })
         .collect();
     trim_log(&mut log, retention);
-    log.into()
+    log.into_iter().collect()
 }
 
 /// The bytes of a `bytea` column.

@@ -15,7 +15,6 @@
 //! These run on tokio's blocking pool (the follow engine calls its sink
 //! there) and block on the backend.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -26,7 +25,7 @@ use flagstream_proto::v1 as pb;
 
 use super::backend::{Commit, ItemChange};
 use super::meta::EnvMeta;
-use super::state::{EnvState, Item, ItemKey, Kind, LogEntry};
+use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
 use super::{Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
 
 fn stored(e: StoreError) -> ApplyError {
@@ -94,9 +93,13 @@ impl Store {
         let name = env.meta.load().name.clone();
         let (items, snapshot) = build_items(&name, raw, &self.inner.limits, &self.inner.metrics)
             .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
-        let sum = items.values().fold(0u64, |s, i| s.wrapping_add(i.hash));
-        if sum != h.checksum {
-            return Err(ApplyError::Checksum { revision: h.revision, computed: sum, expected: h.checksum });
+        let totals = Totals::of(&items);
+        if totals.checksum != h.checksum {
+            return Err(ApplyError::Checksum {
+                revision: h.revision,
+                computed: totals.checksum,
+                expected: h.checksum,
+            });
         }
         let state = env.state.load_full();
         let same_epoch = state.epoch == h.epoch;
@@ -134,8 +137,8 @@ impl Store {
         );
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
-        let log = (same_epoch && !diverged).then(|| (VecDeque::clone(&state.log), Some(state.revision)));
-        self.commit_received(env, h, items, snapshot, changes, log, persist, commit_id)
+        let log = (same_epoch && !diverged).then(|| (state.log.clone(), Some(state.revision)));
+        self.commit_received(env, h, (items, totals), snapshot, changes, log, persist, commit_id)
     }
 
     /// [`Store::apply_delta_blocking`] under the environment's write lock
@@ -156,7 +159,10 @@ impl Store {
                 epoch_ok: d.epoch == state.epoch,
             });
         }
-        let mut items = BTreeMap::clone(&state.items);
+        // A copy sharing every unchanged item; the totals moved by the
+        // change alone.
+        let mut items = state.items.clone();
+        let mut totals = state.totals();
         let mut change = FlagSet::default();
         let mut changes = Vec::new();
         let upserts = d
@@ -170,7 +176,9 @@ impl Store {
             let hash = item_hash(kind, &key, &bytes);
             let k: ItemKey = (kind, key);
             changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()) });
-            items.insert(k, Item { bytes, hash, version });
+            let new = Item { bytes, hash, version };
+            let old = items.insert(k.clone(), new.clone());
+            totals.change(k.0, old.as_ref(), Some(&new));
         }
         let deletes = d
             .deleted_flag_keys
@@ -179,15 +187,15 @@ impl Store {
             .chain(d.deleted_segment_keys.iter().map(|k| (Kind::Segment, k)));
         for (kind, key) in deletes {
             let k: ItemKey = (kind, key.clone());
-            if items.remove(&k).is_some() {
+            if let Some(old) = items.remove(&k) {
+                totals.change(kind, Some(&old), None);
                 changes.push(ItemChange { key: k, bytes: None });
             }
         }
-        let sum = items.values().fold(0u64, |s, i| s.wrapping_add(i.hash));
-        if sum != d.checksum {
+        if totals.checksum != d.checksum {
             return Err(ApplyError::Checksum {
                 revision: d.to_revision,
-                computed: sum,
+                computed: totals.checksum,
                 expected: d.checksum,
             });
         }
@@ -216,8 +224,17 @@ impl Store {
             checksum: d.checksum,
             committed_unix_ms: d.committed_unix_ms,
         };
-        let log = VecDeque::clone(&state.log);
-        self.commit_received(env, h, items, snapshot, changes, Some((log, None)), persist, commit_id)
+        let log = state.log.clone();
+        self.commit_received(
+            env,
+            h,
+            (items, totals),
+            snapshot,
+            changes,
+            Some((log, None)),
+            persist,
+            commit_id,
+        )
     }
 
     /// A received revision may be stored: the environment is neither
@@ -235,10 +252,10 @@ impl Store {
         &self,
         env: &Env,
         h: Header,
-        items: BTreeMap<ItemKey, Item>,
+        (items, totals): (Items, Totals),
         snapshot: Snapshot,
         changes: Vec<ItemChange>,
-        log: Option<(VecDeque<LogEntry>, Option<u64>)>,
+        log: Option<(Log, Option<u64>)>,
         persist: bool,
         commit_id: String,
     ) -> Result<pb::Cursor, ApplyError> {
@@ -263,13 +280,14 @@ impl Store {
         // how old the upstream's own data was); from a shared database's
         // feed it is the truth, not a copy.
         meta.confirmed_unix_ms = if persist { super::now_ms() } else { 0 };
-        let state = EnvState::new(
+        let state = EnvState::with_totals(
             meta.name.clone(),
             h.epoch.clone(),
             h.revision,
             h.committed_unix_ms,
-            Arc::new(items),
-            Arc::new(log),
+            items,
+            totals,
+            log,
             Arc::new(snapshot.with_cursor(&h.epoch, h.revision)),
         );
         let commit = Commit {

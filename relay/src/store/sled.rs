@@ -25,7 +25,7 @@ use super::audit::{AuditPos, AuditRecord};
 use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
-use super::state::{ItemKey, Kind, LogEntry};
+use super::state::{ItemKey, Kind, Log, LogEntry};
 use super::token::{BOOTSTRAP, Role, TokenRecord};
 use super::{Retention, StoreError, corrupt, to_json, trim_log};
 
@@ -136,7 +136,7 @@ impl SledBackend {
             items.insert((kind, key), Bytes::copy_from_slice(&v));
         }
         let log_tree = self.db.open_tree(format!("log/{name}"))?;
-        let mut log = std::collections::VecDeque::new();
+        let mut log = Log::new();
         for r in log_tree.iter() {
             let (_, v) = r?;
             let e: LogEntry =
@@ -161,7 +161,7 @@ impl SledBackend {
             }
             None => 0,
         };
-        Ok(Loaded { meta, items, log: log.into(), audit_trimmed })
+        Ok(Loaded { meta, items, log: log.into_iter().collect(), audit_trimmed })
     }
 
     fn commit_now(&self, c: Commit) -> Result<Committed, StoreError> {

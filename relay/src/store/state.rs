@@ -5,7 +5,7 @@
 //! encode-once caches: one snapshot encoding and one delta per cursor, per
 //! revision.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -36,6 +36,58 @@ impl Kind {
 
 /// `(kind, key)`: flags sort before segments, each by key.
 pub(crate) type ItemKey = (Kind, String);
+
+/// Every live item of an environment, by key: a persistent map, so the
+/// state after a write shares every unchanged item with the state before
+/// it (a write costs its change, not the environment's size).
+pub(crate) type Items = imbl::OrdMap<ItemKey, Item>;
+
+/// The retained change log, oldest first: persistent too.
+pub(crate) type Log = imbl::Vector<LogEntry>;
+
+/// What an environment's items add up to, kept with its state and moved
+/// by each change rather than summed over every item.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Wrapping sum of the item hashes (PROTOCOL.md §3.1).
+    pub checksum: u64,
+    /// Bytes of all item encodings.
+    pub bytes: usize,
+    /// Number of flags.
+    pub flags: usize,
+    /// Number of segments.
+    pub segments: usize,
+}
+
+impl Totals {
+    /// Summed over every item (at load, or for a received snapshot).
+    pub(crate) fn of(items: &Items) -> Totals {
+        let mut t = Totals::default();
+        for (k, i) in items {
+            t.change(k.0, None, Some(i));
+        }
+        t
+    }
+
+    /// Moves the totals by one item replaced (`old` → `new`; either may be
+    /// absent).
+    pub(crate) fn change(&mut self, kind: Kind, old: Option<&Item>, new: Option<&Item>) {
+        let count = match kind {
+            Kind::Flag => &mut self.flags,
+            Kind::Segment => &mut self.segments,
+        };
+        if let Some(o) = old {
+            self.checksum = self.checksum.wrapping_sub(o.hash);
+            self.bytes -= o.bytes.len();
+            *count -= 1;
+        }
+        if let Some(n) = new {
+            self.checksum = self.checksum.wrapping_add(n.hash);
+            self.bytes += n.bytes.len();
+            *count += 1;
+        }
+    }
+}
 
 /// One stored flag or segment.
 #[derive(Debug, Clone)]
@@ -88,14 +140,14 @@ pub(crate) struct EnvState {
     pub revision: u64,
     /// Checksum of all items (wrapping sum of item hashes).
     pub checksum: u64,
-    /// Bytes of all item encodings (summed with the checksum).
-    bytes: usize,
+    /// The items' totals (the checksum among them).
+    totals: Totals,
     /// Commit time of the head revision, Unix ms.
     pub committed_unix_ms: u64,
     /// All live items.
-    pub items: Arc<BTreeMap<ItemKey, Item>>,
+    pub items: Items,
     /// Retained change log, oldest first, ending at `revision`.
-    pub log: Arc<VecDeque<LogEntry>>,
+    pub log: Log,
     /// `(r, R)` of each diffed entry in the log: cursors strictly between
     /// get snapshots (see [`LogEntry::diffed_from`]). Almost always empty.
     holes: Vec<(u64, u64)>,
@@ -153,27 +205,43 @@ pub(crate) enum Catchup {
 }
 
 impl EnvState {
-    /// A state with empty caches.
+    /// A state with empty caches, its totals summed over the items (at
+    /// load: once).
     pub(crate) fn new(
         name: String,
         epoch: String,
         revision: u64,
         committed_unix_ms: u64,
-        items: Arc<BTreeMap<ItemKey, Item>>,
-        log: Arc<VecDeque<LogEntry>>,
+        items: Items,
+        log: Log,
         snapshot: Arc<Snapshot>,
     ) -> EnvState {
-        let (checksum, bytes) = items
-            .values()
-            .fold((0u64, 0usize), |(sum, bytes), i| (sum.wrapping_add(i.hash), bytes + i.bytes.len()));
+        let totals = Totals::of(&items);
+        EnvState::with_totals(name, epoch, revision, committed_unix_ms, items, totals, log, snapshot)
+    }
+
+    /// A state with empty caches whose items add up to `totals` (kept by
+    /// the write that made them).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_totals(
+        name: String,
+        epoch: String,
+        revision: u64,
+        committed_unix_ms: u64,
+        items: Items,
+        totals: Totals,
+        log: Log,
+        snapshot: Arc<Snapshot>,
+    ) -> EnvState {
+        debug_assert_eq!(totals, Totals::of(&items), "totals kept out of step with the items");
         let holes = log.iter().filter_map(|e| e.diffed_from.map(|from| (from, e.revision))).collect();
         EnvState {
             holes,
             name,
             epoch,
             revision,
-            checksum,
-            bytes,
+            checksum: totals.checksum,
+            totals,
             committed_unix_ms,
             items,
             log,
@@ -324,7 +392,12 @@ impl EnvState {
 
     /// Bytes of all item encodings (store size).
     pub(crate) fn item_bytes(&self) -> usize {
-        self.bytes
+        self.totals.bytes
+    }
+
+    /// The items' totals.
+    pub(crate) fn totals(&self) -> Totals {
+        self.totals
     }
 }
 
@@ -335,8 +408,8 @@ mod tests {
     /// Revision 20 of an environment whose revision `r` changed flag `f-r`
     /// (1 KiB each).
     fn state() -> EnvState {
-        let mut items = BTreeMap::new();
-        let mut log = VecDeque::new();
+        let mut items = Items::new();
+        let mut log = Log::new();
         for r in 1..=20u64 {
             let key = (Kind::Flag, format!("f-{r}"));
             let bytes = Bytes::from(vec![b'x'; 1024]);
@@ -351,15 +424,7 @@ mod tests {
                 commit_id: String::new(),
             });
         }
-        EnvState::new(
-            "e".into(),
-            "E".into(),
-            20,
-            0,
-            Arc::new(items),
-            Arc::new(log),
-            Arc::new(Snapshot::empty()),
-        )
+        EnvState::new("e".into(), "E".into(), 20, 0, items, log, Arc::new(Snapshot::empty()))
     }
 
     fn delta_encodes(m: &Metrics) -> u64 {

@@ -3,7 +3,6 @@
 //! revision through the backend, then publish it to memory and
 //! subscribers. Cancel-safe and off the runtime's workers.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -11,7 +10,7 @@ use super::backend::{Commit, ItemChange};
 use super::budget::{self, Reserved, Stage};
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
-use super::state::{EnvState, Item, ItemKey, Kind, LogEntry, item_hash};
+use super::state::{EnvState, Item, ItemKey, LogEntry, Totals, item_hash};
 use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, now_ms, trim_log};
 
 /// Plans of one write against a shared database whose head kept moving
@@ -317,26 +316,27 @@ impl Store {
             return Ok(Prepared::NoOp(WriteResult { revision: state.revision, items: plan.versions }));
         }
         let committed = now_ms();
-        let mut items = BTreeMap::clone(&state.items);
+        // A copy sharing every unchanged item, and the totals moved by the
+        // change alone.
+        let mut items = state.items.clone();
+        let mut totals = state.totals();
         let mut entry_bytes = 0;
-        // The environment's item bytes after the write, from the change.
-        let mut after_bytes = before_bytes;
         for c in &plan.changes {
-            let old = match &c.bytes {
-                Some(bytes) => {
-                    entry_bytes += bytes.len();
-                    after_bytes += bytes.len() as u64;
-                    let hash = item_hash(c.key.0, &c.key.1, bytes);
-                    items.insert(c.key.clone(), Item { bytes: bytes.clone(), hash, version: c.version_after })
-                }
-                None => {
-                    entry_bytes += c.key.1.len();
-                    items.remove(&c.key)
-                }
+            let new = c.bytes.as_ref().map(|bytes| Item {
+                bytes: bytes.clone(),
+                hash: item_hash(c.key.0, &c.key.1, bytes),
+                version: c.version_after,
+            });
+            entry_bytes += c.bytes.as_ref().map_or(c.key.1.len(), |b| b.len());
+            let old = match &new {
+                Some(item) => items.insert(c.key.clone(), item.clone()),
+                None => items.remove(&c.key),
             };
-            after_bytes -= old.map_or(0, |o| o.bytes.len() as u64);
+            totals.change(c.key.0, old.as_ref(), new.as_ref());
         }
-        self.check_size_quota(env_name, &state.items, &items)?;
+        // The environment's item bytes after the write.
+        let after_bytes = totals.bytes as u64;
+        self.check_size_quota(env_name, state.totals(), totals)?;
         let budget = match request {
             Some(request) => {
                 self.check_memory_budget(env_name, before_bytes, after_bytes, request, Stage::Planned)?
@@ -351,20 +351,21 @@ impl Store {
             diffed_from: None,
             commit_id: String::new(),
         };
-        let mut log = VecDeque::clone(&state.log);
+        let mut log = state.log.clone();
         log.push_back(entry.clone());
         let trimmed = trim_log(&mut log, self.inner.retention);
         let mut meta = EnvMeta::clone(&env.meta.load());
         let before = |k: &ItemKey| state.items.get(k).map(|i| i.bytes.as_ref());
         let audit =
             audit::seal(&plan.changes, before, revision, committed, who, comment, &mut meta.audit_head)?;
-        let new_state = EnvState::new(
+        let new_state = EnvState::with_totals(
             state.name.clone(),
             state.epoch.clone(),
             revision,
             committed,
-            Arc::new(items),
-            Arc::new(log),
+            items,
+            totals,
+            log,
             Arc::new(plan.snapshot.with_cursor(&state.epoch, revision)),
         );
         meta.revision = revision;
@@ -392,18 +393,9 @@ impl Store {
     /// Refuses a write that takes an environment past a size quota. A
     /// write that does not grow an exceeded dimension (after a quota was
     /// lowered) still goes through, so an environment can always shrink.
-    fn check_size_quota(
-        &self,
-        env: &str,
-        before: &BTreeMap<ItemKey, Item>,
-        after: &BTreeMap<ItemKey, Item>,
-    ) -> Result<(), StoreError> {
+    fn check_size_quota(&self, env: &str, before: Totals, after: Totals) -> Result<(), StoreError> {
         let q = **self.inner.size_quota.load();
-        let usage = |m: &BTreeMap<ItemKey, Item>| {
-            let flags = m.keys().filter(|(k, _)| *k == Kind::Flag).count();
-            let bytes: usize = m.values().map(|i| i.bytes.len()).sum();
-            (flags, m.len() - flags, bytes)
-        };
+        let usage = |t: Totals| (t.flags, t.segments, t.bytes);
         let (b, a) = (usage(before), usage(after));
         let checks = [
             (a.0, b.0, q.flags, "flags", "flags", "quota-flags"),

@@ -72,10 +72,14 @@ impl Hub {
         let now = now_ms();
         // Only revisions still in the change log (ordered by revision) have
         // a commit time: those after `prev`, up to `revision`.
-        let first = state.log.partition_point(|e| e.revision <= prev);
-        let newly = state
-            .log
-            .range(first..)
+        let log = &state.log;
+        let first = log
+            .binary_search_by(|e| {
+                if e.revision <= prev { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater }
+            })
+            .unwrap_or_else(|at| at);
+        let newly = (first..log.len())
+            .map(|i| &log[i])
             .take_while(|e| e.revision <= revision)
             // Revisions committed before this stream began were not
             // propagated to it: a new subscriber gives no latency sample.
