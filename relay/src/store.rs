@@ -606,7 +606,7 @@ fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<En
         meta.revision,
         meta.committed_unix_ms,
         items,
-        Log::from(l.log),
+        l.log,
         Arc::new(snapshot.with_cursor(&meta.epoch, meta.revision)),
     );
     if state.checksum != meta.checksum {

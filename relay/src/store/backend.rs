@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use super::audit::{AuditPos, AuditRecord};
 use super::meta::EnvMeta;
-use super::state::{ItemKey, Kind, LogEntry};
+use super::state::{ItemKey, Kind, Log, LogEntry};
 use super::{Retention, StoreError};
 pub(crate) use crate::store::token::Revoked;
 use crate::store::token::TokenRecord;
@@ -88,7 +88,7 @@ pub(crate) struct Loaded {
     /// Every live item's bytes.
     pub items: BTreeMap<ItemKey, Bytes>,
     /// The retained change log, oldest first, after retention.
-    pub log: Vec<LogEntry>,
+    pub log: Log,
     /// Audit records dropped at load for the retention.
     pub audit_trimmed: usize,
 }

@@ -616,23 +616,25 @@ pub(crate) fn log_of(
     mut rows: Vec<(u64, String, u64, usize)>,
     mut changed: BTreeMap<u64, Vec<(Kind, String)>>,
     retention: Retention,
-) -> Vec<LogEntry> {
+) -> Log {
     rows.sort_by_key(|r| r.0);
     let mut log: Log = rows
         .into_iter()
-        .map(|(revision, commit_id, committed_unix_ms, bytes)| LogEntry {
-            revision,
-            // A revision with no changed-item rows names no item: deltas
-            // built across it carry nothing for it.
-            changed: changed.remove(&revision).unwrap_or_default(),
-            committed_unix_ms,
-            bytes,
-            diffed_from: None,
-            commit_id,
+        .map(|(revision, commit_id, committed_unix_ms, bytes)| {
+            std::sync::Arc::new(LogEntry {
+                revision,
+                // A revision with no changed-item rows names no item: deltas
+                // built across it carry nothing for it.
+                changed: changed.remove(&revision).unwrap_or_default(),
+                committed_unix_ms,
+                bytes,
+                diffed_from: None,
+                commit_id,
+            })
         })
         .collect();
     trim_log(&mut log, retention);
-    log.into_iter().collect()
+    log
 }
 
 /// The bytes of a `bytea` column.

@@ -269,7 +269,7 @@ impl Store {
             diffed_from,
             commit_id,
         });
-        log.extend(entry.clone());
+        log.extend(entry.clone().map(Arc::new));
         let trimmed = trim_log(&mut log, self.inner.retention);
         let mut meta = EnvMeta::clone(&env.meta.load());
         meta.epoch.clone_from(&h.epoch);

@@ -141,7 +141,7 @@ impl SledBackend {
             let (_, v) = r?;
             let e: LogEntry =
                 serde_json::from_slice(&v).map_err(|e| corrupt(format!("change log of {name:?}"), e))?;
-            log.push_back(e);
+            log.push_back(std::sync::Arc::new(e));
         }
         // Only entries up to the committed head count (a later one cannot
         // exist with atomic commits, but never trust more than meta says).
@@ -161,7 +161,7 @@ impl SledBackend {
             }
             None => 0,
         };
-        Ok(Loaded { meta, items, log: log.into_iter().collect(), audit_trimmed })
+        Ok(Loaded { meta, items, log, audit_trimmed })
     }
 
     fn commit_now(&self, c: Commit) -> Result<Committed, StoreError> {

@@ -42,8 +42,10 @@ pub(crate) type ItemKey = (Kind, String);
 /// it (a write costs its change, not the environment's size).
 pub(crate) type Items = imbl::OrdMap<ItemKey, Item>;
 
-/// The retained change log, oldest first: persistent too.
-pub(crate) type Log = imbl::Vector<LogEntry>;
+/// The retained change log, oldest first: persistent too, its entries
+/// shared (a write copies the edge chunk it appends to: pointers, not the
+/// entries' key lists).
+pub(crate) type Log = imbl::Vector<Arc<LogEntry>>;
 
 /// What an environment's items add up to, kept with its state and moved
 /// by each change rather than summed over every item.
@@ -234,6 +236,9 @@ impl EnvState {
         snapshot: Arc<Snapshot>,
     ) -> EnvState {
         debug_assert_eq!(totals, Totals::of(&items), "totals kept out of step with the items");
+        // In every build, the counts (O(1)): totals out of step would be
+        // committed as the environment's checksum.
+        assert_eq!(totals.flags + totals.segments, items.len(), "totals kept out of step with the items");
         let holes = log.iter().filter_map(|e| e.diffed_from.map(|from| (from, e.revision))).collect();
         EnvState {
             holes,
@@ -405,6 +410,34 @@ impl EnvState {
 mod tests {
     use super::*;
 
+    /// Totals moved change by change (inserts, replacements, deletes of
+    /// present and missing keys, both kinds) equal the totals summed over
+    /// the items.
+    #[test]
+    fn kept_totals_match_the_items() {
+        let (mut items, mut totals) = (Items::new(), Totals::default());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..5_000u64 {
+            // xorshift: deterministic, spread over 64 keys of each kind.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let kind = if x & 1 == 0 { Kind::Flag } else { Kind::Segment };
+            let key: ItemKey = (kind, format!("k{}", (x >> 8) % 64));
+            if (x >> 20).is_multiple_of(3) {
+                let old = items.remove(&key);
+                totals.change(kind, old.as_ref(), None);
+            } else {
+                let bytes = Bytes::from(vec![b'v'; ((x >> 24) % 300) as usize]);
+                let new = Item { hash: item_hash(kind, &key.1, &bytes), bytes, version: step };
+                let old = items.insert(key, new.clone());
+                totals.change(kind, old.as_ref(), Some(&new));
+            }
+            assert_eq!(totals, Totals::of(&items), "step {step}");
+        }
+        assert!(totals.flags > 0 && totals.segments > 0);
+    }
+
     /// Revision 20 of an environment whose revision `r` changed flag `f-r`
     /// (1 KiB each).
     fn state() -> EnvState {
@@ -415,14 +448,14 @@ mod tests {
             let bytes = Bytes::from(vec![b'x'; 1024]);
             items
                 .insert(key.clone(), Item { hash: item_hash(Kind::Flag, &key.1, &bytes), bytes, version: 1 });
-            log.push_back(LogEntry {
+            log.push_back(Arc::new(LogEntry {
                 revision: r,
                 changed: vec![key],
                 committed_unix_ms: 0,
                 bytes: 1024,
                 diffed_from: None,
                 commit_id: String::new(),
-            });
+            }));
         }
         EnvState::new("e".into(), "E".into(), 20, 0, items, log, Arc::new(Snapshot::empty()))
     }

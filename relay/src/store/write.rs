@@ -352,7 +352,7 @@ impl Store {
             commit_id: String::new(),
         };
         let mut log = state.log.clone();
-        log.push_back(entry.clone());
+        log.push_back(Arc::new(entry.clone()));
         let trimmed = trim_log(&mut log, self.inner.retention);
         let mut meta = EnvMeta::clone(&env.meta.load());
         let before = |k: &ItemKey| state.items.get(k).map(|i| i.bytes.as_ref());

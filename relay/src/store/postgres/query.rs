@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio_postgres::{Client, Transaction};
 
 use super::super::meta::EnvMeta;
-use super::super::state::{ItemKey, Kind, LogEntry};
+use super::super::state::{ItemKey, Kind, Log};
 use super::super::{Retention, StoreError};
 use super::{CHANNEL, PostgresBackend, bytes_of, db, kind_of, log_of};
 
@@ -48,7 +48,7 @@ pub(crate) async fn items_and_log(
     tx: &Transaction<'_>,
     env: &str,
     retention: Retention,
-) -> Result<(BTreeMap<ItemKey, Bytes>, Vec<LogEntry>), StoreError> {
+) -> Result<(BTreeMap<ItemKey, Bytes>, Log), StoreError> {
     let mut items = BTreeMap::new();
     for r in
         tx.query("SELECT kind, key, bytes FROM flagstream_items WHERE env = $1", &[&env]).await.map_err(db)?
