@@ -92,6 +92,7 @@ pub async fn post_until(
         if r.status == want || tokio::time::Instant::now() > deadline {
             return r;
         }
+        // A bounded poll (no event to await over HTTP), never a timing.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }

@@ -432,7 +432,7 @@ pub(crate) async fn flag_cmd(conn: &mut Conn, cmd: FlagCmd) -> CmdResult {
             // only into the variations that grew.
             // No rollout yet: flagstream's own bucketing and the default
             // kind (`Rollout::default()`), which is what an absent one means.
-            let prior = before.fallthrough.rollout.clone().unwrap_or_default();
+            let prior = before.fallthrough.rollout.clone().unwrap_or_default(); // none: Rollout::default()
             after.fallthrough = Serve::rollout(Rollout { bucket_by, variations, ..prior });
             write_flag(conn, Some(&before), after, &write).await?;
         }

@@ -625,7 +625,7 @@ pub(crate) fn log_of(
                 revision,
                 // A revision with no changed-item rows names no item: deltas
                 // built across it carry nothing for it.
-                changed: changed.remove(&revision).unwrap_or_default(),
+                changed: changed.remove(&revision).unwrap_or_default(), // no rows: no item
                 committed_unix_ms,
                 bytes,
                 diffed_from: None,

@@ -80,7 +80,7 @@ fn context(unleash: &Json, numeric: &BTreeSet<String>) -> Context<'static> {
         }
     }
     // Without a userId, the empty key (the flags read only attributes).
-    let key = attrs.get("userId").cloned().unwrap_or_default();
+    let key = attrs.get("userId").cloned().unwrap_or_default(); // none: the empty key
     let mut ctx = Context::new(key);
     for (k, v) in attrs {
         if numeric.contains(&k) {

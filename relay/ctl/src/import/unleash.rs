@@ -168,8 +168,8 @@ pub(crate) fn convert(doc: &Json, approximate: bool) -> Result<(FlagSet, Vec<Lin
             owners.flags.insert(v.key.clone(), line.clone());
             set.flags.push(v);
         }
-        // A feature without written segments has no entry.
-        for key in owned.remove(&name).unwrap_or_default() {
+        let written = owned.remove(&name).unwrap_or_default(); // no entry: none written
+        for key in written {
             owners.generated.insert(key.clone());
             owners.segments.insert(key, line.clone());
         }
