@@ -132,7 +132,7 @@ impl FlagHandle {
     pub fn remember_constant(&self, snap: &Snapshot, d: &Detail<'_, bool>) {
         let constant = self
             .resolve(snap)
-            .and_then(|i| snap.flags[i as usize].get().constant.as_ref())
+            .and_then(|i| snap.flags.get(i as usize).get().constant.as_ref())
             .is_some_and(|c| matches!(c.value, Value::Bool(_)));
         match d.variation {
             Some(v) if constant && v < 4 => {
@@ -164,7 +164,7 @@ impl FlagHandle {
                 i => Some((i - 1) as u32),
             };
         }
-        let found = snap.index.get(&*self.key).map(|slot| slot.index);
+        let found = snap.index.get(&self.key).map(|slot| slot.index);
         let slot = match found {
             Some(i) if u64::from(i) < INDEX_MASK => u64::from(i) + 1,
             Some(_) => return found, // too many flags to cache: always look up

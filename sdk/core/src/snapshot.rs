@@ -10,181 +10,76 @@
 //! flag's compiled form independent of all others.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use once_cell::race::OnceBox;
 
-use crate::compile::{compile_flag, compile_raw, compile_segment, compile_segments};
-use crate::compiled::{CompiledFlag, CompiledSegment, Constant, FastMap};
+use crate::compile::{compile_flag, compile_segment, compile_segments};
+use crate::compiled::{CompiledSegment, FastMap};
 use crate::error::ValidationErrors;
 use crate::limit::Limits;
-use crate::model::{Flag, FlagSet, FlagType, Segment};
-use crate::usage::FlagUsage;
-use crate::validate::{self, ItemCost};
+use crate::model::{Flag, FlagSet, Segment};
+use crate::validate::{self, ItemCost, Passed, Totals};
 use crate::wire;
+pub(crate) use cell::{FlagCell, Head, Slot};
+use index::{Cells, Index};
+
+/// Keys asked of every flag and segment on the whole-set path: not std's
+/// SipHash.
+type Keys<'k> = HashSet<&'k str, foldhash::fast::RandomState>;
 
 /// Source of [`Snapshot::generation`]: every snapshot built in this process
 /// gets a distinct number, so a [`crate::FlagHandle`] can tell whether its
 /// cached index still belongs to the snapshot it is handed.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// What the key index holds per flag: its position, and for a flag compiled
-/// when the index was built, enough to answer a constant flag from the index
-/// entry alone without touching the compiled flag (one cache miss fewer on a
-/// random lookup).
-#[derive(Debug, Clone)]
-pub(crate) struct Slot {
-    pub(crate) index: u32,
-    /// `Snapshot::flags[index]`, held here too: a lookup by key reaches the
-    /// flag without a read of the flags array (one cache miss fewer).
-    pub(crate) cell: Arc<FlagCell>,
-    /// `None` for a flag that was still in wire form (see [`FlagCell`]).
-    pub(crate) head: Option<Head>,
-}
-
-/// The context-independent facts of a compiled flag.
-#[derive(Debug, Clone)]
-pub(crate) struct Head {
-    pub(crate) flag_type: FlagType,
-    pub(crate) version: u64,
-    pub(crate) constant: Option<Constant>,
-}
-
-impl Head {
-    fn of(f: &CompiledFlag) -> Head {
-        Head { flag_type: f.flag_type, version: f.version, constant: f.constant.clone() }
-    }
-}
-
-/// One flag of a snapshot: compiled, or still in its wire form and compiled
-/// on first use.
-///
-/// The lazy form exists for cold starts from the cache: decoding, converting
-/// and compiling 10,000 flags takes tens of milliseconds, so a client built
-/// from its cache indexes the raw bytes (checksum-verified), serves at once,
-/// and compiles each flag the first time something reads it, while a
-/// background warm-up compiles the rest. First use is lock-free: racing
-/// readers may both compile, one result is kept ([`OnceBox`]).
-///
-/// The cell also holds the flag's usage counters ([`FlagUsage`]): a cell is
-/// shared by every snapshot in which the flag did not change, so the counts
-/// follow it across revisions.
-#[derive(Debug)]
-pub(crate) struct FlagCell {
-    pub(crate) usage: FlagUsage,
-    form: Form,
-    /// What the flag adds to its environment's totals, kept so a change
-    /// to the environment validates only what changed
-    /// ([`Snapshot::apply`]); read from the compiled form on first need
-    /// for a flag that was not validated here (one that arrived in wire
-    /// form).
-    cost: OnceLock<ItemCost>,
-}
-
-#[derive(Debug)]
-enum Form {
-    Compiled(CompiledFlag),
-    Lazy { key: Arc<str>, raw: Bytes, limits: Arc<Limits>, compiled: OnceBox<CompiledFlag> },
-}
-
-impl FlagCell {
-    fn compiled(flag: CompiledFlag, cost: Option<ItemCost>) -> FlagCell {
-        FlagCell {
-            usage: FlagUsage::default(),
-            form: Form::Compiled(flag),
-            cost: cost.map_or_else(OnceLock::new, OnceLock::from),
-        }
-    }
-
-    /// The flag's [`ItemCost`]: as validation found it, else from the
-    /// compiled form (compiling the flag if it is still in wire form, as
-    /// the warm-up does anyway): its regex bytes as compiling charged
-    /// them, its encoded size the wire bytes' (a model's, encoded to
-    /// measure, for compiled data that was never validated).
-    fn cost(&self) -> ItemCost {
-        *self.cost.get_or_init(|| {
-            let compiled = self.get();
-            let encoded = match &self.form {
-                Form::Lazy { raw, .. } => raw.len(),
-                Form::Compiled(f) => prost::Message::encoded_len(&crate::wire::flag_to_proto(&f.source)),
-            };
-            ItemCost::new(encoded, compiled.regex_bytes)
-        })
-    }
-
-    /// The compiled flag, compiling it now if it is still in wire form.
-    #[inline]
-    pub(crate) fn get(&self) -> &CompiledFlag {
-        match &self.form {
-            Form::Compiled(f) => f,
-            Form::Lazy { key, raw, limits, compiled } => {
-                compiled.get_or_init(|| Box::new(compile_raw(key, raw, limits)))
-            }
-        }
-    }
-
-    /// The compiled flag if it is compiled already.
-    fn get_now(&self) -> Option<&CompiledFlag> {
-        match &self.form {
-            Form::Compiled(f) => Some(f),
-            Form::Lazy { compiled, .. } => compiled.get(),
-        }
-    }
-
-    /// The flag key, without compiling.
-    pub(crate) fn key(&self) -> &str {
-        match &self.form {
-            Form::Compiled(f) => &f.source.key,
-            Form::Lazy { key, .. } => key,
-        }
-    }
-}
-
-/// Adds `flags` to `index`, the first at position `first`; on a duplicate
-/// key (unvalidated data) the first one wins.
-fn index_flags(index: &mut FastMap<Arc<str>, Slot>, flags: &[Arc<FlagCell>], first: usize) {
-    for (i, f) in flags.iter().enumerate() {
-        let key = match &f.form {
-            Form::Lazy { key, .. } => key.clone(),
-            Form::Compiled(c) => Arc::from(c.source.key.as_str()),
-        };
-        index.entry(key).or_insert_with(|| Slot {
-            index: (first + i) as u32,
-            cell: f.clone(),
-            head: f.get_now().map(Head::of),
-        });
-    }
-}
-
 /// An immutable, compiled set of flags and segments at one revision.
+///
+/// The flags, their key index and the segments are held in pieces shared
+/// with the snapshots applied from this one (`snapshot/index.rs`), so a
+/// change copies what it touches.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub(crate) flags: Vec<Arc<FlagCell>>,
-    pub(crate) index: FastMap<Arc<str>, Slot>,
-    pub(crate) segments: FastMap<Box<str>, Arc<CompiledSegment>>,
+    pub(crate) flags: Cells<Arc<FlagCell>>,
+    pub(crate) index: Index<Slot>,
+    pub(crate) segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
     pub(crate) max_depth: usize,
     pub(crate) max_segment_depth: usize,
+    /// Set when the whole set passed validation under these limits: a
+    /// change to it can be judged by its own items ([`validate::delta`]).
+    checked: Option<Box<Checked>>,
+    /// Every slot of a compiled flag has its [`Head`] (false after a build
+    /// from wire form, until a change finds the flags compiled).
+    heads: bool,
     epoch: Box<str>,
     revision: u64,
     generation: u64,
+}
+
+/// A snapshot's validation: the limits it passed and its totals.
+#[derive(Debug)]
+struct Checked {
+    limits: Limits,
+    totals: Totals,
 }
 
 impl Snapshot {
     /// Validates `set` and compiles it. Nothing is compiled if anything is
     /// invalid; every problem is reported with its path.
     pub fn compile(set: &FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        let costs = validate::flag_set_costs(set, limits)?;
-        Ok(Snapshot::compile_with(set.clone(), costs.into_iter().map(Some), limits))
+        let passed = validate::flag_set_costs(set, limits)?;
+        Ok(Snapshot::compile_with(set.clone(), passed.costs.into_iter().map(Some), limits)
+            .checked(limits, passed.totals))
     }
 
     /// [`Snapshot::compile`] taking the set by value: validated, then the
     /// model items move into the snapshot instead of being copied (a large
     /// set is not held twice while it compiles).
     pub fn compile_set(set: FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
-        let costs = validate::flag_set_costs(&set, limits)?;
-        Ok(Snapshot::compile_with(set, costs.into_iter().map(Some), limits))
+        let passed = validate::flag_set_costs(&set, limits)?;
+        Ok(Snapshot::compile_with(set, passed.costs.into_iter().map(Some), limits)
+            .checked(limits, passed.totals))
     }
 
     /// Compiles without validating. Flags that cannot be compiled are kept
@@ -207,15 +102,12 @@ impl Snapshot {
         limits: &Limits,
     ) -> Snapshot {
         let segments = compile_segments(set.segments, limits);
-        let mut flags: Vec<_> = set
+        let flags = set
             .flags
             .into_iter()
             .zip(costs)
             .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f, limits), cost)))
             .collect();
-        // Collected in place, the pointers would keep the models' buffer
-        // (50,000 flags: 22 MiB held for 400 KiB of pointers).
-        flags.shrink_to_fit();
         Snapshot::assemble(flags, segments, limits)
     }
 
@@ -246,16 +138,8 @@ impl Snapshot {
     /// SDK's cache). See [`Snapshot::from_encoded`] and [`Snapshot::warm_up`].
     pub fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
         let shared = Arc::new(limits.clone());
-        let flags = flags
-            .into_iter()
-            .map(|(key, raw)| {
-                Arc::new(FlagCell {
-                    usage: FlagUsage::default(),
-                    form: Form::Lazy { key, raw, limits: shared.clone(), compiled: OnceBox::new() },
-                    cost: OnceLock::new(),
-                })
-            })
-            .collect();
+        let flags =
+            flags.into_iter().map(|(key, raw)| Arc::new(FlagCell::lazy(key, raw, shared.clone()))).collect();
         Snapshot::assemble(flags, compile_segments(segments, limits), limits)
     }
 
@@ -273,23 +157,28 @@ impl Snapshot {
 
     /// An empty snapshot: every evaluation answers `FLAG_NOT_FOUND`.
     pub fn empty() -> Snapshot {
-        Snapshot::assemble(Vec::new(), FastMap::default(), &Limits::default())
+        Snapshot::assemble(Cells::new(), FastMap::default(), &Limits::default())
     }
 
+    /// A snapshot of `flags` in this order, with an index built for them.
     fn assemble(
-        flags: Vec<Arc<FlagCell>>,
+        flags: Cells<Arc<FlagCell>>,
         segments: FastMap<Box<str>, Arc<CompiledSegment>>,
         limits: &Limits,
     ) -> Snapshot {
-        let mut index = FastMap::with_capacity_and_hasher(flags.len(), Default::default());
-        index_flags(&mut index, &flags, 0);
-        Snapshot::with_index(flags, index, segments, limits)
+        let mut index = Index::with_capacity(flags.len());
+        for (i, f) in flags.iter().enumerate() {
+            index.insert_new(Slot::of(f, i));
+        }
+        let heads = index.values().all(|s| s.head.is_some());
+        Snapshot::with_index(flags, index, Arc::new(segments), heads, limits)
     }
 
     fn with_index(
-        flags: Vec<Arc<FlagCell>>,
-        index: FastMap<Arc<str>, Slot>,
-        segments: FastMap<Box<str>, Arc<CompiledSegment>>,
+        flags: Cells<Arc<FlagCell>>,
+        index: Index<Slot>,
+        segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
+        heads: bool,
         limits: &Limits,
     ) -> Snapshot {
         Snapshot {
@@ -298,10 +187,18 @@ impl Snapshot {
             segments,
             max_depth: limits.max_prerequisite_depth,
             max_segment_depth: limits.max_segment_depth,
+            checked: None,
+            heads,
             epoch: Box::from(""),
             revision: 0,
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Marks this snapshot as validated as a whole under `limits`.
+    fn checked(mut self, limits: &Limits, totals: Totals) -> Snapshot {
+        self.checked = Some(Box::new(Checked { limits: limits.clone(), totals }));
+        self
     }
 
     /// Returns this snapshot labelled with a stream cursor.
@@ -333,12 +230,12 @@ impl Snapshot {
 
     /// True when there are no flags.
     pub fn is_empty(&self) -> bool {
-        self.flags.is_empty()
+        self.flags.len() == 0
     }
 
     /// A flag's model form.
     pub fn flag(&self, key: &str) -> Option<&Flag> {
-        self.index.get(key).map(|slot| &*self.flags[slot.index as usize].get().source)
+        self.index.get(key).map(|slot| &*slot.cell.get().source)
     }
 
     /// A segment's model form.
@@ -366,13 +263,18 @@ impl Snapshot {
     }
 
     /// A new snapshot with the flags and segments of `change` replacing or
-    /// adding to this one's, and the deleted keys removed. Only changed items
-    /// are compiled; unchanged ones are shared. The result is validated as a
-    /// whole, with the errors a whole-set validation gives, and on error
-    /// nothing is returned; but only the changed flags are checked on their
-    /// own: an unchanged flag counts through its kept `ItemCost` and in
-    /// the rules that cross items (`validate::change`), so the cost of a
-    /// change grows with the change, plus a light walk of the rest.
+    /// adding to this one's, and the deleted keys removed. Only changed
+    /// items are compiled; unchanged ones are shared. The result is
+    /// validated as a whole would be, with the errors a whole-set
+    /// validation gives, and on error nothing is returned.
+    ///
+    /// The cost grows with the change, not the environment, when this
+    /// snapshot passed validation as a whole under `limits` (one compiled
+    /// or applied here) and the change adds or replaces flags without
+    /// shrinking a flag's variations or changing its prerequisite keys;
+    /// other changes (deletions, segments, a first change to a snapshot
+    /// built from wire form, or one with a problem) are validated against
+    /// every item, and the result's pieces are still shared.
     pub fn apply(
         &self,
         change: &FlagSet,
@@ -380,78 +282,169 @@ impl Snapshot {
         deleted_segments: &[String],
         limits: &Limits,
     ) -> Result<Snapshot, ValidationErrors> {
-        // Asked of every flag and segment: not std's SipHash.
-        type Keys<'k> = HashSet<&'k str, foldhash::fast::RandomState>;
-        let drop_flag: Keys = deleted_flags
-            .iter()
-            .map(String::as_str)
-            .chain(change.flags.iter().map(|f| f.key.as_str()))
-            .collect();
-        let drop_segment: Keys = deleted_segments
-            .iter()
-            .map(String::as_str)
-            .chain(change.segments.iter().map(|s| s.key.as_str()))
-            .collect();
-        // Validate the would-be state: the changed flags on their own, the
-        // kept ones through what they add to the totals, every flag in the
-        // checks that cross items (prerequisites, segment references).
-        // By reference: cloning every item to validate would double a large
-        // environment's memory on every write. One pass finds the kept
-        // flags and where each flag of this snapshot moves in the next
-        // one's (its position among the kept).
-        let mut kept_cells: Vec<&Arc<FlagCell>> = Vec::with_capacity(self.flags.len());
-        let mut position: Vec<u32> = Vec::with_capacity(self.flags.len());
-        for f in &self.flags {
-            position.push(kept_cells.len() as u32);
-            if !drop_flag.contains(f.key()) {
-                kept_cells.push(f);
-            }
+        let change = Change { set: change, deleted_flags, deleted_segments };
+        let passed = match self.judge_by_change(&change, limits) {
+            Some(passed) => passed,
+            None => self.judge_whole(&change, limits)?,
+        };
+        // A snapshot whose index has a slot per flag holds each key once,
+        // so its pieces can be changed in place; one built from
+        // unvalidated data may hold a key twice and is rebuilt from the
+        // kept flags.
+        let next = if self.index.len() == self.flags.len() {
+            self.moved(&change, passed.costs, limits)
+        } else {
+            self.rebuilt(&change, passed.costs, limits)
+        };
+        Ok(next.checked(limits, passed.totals).with_cursor(&self.epoch, self.revision))
+    }
+
+    /// The verdict of `validate::delta` when it applies: `None` sends the
+    /// change to the whole-set validation.
+    fn judge_by_change(&self, change: &Change<'_>, limits: &Limits) -> Option<Passed> {
+        let checked = self.checked.as_ref().filter(|c| c.limits == *limits)?;
+        if !change.deleted_flags.is_empty()
+            || !change.deleted_segments.is_empty()
+            || !change.set.segments.is_empty()
+        {
+            return None;
         }
-        let kept: Vec<(&Flag, ItemCost)> = kept_cells.iter().map(|&f| (&*f.get().source, f.cost())).collect();
-        let fresh: Vec<&Flag> = change.flags.iter().collect();
-        let next_segments: Vec<&Segment> = self
+        let fresh: Vec<&Flag> = change.set.flags.iter().collect();
+        let old = |key: &str| self.index.get(key).map(|s| (&*s.cell.get().source, s.cell.cost()));
+        let has_segment = |key: &str| self.segments.contains_key(key);
+        validate::delta(&checked.totals, &fresh, &old, &has_segment, limits)
+    }
+
+    /// Validates the would-be state: the changed flags on their own, the
+    /// kept ones through what they add to the totals, every flag in the
+    /// checks that cross items (prerequisites, segment references). By
+    /// reference: cloning every item to validate would double a large
+    /// environment's memory.
+    fn judge_whole(&self, change: &Change<'_>, limits: &Limits) -> Result<Passed, ValidationErrors> {
+        let (drop_flag, drop_segment) = change.dropped();
+        let kept: Vec<(&Flag, ItemCost)> = self
+            .flags
+            .iter()
+            .filter(|f| !drop_flag.contains(f.key()))
+            .map(|f| (&*f.get().source, f.cost()))
+            .collect();
+        let fresh: Vec<&Flag> = change.set.flags.iter().collect();
+        let segments: Vec<&Segment> = self
             .segments()
             .filter(|s| !drop_segment.contains(s.key.as_str()))
-            .chain(&change.segments)
+            .chain(&change.set.segments)
             .collect();
-        let costs = validate::change(&kept, &fresh, &next_segments, limits)?;
+        validate::change(&kept, &fresh, &segments, limits)
+    }
 
-        let mut segments = self.segments.clone();
-        segments.retain(|k, _| !drop_segment.contains(k.as_ref()));
-        for s in &change.segments {
-            segments.insert(Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits)));
-        }
-        let mut flags: Vec<Arc<FlagCell>> = Vec::with_capacity(kept_cells.len() + change.flags.len());
-        flags.extend(kept_cells.into_iter().cloned());
-        let kept = flags.len();
-        flags.extend(
-            change
-                .flags
-                .iter()
-                .zip(costs)
-                .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost)))),
-        );
-        // The key index is this one's with the changed and deleted keys
-        // taken out, the kept flags' positions moved up past the dropped
-        // ones, and the changed flags added: no key of a flag that did not
-        // change is copied or inserted again (rebuilding the index was most
-        // of what a change cost a large environment after validation). A
-        // slot made while its flag was still in wire form gets the flag's
-        // head now that it is compiled, as a rebuilt index would.
+    /// The next snapshot from this one's pieces: the changed and deleted
+    /// flags' slots and positions replaced in the shared index and cells
+    /// (a deleted flag's position taken by the last flag), new flags
+    /// appended.
+    fn moved(&self, change: &Change<'_>, costs: Vec<ItemCost>, limits: &Limits) -> Snapshot {
+        let mut flags = self.flags.clone();
         let mut index = self.index.clone();
-        for key in &drop_flag {
-            index.remove(*key);
-        }
-        for slot in index.values_mut() {
-            slot.index = position[slot.index as usize];
-            if slot.head.is_none() {
-                slot.head = slot.cell.get_now().map(Head::of);
+        for key in change.deleted_flags {
+            let Some(gone) = index.remove(key) else {
+                continue; // deleted twice in one change
+            };
+            let at = gone.index as usize;
+            if flags.swap_remove(at).is_some() {
+                let moved = flags.get(at).clone();
+                if let Some(slot) = index.get_mut(moved.key()) {
+                    slot.index = at as u32;
+                }
             }
         }
-        index_flags(&mut index, &flags[kept..], kept);
-        Ok(Snapshot::with_index(flags, index, segments, limits).with_cursor(&self.epoch, self.revision))
+        for (f, cost) in change.set.flags.iter().zip(costs) {
+            let cell = Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost)));
+            match index.get_mut(&f.key) {
+                Some(slot) => {
+                    flags.set(slot.index as usize, cell.clone());
+                    slot.head = cell.get_now().map(Head::of);
+                    slot.cell = cell;
+                }
+                None => {
+                    index.insert_new(Slot::of(&cell, flags.len()));
+                    flags.push(cell);
+                }
+            }
+        }
+        index.rebalance();
+        // Slots made while their flags were in wire form get their heads
+        // once the flags are compiled, as a rebuilt index would have them
+        // (after a start from the cache: until the warm-up has compiled
+        // every flag, each change walks the slots).
+        let mut heads = self.heads;
+        if !heads {
+            for slot in index.values_mut().filter(|s| s.head.is_none()) {
+                slot.head = slot.cell.get_now().map(Head::of);
+            }
+            heads = index.values().all(|s| s.head.is_some());
+        }
+        let segments = self.next_segments(change, limits);
+        Snapshot::with_index(flags, index, segments, heads, limits)
+    }
+
+    /// The next snapshot built anew from the flags this one keeps and the
+    /// changed ones, in that order (for a snapshot holding a key twice).
+    fn rebuilt(&self, change: &Change<'_>, costs: Vec<ItemCost>, limits: &Limits) -> Snapshot {
+        let (drop_flag, _) = change.dropped();
+        let kept = self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned();
+        let fresh = change
+            .set
+            .flags
+            .iter()
+            .zip(costs)
+            .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost))));
+        let segments = self.next_segments(change, limits);
+        let mut next = Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits);
+        next.segments = segments;
+        next
+    }
+
+    /// This snapshot's segments with the change's: the same map when no
+    /// segment changed.
+    fn next_segments(
+        &self,
+        change: &Change<'_>,
+        limits: &Limits,
+    ) -> Arc<FastMap<Box<str>, Arc<CompiledSegment>>> {
+        if change.deleted_segments.is_empty() && change.set.segments.is_empty() {
+            return self.segments.clone();
+        }
+        let mut segments = (*self.segments).clone();
+        for key in change.deleted_segments {
+            segments.remove(key.as_str());
+        }
+        for s in &change.set.segments {
+            segments.insert(Box::from(s.key.as_str()), Arc::new(compile_segment(s.clone(), limits)));
+        }
+        Arc::new(segments)
     }
 }
 
+/// A change as `Snapshot::apply` is given it.
+struct Change<'c> {
+    /// Flags and segments written (added or replaced).
+    set: &'c FlagSet,
+    deleted_flags: &'c [String],
+    deleted_segments: &'c [String],
+}
+
+impl<'c> Change<'c> {
+    /// The flag and segment keys the change takes out of the snapshot
+    /// before it: the deleted ones and the written ones (replaced).
+    fn dropped(&self) -> (Keys<'c>, Keys<'c>) {
+        let written = self.set.flags.iter().map(|f| f.key.as_str());
+        let flags = self.deleted_flags.iter().map(String::as_str).chain(written);
+        let written = self.set.segments.iter().map(|s| s.key.as_str());
+        let segments = self.deleted_segments.iter().map(String::as_str).chain(written);
+        (flags.collect(), segments.collect())
+    }
+}
+
+mod cell;
+mod index;
 #[cfg(test)]
 mod tests;

@@ -23,11 +23,14 @@ use crate::wire;
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
 
+mod cost;
+mod delta;
 mod regex_budget;
 mod report;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use cost::{ItemCost, Passed, Totals};
 use regex_budget::{Charge, env_budget, regex_item, regex_problem};
 use report::Report;
 
@@ -37,8 +40,9 @@ pub fn flag_set(set: &FlagSet, limits: &Limits) -> Result<(), ValidationErrors> 
     flag_set_costs(set, limits).map(drop)
 }
 
-/// [`flag_set`], returning each flag's [`ItemCost`] in order.
-pub(crate) fn flag_set_costs(set: &FlagSet, limits: &Limits) -> Result<Vec<ItemCost>, ValidationErrors> {
+/// [`flag_set`], returning each flag's [`ItemCost`] in order and the
+/// environment's [`Totals`].
+pub(crate) fn flag_set_costs(set: &FlagSet, limits: &Limits) -> Result<Passed, ValidationErrors> {
     let flags: Vec<&Flag> = set.flags.iter().collect();
     let segments: Vec<&Segment> = set.segments.iter().collect();
     change(&[], &flags, &segments, limits)
@@ -51,22 +55,24 @@ pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<
     change(&[], flags, segments, limits).map(drop)
 }
 
-/// What a flag that passed validation adds to its environment's totals:
-/// its encoded size and the compiled bytes of its regular expressions
-/// (`max_snapshot_bytes`, `max_regex_env_compiled`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ItemCost {
-    pub(crate) encoded_bytes: u32,
-    pub(crate) regex_bytes: u32,
-}
-
-impl ItemCost {
-    pub(crate) fn new(encoded_bytes: usize, regex_bytes: usize) -> ItemCost {
-        // Both are bounded far below 4 GiB by the per-item limits of a
-        // valid flag; saturate rather than wrap for one that is not.
-        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        ItemCost { encoded_bytes: clamp(encoded_bytes), regex_bytes: clamp(regex_bytes) }
-    }
+/// A change of flags judged by its own items ([`delta::judge`]): `Some`
+/// when the environment with `prior` totals, valid under `limits`, is
+/// certainly valid with `fresh` written; `None` when the whole-set
+/// validation ([`change`]) must decide. `old` gives an existing flag and
+/// its cost by key, `has_segment` whether a segment exists.
+pub(crate) fn delta<'a>(
+    prior: &Totals,
+    fresh: &[&'a Flag],
+    old: &dyn Fn(&str) -> Option<(&'a Flag, ItemCost)>,
+    has_segment: &dyn Fn(&str) -> bool,
+    limits: &Limits,
+) -> Option<Passed> {
+    let check = |f: &Flag| {
+        let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits), item: "flag" };
+        let size = flag(&mut r, &format!("flags[{:?}]", f.key), f, limits);
+        r.errors.is_empty().then(|| ItemCost::new(size, r.regex.charged))
+    };
+    delta::judge(&delta::Env { prior, old, has_segment, check: &check }, fresh, limits)
 }
 
 /// [`items`] for an environment whose flags are `kept` ones, each validated
@@ -79,13 +85,13 @@ impl ItemCost {
 /// allocates nothing for a flag without a problem. Segments are validated
 /// in full. So a one-flag change to an environment of 50,000 costs one
 /// flag's validation plus a walk of the others' references, not 50,000
-/// validations. Returns the fresh flags' costs, in order.
+/// validations. Returns the fresh flags' costs, in order, and the totals.
 pub(crate) fn change(
     kept: &[(&Flag, ItemCost)],
     fresh: &[&Flag],
     segments: &[&Segment],
     limits: &Limits,
-) -> Result<Vec<ItemCost>, ValidationErrors> {
+) -> Result<Passed, ValidationErrors> {
     let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits), item: "flag" };
     r.max("flags", "flags", kept.len() + fresh.len(), limits.max_flags);
     r.max("segments", "segments", segments.len(), limits.max_segments);
@@ -165,9 +171,15 @@ pub(crate) fn change(
         }
     }
     prerequisite_depths(&mut r, &by_key, limits);
+    let totals = Totals {
+        flags: kept.len() + fresh.len(),
+        segments: segments.len(),
+        bytes,
+        regex: charges.iter().map(|c| c.bytes).sum(),
+    };
     env_budget(&mut r, charges, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
-    if r.errors.is_empty() { Ok(costs) } else { Err(ValidationErrors(r.errors)) }
+    if r.errors.is_empty() { Ok(Passed { costs, totals }) } else { Err(ValidationErrors(r.errors)) }
 }
 
 /// Reports `segment_match` values naming no segment (`path`: the rule's,

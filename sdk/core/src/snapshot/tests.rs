@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 
@@ -234,7 +234,7 @@ fn a_flag_costs_the_same_validated_or_read_from_its_compiled_form() {
     let lazy = Snapshot::from_encoded(encoded(&set), set.segments.clone(), &limits).unwrap();
     let unvalidated = Snapshot::compile_unvalidated(&set, &limits);
     for snap in [&lazy, &unvalidated] {
-        for cell in &snap.flags {
+        for cell in snap.flags.iter() {
             assert!(cell.cost.get().is_none());
             assert_eq!(cell.cost(), validated[cell.key()], "{}", cell.key());
         }
@@ -249,14 +249,14 @@ fn a_flag_costs_the_same_validated_or_read_from_its_compiled_form() {
     let set = FlagSet { flags: vec![many], segments: Vec::new() };
     let validated = validated_costs(&set, &limits)["many"];
     let lazy = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
-    assert_eq!(lazy.flags[0].cost(), validated);
+    assert_eq!(lazy.flags.get(0).cost(), validated);
     // A field this build does not know (a newer relay's): the wire
     // bytes count whole, more than validation would measure after
     // decoding; on the safe side of `max_snapshot_bytes`.
     let mut raw = encoded(&set)[0].to_vec();
     raw.extend_from_slice(b"\x98\x06\x01"); // field 99, varint 1
     let newer = Snapshot::from_encoded([Bytes::from(raw)], Vec::new(), &limits).unwrap();
-    let cost = newer.flags[0].cost();
+    let cost = newer.flags.get(0).cost();
     assert_eq!((cost.encoded_bytes, cost.regex_bytes), (validated.encoded_bytes + 3, validated.regex_bytes));
 }
 
@@ -328,4 +328,188 @@ fn undecodable_flag_bytes_evaluate_to_malformed_not_a_guess() {
     assert!(
         Snapshot::from_encoded([Bytes::from_static(b"\x0a\x09k")], Vec::new(), &Limits::default()).is_err()
     );
+}
+
+/// A small deterministic generator for the randomised tests (no
+/// dependency): a 64-bit LCG, its high bits.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+/// A string flag with `variations` variations, these prerequisites and,
+/// when given, a rule matching a segment.
+fn linked(
+    key: &str,
+    variations: usize,
+    on: bool,
+    prerequisites: &[(String, u32)],
+    segment: Option<&str>,
+) -> Flag {
+    let values: Vec<String> = (0..variations).map(|i| format!("v{i}")).collect();
+    let pre: Vec<String> =
+        prerequisites.iter().map(|(k, v)| format!("{{key: {k}, variation: {v}}}")).collect();
+    let rules = segment.map_or(String::new(), |s| {
+        format!(", rules: [{{id: r, clauses: [{{attribute: key, op: segment_match, values: [{s}]}}], serve: {{variation: 0}}}}]")
+    });
+    serde_yaml_ng::from_str(&format!(
+        "{{key: {key}, type: string, variations: [{}], on: {on}, off_variation: 0, fallthrough: {{variation: 0}}, prerequisites: [{}]{rules}}}",
+        values.join(", "),
+        pre.join(", ")
+    ))
+    .unwrap()
+}
+
+/// Random changes (toggles, fewer variations, new prerequisite keys, new
+/// flags with chains and cycles among them, unknown segments, deletions),
+/// applied one after another from each accepted result: every verdict is
+/// a whole-set validation's, the judgement by the change alone is only
+/// ever a pass the whole set confirms with the same totals, and every
+/// accepted snapshot answers like a fresh compile of its flags.
+#[test]
+fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
+    let limits = Limits { max_prerequisite_depth: 3, max_flags: 30, ..Limits::default() };
+    let segments: Vec<Segment> = vec![
+        serde_yaml_ng::from_str("{key: s0, included: [u1]}").unwrap(),
+        serde_yaml_ng::from_str("{key: s1, included: [u2]}").unwrap(),
+    ];
+    let mut rng = Lcg(7);
+    let mut by_change = 0;
+    for _round in 0..20 {
+        // A valid environment: a DAG of prerequisites, at most 3 deep.
+        let mut flags: Vec<Flag> = Vec::new();
+        for i in 0..24 {
+            let pre: Vec<(String, u32)> = if i > 2 && rng.below(3) == 0 {
+                let j = i - 1 - rng.below(3);
+                vec![(format!("f{j}"), rng.below(2) as u32)]
+            } else {
+                Vec::new()
+            };
+            let seg = (rng.below(5) == 0).then(|| ["s0", "s1"][rng.below(2)]);
+            flags.push(linked(&format!("f{i}"), 2 + rng.below(2), true, &pre, seg));
+        }
+        let set = FlagSet { flags, segments: segments.clone() };
+        let Ok(mut snap) = Snapshot::compile(&set, &limits) else {
+            continue; // a chain too deep by chance: another draw
+        };
+        let mut next_new = 0usize;
+        for _step in 0..30 {
+            let keys: Vec<String> = snap.flags().map(|f| f.key.clone()).collect();
+            let pick = |rng: &mut Lcg| keys[rng.below(keys.len())].clone();
+            let mut change = FlagSet::default();
+            let mut deleted = Vec::new();
+            for _ in 0..1 + rng.below(3) {
+                let key = pick(&mut rng);
+                let was = snap.flag(&key).unwrap().clone();
+                let pre: Vec<(String, u32)> =
+                    was.prerequisites.iter().map(|p| (p.key.clone(), p.variation)).collect();
+                let n = was.variations.len();
+                match rng.below(8) {
+                    0 | 1 => change.flags.push(linked(&key, n, !was.on, &pre, None)),
+                    2 => change.flags.push(linked(&key, n.saturating_sub(1).max(1), true, &pre, None)),
+                    3 => change.flags.push(linked(&key, n + 1, true, &[(pick(&mut rng), 0)], None)),
+                    4 | 5 => {
+                        // A new flag on a chain, maybe through another new
+                        // one of this change, maybe back to itself.
+                        next_new += 1;
+                        let target = match rng.below(3) {
+                            0 => format!("g{}", next_new + 1),
+                            1 => format!("g{}", next_new.saturating_sub(1)),
+                            _ => pick(&mut rng),
+                        };
+                        let v = rng.below(3) as u32;
+                        change.flags.push(linked(&format!("g{next_new}"), 2, true, &[(target, v)], None));
+                    }
+                    6 => change.flags.push(linked(&key, n, true, &pre, Some(["s0", "nope"][rng.below(2)]))),
+                    _ => deleted.push(key),
+                }
+            }
+            let want = whole(
+                &snap,
+                &change,
+                (&deleted.iter().map(String::as_str).collect::<Vec<_>>(), &[]),
+                &limits,
+            );
+            let written = Change { set: &change, deleted_flags: &deleted, deleted_segments: &[] };
+            let quick = snap.judge_by_change(&written, &limits);
+            if let Some(quick) = &quick {
+                by_change += 1;
+                assert!(want.is_ok(), "judged a pass by the change alone: {want:?}");
+                let whole_totals = snap.judge_whole(&written, &limits).unwrap().totals;
+                assert_eq!(quick.totals, whole_totals);
+            }
+            let got = snap.apply(&change, &deleted, &[], &limits);
+            assert_eq!(got.as_ref().map(drop).map_err(Clone::clone), want);
+            if let Ok(next) = got {
+                let fresh = Snapshot::compile(&next.to_flag_set(), &limits).unwrap();
+                assert_eq!(next.len(), fresh.len());
+                assert_eq!(next.checked.as_ref().unwrap().totals, fresh.checked.as_ref().unwrap().totals);
+                let ctx = Context::new("u1");
+                for f in fresh.flags() {
+                    assert_eq!(next.detail(&f.key, &ctx, "?"), fresh.detail(&f.key, &ctx, "?"), "{}", f.key);
+                    let at = next.index.get(&f.key).unwrap().index as usize;
+                    assert_eq!(next.flags.get(at).key(), f.key, "the slot's position holds its flag");
+                }
+                snap = next;
+            }
+        }
+    }
+    assert!(by_change > 100, "the judgement by the change alone was exercised ({by_change} times)");
+}
+
+/// An environment grown one flag at a time past several rebuilds of its
+/// index, then shrunk: every flag is found, at its position.
+#[test]
+fn an_index_grown_and_shrunk_one_flag_at_a_time_finds_every_flag() {
+    let limits = Limits::default();
+    let mut snap = Snapshot::compile(&FlagSet::default(), &limits).unwrap();
+    for i in 0..3000 {
+        let change =
+            FlagSet { flags: vec![linked(&format!("f{i}"), 2, true, &[], None)], segments: Vec::new() };
+        snap = snap.apply(&change, &[], &[], &limits).unwrap();
+    }
+    for i in (0..3000).step_by(3) {
+        snap = snap.apply(&FlagSet::default(), &[format!("f{i}")], &[], &limits).unwrap();
+    }
+    assert_eq!(snap.len(), 2000);
+    for i in 0..3000 {
+        let key = format!("f{i}");
+        match snap.index.get(&key) {
+            Some(slot) => {
+                assert!(i % 3 != 0, "{key} was deleted");
+                assert_eq!(snap.flags.get(slot.index as usize).key(), key);
+            }
+            None => assert_eq!(i % 3, 0, "{key} is missing"),
+        }
+    }
+}
+
+/// Unvalidated data holding a key twice (a snapshot compiled without
+/// validation): a change that replaces or deletes the key leaves it once
+/// or not at all, as a fresh compile of the result would.
+#[test]
+fn a_key_held_twice_is_replaced_or_deleted_whole() {
+    let limits = Limits::default();
+    let twice = FlagSet {
+        flags: vec![
+            linked("a", 2, true, &[], None),
+            linked("b", 2, true, &[], None),
+            linked("a", 3, false, &[], None),
+        ],
+        segments: Vec::new(),
+    };
+    let snap = Snapshot::compile_unvalidated(&twice, &limits);
+    assert_eq!((snap.len(), snap.index.len()), (3, 2));
+    let new_a = linked("a", 2, false, &[], None);
+    let replaced =
+        snap.apply(&FlagSet { flags: vec![new_a.clone()], segments: Vec::new() }, &[], &[], &limits).unwrap();
+    assert_eq!(replaced.len(), 2);
+    assert_eq!(replaced.flag("a"), Some(&new_a));
+    assert_eq!(replaced.flags().filter(|f| f.key == "a").count(), 1);
+    let deleted = snap.apply(&FlagSet::default(), &["a".to_owned()], &[], &limits).unwrap();
+    assert_eq!(deleted.flags().map(|f| f.key.as_str()).collect::<Vec<_>>(), ["b"]);
 }
