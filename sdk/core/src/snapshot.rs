@@ -46,8 +46,11 @@ pub struct Snapshot {
     pub(crate) segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
     pub(crate) max_depth: usize,
     pub(crate) max_segment_depth: usize,
-    /// Set when the whole set passed validation under these limits: a
-    /// change to it can be judged by its own items ([`validate::delta`]).
+    /// Set when this snapshot came out of a validation under these limits
+    /// (a whole set's, or a change's): its cross-item rules hold and its
+    /// totals are known, kept flags trusted through their costs as
+    /// `validate::change` trusts them, so a change to it can be judged by
+    /// its own items ([`validate::delta`]).
     checked: Option<Box<Checked>>,
     /// Every slot of a compiled flag has its [`Head`] (false after a build
     /// from wire form, until a change finds the flags compiled).
@@ -372,9 +375,9 @@ impl Snapshot {
         }
         index.rebalance();
         // Slots made while their flags were in wire form get their heads
-        // once the flags are compiled, as a rebuilt index would have them
-        // (after a start from the cache: until the warm-up has compiled
-        // every flag, each change walks the slots).
+        // once the flags are compiled, as a rebuilt index would have them:
+        // once, on the first change after a start from the cache (whose
+        // whole-set validation compiled every kept flag).
         let mut heads = self.heads;
         if !heads {
             for slot in index.values_mut().filter(|s| s.head.is_none()) {

@@ -78,6 +78,8 @@ impl<T: Keyed> Index<T> {
     pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut T> {
         let hash = self.hash(key);
         let shard = self.shard(hash);
+        // Looked for in the shared shard first: a missing key copies nothing.
+        self.shards[shard].find(hash, |s| s.key() == key)?;
         Arc::make_mut(&mut self.shards[shard]).find_mut(hash, |s| s.key() == key)
     }
 
@@ -86,12 +88,12 @@ impl<T: Keyed> Index<T> {
     pub(crate) fn insert_new(&mut self, entry: T) {
         let hash = self.hash(entry.key());
         let shard = self.shard(hash);
-        let table = Arc::make_mut(&mut self.shards[shard]);
-        if table.find(hash, |s| s.key() == entry.key()).is_none() {
-            let hasher = &self.hasher;
-            table.insert_unique(hash, entry, |s| hasher.hash_one(s.key()));
-            self.len += 1;
+        if self.shards[shard].find(hash, |s| s.key() == entry.key()).is_some() {
+            return;
         }
+        let hasher = &self.hasher;
+        Arc::make_mut(&mut self.shards[shard]).insert_unique(hash, entry, |s| hasher.hash_one(s.key()));
+        self.len += 1;
     }
 
     /// How many keys.
@@ -103,6 +105,7 @@ impl<T: Keyed> Index<T> {
     pub(crate) fn remove(&mut self, key: &str) -> Option<T> {
         let hash = self.hash(key);
         let shard = self.shard(hash);
+        self.shards[shard].find(hash, |s| s.key() == key)?;
         let table = Arc::make_mut(&mut self.shards[shard]);
         let entry = table.find_entry(hash, |s| s.key() == key).ok()?.remove().0;
         self.len -= 1;

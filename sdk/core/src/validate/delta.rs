@@ -10,8 +10,9 @@
 //! validation, so a refusal reads exactly as it always did and no verdict
 //! depends on which path judged it.
 //!
-//! Why the facts checked here suffice, given the environment before was
-//! valid: each fresh flag passes the per-item checks; the sums are the
+//! Why the facts checked here suffice, given the environment before came
+//! out of a validation under the same limits (its cross-item rules held,
+//! its totals those the whole-set validation sums): each fresh flag passes the per-item checks; the sums are the
 //! previous totals with the replaced items' costs swapped for the fresh
 //! ones'; a fresh flag's prerequisites and segment references resolve in
 //! the result. A replaced flag keeps at least its variation count (so every
