@@ -48,17 +48,17 @@ pub struct EvaluationDetail<T> {
 }
 
 impl Client {
-    /// The snapshot every evaluation reads, or `None` before the first
-    /// data (counted as a `NOT_READY` fallback). `ready` first: publish
-    /// stores the cell before setting it, so a reader that sees it set also
-    /// sees the published snapshot.
+    /// Runs `f` on the snapshot every evaluation reads, or on `None`
+    /// before the first data (counted as a `NOT_READY` fallback). `ready`
+    /// first: publish stores the cell before setting it, so a reader that
+    /// sees it set also sees the published snapshot.
     #[inline(always)]
-    fn current(&self) -> Option<impl Deref<Target = Arc<Snapshot>>> {
+    fn read<R>(&self, f: impl FnOnce(Option<&Snapshot>) -> R) -> R {
         if self.shared.ready.load(Ordering::Acquire) {
-            Some(self.shared.cell.load())
+            f(Some(&self.shared.cell.load()))
         } else {
             self.shared.counters.fallback(ErrorKind::NotReady);
-            None
+            f(None)
         }
     }
 
@@ -170,11 +170,13 @@ impl Client {
     where
         T: for<'s> FromValue<'s> + 'a,
     {
-        let Some(snap) = self.current() else {
-            self.absent(key, ErrorKind::NotReady, &default);
-            return f(not_ready_detail(default));
-        };
-        f(self.eval_in(&snap, key, ctx, default))
+        self.read(|snap| match snap {
+            Some(snap) => f(self.eval_in(snap, key, ctx, default)),
+            None => {
+                self.absent(key, ErrorKind::NotReady, &default);
+                f(not_ready_detail(default))
+            }
+        })
     }
 
     /// A bool flag's value, or `default`. No I/O, no lock, no allocation.
@@ -209,11 +211,13 @@ impl Client {
         default: &str,
         f: impl FnOnce(&str) -> R,
     ) -> R {
-        let Some(snap) = self.current() else {
-            self.absent(key, ErrorKind::NotReady, &default);
-            return f(default);
-        };
-        f(self.eval_in(&snap, key, ctx, default).value)
+        self.read(|snap| match snap {
+            Some(snap) => f(self.eval_in(snap, key, ctx, default).value),
+            None => {
+                self.absent(key, ErrorKind::NotReady, &default);
+                f(default)
+            }
+        })
     }
 
     /// Any flag's value as JSON, or `default`.
@@ -229,12 +233,16 @@ impl Client {
         ctx: &Context<'_>,
         default: T,
     ) -> EvaluationDetail<T> {
-        let Some(snap) = self.current() else {
-            self.absent(key, ErrorKind::NotReady, &default);
-            return owned(not_ready_detail(default), None, |v| v);
-        };
-        let (d, name) = self.eval_named(&snap, key, ctx, default);
-        owned(d, name, |v| v)
+        self.read(|snap| match snap {
+            Some(snap) => {
+                let (d, name) = self.eval_named(snap, key, ctx, default);
+                owned(d, name, |v| v)
+            }
+            None => {
+                self.absent(key, ErrorKind::NotReady, &default);
+                owned(not_ready_detail(default), None, |v| v)
+            }
+        })
     }
 
     /// [`Client::bool`] with the full result.
@@ -254,22 +262,30 @@ impl Client {
 
     /// [`Client::string`] with the full result (the value is copied).
     pub fn string_detail(&self, key: &str, ctx: &Context<'_>, default: &str) -> EvaluationDetail<String> {
-        let Some(snap) = self.current() else {
-            self.absent(key, ErrorKind::NotReady, &default);
-            return owned(not_ready_detail(default), None, str::to_owned);
-        };
-        let (d, name) = self.eval_named(&snap, key, ctx, default);
-        owned(d, name, str::to_owned)
+        self.read(|snap| match snap {
+            Some(snap) => {
+                let (d, name) = self.eval_named(snap, key, ctx, default);
+                owned(d, name, str::to_owned)
+            }
+            None => {
+                self.absent(key, ErrorKind::NotReady, &default);
+                owned(not_ready_detail(default), None, str::to_owned)
+            }
+        })
     }
 
     /// [`Client::json`] with the full result (the value is copied).
     pub fn json_detail(&self, key: &str, ctx: &Context<'_>, default: Json) -> EvaluationDetail<Json> {
-        let Some(snap) = self.current() else {
-            self.absent(key, ErrorKind::NotReady, &Cow::Borrowed(&default));
-            return owned(not_ready_detail(default), None, |v| v);
-        };
-        let (d, name) = self.eval_named(&snap, key, ctx, Cow::Owned(default));
-        owned(d, name, Cow::into_owned)
+        self.read(|snap| match snap {
+            Some(snap) => {
+                let (d, name) = self.eval_named(snap, key, ctx, Cow::Owned(default));
+                owned(d, name, Cow::into_owned)
+            }
+            None => {
+                self.absent(key, ErrorKind::NotReady, &Cow::Borrowed(&default));
+                owned(not_ready_detail(default), None, |v| v)
+            }
+        })
     }
 
     /// A bool flag's value through a pre-resolved [`FlagHandle`], or
