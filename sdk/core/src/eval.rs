@@ -299,7 +299,7 @@ impl Snapshot {
         ctx: &Context<'_>,
         default: T,
     ) -> Detail<'s, T> {
-        let cell = &self.flags.get(i as usize);
+        let cell = self.flags.get(i as usize);
         cell.usage.note_default(&default);
         self.detail_cell_as::<T, true>(cell, ctx, default, &Clock::system())
     }

@@ -50,7 +50,7 @@ pub struct Snapshot {
     /// (a whole set's, or a change's): its cross-item rules hold and its
     /// totals are known, kept flags trusted through their costs as
     /// `validate::change` trusts them, so a change to it can be judged by
-    /// its own items ([`validate::delta`]).
+    /// its own items ([`validate::delta()`]).
     checked: Option<Box<Checked>>,
     /// Every slot of a compiled flag has its [`Head`] (false after a build
     /// from wire form, until a change finds the flags compiled).
@@ -349,7 +349,7 @@ impl Snapshot {
         let mut index = self.index.clone();
         for key in change.deleted_flags {
             let Some(gone) = index.remove(key) else {
-                continue; // deleted twice in one change
+                continue; // not here, or deleted twice in one change
             };
             let at = gone.index as usize;
             if flags.swap_remove(at).is_some() {

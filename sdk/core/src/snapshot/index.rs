@@ -124,9 +124,10 @@ impl<T: Keyed> Index<T> {
     }
 
     /// After keys were added: when the shards hold four times the
-    /// entries aimed at, the index is rebuilt with enough shards (the
-    /// same hasher). Rebuilding costs O(keys) once per quadrupling, so
-    /// an environment grown one flag at a time pays O(1) per flag.
+    /// entries aimed at, the index is rebuilt with enough shards for
+    /// about half the aim each (the same hasher). Rebuilding costs
+    /// O(keys) once per eightfold growth, so an environment grown one
+    /// flag at a time pays O(1) per flag.
     pub(crate) fn rebalance(&mut self) {
         if self.len <= self.shards.len() * PER_SHARD * 4 {
             return;
