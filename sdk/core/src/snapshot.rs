@@ -274,8 +274,9 @@ impl Snapshot {
     /// The cost grows with the change, not the environment, when this
     /// snapshot passed validation as a whole under `limits` (one compiled
     /// or applied here) and the change adds or replaces flags without
-    /// shrinking a flag's variations or changing its prerequisite keys;
-    /// other changes (deletions, segments, a first change to a snapshot
+    /// shrinking a flag's variations or changing its prerequisite keys,
+    /// and deletes flags only where no flag has a prerequisite; other
+    /// changes (segments, such deletions, a first change to a snapshot
     /// built from wire form, or one with a problem) are validated against
     /// every item, and the result's pieces are still shared.
     pub fn apply(
@@ -306,16 +307,13 @@ impl Snapshot {
     /// change to the whole-set validation.
     fn judge_by_change(&self, change: &Change<'_>, limits: &Limits) -> Option<Passed> {
         let checked = self.checked.as_ref().filter(|c| c.limits == *limits)?;
-        if !change.deleted_flags.is_empty()
-            || !change.deleted_segments.is_empty()
-            || !change.set.segments.is_empty()
-        {
+        if !change.deleted_segments.is_empty() || !change.set.segments.is_empty() {
             return None;
         }
         let fresh: Vec<&Flag> = change.set.flags.iter().collect();
         let old = |key: &str| self.index.get(key).map(|s| (&*s.cell.get().source, s.cell.cost()));
         let has_segment = |key: &str| self.segments.contains_key(key);
-        validate::delta(&checked.totals, &fresh, &old, &has_segment, limits)
+        validate::delta(&checked.totals, &fresh, change.deleted_flags, &old, &has_segment, limits)
     }
 
     /// Validates the would-be state: the changed flags on their own, the

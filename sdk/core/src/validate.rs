@@ -57,12 +57,14 @@ pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<
 
 /// A change of flags judged by its own items ([`delta::judge`]): `Some`
 /// when the environment with `prior` totals, valid under `limits`, is
-/// certainly valid with `fresh` written; `None` when the whole-set
-/// validation ([`change`]) must decide. `old` gives an existing flag and
-/// its cost by key, `has_segment` whether a segment exists.
+/// certainly valid with `fresh` written and the `deleted` flags gone;
+/// `None` when the whole-set validation ([`change`]) must decide. `old`
+/// gives an existing flag and its cost by key, `has_segment` whether a
+/// segment exists.
 pub(crate) fn delta<'a>(
     prior: &Totals,
     fresh: &[&'a Flag],
+    deleted: &[String],
     old: &dyn Fn(&str) -> Option<(&'a Flag, ItemCost)>,
     has_segment: &dyn Fn(&str) -> bool,
     limits: &Limits,
@@ -72,7 +74,7 @@ pub(crate) fn delta<'a>(
         let size = flag(&mut r, &format!("flags[{:?}]", f.key), f, limits);
         r.errors.is_empty().then(|| ItemCost::new(size, r.regex.charged))
     };
-    delta::judge(&delta::Env { prior, old, has_segment, check: &check }, fresh, limits)
+    delta::judge(&delta::Env { prior, old, has_segment, check: &check }, fresh, deleted, limits)
 }
 
 /// [`items`] for an environment whose flags are `kept` ones, each validated
@@ -176,6 +178,7 @@ pub(crate) fn change(
         segments: segments.len(),
         bytes,
         regex: charges.iter().map(|c| c.bytes).sum(),
+        linked: all().filter(|f| !f.prerequisites.is_empty()).count(),
     };
     env_budget(&mut r, charges, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);

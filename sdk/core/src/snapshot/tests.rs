@@ -378,12 +378,13 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
         serde_yaml_ng::from_str("{key: s1, included: [u2]}").unwrap(),
     ];
     let mut rng = Lcg(7);
-    let mut by_change = 0;
-    for _round in 0..20 {
-        // A valid environment: a DAG of prerequisites, at most 3 deep.
+    let (mut by_change, mut deleting_by_change) = (0, 0);
+    for round in 0..30 {
+        // A valid environment: a DAG of prerequisites, at most 3 deep
+        // (every other round none: deletions can be judged by the change).
         let mut flags: Vec<Flag> = Vec::new();
         for i in 0..24 {
-            let pre: Vec<(String, u32)> = if i > 2 && rng.below(3) == 0 {
+            let pre: Vec<(String, u32)> = if round % 2 == 0 && i > 2 && rng.below(3) == 0 {
                 let j = i - 1 - rng.below(3);
                 vec![(format!("f{j}"), rng.below(2) as u32)]
             } else {
@@ -408,9 +409,13 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
                 let pre: Vec<(String, u32)> =
                     was.prerequisites.iter().map(|p| (p.key.clone(), p.variation)).collect();
                 let n = was.variations.len();
+                // Every other round adds no prerequisite: the environment
+                // stays without any, and deletions count too.
+                let plain = round % 2 == 1;
                 match rng.below(8) {
                     0 | 1 => change.flags.push(linked(&key, n, !was.on, &pre, None)),
                     2 => change.flags.push(linked(&key, n.saturating_sub(1).max(1), true, &pre, None)),
+                    3 if plain => change.flags.push(linked(&key, n + 1, true, &pre, None)),
                     3 => change.flags.push(linked(&key, n + 1, true, &[(pick(&mut rng), 0)], None)),
                     4 | 5 => {
                         // A new flag on a chain, maybe through another new
@@ -422,7 +427,8 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
                             _ => pick(&mut rng),
                         };
                         let v = rng.below(3) as u32;
-                        change.flags.push(linked(&format!("g{next_new}"), 2, true, &[(target, v)], None));
+                        let pre = if plain { Vec::new() } else { vec![(target, v)] };
+                        change.flags.push(linked(&format!("g{next_new}"), 2, true, &pre, None));
                     }
                     6 => change.flags.push(linked(&key, n, true, &pre, Some(["s0", "nope"][rng.below(2)]))),
                     _ => deleted.push(key),
@@ -438,6 +444,7 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
             let quick = snap.judge_by_change(&written, &limits);
             if let Some(quick) = &quick {
                 by_change += 1;
+                deleting_by_change += usize::from(!deleted.is_empty());
                 assert!(want.is_ok(), "judged a pass by the change alone: {want:?}");
                 let whole_totals = snap.judge_whole(&written, &limits).unwrap().totals;
                 assert_eq!(quick.totals, whole_totals);
@@ -459,6 +466,7 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
         }
     }
     assert!(by_change > 100, "the judgement by the change alone was exercised ({by_change} times)");
+    assert!(deleting_by_change > 10, "deletions judged by the change alone ({deleting_by_change} times)");
 }
 
 /// An environment grown one flag at a time past several rebuilds of its

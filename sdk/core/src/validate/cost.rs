@@ -23,6 +23,9 @@ pub(crate) struct Totals {
     pub(crate) bytes: usize,
     /// Compiled regex bytes charged to every flag and segment.
     pub(crate) regex: usize,
+    /// Flags with at least one prerequisite: while there are none, no
+    /// flag can name a deleted one.
+    pub(crate) linked: usize,
 }
 
 /// What a validation that passed found: the fresh flags' costs, in

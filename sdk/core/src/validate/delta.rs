@@ -20,7 +20,10 @@
 //! prerequisite keys (so no edge among existing flags changes: no existing
 //! flag's depth moves and no cycle can pass through one). A new flag has no
 //! flag of the environment naming it, so cycles and depth can only arise
-//! below new flags, which are walked.
+//! below new flags, which are walked. A deleted flag can only break the
+//! flags naming it as a prerequisite, so deletions pass here only when no
+//! flag of the result has a prerequisite at all (`Totals::linked`, moved
+//! like the sums); segments reference segments, never flags.
 
 use super::cost::{ItemCost, Passed, Totals};
 use crate::limit::Limits;
@@ -45,17 +48,35 @@ pub(super) struct Env<'e, 'a> {
     pub(super) check: &'e dyn Fn(&Flag) -> Option<ItemCost>,
 }
 
-/// The verdict on `fresh` (flags added or replaced; no deletions, no
-/// segment changes) for `env`: `Some` when the result certainly passes
-/// (the fresh flags' costs, in order, and the new totals), `None` when the
-/// whole-set validation must decide.
-pub(super) fn judge<'a>(env: &Env<'_, 'a>, fresh: &[&'a Flag], limits: &Limits) -> Option<Passed> {
+/// The verdict on `fresh` (flags added or replaced) and `deleted` (flags
+/// taken out; no segment changes) for `env`: `Some` when the result
+/// certainly passes (the fresh flags' costs, in order, and the new
+/// totals), `None` when the whole-set validation must decide.
+pub(super) fn judge<'a>(
+    env: &Env<'_, 'a>,
+    fresh: &[&'a Flag],
+    deleted: &[String],
+    limits: &Limits,
+) -> Option<Passed> {
     let old = env.old;
     let by_key: HashMap<&str, &Flag> = fresh.iter().map(|&f| (f.key.as_str(), f)).collect();
     if by_key.len() < fresh.len() {
         return None; // a key twice: the whole-set validation names it
     }
     let mut totals = *env.prior;
+    let gone: HashMap<&str, ()> = deleted.iter().map(|k| (k.as_str(), ())).collect();
+    for &key in gone.keys() {
+        if by_key.contains_key(key) {
+            return None; // deleted and written in one change
+        }
+        let (was, was_cost) = old(key)?;
+        totals.flags = totals.flags.checked_sub(1)?;
+        totals.bytes = totals.bytes.checked_sub(was_cost.encoded_bytes as usize)?;
+        totals.regex = totals.regex.checked_sub(was_cost.regex_bytes as usize)?;
+        if !was.prerequisites.is_empty() {
+            totals.linked = totals.linked.checked_sub(1)?;
+        }
+    }
     let mut costs = Vec::with_capacity(fresh.len());
     let mut new_with_prerequisites = Vec::new();
     for &f in fresh {
@@ -73,6 +94,7 @@ pub(super) fn judge<'a>(env: &Env<'_, 'a>, fresh: &[&'a Flag], limits: &Limits) 
             None => {
                 totals.flags += 1;
                 if !f.prerequisites.is_empty() {
+                    totals.linked += 1;
                     new_with_prerequisites.push(f.key.as_str());
                 }
             }
@@ -83,6 +105,7 @@ pub(super) fn judge<'a>(env: &Env<'_, 'a>, fresh: &[&'a Flag], limits: &Limits) 
         for p in &f.prerequisites {
             let variations = match by_key.get(p.key.as_str()) {
                 Some(pre) => pre.variations.len(),
+                None if gone.contains_key(p.key.as_str()) => return None,
                 None => old(&p.key)?.0.variations.len(),
             };
             if p.key == f.key || p.variation as usize >= variations {
@@ -94,6 +117,9 @@ pub(super) fn judge<'a>(env: &Env<'_, 'a>, fresh: &[&'a Flag], limits: &Limits) 
         if segments.flat_map(|c| &c.values).filter_map(|v| v.as_str()).any(|k| !(env.has_segment)(k)) {
             return None;
         }
+    }
+    if !gone.is_empty() && totals.linked > 0 {
+        return None; // a flag left may name a deleted one
     }
     if totals.flags > limits.max_flags
         || totals.bytes > limits.max_snapshot_bytes
