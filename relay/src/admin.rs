@@ -205,7 +205,7 @@ impl AdminService {
             name: s.name.clone(),
             epoch: s.epoch.clone(),
             head_revision: s.revision,
-            checksum: s.checksum,
+            checksum: s.checksum(),
             subscribers: self.hub.count(&s.name) as u64,
             relay_subscribers: replicas.len() as u64,
             staleness_ms: self.store.staleness_ms(e),

@@ -609,12 +609,13 @@ fn load_env(l: backend::Loaded, limits: &Limits, metrics: &Metrics) -> Result<En
         l.log,
         Arc::new(snapshot.with_cursor(&meta.epoch, meta.revision)),
     );
-    if state.checksum != meta.checksum {
+    if state.checksum() != meta.checksum {
         return Err(StoreError::Corrupt {
             what: format!("environment {name:?}"),
             source: format!(
                 "checksum of stored items {:#018x} does not match the committed {:#018x}",
-                state.checksum, meta.checksum
+                state.checksum(),
+                meta.checksum
             )
             .into(),
         });

@@ -387,7 +387,7 @@ impl Sink for EnvSink {
         if state.epoch.is_empty() || self.resync.load(Ordering::Relaxed) {
             return None;
         }
-        Some(state.checksum)
+        Some(state.checksum())
     }
 
     fn apply_snapshot(&self, chunks: Vec<RawChunk>) -> Result<pb::Cursor, ApplyError> {

@@ -109,7 +109,7 @@ impl Store {
                 h.revision, state.revision
             )));
         }
-        if same_epoch && h.revision == state.revision && h.checksum == state.checksum {
+        if same_epoch && h.revision == state.revision && h.checksum == state.checksum() {
             // Nothing new (a resync after a mismatch elsewhere in the tree).
             return Ok(cursor(&state));
         }
@@ -119,7 +119,7 @@ impl Store {
         // the upstream's, so the log restarts here as for another epoch.
         let diverged = same_epoch && h.revision == state.revision;
         if diverged {
-            tracing::warn!(env = %name, revision = h.revision, ours = state.checksum, theirs = h.checksum,
+            tracing::warn!(env = %name, revision = h.revision, ours = state.checksum(), theirs = h.checksum,
                 "the upstream holds other content under this relay's revision: replaced by its snapshot, the change log restarts");
         }
         // What changed: upserts of new or different items, deletes of the rest.

@@ -140,9 +140,7 @@ pub(crate) struct EnvState {
     pub epoch: String,
     /// Head revision.
     pub revision: u64,
-    /// Checksum of all items (wrapping sum of item hashes).
-    pub checksum: u64,
-    /// The items' totals (the checksum among them).
+    /// The items' totals: checksum, bytes, counts.
     totals: Totals,
     /// Commit time of the head revision, Unix ms.
     pub committed_unix_ms: u64,
@@ -245,7 +243,6 @@ impl EnvState {
             name,
             epoch,
             revision,
-            checksum: totals.checksum,
             totals,
             committed_unix_ms,
             items,
@@ -314,7 +311,7 @@ impl EnvState {
                     environment: self.name.clone(),
                     epoch: self.epoch.clone(),
                     revision: self.revision,
-                    checksum: self.checksum,
+                    checksum: self.totals.checksum,
                     committed_unix_ms: self.committed_unix_ms,
                 };
                 Arc::new(SnapshotChunks::plan(header, of(Kind::Flag), of(Kind::Segment), chunk_bytes))
@@ -381,7 +378,7 @@ impl EnvState {
             segments: Vec::new(),
             deleted_flags: Vec::new(),
             deleted_segments: Vec::new(),
-            checksum: self.checksum,
+            checksum: self.totals.checksum,
             committed_unix_ms: self.committed_unix_ms,
         };
         for key in changed {
@@ -403,6 +400,12 @@ impl EnvState {
     /// The items' totals.
     pub(crate) fn totals(&self) -> Totals {
         self.totals
+    }
+
+    /// Checksum of all items (wrapping sum of item hashes, PROTOCOL.md
+    /// §3.1).
+    pub(crate) fn checksum(&self) -> u64 {
+        self.totals.checksum
     }
 }
 

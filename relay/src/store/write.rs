@@ -370,7 +370,7 @@ impl Store {
         );
         meta.revision = revision;
         meta.committed_unix_ms = committed;
-        meta.checksum = new_state.checksum;
+        meta.checksum = new_state.checksum();
         let commit = Commit {
             meta,
             base: state.revision,

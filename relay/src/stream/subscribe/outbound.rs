@@ -180,7 +180,7 @@ impl Outbound {
             // The head's checksum: a client at exactly this (epoch,
             // revision) with other content learns it is not current
             // (a restored store; PROTOCOL.md §2.6).
-            checksum: Some(state.checksum),
+            checksum: Some(state.checksum()),
         }))
     }
 
