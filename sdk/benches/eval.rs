@@ -13,71 +13,7 @@ use flagstream::{AttrValue, Context, FlagHandle, FlagSet, Limits, Scalar, Snapsh
 const N: usize = 10_000;
 
 fn fixture() -> FlagSet {
-    let mut set: FlagSet = serde_yaml_ng::from_str(
-        r#"
-flags:
-  - {key: plain, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
-  - key: two-clause
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    rules:
-      - id: us-enterprise
-        clauses:
-          - {attribute: country, op: in, values: [US, CA]}
-          - {attribute: plan, op: in, values: [enterprise]}
-        serve: {variation: 0}
-    fallthrough: {variation: 1}
-  - key: rollout
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    fallthrough: {rollout: {variations: [{variation: 0, weight: 10000}, {variation: 1, weight: 90000}]}}
-  - key: segmented
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    rules:
-      - {clauses: [{attribute: key, op: segment_match, values: [big]}], serve: {variation: 0}}
-    fallthrough: {variation: 1}
-  - key: by-kind
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    rules:
-      - id: org-plan
-        clauses:
-          - {context_kind: org, attribute: plan, op: in, values: [enterprise]}
-          - {attribute: country, op: in, values: [US, CA]}
-        serve: {variation: 0}
-    fallthrough: {variation: 1}
-  - key: nested-ref
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    rules:
-      - id: city
-        clauses:
-          - {attribute: /address/city, op: in, values: [Berlin, Paris]}
-          - {attribute: country, op: in, values: [US, CA]}
-        serve: {variation: 0}
-    fallthrough: {variation: 1}
-  - key: ramp
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    fallthrough: {schedule: {variation: 0, otherwise: 1, steps: [{start: 0, weight: 1000}, {start: 1000, weight: 10000}, {start: 2000, weight: 50000}]}}
-segments:
-  - key: big
-"#,
-    )
-    .expect("fixture parses");
+    let mut set: FlagSet = serde_yaml_ng::from_str(include_str!("fixture.yaml")).expect("fixture parses");
     set.segments[0].included = (0..N).map(|i| format!("user-{i}")).collect();
     let template = set.flags[0].clone();
     for i in 0..N {

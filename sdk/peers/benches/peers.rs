@@ -71,33 +71,11 @@ const N: usize = 10_000;
 const ITERS: usize = 200_000;
 const ROUNDS: usize = 21;
 
-/// flagstream's flags: the same as `sdk/benches/eval.rs`'s.
+/// flagstream's flags: `sdk/benches/eval.rs`'s (`fixture.yaml`), of which
+/// the cases here read `plain`, `two-clause`, `rollout` and the 10,000.
 fn flagstream_set() -> FlagSet {
-    let mut set: FlagSet = serde_yaml_ng::from_str(
-        r#"
-flags:
-  - {key: plain, type: bool, variations: [true, false], on: true, off_variation: 1, fallthrough: {variation: 0}}
-  - key: two-clause
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    rules:
-      - id: us-enterprise
-        clauses:
-          - {attribute: country, op: in, values: [US, CA]}
-          - {attribute: plan, op: in, values: [enterprise]}
-        serve: {variation: 0}
-    fallthrough: {variation: 1}
-  - key: rollout
-    type: bool
-    variations: [true, false]
-    on: true
-    off_variation: 1
-    fallthrough: {rollout: {variations: [{variation: 0, weight: 10000}, {variation: 1, weight: 90000}]}}
-"#,
-    )
-    .expect("fixture parses");
+    let mut set: FlagSet =
+        serde_yaml_ng::from_str(include_str!("../../benches/fixture.yaml")).expect("fixture parses");
     let template = set.flags[0].clone();
     set.flags.extend((0..N).map(|i| {
         let mut f = template.clone();
