@@ -176,9 +176,7 @@ impl Store {
             let hash = item_hash(kind, &key, &bytes);
             let k: ItemKey = (kind, key);
             changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()) });
-            let new = Item { bytes, hash, version };
-            let old = items.insert(k.clone(), new.clone());
-            totals.change(k.0, old.as_ref(), Some(&new));
+            totals.put(&mut items, k, Some(Item { bytes, hash, version }));
         }
         let deletes = d
             .deleted_flag_keys
@@ -187,8 +185,7 @@ impl Store {
             .chain(d.deleted_segment_keys.iter().map(|k| (Kind::Segment, k)));
         for (kind, key) in deletes {
             let k: ItemKey = (kind, key.clone());
-            if let Some(old) = items.remove(&k) {
-                totals.change(kind, Some(&old), None);
+            if totals.put(&mut items, k.clone(), None).is_some() {
                 changes.push(ItemChange { key: k, bytes: None });
             }
         }

@@ -71,9 +71,23 @@ impl Totals {
         t
     }
 
+    /// Writes `new` at `key` in `items` (removes the item for `None`) and
+    /// moves these totals by the change; returns the item replaced. Every
+    /// change to a state's items goes through here, so items and totals
+    /// cannot part.
+    pub(crate) fn put(&mut self, items: &mut Items, key: ItemKey, new: Option<Item>) -> Option<Item> {
+        let kind = key.0;
+        let old = match &new {
+            Some(item) => items.insert(key, item.clone()),
+            None => items.remove(&key),
+        };
+        self.change(kind, old.as_ref(), new.as_ref());
+        old
+    }
+
     /// Moves the totals by one item replaced (`old` → `new`; either may be
     /// absent).
-    pub(crate) fn change(&mut self, kind: Kind, old: Option<&Item>, new: Option<&Item>) {
+    fn change(&mut self, kind: Kind, old: Option<&Item>, new: Option<&Item>) {
         let count = match kind {
             Kind::Flag => &mut self.flags,
             Kind::Segment => &mut self.segments,
@@ -427,15 +441,11 @@ mod tests {
             x ^= x << 17;
             let kind = if x & 1 == 0 { Kind::Flag } else { Kind::Segment };
             let key: ItemKey = (kind, format!("k{}", (x >> 8) % 64));
-            if (x >> 20).is_multiple_of(3) {
-                let old = items.remove(&key);
-                totals.change(kind, old.as_ref(), None);
-            } else {
+            let new = (!(x >> 20).is_multiple_of(3)).then(|| {
                 let bytes = Bytes::from(vec![b'v'; ((x >> 24) % 300) as usize]);
-                let new = Item { hash: item_hash(kind, &key.1, &bytes), bytes, version: step };
-                let old = items.insert(key, new.clone());
-                totals.change(kind, old.as_ref(), Some(&new));
-            }
+                Item { hash: item_hash(kind, &key.1, &bytes), bytes, version: step }
+            });
+            totals.put(&mut items, key, new);
             assert_eq!(totals, Totals::of(&items), "step {step}");
         }
         assert!(totals.flags > 0 && totals.segments > 0);

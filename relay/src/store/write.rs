@@ -328,11 +328,7 @@ impl Store {
                 version: c.version_after,
             });
             entry_bytes += c.bytes.as_ref().map_or(c.key.1.len(), |b| b.len());
-            let old = match &new {
-                Some(item) => items.insert(c.key.clone(), item.clone()),
-                None => items.remove(&c.key),
-            };
-            totals.change(c.key.0, old.as_ref(), new.as_ref());
+            totals.put(&mut items, c.key.clone(), new);
         }
         // The environment's item bytes after the write.
         let after_bytes = totals.bytes as u64;
