@@ -144,7 +144,7 @@ impl AdminService {
     fn flag_now(&self, env: &str, key: &str) -> Result<Option<pb::Flag>, Status> {
         let env = self.store.env(env)?;
         let state = env.state.load();
-        Ok(state.snapshot.flag(key).map(wire::flag_to_proto))
+        Ok(state.snapshot.flag(key).map(|f| wire::flag_to_proto(&f)))
     }
 
     fn propagation(&self, env: &str, revision: Option<u64>) -> Result<pb::Propagation, Status> {
@@ -280,7 +280,7 @@ impl Admin for AdminService {
             })
         })?;
         Ok(Response::new(pb::GetFlagResponse {
-            flag: Some(wire::flag_to_proto(flag)),
+            flag: Some(wire::flag_to_proto(&flag)),
             revision: state.revision,
         }))
     }
@@ -295,15 +295,16 @@ impl Admin for AdminService {
         let env = self.store.env(&r.environment)?;
         let state = env.state.load();
         let size = page_size(r.page_size);
-        let mut flags: Vec<&flagstream::Flag> = state
-            .snapshot
-            .flags()
-            .filter(|f| f.key.starts_with(&r.key_prefix) && f.key > r.page_token)
+        // Keys first (the snapshot keeps no models): only the flags the
+        // page reaches are decoded.
+        let snap = &state.snapshot;
+        let mut keys: Vec<&str> =
+            snap.keys().filter(|k| k.starts_with(&r.key_prefix) && *k > r.page_token.as_str()).collect();
+        keys.sort_unstable();
+        let flags = (keys.into_iter().filter_map(|k| snap.flag(k)))
             .filter(|f| r.tag.is_empty() || f.tags.contains(&r.tag))
-            .filter(|f| r.on.is_none_or(|on| f.on == on))
-            .collect();
-        flags.sort_by(|a, b| a.key.cmp(&b.key));
-        let (flags, next) = page(flags.iter().map(|f| wire::flag_to_proto(f)), size, |f| f.key.clone());
+            .filter(|f| r.on.is_none_or(|on| f.on == on));
+        let (flags, next) = page(flags.map(|f| wire::flag_to_proto(&f)), size, |f| f.key.clone());
         Ok(Response::new(pb::ListFlagsResponse { flags, next_page_token: next, revision: state.revision }))
     }
 

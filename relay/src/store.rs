@@ -236,23 +236,32 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// An item's bytes decoded for the model and its version.
-fn decode_item(kind: Kind, bytes: &Bytes, set: &mut FlagSet) -> Result<(String, u64), String> {
+fn decode_item(kind: Kind, bytes: &Bytes, set: &mut DecodedItems) -> Result<(String, u64), String> {
     match kind {
         Kind::Flag => {
             let p = pb::Flag::decode(bytes.clone()).map_err(|e| e.to_string())?;
             let f = wire::flag_from_proto(&p).map_err(|e| e.to_string())?;
             let v = (p.key, f.version);
-            set.flags.push(f);
+            set.set.flags.push(f);
+            set.flag_bytes.push(bytes.clone());
             Ok(v)
         }
         Kind::Segment => {
             let p = pb::Segment::decode(bytes.clone()).map_err(|e| e.to_string())?;
             let s = wire::segment_from_proto(&p).map_err(|e| e.to_string())?;
             let v = (p.key, s.version);
-            set.segments.push(s);
+            set.set.segments.push(s);
             Ok(v)
         }
     }
+}
+
+/// Decoded items with the flags' encodings (`flag_bytes[i]` is
+/// `set.flags[i]`'s), for a snapshot that keeps the bytes the state holds.
+#[derive(Default)]
+pub(crate) struct DecodedItems {
+    pub(crate) set: FlagSet,
+    pub(crate) flag_bytes: Vec<Bytes>,
 }
 
 /// Items, their model and compiled snapshot, from stored or received
@@ -266,7 +275,7 @@ pub(crate) fn build_items(
     limits: &Limits,
     metrics: &Metrics,
 ) -> Result<(Items, Snapshot), String> {
-    let mut set = FlagSet::default();
+    let mut set = DecodedItems::default();
     let mut items = Items::new();
     for (kind, bytes) in raw {
         let (key, version) =
@@ -274,12 +283,24 @@ pub(crate) fn build_items(
         let hash = item_hash(kind, &key, &bytes);
         items.insert((kind, key), Item { bytes, hash, version });
     }
-    let snapshot = match Snapshot::compile(&set, limits) {
+    // Validated whole, as one change to an empty snapshot that compiles
+    // each flag when it is first evaluated (the relay's snapshots do).
+    let snapshot = match Snapshot::empty().compiling_on_use().apply_encoded(
+        &set.set,
+        &set.flag_bytes,
+        &[],
+        &[],
+        limits,
+    ) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(env, error = %e, "flags fail validation under this relay's limits; serving them anyway");
             metrics.limit_hit("stored_data_invalid");
-            Snapshot::compile_unvalidated(&set, limits)
+            // Each flag compiled on first use; one that cannot be
+            // evaluates to MALFORMED_FLAG.
+            Snapshot::from_encoded(set.flag_bytes, set.set.segments, limits)
+                .map_err(|e| format!("flag {e}"))?
+                .compiling_on_use()
         }
     };
     Ok((items, snapshot))

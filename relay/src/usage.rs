@@ -255,13 +255,13 @@ impl EnvUsage {
     fn reclassify(&mut self, snap: &Snapshot, now: u64, counts: &Counts) {
         self.generation = snap.generation();
         let before = self.flags.len();
-        self.flags.retain(|k, st| snap.flag(k).is_some() || st.last_seen_ms + DAY > now);
-        let mut n = self.flags.keys().filter(|k| snap.flag(k).is_none()).count();
+        self.flags.retain(|k, st| snap.contains(k) || st.last_seen_ms + DAY > now);
+        let mut n = self.flags.keys().filter(|k| !snap.contains(k)).count();
         if n > MAX_ABSENT_KEYS {
             let mut absent: Vec<(u64, String)> = self
                 .flags
                 .iter()
-                .filter(|(k, _)| snap.flag(k).is_none())
+                .filter(|(k, _)| !snap.contains(k))
                 .map(|(k, st)| (st.last_seen_ms, k.clone()))
                 .collect();
             absent.sort_unstable();
@@ -510,7 +510,7 @@ impl Usage {
             for (t, x) in totals.iter_mut().zip(fallbacks(&f)) {
                 *t = t.saturating_add(x);
             }
-            let flag = snap.flag(&f.key);
+            let flag = snap.info(&f.key);
             let n: u64 = fallbacks(&f).iter().fold(0, |a, b| a.saturating_add(*b));
             if n > 0 {
                 // Keys that are no flag share one series: an SDK key must
@@ -518,7 +518,7 @@ impl Usage {
                 let key = if flag.is_some() { f.key.clone() } else { UNKNOWN_FLAGS.to_owned() };
                 per_flag.push((key, n));
             }
-            clamp(&mut f, flag.map_or(0, |fl| fl.variations.len()));
+            clamp(&mut f, flag.map_or(0, |fl| fl.variations));
             if !e.flags.contains_key(&f.key) && flag.is_none() {
                 // A key that is no flag: only within the environment's share
                 // (and the relay-wide bound); real flags always fit.
@@ -591,8 +591,8 @@ impl Usage {
             // not: filling a flag's default slots cannot hide a mismatch.
             if !f.defaults.is_empty()
                 && let Some(v) = majority(&stats.long.sum(LONG, HOUR, now))
-                && let Some(value) = snap.flag(&f.key).and_then(|fl| fl.variations.get(v as usize))
-                && f.defaults.iter().any(|d| differs(d, value))
+                && let Some(value) = snap.variation(&f.key, v as usize)
+                && f.defaults.iter().any(|d| differs(d, &value))
             {
                 mismatches += 1;
                 stats.mismatch_ms = now;

@@ -82,9 +82,9 @@ fn off_value(flag: &Flag) -> Json {
 
 fn print_flags(client: &Client, ctx: &Context<'_>, defaults: &HashMap<&'static str, Json>) {
     let snap = client.snapshot();
-    let mut flags: Vec<&Flag> = snap.flags().collect();
+    let mut flags: Vec<Flag> = snap.flags().collect();
     flags.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    for flag in flags {
+    for flag in &flags {
         let key = flag.key.as_str();
         let default = defaults.get(key).cloned().unwrap_or_else(|| off_value(flag));
         let d = client.json_detail(key, ctx, default);

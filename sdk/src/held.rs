@@ -110,10 +110,12 @@ impl Held {
         // Sized once: grown by doubling, a 50,000-flag set would pass
         // through 1.5× its models' array on the way.
         set.flags.reserve(flags.size_hint().0);
+        let mut raw = Vec::with_capacity(flags.size_hint().0);
         for bytes in flags {
             let p = decode_flag(&bytes)?;
             let hash = item_hash(FLAG, &p.key, &bytes);
             set.flags.push(wire::flag_from_proto(&p)?);
+            raw.push(bytes.clone());
             r.flags.insert(p.key.into(), Item { bytes, hash });
         }
         for bytes in segments {
@@ -123,9 +125,9 @@ impl Held {
             r.segments.insert(p.key.into(), Item { bytes, hash });
         }
         r.checksum = r.sum();
-        // By value: the decoded models move into the snapshot (a 50 MiB
-        // set is not held twice while it compiles).
-        let snapshot = Snapshot::compile_set(set, limits)?.with_cursor(&r.epoch, r.revision);
+        // By value, with the bytes held: each model is dropped once
+        // compiled, and the snapshot shares the held items' bytes.
+        let snapshot = Snapshot::compile_encoded(set, raw, limits)?.with_cursor(&r.epoch, r.revision);
         Ok((r, snapshot))
     }
 
@@ -219,11 +221,13 @@ impl Held {
         }
         let mut next = self.clone();
         let mut change = FlagSet::default();
+        let mut change_raw = Vec::with_capacity(d.upserted_flags.len());
         let mut changed_flags = Vec::new();
         for bytes in d.upserted_flags {
             let p = decode_flag(&bytes)?;
             let hash = item_hash(FLAG, &p.key, &bytes);
             change.flags.push(wire::flag_from_proto(&p)?);
+            change_raw.push(bytes.clone());
             changed_flags.push(p.key.clone());
             if let Some(old) = next.flags.insert(p.key.into(), Item { bytes, hash }) {
                 next.checksum = next.checksum.wrapping_sub(old.hash);
@@ -253,7 +257,7 @@ impl Held {
         next.revision = d.to_revision;
         next.verify(d.checksum)?;
         let snapshot = snapshot
-            .apply(&change, &d.deleted_flag_keys, &d.deleted_segment_keys, limits)?
+            .apply_encoded(&change, &change_raw, &d.deleted_flag_keys, &d.deleted_segment_keys, limits)?
             .with_cursor(&next.epoch, next.revision);
         Ok(Applied { held: next, snapshot, changed_flags })
     }

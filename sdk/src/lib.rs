@@ -42,7 +42,7 @@ pub use flagstream_core::{
     ValidationErrors, Value, bucket, checksum, context_attributes_problem, context_kinds_problem, feature,
     model, proto, reference, usage, validate, wire,
 };
-pub use flagstream_core::{Flag, FlagSet, FlagType, Segment};
+pub use flagstream_core::{Flag, FlagInfo, FlagSet, FlagType, Segment};
 pub use flagstream_core::{FlagUsage, UsageCounts};
 
 pub use client::{Builder, Client, EvaluationDetail, read_flag_file};

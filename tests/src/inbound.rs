@@ -56,7 +56,7 @@ pub fn subscribe_request(bytes: &[u8]) -> bool {
 
 fn evaluate_all(snap: &Snapshot) {
     let ctx = Context::new("fuzz-user").with("country", "US").with("plan", "enterprise");
-    let keys: Vec<String> = snap.flags().map(|f| f.key.clone()).collect();
+    let keys: Vec<String> = snap.keys().map(str::to_owned).collect();
     for k in &keys {
         std::hint::black_box((snap.bool(k, &ctx, false), snap.int(k, &ctx, 0), snap.string(k, &ctx, "")));
     }

@@ -287,7 +287,7 @@ fn flags_compiled_on_first_use_never_allocate_after_it() {
     let eager = snapshot();
     let flags = eager
         .flags()
-        .map(|f| bytes::Bytes::from(prost::Message::encode_to_vec(&flagstream::wire::flag_to_proto(f))));
+        .map(|f| bytes::Bytes::from(prost::Message::encode_to_vec(&flagstream::wire::flag_to_proto(&f))));
     let snap = Snapshot::from_encoded(
         flags.collect::<Vec<_>>(),
         eager.segments().cloned().collect(),

@@ -86,7 +86,7 @@ pub(crate) fn evaluate(snap: &Snapshot, r: &pb::EvaluateRequest) -> Result<pb::E
             parts(snap.detail(&r.flag_key, &ctx, Cow::Borrowed(&default)), Cow::into_owned)
         }
     };
-    let flag_type = snap.flag(&r.flag_key).map(|f| f.flag_type).or(requested).unwrap_or(FlagType::Json);
+    let flag_type = snap.info(&r.flag_key).map(|f| f.flag_type).or(requested).unwrap_or(FlagType::Json);
     Ok(pb::EvaluateResponse {
         value: Some(wire::variation_to_proto(flag_type, &value)),
         variation_index: variation,

@@ -27,7 +27,7 @@ pub(crate) enum Viewer {
 
 impl Viewer {
     /// Whether it may see `flag`.
-    pub(crate) fn sees(self, flag: &flagstream::Flag) -> bool {
+    pub(crate) fn sees(self, flag: &flagstream::FlagInfo) -> bool {
         self == Viewer::Server || flag.client_visible
     }
 }
@@ -59,7 +59,7 @@ pub(crate) fn bulk<'s>(
     viewer: Viewer,
     mut served: impl FnMut(&'s str, Option<u32>),
 ) -> (Vec<u8>, String) {
-    let mut keys: Vec<&str> = snap.flags().filter(|f| viewer.sees(f)).map(|f| f.key.as_str()).collect();
+    let mut keys: Vec<&str> = snap.keys().filter(|k| snap.info(k).is_some_and(|f| viewer.sees(&f))).collect();
     keys.sort_unstable();
     let mut body = Vec::with_capacity(keys.len() * 128 + 256);
     body.extend_from_slice(b"{\"flags\":[");
@@ -159,7 +159,7 @@ fn evaluate<'s>(
     ctx: &Context<'_>,
     viewer: Viewer,
 ) -> Result<Answer<'s>, (StatusCode, Json)> {
-    let Some(flag) = snap.flag(key).filter(|f| viewer.sees(f)) else {
+    let Some(flag) = snap.info(key).filter(|f| viewer.sees(f)) else {
         return Err((StatusCode::NOT_FOUND, failure(key, "FLAG_NOT_FOUND", format!("no flag {key:?}"))));
     };
     let flag_type = flag.flag_type;

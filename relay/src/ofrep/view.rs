@@ -79,17 +79,16 @@ fn segments_of(clauses: &[Clause]) -> impl Iterator<Item = &str> {
 fn digest(snap: &Snapshot, hash_of: impl Fn(Kind, &str) -> Option<u64>) -> String {
     let mut flags: BTreeSet<&str> = BTreeSet::new();
     let mut segments: BTreeSet<&str> = BTreeSet::new();
-    let mut todo: Vec<&str> = snap.flags().filter(|f| f.client_visible).map(|f| f.key.as_str()).collect();
+    let mut todo: Vec<&str> =
+        snap.keys().filter(|k| snap.info(k).is_some_and(|f| f.client_visible)).collect();
     let mut seg_todo: Vec<&str> = Vec::new();
     while let Some(key) = todo.pop() {
         if !flags.insert(key) {
             continue;
         }
-        let Some(f) = snap.flag(key) else { continue };
-        todo.extend(f.prerequisites.iter().map(|p| p.key.as_str()));
-        for r in &f.rules {
-            seg_todo.extend(segments_of(&r.clauses));
-        }
+        let Some((prerequisites, segments)) = snap.references(key) else { continue };
+        todo.extend(prerequisites);
+        seg_todo.extend(segments);
     }
     while let Some(key) = seg_todo.pop() {
         if !segments.insert(key) {

@@ -108,7 +108,7 @@ impl Store {
                 meta.committed_unix_ms,
                 Items::new(),
                 Log::new(),
-                Arc::new(Snapshot::empty()),
+                Arc::new(Snapshot::empty().compiling_on_use()),
             );
             let name = meta.name.clone();
             let env = Arc::new(Env::new(state, meta));

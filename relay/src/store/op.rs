@@ -121,7 +121,7 @@ pub(crate) fn plan(
     let snap = &state.snapshot;
     let original = |key: &ItemKey| -> Option<Model> {
         match key.0 {
-            Kind::Flag => snap.flag(&key.1).cloned().map(Model::Flag),
+            Kind::Flag => snap.flag(&key.1).map(Model::Flag),
             Kind::Segment => snap.segment(&key.1).cloned().map(Model::Segment),
         }
     };
@@ -198,6 +198,9 @@ pub(crate) fn plan(
     let mut changes = Vec::new();
     let mut versions = Vec::new();
     let mut upserts = FlagSet::default();
+    // The written flags' encodings, in `upserts.flags` order: the snapshot
+    // keeps the very bytes the state does.
+    let mut upsert_bytes = Vec::new();
     let (mut deleted_flags, mut deleted_segments) = (Vec::new(), Vec::new());
     for key in order {
         let before = original(&key);
@@ -234,7 +237,10 @@ pub(crate) fn plan(
             }
         });
         match after {
-            Some(Model::Flag(f)) => upserts.flags.push(f),
+            Some(Model::Flag(f)) => {
+                upserts.flags.push(f);
+                upsert_bytes.extend(bytes.clone());
+            }
             Some(Model::Segment(s)) => upserts.segments.push(s),
             None if key.0 == Kind::Flag => deleted_flags.push(key.1.clone()),
             None => deleted_segments.push(key.1.clone()),
@@ -250,7 +256,8 @@ pub(crate) fn plan(
     let snapshot = if changes.is_empty() {
         Snapshot::empty()
     } else {
-        snap.apply(&upserts, &deleted_flags, &deleted_segments, limits).map_err(|e| name_ops(e, &named_by))?
+        snap.apply_encoded(&upserts, &upsert_bytes, &deleted_flags, &deleted_segments, limits)
+            .map_err(|e| name_ops(e, &named_by))?
     };
     Ok(Plan { changes, versions, snapshot })
 }

@@ -20,13 +20,13 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use flagstream::follow::{RawChunk, RawDelta};
-use flagstream::{ApplyError, FlagSet, Snapshot};
+use flagstream::{ApplyError, Snapshot};
 use flagstream_proto::v1 as pb;
 
 use super::backend::{Commit, ItemChange};
 use super::meta::EnvMeta;
 use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
-use super::{Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
+use super::{DecodedItems, Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
 
 fn stored(e: StoreError) -> ApplyError {
     ApplyError::Store(Box::new(e))
@@ -163,7 +163,7 @@ impl Store {
         // change alone.
         let mut items = state.items.clone();
         let mut totals = state.totals();
-        let mut change = FlagSet::default();
+        let mut change = DecodedItems::default();
         let mut changes = Vec::new();
         let upserts = d
             .upserted_flags
@@ -197,8 +197,9 @@ impl Store {
             });
         }
         let name = state.name.clone();
-        let snapshot = match state.snapshot.apply(
-            &change,
+        let snapshot = match state.snapshot.apply_encoded(
+            &change.set,
+            &change.flag_bytes,
             &d.deleted_flag_keys,
             &d.deleted_segment_keys,
             &self.inner.limits,

@@ -51,9 +51,8 @@ impl Usage {
                 // linear time, then sorted (no sort of the whole set per
                 // page).
                 let mut ks: Vec<&str> = snap
-                    .flags()
-                    .map(|f| f.key.as_str())
-                    .chain(e.flags.keys().map(String::as_str).filter(|k| snap.flag(k).is_none()))
+                    .keys()
+                    .chain(e.flags.keys().map(String::as_str).filter(|k| !snap.contains(k)))
                     .filter(|k| *k > after)
                     .collect();
                 let size = size.max(1);
@@ -101,7 +100,7 @@ fn entry(e: &EnvUsage, snap: &Snapshot, k: &str, now: u64) -> pb::FlagUsageView 
     let hour = st.short.sum(SHORT, FIVE_MINUTES, now);
     let day = st.long.sum(LONG, HOUR, now);
     let maj = majority(&day);
-    let value = maj.and_then(|v| flag.and_then(|f| f.variations.get(v as usize)));
+    let value = maj.and_then(|v| flag.as_ref().and_then(|f| f.variations.get(v as usize)));
     let defaults: Vec<pb::DefaultSeen> = st
         .listed_defaults(now)
         .into_iter()
@@ -116,7 +115,7 @@ fn entry(e: &EnvUsage, snap: &Snapshot, k: &str, now: u64) -> pb::FlagUsageView 
         key: k.to_owned(),
         exists: flag.is_some(),
         // No such flag: no values (`exists` says so).
-        variation_values: flag
+        variation_values: (flag.as_ref())
             .map(|f| f.variations.iter().map(Json::to_string).collect())
             .unwrap_or_default(),
         hour: Some(window(&hour)),
@@ -133,7 +132,7 @@ fn entry(e: &EnvUsage, snap: &Snapshot, k: &str, now: u64) -> pb::FlagUsageView 
         majority_variation: maj.map_or(-1, |v| v as i32),
         sole_variation: st.sole.map_or(-1, |v| v as i32),
         sole_since_unix_ms: st.sole_since_ms,
-        flag_version: flag.map_or(0, |f| f.version),
+        flag_version: flag.as_ref().map_or(0, |f| f.version),
         flag_revision: flag.map_or(0, |f| f.revision),
     }
 }

@@ -21,6 +21,7 @@ use crate::model::{Clause, Flag, KindKeys, Segment, Serve, Target};
 use crate::operand::{RegexBudget, regex_patterns};
 use crate::reference::{KindSel, parse_attr};
 use crate::schedule::CompiledSchedule;
+use crate::validate::Facts;
 use crate::value::Value;
 
 fn compile_serve(serve: &Serve, salt: &str) -> Option<CompiledServe> {
@@ -84,7 +85,7 @@ fn item_budget<'c>(clauses: impl IntoIterator<Item = &'c Clause>, limits: &Limit
     budget
 }
 
-pub(crate) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
+pub(crate) fn compile_flag(flag: &Flag, limits: &Limits) -> CompiledFlag {
     let mut malformed = false;
     let variations = Variations::new(
         flag.variations
@@ -161,7 +162,6 @@ pub(crate) fn compile_flag(flag: Flag, limits: &Limits) -> CompiledFlag {
         fallthrough,
         version: flag.version,
         malformed,
-        source: Arc::new(flag),
         regex_bytes: budget.charged,
     }
 }
@@ -218,20 +218,26 @@ pub(crate) fn compile_segment(segment: Segment, limits: &Limits) -> CompiledSegm
     }
 }
 
-/// Compiles a flag from its wire bytes. Bytes that do not decode or convert
-/// (they were checksum-verified, so only a format change gets here) give a
-/// flag that evaluates to `MALFORMED_FLAG`, never a guess.
-pub(crate) fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> CompiledFlag {
-    let model = pb::Flag::decode(raw.clone())
-        .ok()
-        .and_then(|p| crate::wire::flag_from_proto(&p).ok().filter(|f| f.key == key));
-    match model {
-        Some(flag) => compile_flag(flag, limits),
+/// Compiles a flag from its wire bytes, with its [`Facts`]. Bytes that do
+/// not decode or convert (they were checksum-verified, so only a format
+/// change gets here) give a flag that evaluates to `MALFORMED_FLAG`, never a
+/// guess.
+pub(crate) fn compile_raw(key: &str, raw: &Bytes, limits: &Limits) -> (CompiledFlag, Facts) {
+    match decode(key, raw) {
+        Some(flag) => (compile_flag(&flag, limits), Facts::of(&flag)),
         None => {
-            let mut f = compile_flag(Flag::placeholder(key), limits);
+            let placeholder = Flag::placeholder(key);
+            let mut f = compile_flag(&placeholder, limits);
             f.malformed = true;
             f.constant = None;
-            f
+            (f, Facts::of(&placeholder))
         }
     }
+}
+
+/// The model of a flag's wire bytes, if they decode and convert and hold
+/// the flag of `key`.
+pub(crate) fn decode(key: &str, raw: &Bytes) -> Option<Flag> {
+    let p = pb::Flag::decode(raw.clone()).ok()?;
+    crate::wire::flag_from_proto(&p).ok().filter(|f| f.key == key)
 }

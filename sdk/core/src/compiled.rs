@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 
 use crate::clause::{CompiledClause, StrSet};
-use crate::model::{Flag, FlagType, Segment};
+use crate::model::{FlagType, Segment};
 use crate::reference::{Attr, KindSel};
 use crate::schedule::CompiledSchedule;
 use crate::value::Value;
@@ -130,8 +130,6 @@ pub(crate) struct CompiledFlag {
     pub(crate) variations: Variations,
     /// See [`Constant`]; `None` when evaluation needs the context.
     pub(crate) constant: Option<Constant>,
-    /// The model form, for listeners, exports and caches.
-    pub(crate) source: Arc<Flag>,
     /// Compiled bytes of the flag's regular expressions, in full: what
     /// validation charges it against the environment's regex budget (the
     /// same patterns in the same order under the same per-item budget), kept for

@@ -5,7 +5,6 @@
 //! (`FAILED_PRECONDITION` naming it), so an older SDK keeps its
 //! last-known-good flags instead of evaluating them wrongly.
 
-use crate::model::Bucketing;
 use crate::snapshot::Snapshot;
 
 /// Rollouts and segment rules with another system's bucketing
@@ -17,12 +16,7 @@ pub const IMPLEMENTED: &[&str] = &[IMPORTED_BUCKETING];
 
 /// The features `snap`'s flags and segments use.
 pub fn used(snap: &Snapshot) -> Vec<&'static str> {
-    let imported = |b: &Option<Bucketing>| b.is_some();
-    let in_flags = snap.flags().any(|f| {
-        std::iter::once(&f.fallthrough)
-            .chain(f.rules.iter().map(|r| &r.serve))
-            .any(|s| s.rollout.as_ref().is_some_and(|r| imported(&r.bucketing)))
-    });
-    let in_segments = || snap.segments().any(|s| s.rules.iter().any(|r| imported(&r.bucketing)));
+    let in_flags = snap.flags.iter().any(|f| f.facts().imported_bucketing);
+    let in_segments = || snap.segments().any(|s| s.rules.iter().any(|r| r.bucketing.is_some()));
     if in_flags || in_segments() { vec![IMPORTED_BUCKETING] } else { Vec::new() }
 }

@@ -47,7 +47,7 @@ pub use limit::{
 pub use model::{Flag, FlagSet, FlagType, Segment};
 pub use result::{Detail, Evaluation, Reason, ReasonParts};
 pub use short::Name;
-pub use snapshot::Snapshot;
+pub use snapshot::{FlagInfo, Snapshot};
 pub use usage::{FlagUsage, UsageCounts};
 pub use value::{FromValue, Value};
 

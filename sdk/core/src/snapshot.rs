@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::compile::{compile_flag, compile_segment, compile_segments};
+use crate::compile::{compile_segment, compile_segments};
 use crate::compiled::{CompiledSegment, FastMap};
 use crate::error::ValidationErrors;
 use crate::limit::Limits;
 use crate::model::{Flag, FlagSet, Segment};
-use crate::validate::{self, ItemCost, Passed, Totals};
+use crate::validate::{self, ItemCost, Links, Passed, Totals};
 use crate::wire;
 pub(crate) use cell::{FlagCell, Head, Slot};
 use index::{Cells, Index};
@@ -55,9 +55,24 @@ pub struct Snapshot {
     /// Every slot of a compiled flag has its [`Head`] (false after a build
     /// from wire form, until a change finds the flags compiled).
     heads: bool,
+    /// Flags written to this snapshot, and to those applied from it, are
+    /// compiled when first evaluated, not when written
+    /// ([`Snapshot::compiling_on_use`]).
+    defer: bool,
     epoch: Box<str>,
     revision: u64,
     generation: u64,
+}
+
+/// What [`Snapshot::info`] tells of a flag without decoding its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlagInfo {
+    pub flag_type: crate::model::FlagType,
+    pub version: u64,
+    /// How many variations it has.
+    pub variations: usize,
+    /// Shown to client-side SDKs.
+    pub client_visible: bool,
 }
 
 /// A snapshot's validation: the limits it passed and its totals.
@@ -72,16 +87,35 @@ impl Snapshot {
     /// invalid; every problem is reported with its path.
     pub fn compile(set: &FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
         let passed = validate::flag_set_costs(set, limits)?;
-        Ok(Snapshot::compile_with(set.clone(), passed.costs.into_iter().map(Some), limits)
+        Ok(Snapshot::compile_with(set.clone(), None, passed.costs.into_iter().map(Some), limits)
             .checked(limits, passed.totals))
     }
 
-    /// [`Snapshot::compile`] taking the set by value: validated, then the
-    /// model items move into the snapshot instead of being copied (a large
-    /// set is not held twice while it compiles).
+    /// [`Snapshot::compile`] taking the set by value: validated, then each
+    /// model is compiled and dropped (the snapshot keeps each flag's
+    /// encoding and compiled form, not its model).
     pub fn compile_set(set: FlagSet, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
         let passed = validate::flag_set_costs(&set, limits)?;
-        Ok(Snapshot::compile_with(set, passed.costs.into_iter().map(Some), limits)
+        Ok(Snapshot::compile_with(set, None, passed.costs.into_iter().map(Some), limits)
+            .checked(limits, passed.totals))
+    }
+
+    /// [`Snapshot::compile_set`] for flags whose encodings the caller holds
+    /// already: `raw[i]` is the protobuf encoding (`flagstream.v1.Flag`) of
+    /// `set.flags[i]`, and the snapshot keeps those bytes (shared, not
+    /// copied) instead of encoding each flag again.
+    ///
+    /// # Panics
+    ///
+    /// When `raw` and `set.flags` differ in length.
+    pub fn compile_encoded(
+        set: FlagSet,
+        raw: Vec<Bytes>,
+        limits: &Limits,
+    ) -> Result<Snapshot, ValidationErrors> {
+        assert_eq!(raw.len(), set.flags.len(), "one encoding per flag");
+        let passed = validate::flag_set_costs(&set, limits)?;
+        Ok(Snapshot::compile_with(set, Some(raw), passed.costs.into_iter().map(Some), limits)
             .checked(limits, passed.totals))
     }
 
@@ -95,21 +129,27 @@ impl Snapshot {
     /// [`Snapshot::compile_unvalidated`] taking the set by value, so the
     /// model items move into the snapshot instead of being copied.
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
-        Snapshot::compile_with(set, std::iter::repeat(None), limits)
+        Snapshot::compile_with(set, None, std::iter::repeat(None), limits)
     }
 
-    /// Compiles `set`, each flag with its cost where known (in order).
+    /// Compiles `set`, each flag with its encoding (`raw`, in order; each
+    /// encoded here when `None`) and its cost where known (in order). Each
+    /// model is dropped once compiled.
     fn compile_with(
         set: FlagSet,
+        raw: Option<Vec<Bytes>>,
         costs: impl Iterator<Item = Option<ItemCost>>,
         limits: &Limits,
     ) -> Snapshot {
         let segments = compile_segments(set.segments, limits);
+        let raw = raw.into_iter().flatten().map(Some).chain(std::iter::repeat(None));
+        let shared = Arc::new(limits.clone());
         let flags = set
             .flags
             .into_iter()
+            .zip(raw)
             .zip(costs)
-            .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f, limits), cost)))
+            .map(|((f, raw), cost)| Arc::new(FlagCell::of(&f, raw, &shared, cost, false)))
             .collect();
         Snapshot::assemble(flags, segments, limits)
     }
@@ -192,6 +232,7 @@ impl Snapshot {
             max_segment_depth: limits.max_segment_depth,
             checked: None,
             heads,
+            defer: false,
             epoch: Box::from(""),
             revision: 0,
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
@@ -201,6 +242,16 @@ impl Snapshot {
     /// Marks this snapshot as validated as a whole under `limits`.
     fn checked(mut self, limits: &Limits, totals: Totals) -> Snapshot {
         self.checked = Some(Box::new(Checked { limits: limits.clone(), totals }));
+        self
+    }
+
+    /// This snapshot, from which every snapshot applied compiles the flags
+    /// a change writes when they are first evaluated instead of when they are
+    /// written: validation reads each flag's facts, not its compiled form, so
+    /// a process that rarely evaluates (the relay: OFREP and admin
+    /// evaluations only) holds each flag as its bytes until it does.
+    pub fn compiling_on_use(mut self) -> Snapshot {
+        self.defer = true;
         self
     }
 
@@ -236,9 +287,52 @@ impl Snapshot {
         self.flags.len() == 0
     }
 
-    /// A flag's model form.
-    pub fn flag(&self, key: &str) -> Option<&Flag> {
-        self.index.get(key).map(|slot| &*slot.cell.get().source)
+    /// A flag's model form, decoded from its encoding (the snapshot keeps
+    /// no models): for listeners, exports and admin reads, not for the
+    /// evaluation path.
+    pub fn flag(&self, key: &str) -> Option<Flag> {
+        self.index.get(key).map(|slot| slot.cell.model())
+    }
+
+    /// A flag's protobuf encoding (`flagstream.v1.Flag`), as the stream
+    /// and the cache carry it.
+    pub fn flag_bytes(&self, key: &str) -> Option<&Bytes> {
+        self.index.get(key).map(|slot| slot.cell.raw())
+    }
+
+    /// Whether the snapshot has a flag of this key.
+    pub fn contains(&self, key: &str) -> bool {
+        self.index.get(key).is_some()
+    }
+
+    /// What is known of a flag without its model: type, version, whether
+    /// client-side SDKs see it (compiling it if it is still in wire form).
+    pub fn info(&self, key: &str) -> Option<FlagInfo> {
+        let f = self.index.get(key)?.cell.facts();
+        Some(FlagInfo {
+            flag_type: f.flag_type,
+            version: f.version,
+            variations: f.variations as usize,
+            client_visible: f.client_visible,
+        })
+    }
+
+    /// A flag's variation at `index`, as JSON: from the compiled form, or
+    /// decoded from the flag's bytes when it is not compiled (nothing is
+    /// compiled for it).
+    pub fn variation(&self, key: &str, index: usize) -> Option<serde_json::Value> {
+        let cell = &self.index.get(key)?.cell;
+        match cell.get_now() {
+            Some(f) => f.variations.get(index).map(crate::Value::to_json),
+            None => cell.model().variations.into_iter().nth(index),
+        }
+    }
+
+    /// The keys of a flag's prerequisites and of the segments its rules
+    /// name, in order (compiling the flag if it is still in wire form).
+    pub fn references(&self, key: &str) -> Option<(impl Iterator<Item = &str>, impl Iterator<Item = &str>)> {
+        let links = self.index.get(key)?.cell.links();
+        Some((links.prerequisites().map(|(k, _)| k), links.segment_refs().map(|(_, _, _, k)| k)))
     }
 
     /// A segment's model form.
@@ -246,9 +340,16 @@ impl Snapshot {
         self.segments.get(key).map(|s| &*s.source)
     }
 
-    /// All flags in model form, in no particular order.
-    pub fn flags(&self) -> impl Iterator<Item = &Flag> {
-        self.flags.iter().map(|f| &*f.get().source)
+    /// All flags in model form, in no particular order, each decoded from
+    /// its encoding (see [`Snapshot::flag`]; [`Snapshot::keys`] lists the
+    /// keys alone).
+    pub fn flags(&self) -> impl Iterator<Item = Flag> + '_ {
+        self.flags.iter().map(|f| f.model())
+    }
+
+    /// Every flag key, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.flags.iter().map(|f| f.key())
     }
 
     /// All segments in model form, in no particular order.
@@ -258,8 +359,7 @@ impl Snapshot {
 
     /// The whole set in model form, sorted by key.
     pub fn to_flag_set(&self) -> FlagSet {
-        let mut set =
-            FlagSet { flags: self.flags().cloned().collect(), segments: self.segments().cloned().collect() };
+        let mut set = FlagSet { flags: self.flags().collect(), segments: self.segments().cloned().collect() };
         set.flags.sort_by(|a, b| a.key.cmp(&b.key));
         set.segments.sort_by(|a, b| a.key.cmp(&b.key));
         set
@@ -286,7 +386,29 @@ impl Snapshot {
         deleted_segments: &[String],
         limits: &Limits,
     ) -> Result<Snapshot, ValidationErrors> {
-        let change = Change { set: change, deleted_flags, deleted_segments };
+        self.apply_change(Change { set: change, raw: None, deleted_flags, deleted_segments }, limits)
+    }
+
+    /// [`Snapshot::apply`] for written flags whose encodings the caller
+    /// holds already: `raw[i]` is the protobuf encoding of
+    /// `change.flags[i]`, kept (shared, not copied) by the snapshot.
+    ///
+    /// # Panics
+    ///
+    /// When `raw` and `change.flags` differ in length.
+    pub fn apply_encoded(
+        &self,
+        change: &FlagSet,
+        raw: &[Bytes],
+        deleted_flags: &[String],
+        deleted_segments: &[String],
+        limits: &Limits,
+    ) -> Result<Snapshot, ValidationErrors> {
+        assert_eq!(raw.len(), change.flags.len(), "one encoding per written flag");
+        self.apply_change(Change { set: change, raw: Some(raw), deleted_flags, deleted_segments }, limits)
+    }
+
+    fn apply_change(&self, change: Change<'_>, limits: &Limits) -> Result<Snapshot, ValidationErrors> {
         let passed = match self.judge_by_change(&change, limits) {
             Some(passed) => passed,
             None => self.judge_whole(&change, limits)?,
@@ -311,7 +433,7 @@ impl Snapshot {
             return None;
         }
         let fresh: Vec<&Flag> = change.set.flags.iter().collect();
-        let old = |key: &str| self.index.get(key).map(|s| (&*s.cell.get().source, s.cell.cost()));
+        let old = |key: &str| self.index.get(key).map(|s| (s.cell.links(), s.cell.cost()));
         let has_segment = |key: &str| self.segments.contains_key(key);
         validate::delta(&checked.totals, &fresh, change.deleted_flags, &old, &has_segment, limits)
     }
@@ -323,11 +445,11 @@ impl Snapshot {
     /// environment's memory.
     fn judge_whole(&self, change: &Change<'_>, limits: &Limits) -> Result<Passed, ValidationErrors> {
         let (drop_flag, drop_segment) = change.dropped();
-        let kept: Vec<(&Flag, ItemCost)> = self
+        let kept: Vec<(Links<'_>, ItemCost)> = self
             .flags
             .iter()
             .filter(|f| !drop_flag.contains(f.key()))
-            .map(|f| (&*f.get().source, f.cost()))
+            .map(|f| (f.links(), f.cost()))
             .collect();
         let fresh: Vec<&Flag> = change.set.flags.iter().collect();
         let segments: Vec<&Segment> = self
@@ -357,8 +479,9 @@ impl Snapshot {
                 }
             }
         }
-        for (f, cost) in change.set.flags.iter().zip(costs) {
-            let cell = Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost)));
+        let shared = Arc::new(limits.clone());
+        for (i, (f, cost)) in change.set.flags.iter().zip(costs).enumerate() {
+            let cell = Arc::new(FlagCell::of(f, change.raw(i), &shared, Some(cost), self.defer));
             match index.get_mut(&f.key) {
                 Some(slot) => {
                     flags.set(slot.index as usize, cell.clone());
@@ -384,7 +507,9 @@ impl Snapshot {
             heads = index.values().all(|s| s.head.is_some());
         }
         let segments = self.next_segments(change, limits);
-        Snapshot::with_index(flags, index, segments, heads, limits)
+        let mut next = Snapshot::with_index(flags, index, segments, heads, limits);
+        next.defer = self.defer;
+        next
     }
 
     /// The next snapshot built anew from the flags this one keeps and the
@@ -392,15 +517,13 @@ impl Snapshot {
     fn rebuilt(&self, change: &Change<'_>, costs: Vec<ItemCost>, limits: &Limits) -> Snapshot {
         let (drop_flag, _) = change.dropped();
         let kept = self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned();
-        let fresh = change
-            .set
-            .flags
-            .iter()
-            .zip(costs)
-            .map(|(f, cost)| Arc::new(FlagCell::compiled(compile_flag(f.clone(), limits), Some(cost))));
+        let shared = Arc::new(limits.clone());
+        let fresh = (change.set.flags.iter().zip(costs).enumerate())
+            .map(|(i, (f, cost))| Arc::new(FlagCell::of(f, change.raw(i), &shared, Some(cost), self.defer)));
         let segments = self.next_segments(change, limits);
         let mut next = Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits);
         next.segments = segments;
+        next.defer = self.defer;
         next
     }
 
@@ -429,11 +552,18 @@ impl Snapshot {
 struct Change<'c> {
     /// Flags and segments written (added or replaced).
     set: &'c FlagSet,
+    /// The written flags' encodings, in order, when the caller has them.
+    raw: Option<&'c [Bytes]>,
     deleted_flags: &'c [String],
     deleted_segments: &'c [String],
 }
 
 impl<'c> Change<'c> {
+    /// The encoding of the `i`th written flag, if given.
+    fn raw(&self, i: usize) -> Option<Bytes> {
+        self.raw.and_then(|r| r.get(i)).cloned()
+    }
+
     /// The flag and segment keys the change takes out of the snapshot
     /// before it: the deleted ones and the written ones (replaced).
     fn dropped(&self) -> (Keys<'c>, Keys<'c>) {

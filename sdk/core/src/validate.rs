@@ -25,12 +25,14 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::quality::RandomState>;
 
 mod cost;
 mod delta;
+mod links;
 mod regex_budget;
 mod report;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use cost::{ItemCost, Passed, Totals};
+pub(crate) use links::{Facts, Links};
 use regex_budget::{Charge, env_budget, regex_item, regex_problem};
 use report::Report;
 
@@ -65,7 +67,7 @@ pub(crate) fn delta<'a>(
     prior: &Totals,
     fresh: &[&'a Flag],
     deleted: &[String],
-    old: &dyn Fn(&str) -> Option<(&'a Flag, ItemCost)>,
+    old: &dyn Fn(&str) -> Option<(Links<'a>, ItemCost)>,
     has_segment: &dyn Fn(&str) -> bool,
     limits: &Limits,
 ) -> Option<Passed> {
@@ -88,9 +90,9 @@ pub(crate) fn delta<'a>(
 /// in full. So a one-flag change to an environment of 50,000 costs one
 /// flag's validation plus a walk of the others' references, not 50,000
 /// validations. Returns the fresh flags' costs, in order, and the totals.
-pub(crate) fn change(
-    kept: &[(&Flag, ItemCost)],
-    fresh: &[&Flag],
+pub(crate) fn change<'a>(
+    kept: &[(Links<'a>, ItemCost)],
+    fresh: &[&'a Flag],
     segments: &[&Segment],
     limits: &Limits,
 ) -> Result<Passed, ValidationErrors> {
@@ -112,7 +114,7 @@ pub(crate) fn change(
     }
     for &s in segments {
         for (ri, rule) in s.rules.iter().enumerate() {
-            segment_refs(
+            check_segment_refs(
                 &mut r,
                 || format!("segments[{:?}].rules[{ri}]", s.key),
                 &rule.clauses,
@@ -121,15 +123,15 @@ pub(crate) fn change(
         }
     }
     segment_depths(&mut r, segments, limits);
-    let all = || kept.iter().map(|&(f, _)| f).chain(fresh.iter().copied());
-    let by_key: HashMap<&str, &Flag> = all().map(|f| (f.key.as_str(), f)).collect();
+    let all = || kept.iter().map(|&(f, _)| f).chain(fresh.iter().map(|&f| Links::Model(f)));
+    let by_key: HashMap<&str, Links<'a>> = all().map(|f| (f.key(), f)).collect();
     // The kept flags count what they were charged when validated: what
     // validating them again would charge (an item's charge depends on the
     // item alone).
     bytes += kept.iter().map(|(_, c)| c.encoded_bytes as usize).sum::<usize>();
     charges.extend(kept.iter().map(|(f, c)| Charge {
         segment: false,
-        key: &f.key,
+        key: f.key(),
         bytes: c.regex_bytes as usize,
     }));
     let mut costs = Vec::with_capacity(fresh.len());
@@ -137,39 +139,40 @@ pub(crate) fn change(
     let mut seen = (by_key.len() < kept.len() + fresh.len())
         .then(|| HashSet::with_capacity_and_hasher(by_key.len(), Default::default()));
     for (i, f) in all().enumerate() {
-        let path = || format!("flags[{:?}]", f.key);
+        let key = f.key();
+        let path = || format!("flags[{key:?}]");
         if let Some(seen) = &mut seen
-            && !seen.insert(f.key.as_str())
+            && !seen.insert(key)
         {
             r.err(path(), "duplicate flag key");
         }
-        if i >= kept.len() {
-            let size = flag(&mut r, &path(), f, limits);
+        if let Some(&model) = i.checked_sub(kept.len()).and_then(|i| fresh.get(i)) {
+            let size = flag(&mut r, &path(), model, limits);
             bytes += size;
             costs.push(ItemCost::new(size, r.regex.charged));
-            charges.push(Charge { segment: false, key: &f.key, bytes: r.regex.charged });
+            charges.push(Charge { segment: false, key, bytes: r.regex.charged });
         }
-        for (i, p) in f.prerequisites.iter().enumerate() {
+        for (i, (pkey, variation)) in f.prerequisites().enumerate() {
             let ppath = || format!("{}.prerequisites[{i}]", path());
-            match by_key.get(p.key.as_str()) {
-                None => r.err(format!("{}.key", ppath()), format!("unknown flag {:?}", p.key)),
-                Some(_) if p.key == f.key => {
+            match by_key.get(pkey) {
+                None => r.err(format!("{}.key", ppath()), format!("unknown flag {pkey:?}")),
+                Some(_) if pkey == key => {
                     r.err(format!("{}.key", ppath()), "a flag cannot be its own prerequisite")
                 }
-                Some(pre) if p.variation as usize >= pre.variations.len() => r.err(
+                Some(pre) if variation as usize >= pre.variations() => r.err(
                     format!("{}.variation", ppath()),
-                    format!(
-                        "index {} out of range: {:?} has {} variations",
-                        p.variation,
-                        p.key,
-                        pre.variations.len()
-                    ),
+                    format!("index {variation} out of range: {pkey:?} has {} variations", pre.variations()),
                 ),
                 Some(_) => {}
             }
         }
-        for (ri, rule) in f.rules.iter().enumerate() {
-            segment_refs(&mut r, || format!("{}.rules[{ri}]", path()), &rule.clauses, &segment_keys);
+        for (ri, ci, vi, segment) in f.segment_refs() {
+            if !segment_keys.contains(segment) {
+                r.err(
+                    format!("{}.rules[{ri}].clauses[{ci}].values[{vi}]", path()),
+                    format!("unknown segment {segment:?}"),
+                );
+            }
         }
     }
     prerequisite_depths(&mut r, &by_key, limits);
@@ -178,7 +181,7 @@ pub(crate) fn change(
         segments: segments.len(),
         bytes,
         regex: charges.iter().map(|c| c.bytes).sum(),
-        linked: all().filter(|f| !f.prerequisites.is_empty()).count(),
+        linked: all().filter(|f| f.has_prerequisites()).count(),
     };
     env_budget(&mut r, charges, limits);
     r.max("snapshot", "encoded bytes", bytes, limits.max_snapshot_bytes);
@@ -187,7 +190,12 @@ pub(crate) fn change(
 
 /// Reports `segment_match` values naming no segment (`path`: the rule's,
 /// formatted only for a problem).
-fn segment_refs(r: &mut Report, path: impl Fn() -> String, clauses: &[Clause], segment_keys: &HashSet<&str>) {
+fn check_segment_refs(
+    r: &mut Report,
+    path: impl Fn() -> String,
+    clauses: &[Clause],
+    segment_keys: &HashSet<&str>,
+) {
     for (ci, c) in clauses.iter().enumerate() {
         if c.op != Operator::SegmentMatch {
             continue;
@@ -233,7 +241,7 @@ fn segment_depths(r: &mut Report, segments: &[&Segment], limits: &Limits) {
             None => {}
         }
         let Some(s) = by_key.get(key) else {
-            return Ok(0); // unknown: reported by segment_refs
+            return Ok(0); // unknown: reported by check_segment_refs
         };
         memo.insert(key.to_owned(), None);
         path.push(key.to_owned());
@@ -276,12 +284,12 @@ fn segment_depths(r: &mut Report, segments: &[&Segment], limits: &Limits) {
 }
 
 /// Rejects prerequisite cycles and chains deeper than the limit.
-fn prerequisite_depths(r: &mut Report, flags: &HashMap<&str, &Flag>, limits: &Limits) {
+fn prerequisite_depths(r: &mut Report, flags: &HashMap<&str, Links<'_>>, limits: &Limits) {
     // Longest chain of prerequisite edges below each flag, memoised.
     // `None` marks "in progress" to detect cycles.
     fn depth<'a>(
         key: &'a str,
-        flags: &HashMap<&'a str, &'a Flag>,
+        flags: &HashMap<&'a str, Links<'a>>,
         memo: &mut HashMap<&'a str, Option<usize>>,
         cap: usize,
     ) -> Result<usize, Vec<&'a str>> {
@@ -295,11 +303,11 @@ fn prerequisite_depths(r: &mut Report, flags: &HashMap<&str, &Flag>, limits: &Li
         };
         memo.insert(key, None);
         let mut deepest = 0;
-        for p in &f.prerequisites {
-            if p.key == key {
+        for (pkey, _) in f.prerequisites() {
+            if pkey == key {
                 continue; // reported as a self-reference already
             }
-            match depth(&p.key, flags, memo, cap) {
+            match depth(pkey, flags, memo, cap) {
                 Ok(d) => deepest = deepest.max(d + 1),
                 Err(mut cycle) => {
                     cycle.push(key);
@@ -316,8 +324,7 @@ fn prerequisite_depths(r: &mut Report, flags: &HashMap<&str, &Flag>, limits: &Li
     let mut memo = HashMap::default();
     // A flag without prerequisites is 0 deep and on no cycle: walked from
     // the flags that have some (sorted, so the report is deterministic).
-    let mut keys: Vec<&str> =
-        flags.iter().filter(|(_, f)| !f.prerequisites.is_empty()).map(|(&k, _)| k).collect();
+    let mut keys: Vec<&str> = flags.iter().filter(|(_, f)| f.has_prerequisites()).map(|(&k, _)| k).collect();
     keys.sort_unstable();
     let mut reported_cycle = false;
     for key in keys {

@@ -427,7 +427,7 @@ impl NativeClient {
     /// The served revision and every flag key (for a lagged listener).
     #[napi]
     pub fn flag_keys(&self) -> Vec<String> {
-        self.client.as_ref().map_or_else(Vec::new, |c| c.snapshot().flags().map(|f| f.key.clone()).collect())
+        self.client.as_ref().map_or_else(Vec::new, |c| c.snapshot().keys().map(str::to_owned).collect())
     }
 
     /// The served snapshot's revision (0 before data or after close).

@@ -141,7 +141,7 @@ async fn divergent_writes_after_a_restore_are_never_current_for_old_cursors() {
     .await;
     let s = client.snapshot();
     assert_eq!((s.epoch(), s.revision()), (old_epoch.as_str(), head));
-    let keys: Vec<&str> = s.flags().map(|f| f.key.as_str()).collect();
+    let keys: Vec<&str> = s.keys().collect();
     let want: Vec<&str> = fresh.flags.keys().map(String::as_str).collect();
     let mut keys_sorted = keys.clone();
     keys_sorted.sort_unstable();

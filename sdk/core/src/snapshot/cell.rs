@@ -1,6 +1,6 @@
-//! One flag of a snapshot ([`FlagCell`]: compiled, or still in wire form
-//! and compiled on first use, with its usage counters and its cost) and
-//! its entry in the key index ([`Slot`], with the constant facts
+//! One flag of a snapshot ([`FlagCell`]: its key and bytes and its
+//! compiled form, made now or on first use, with its usage counters and its
+//! cost; no model) and its entry in the key index ([`Slot`], with the constant facts
 //! ([`Head`]) that answer a constant flag from the index alone).
 
 use std::sync::{Arc, OnceLock};
@@ -10,12 +10,13 @@ use once_cell::race::OnceBox;
 use smol_str::SmolStr;
 
 use super::index::Keyed;
-use crate::compile::compile_raw;
+use crate::compile::{compile_flag, compile_raw, decode};
 use crate::compiled::{CompiledFlag, Constant};
 use crate::limit::Limits;
-use crate::model::FlagType;
+use crate::model::{Flag, FlagType};
 use crate::usage::FlagUsage;
-use crate::validate::ItemCost;
+use crate::validate::{Facts, ItemCost, Links};
+use crate::wire;
 
 /// What the key index holds per flag: its position, and for a flag compiled
 /// when the index was built, enough to answer a constant flag from the index
@@ -50,8 +51,14 @@ impl Head {
     }
 }
 
-/// One flag of a snapshot: compiled, or still in its wire form and compiled
-/// on first use.
+/// One flag of a snapshot: its key and protobuf encoding, its [`Facts`],
+/// and its evaluation form, compiled already or on first use. No model is
+/// kept: a model is decoded from the bytes when a listener, an export or an
+/// admin read asks for one ([`FlagCell::model`]), and the checks that cross
+/// items read the facts ([`FlagCell::links`]), so a snapshot holds each flag
+/// as its bytes and its compiled form, not also as a model; a snapshot that
+/// compiles on use (the relay's) holds the compiled form only of the flags
+/// it evaluated.
 ///
 /// The lazy form exists for cold starts from the cache: decoding, converting
 /// and compiling 10,000 flags takes tens of milliseconds, so a client built
@@ -66,7 +73,14 @@ impl Head {
 #[derive(Debug)]
 pub(crate) struct FlagCell {
     pub(crate) usage: FlagUsage,
+    key: Arc<str>,
+    /// The flag's encoding (`flagstream.v1.Flag`): the bytes the stream
+    /// and the cache carry, shared with whoever handed them in.
+    raw: Bytes,
     form: Form,
+    /// Set with the cell for a flag compiled from its model, else when it
+    /// is first compiled.
+    facts: OnceLock<Facts>,
     /// What the flag adds to its environment's totals, kept so a change
     /// to the environment validates only what changed
     /// (`Snapshot::apply`); read from the compiled form on first need
@@ -75,17 +89,40 @@ pub(crate) struct FlagCell {
     pub(super) cost: OnceLock<ItemCost>,
 }
 
+// The compiled form inline: evaluation reaches it without another
+// pointer to follow. A lazy cell leaves that space unused until it is
+// compiled (into its own allocation): the cold start's cost, as before the
+// bytes moved out of the variant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Form {
     Compiled(CompiledFlag),
-    Lazy { key: Arc<str>, raw: Bytes, limits: Arc<Limits>, compiled: OnceBox<CompiledFlag> },
+    Lazy { limits: Arc<Limits>, compiled: OnceBox<CompiledFlag> },
 }
 
 impl FlagCell {
-    pub(super) fn compiled(flag: CompiledFlag, cost: Option<ItemCost>) -> FlagCell {
+    /// `flag` compiled now (`defer`: on first use, under `limits`), held
+    /// with `raw`, its encoding (encoded here when `None`).
+    pub(super) fn of(
+        flag: &Flag,
+        raw: Option<Bytes>,
+        limits: &Arc<Limits>,
+        cost: Option<ItemCost>,
+        defer: bool,
+    ) -> FlagCell {
+        let raw =
+            raw.unwrap_or_else(|| Bytes::from(prost::Message::encode_to_vec(&wire::flag_to_proto(flag))));
+        let form = if defer {
+            Form::Lazy { limits: limits.clone(), compiled: OnceBox::new() }
+        } else {
+            Form::Compiled(compile_flag(flag, limits))
+        };
         FlagCell {
             usage: FlagUsage::default(),
-            form: Form::Compiled(flag),
+            key: Arc::from(flag.key.as_str()),
+            raw,
+            form,
+            facts: OnceLock::from(Facts::of(flag)),
             cost: cost.map_or_else(OnceLock::new, OnceLock::from),
         }
     }
@@ -95,7 +132,10 @@ impl FlagCell {
     pub(super) fn lazy(key: Arc<str>, raw: Bytes, limits: Arc<Limits>) -> FlagCell {
         FlagCell {
             usage: FlagUsage::default(),
-            form: Form::Lazy { key, raw, limits, compiled: OnceBox::new() },
+            key,
+            raw,
+            form: Form::Lazy { limits, compiled: OnceBox::new() },
+            facts: OnceLock::new(),
             cost: OnceLock::new(),
         }
     }
@@ -103,17 +143,9 @@ impl FlagCell {
     /// The flag's [`ItemCost`]: as validation found it, else from the
     /// compiled form (compiling the flag if it is still in wire form, as
     /// the warm-up does anyway): its regex bytes as compiling charged
-    /// them, its encoded size the wire bytes' (a model's, encoded to
-    /// measure, for compiled data that was never validated).
+    /// them, its encoded size the bytes'.
     pub(super) fn cost(&self) -> ItemCost {
-        *self.cost.get_or_init(|| {
-            let compiled = self.get();
-            let encoded = match &self.form {
-                Form::Lazy { raw, .. } => raw.len(),
-                Form::Compiled(f) => prost::Message::encoded_len(&crate::wire::flag_to_proto(&f.source)),
-            };
-            ItemCost::new(encoded, compiled.regex_bytes)
-        })
+        *self.cost.get_or_init(|| ItemCost::new(self.raw.len(), self.get().regex_bytes))
     }
 
     /// The compiled flag, compiling it now if it is still in wire form.
@@ -121,9 +153,12 @@ impl FlagCell {
     pub(crate) fn get(&self) -> &CompiledFlag {
         match &self.form {
             Form::Compiled(f) => f,
-            Form::Lazy { key, raw, limits, compiled } => {
-                compiled.get_or_init(|| Box::new(compile_raw(key, raw, limits)))
-            }
+            Form::Lazy { limits, compiled } => compiled.get_or_init(|| {
+                let (flag, facts) = compile_raw(&self.key, &self.raw, limits);
+                // Facts first: whoever sees the compiled form sees them.
+                self.facts.get_or_init(|| facts);
+                Box::new(flag)
+            }),
         }
     }
 
@@ -137,21 +172,48 @@ impl FlagCell {
 
     /// The flag key, without compiling.
     pub(crate) fn key(&self) -> &str {
-        match &self.form {
-            Form::Compiled(f) => &f.source.key,
-            Form::Lazy { key, .. } => key,
+        &self.key
+    }
+
+    /// The flag's encoding.
+    pub(super) fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The flag's model, decoded from its bytes; for bytes that do not
+    /// decode (unvalidated data only), a flag with no variations, as the
+    /// compiled form treats it (`MALFORMED_FLAG`).
+    pub(super) fn model(&self) -> Flag {
+        decode(&self.key, &self.raw).unwrap_or_else(|| Flag::placeholder(&self.key))
+    }
+
+    /// What is known of the flag without its model (compiling a flag that
+    /// arrived in wire form, which sets them).
+    pub(crate) fn facts(&self) -> &Facts {
+        match self.facts.get() {
+            Some(facts) => facts,
+            None => {
+                self.get();
+                self.facts.get().expect("compiling sets the facts first")
+            }
         }
+    }
+
+    /// What the checks that cross items read of the flag.
+    pub(super) fn links(&self) -> Links<'_> {
+        Links::Held { key: &self.key, facts: self.facts() }
     }
 }
 
 impl Slot {
     /// The index entry of the flag in `cell`, at position `index`.
     pub(super) fn of(cell: &Arc<FlagCell>, index: usize) -> Slot {
-        let key = match &cell.form {
-            Form::Lazy { key, .. } => SmolStr::from(key.clone()),
-            Form::Compiled(c) => SmolStr::new(&c.source.key),
-        };
-        Slot { key, index: index as u32, cell: cell.clone(), head: cell.get_now().map(Head::of) }
+        Slot {
+            key: SmolStr::from(cell.key.clone()),
+            index: index as u32,
+            cell: cell.clone(),
+            head: cell.get_now().map(Head::of),
+        }
     }
 }
 

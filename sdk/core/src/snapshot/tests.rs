@@ -89,8 +89,8 @@ fn whole(
         change.flags.iter().map(|f| f.key.as_str()).chain(deleted.0.iter().copied()).collect();
     let gone_segments: HashSet<&str> =
         change.segments.iter().map(|s| s.key.as_str()).chain(deleted.1.iter().copied()).collect();
-    let flags: Vec<&Flag> =
-        base.flags().filter(|f| !gone_flags.contains(f.key.as_str())).chain(&change.flags).collect();
+    let kept: Vec<Flag> = base.flags().filter(|f| !gone_flags.contains(f.key.as_str())).collect();
+    let flags: Vec<&Flag> = kept.iter().chain(&change.flags).collect();
     let segments: Vec<&Segment> =
         base.segments().filter(|s| !gone_segments.contains(s.key.as_str())).chain(&change.segments).collect();
     validate::items(&flags, &segments, limits)
@@ -399,7 +399,7 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
         };
         let mut next_new = 0usize;
         for _step in 0..30 {
-            let keys: Vec<String> = snap.flags().map(|f| f.key.clone()).collect();
+            let keys: Vec<String> = snap.keys().map(str::to_owned).collect();
             let pick = |rng: &mut Lcg| keys[rng.below(keys.len())].clone();
             let mut change = FlagSet::default();
             let mut deleted = Vec::new();
@@ -440,7 +440,7 @@ fn changes_judged_by_their_own_items_agree_with_the_whole_set() {
                 (&deleted.iter().map(String::as_str).collect::<Vec<_>>(), &[]),
                 &limits,
             );
-            let written = Change { set: &change, deleted_flags: &deleted, deleted_segments: &[] };
+            let written = Change { set: &change, raw: None, deleted_flags: &deleted, deleted_segments: &[] };
             let quick = snap.judge_by_change(&written, &limits);
             if let Some(quick) = &quick {
                 by_change += 1;
@@ -516,8 +516,85 @@ fn a_key_held_twice_is_replaced_or_deleted_whole() {
     let replaced =
         snap.apply(&FlagSet { flags: vec![new_a.clone()], segments: Vec::new() }, &[], &[], &limits).unwrap();
     assert_eq!(replaced.len(), 2);
-    assert_eq!(replaced.flag("a"), Some(&new_a));
+    assert_eq!(replaced.flag("a"), Some(new_a));
     assert_eq!(replaced.flags().filter(|f| f.key == "a").count(), 1);
     let deleted = snap.apply(&FlagSet::default(), &["a".to_owned()], &[], &limits).unwrap();
-    assert_eq!(deleted.flags().map(|f| f.key.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(deleted.keys().collect::<Vec<_>>(), ["b"]);
+}
+
+/// A snapshot keeps each flag as the bytes it was handed and its compiled
+/// form, no model: the bytes are the caller's buffer (not a copy), the model
+/// decoded from them is the one written, and what is read without a model
+/// (type, version, variations, visibility, references) matches it.
+#[test]
+fn a_flag_is_kept_as_the_bytes_handed_in_and_its_compiled_form() {
+    let set: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
+    let limits = Limits::default();
+    let raw = encoded(&set);
+    let snap = Snapshot::compile_encoded(set.clone(), raw.clone(), &limits).unwrap();
+    for (f, r) in set.flags.iter().zip(&raw) {
+        assert_eq!(snap.flag_bytes(&f.key).unwrap().as_ptr(), r.as_ptr(), "{}: the caller's buffer", f.key);
+        assert_eq!(snap.flag(&f.key).as_ref(), Some(f));
+        let info = snap.info(&f.key).unwrap();
+        let want = (f.flag_type, f.version, f.variations.len(), f.client_visible);
+        assert_eq!((info.flag_type, info.version, info.variations, info.client_visible), want);
+        let (prerequisites, segments) = snap.references(&f.key).unwrap();
+        let want: Vec<&str> = f.prerequisites.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(prerequisites.collect::<Vec<_>>(), want);
+        let want: Vec<&str> = if f.key == "c" { vec!["s"] } else { Vec::new() };
+        assert_eq!(segments.collect::<Vec<_>>(), want);
+        assert_eq!(snap.variation(&f.key, 1).as_ref(), f.variations.get(1));
+        assert_eq!(snap.variation(&f.key, 2), None);
+    }
+    assert_eq!(snap.flag("nope"), None);
+    assert!(snap.info("nope").is_none() && !snap.contains("nope") && snap.contains("a"));
+
+    let mut change = FlagSet { flags: vec![set.flags[0].clone()], segments: Vec::new() };
+    change.flags[0].on = false;
+    let change_raw = encoded(&change);
+    let next = snap.apply_encoded(&change, &change_raw, &[], &[], &limits).unwrap();
+    assert_eq!(next.flag_bytes("a").unwrap().as_ptr(), change_raw[0].as_ptr());
+    assert_eq!(next.flag("a").as_ref(), Some(&change.flags[0]));
+    assert_eq!(next.flag_bytes("b").unwrap().as_ptr(), raw[1].as_ptr(), "an unchanged flag is shared");
+    // Without the bytes the snapshot encodes the flag itself.
+    let plain = snap.apply(&change, &[], &[], &limits).unwrap();
+    assert_eq!(plain.flag_bytes("a"), Some(&change_raw[0]));
+    assert_eq!(plain.to_flag_set(), next.to_flag_set());
+}
+
+/// A snapshot compiling on use (the relay's) compiles no written flag until
+/// it is evaluated, judges changes by the flags' facts exactly as a
+/// compiling one does, and answers the same once evaluated.
+#[test]
+fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
+    let set: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
+    let limits = Limits::default();
+    let eager = Snapshot::empty().apply(&set, &[], &[], &limits).unwrap();
+    let deferred = Snapshot::empty().compiling_on_use().apply(&set, &[], &[], &limits).unwrap();
+    assert!(deferred.flags.iter().all(|f| f.get_now().is_none()), "nothing compiled when written");
+    assert!(eager.flags.iter().all(|f| f.get_now().is_some()));
+    for f in &set.flags {
+        assert_eq!(deferred.info(&f.key), eager.info(&f.key));
+    }
+    assert!(deferred.flags.iter().all(|f| f.get_now().is_none()), "facts are read without compiling");
+    // The same verdicts, compiled or not: a deleted segment still named,
+    // a prerequisite out of range, a valid toggle.
+    let mut bad = FlagSet::default();
+    bad.flags.push(linked("e", 2, true, &[("b".to_owned(), 5)], None));
+    for (change, segments_gone) in [(&FlagSet::default(), &["s".to_owned()][..]), (&bad, &[][..])] {
+        let want = eager.apply(change, &[], segments_gone, &limits).unwrap_err();
+        assert_eq!(deferred.apply(change, &[], segments_gone, &limits).unwrap_err(), want);
+    }
+    let mut toggle = FlagSet { flags: vec![set.flags[0].clone()], segments: Vec::new() };
+    toggle.flags[0].on = false;
+    let next = deferred.apply(&toggle, &[], &[], &limits).unwrap();
+    assert!(next.flags.iter().all(|f| f.get_now().is_none()), "applied snapshots compile on use too");
+    let u1 = Context::new("u1");
+    for f in &set.flags {
+        assert_eq!(
+            next.detail(&f.key, &u1, false),
+            eager.apply(&toggle, &[], &[], &limits).unwrap().detail(&f.key, &u1, false)
+        );
+    }
+    assert_eq!(next.flags.iter().filter(|f| f.get_now().is_some()).count(), set.flags.len());
 }

@@ -26,8 +26,9 @@
 //! like the sums); segments reference segments, never flags.
 
 use super::cost::{ItemCost, Passed, Totals};
+use super::links::Links;
 use crate::limit::Limits;
-use crate::model::{Flag, Operator, Prerequisite};
+use crate::model::Flag;
 
 /// Maps of the change's keys: foldhash, as the whole-set validation's.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::quality::RandomState>;
@@ -40,8 +41,8 @@ const WALK_BUDGET: usize = 4096;
 pub(super) struct Env<'e, 'a> {
     /// Its totals; it passed validation under the limits given.
     pub(super) prior: &'e Totals,
-    /// An existing flag's model and cost by key.
-    pub(super) old: &'e dyn Fn(&str) -> Option<(&'a Flag, ItemCost)>,
+    /// An existing flag's links and cost by key.
+    pub(super) old: &'e dyn Fn(&str) -> Option<(Links<'a>, ItemCost)>,
     /// Whether a segment exists.
     pub(super) has_segment: &'e dyn Fn(&str) -> bool,
     /// A flag's own validation: its cost, or `None` for any problem.
@@ -59,7 +60,7 @@ pub(super) fn judge<'a>(
     limits: &Limits,
 ) -> Option<Passed> {
     let old = env.old;
-    let by_key: HashMap<&str, &Flag> = fresh.iter().map(|&f| (f.key.as_str(), f)).collect();
+    let by_key: HashMap<&str, Links<'a>> = fresh.iter().map(|&f| (f.key.as_str(), Links::Model(f))).collect();
     if by_key.len() < fresh.len() {
         return None; // a key twice: the whole-set validation names it
     }
@@ -73,7 +74,7 @@ pub(super) fn judge<'a>(
         totals.flags = totals.flags.checked_sub(1)?;
         totals.bytes = totals.bytes.checked_sub(was_cost.encoded_bytes as usize)?;
         totals.regex = totals.regex.checked_sub(was_cost.regex_bytes as usize)?;
-        if !was.prerequisites.is_empty() {
+        if was.has_prerequisites() {
             totals.linked = totals.linked.checked_sub(1)?;
         }
     }
@@ -83,9 +84,7 @@ pub(super) fn judge<'a>(
         let cost = (env.check)(f)?;
         match old(&f.key) {
             Some((was, was_cost)) => {
-                if f.variations.len() < was.variations.len()
-                    || !same_keys(&was.prerequisites, &f.prerequisites)
-                {
+                if f.variations.len() < was.variations() || !same_keys(was, Links::Model(f)) {
                     return None;
                 }
                 totals.bytes = totals.bytes.checked_sub(was_cost.encoded_bytes as usize)?;
@@ -104,17 +103,15 @@ pub(super) fn judge<'a>(
         costs.push(cost);
         for p in &f.prerequisites {
             let variations = match by_key.get(p.key.as_str()) {
-                Some(pre) => pre.variations.len(),
+                Some(pre) => pre.variations(),
                 None if gone.contains_key(p.key.as_str()) => return None,
-                None => old(&p.key)?.0.variations.len(),
+                None => old(&p.key)?.0.variations(),
             };
             if p.key == f.key || p.variation as usize >= variations {
                 return None;
             }
         }
-        let segments =
-            f.rules.iter().flat_map(|rule| &rule.clauses).filter(|c| c.op == Operator::SegmentMatch);
-        if segments.flat_map(|c| &c.values).filter_map(|v| v.as_str()).any(|k| !(env.has_segment)(k)) {
+        if Links::Model(f).segment_refs().any(|(_, _, _, k)| !(env.has_segment)(k)) {
             return None;
         }
     }
@@ -136,16 +133,16 @@ pub(super) fn judge<'a>(
     Some(Passed { costs, totals })
 }
 
-/// Both lists name the same flags in the same order.
-fn same_keys(a: &[Prerequisite], b: &[Prerequisite]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.key == y.key)
+/// Both flags' prerequisites name the same flags in the same order.
+fn same_keys(a: Links<'_>, b: Links<'_>) -> bool {
+    a.prerequisites().map(|(k, _)| k).eq(b.prerequisites().map(|(k, _)| k))
 }
 
 /// The prerequisite depth below new flags, through the fresh flags and the
 /// existing ones; `None` on a cycle or when the walk's budget runs out.
 struct Walk<'w, 'a> {
-    fresh: &'w HashMap<&'a str, &'a Flag>,
-    old: &'w dyn Fn(&str) -> Option<(&'a Flag, ItemCost)>,
+    fresh: &'w HashMap<&'a str, Links<'a>>,
+    old: &'w dyn Fn(&str) -> Option<(Links<'a>, ItemCost)>,
     /// `None`: in progress (met again: a cycle).
     memo: HashMap<&'a str, Option<usize>>,
     budget: usize,
@@ -161,12 +158,12 @@ impl<'a> Walk<'_, 'a> {
             Some(&f) => f,
             None => (self.old)(key)?.0,
         };
-        self.memo.insert(&f.key, None);
+        self.memo.insert(f.key(), None);
         let mut deepest = 0;
-        for p in &f.prerequisites {
-            deepest = deepest.max(self.depth(&p.key)? + 1);
+        for (pkey, _) in f.prerequisites() {
+            deepest = deepest.max(self.depth(pkey)? + 1);
         }
-        self.memo.insert(&f.key, Some(deepest));
+        self.memo.insert(f.key(), Some(deepest));
         Some(deepest)
     }
 }
