@@ -78,6 +78,10 @@ enum Cmd {
         /// Description bytes per flag.
         #[arg(long, default_value_t = 1_024)]
         bytes: usize,
+        /// A command each SDK run is started under, its words split at
+        /// white space (e.g. `heaptrack -o /tmp/sdk` for a heap profile).
+        #[arg(long, env = "FLAGSTREAM_SDK_WRAP", default_value = "")]
+        sdk_wrap: String,
     },
     /// (Run by `large`.) One SDK client in this process: syncs from `url`
     /// (or, with `--cold`, starts from its cache), then prints its figures.
@@ -153,9 +157,10 @@ fn main() -> anyhow::Result<()> {
                     println!("| {:.0} s | {} MiB |", at.as_secs_f64(), kib / 1024);
                 }
             }
-            Cmd::Large { flags, bytes } => {
+            Cmd::Large { flags, bytes, sdk_wrap } => {
                 let bin = std::env::current_exe()?;
-                let r = fault::large::run(dir.path(), flags, bytes, &bin, guard).await;
+                let sdk = fault::large::SdkBin { path: &bin, wrap: &sdk_wrap };
+                let r = fault::large::run(dir.path(), flags, bytes, &sdk, guard).await;
                 let snapshot_mib = r.snapshot_bytes as f64 / (1 << 20) as f64;
                 let times = |kib: u64| kib as f64 / 1024.0 / snapshot_mib;
                 let [first, cold] = r.sdk;

@@ -75,8 +75,16 @@ pub async fn sdk_peak(url: &str, key: &str, cache: &Path, cold: bool, guard: Dur
     );
 }
 
-async fn sdk_child(bin: &Path, url: &str, key: &str, cache: &Path, cold: bool) -> SdkPeak {
-    let mut cmd = tokio::process::Command::new(bin);
+async fn sdk_child(bin: &SdkBin<'_>, url: &str, key: &str, cache: &Path, cold: bool) -> SdkPeak {
+    let mut words = bin.wrap.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(wrapper) => {
+            let mut c = tokio::process::Command::new(wrapper);
+            c.args(words).arg(bin.path);
+            c
+        }
+        None => tokio::process::Command::new(bin.path),
+    };
     cmd.arg("sdk-peak").arg("--url").arg(url).arg("--cache").arg(cache).env("FLAGSTREAM_SDK_KEY", key);
     if cold {
         cmd.arg("--cold");
@@ -98,12 +106,21 @@ async fn sdk_child(bin: &Path, url: &str, key: &str, cache: &Path, cold: bool) -
     }
 }
 
+/// The program the SDK runs are started from.
+pub struct SdkBin<'a> {
+    /// A binary with the `sdk-peak` command (`resilience`).
+    pub path: &'a Path,
+    /// A command the SDK runs under, its words split at white space (e.g.
+    /// `heaptrack -o /tmp/sdk` for a heap profile); empty: none.
+    pub wrap: &'a str,
+}
+
 /// Runs the scenario with `flags` flags of `description_bytes` each.
 pub async fn run(
     dir: &Path,
     flags: usize,
     description_bytes: usize,
-    sdk_bin: &Path,
+    sdk_bin: &SdkBin<'_>,
     guard: Duration,
 ) -> LargeReport {
     let quota = (flags + 100).to_string();

@@ -5,15 +5,15 @@
 //! (the `resilience` binary's `sdk-peak`).
 
 use flagstream_tests::STEP;
-use flagstream_tests::fault::large::run;
+use flagstream_tests::fault::large::{SdkBin, run};
 
 #[tokio::test]
 async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
     // Alone in this binary: see `flagstream_tests::serial`.
     let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
-    let sdk_bin = std::path::Path::new(env!("CARGO_BIN_EXE_resilience"));
-    let r = run(dir.path(), 5_000, 1_024, sdk_bin, STEP * 3).await;
+    let sdk_bin = SdkBin { path: std::path::Path::new(env!("CARGO_BIN_EXE_resilience")), wrap: "" };
+    let r = run(dir.path(), 5_000, 1_024, &sdk_bin, STEP * 3).await;
     eprintln!("{r:?}");
     assert!(r.snapshot_bytes > 5_000 * 1_024, "{r:?}");
     assert!(r.chunks > 1, "a 5 MiB snapshot in one message: {r:?}");
