@@ -3,7 +3,10 @@
 //!
 //! Compiling turns each model flag into the form evaluation wants (variations
 //! typed, targets hashed, clauses pre-parsed, rollout thresholds summed) once
-//! per change, so the hot path only reads. Flags and segments are held behind
+//! per change (or, in a snapshot that compiles on use, once when the flag is
+//! first evaluated), so the hot path only reads. No model is kept: each flag
+//! is held as its protobuf bytes, its facts and its compiled form
+//! (`snapshot/cell.rs`). Flags and segments are held behind
 //! `Arc`s, so applying a delta recompiles only what changed and shares the
 //! rest with the previous snapshot. Prerequisites and `segment_match` refer to
 //! other items by key and are resolved at evaluation time, which keeps one
@@ -53,7 +56,8 @@ pub struct Snapshot {
     /// its own items ([`validate::delta()`]).
     checked: Option<Box<Checked>>,
     /// Every slot of a compiled flag has its [`Head`] (false after a build
-    /// from wire form, until a change finds the flags compiled).
+    /// from wire form, until a change finds the flags compiled; not kept
+    /// up for a snapshot that compiles on use, whose slots get no heads).
     heads: bool,
     /// Flags written to this snapshot, and to those applied from it, are
     /// compiled when first evaluated, not when written
@@ -126,8 +130,8 @@ impl Snapshot {
         Snapshot::compile_owned(set.clone(), limits)
     }
 
-    /// [`Snapshot::compile_unvalidated`] taking the set by value, so the
-    /// model items move into the snapshot instead of being copied.
+    /// [`Snapshot::compile_unvalidated`] taking the set by value: each
+    /// model is dropped once compiled.
     pub fn compile_owned(set: FlagSet, limits: &Limits) -> Snapshot {
         Snapshot::compile_with(set, None, std::iter::repeat(None), limits)
     }
@@ -289,7 +293,11 @@ impl Snapshot {
 
     /// A flag's model form, decoded from its encoding (the snapshot keeps
     /// no models): for listeners, exports and admin reads, not for the
-    /// evaluation path.
+    /// evaluation path. It is the model as its encoding carries it: a flag
+    /// compiled from a model that did not come from protobuf reads back
+    /// normalised (a float flag's whole numbers as floats, clause values
+    /// that are not scalars left out; unvalidated data that does not
+    /// convert back as a flag with no variations, as evaluation treats it).
     pub fn flag(&self, key: &str) -> Option<Flag> {
         self.index.get(key).map(|slot| slot.cell.model())
     }
@@ -305,8 +313,9 @@ impl Snapshot {
         self.index.get(key).is_some()
     }
 
-    /// What is known of a flag without its model: type, version, whether
-    /// client-side SDKs see it (compiling it if it is still in wire form).
+    /// What is known of a flag without its model or its compiled form:
+    /// type, version, variation count, whether client-side SDKs see it (for
+    /// a flag that arrived in wire form, read from its bytes once).
     pub fn info(&self, key: &str) -> Option<FlagInfo> {
         let f = self.index.get(key)?.cell.facts();
         Some(FlagInfo {
@@ -317,14 +326,14 @@ impl Snapshot {
         })
     }
 
-    /// A flag's variation at `index`, as JSON: from the compiled form, or
-    /// decoded from the flag's bytes when it is not compiled (nothing is
-    /// compiled for it).
+    /// A flag's variation at `index`, as JSON: from the compiled form, or,
+    /// for a flag not compiled, read from its bytes (its variations alone
+    /// decoded; nothing compiled).
     pub fn variation(&self, key: &str, index: usize) -> Option<serde_json::Value> {
         let cell = &self.index.get(key)?.cell;
         match cell.get_now() {
             Some(f) => f.variations.get(index).map(crate::Value::to_json),
-            None => cell.model().variations.into_iter().nth(index),
+            None => wire::flag_variation(cell.raw(), index),
         }
     }
 
@@ -367,7 +376,8 @@ impl Snapshot {
 
     /// A new snapshot with the flags and segments of `change` replacing or
     /// adding to this one's, and the deleted keys removed. Only changed
-    /// items are compiled; unchanged ones are shared. The result is
+    /// items are compiled (in a snapshot that compiles on use, a flag only
+    /// when it is first evaluated); unchanged ones are shared. The result is
     /// validated as a whole would be, with the errors a whole-set
     /// validation gives, and on error nothing is returned.
     ///
@@ -498,9 +508,11 @@ impl Snapshot {
         // Slots made while their flags were in wire form get their heads
         // once the flags are compiled, as a rebuilt index would have them:
         // once, on the first change after a start from the cache (whose
-        // whole-set validation compiled every kept flag).
+        // whole-set validation compiled every kept flag). A snapshot that
+        // compiles on use keeps no heads (its evaluations take the cell):
+        // looking for them would copy every shard on every change.
         let mut heads = self.heads;
-        if !heads {
+        if !heads && !self.defer {
             for slot in index.values_mut().filter(|s| s.head.is_none()) {
                 slot.head = slot.cell.get_now().map(Head::of);
             }

@@ -394,6 +394,21 @@ struct FlagKey {
     key: String,
 }
 
+/// A `Flag` read for its variations alone (prost skips every other field).
+#[derive(Clone, PartialEq, prost::Message)]
+struct FlagVariations {
+    #[prost(message, repeated, tag = "3")]
+    variations: Vec<pb::Variation>,
+}
+
+/// Variation `index` of an encoded `Flag`, as JSON, without decoding the
+/// rest of the flag; `None` when it has no such variation or the bytes do
+/// not decode.
+pub(crate) fn flag_variation(raw: &bytes::Bytes, index: usize) -> Option<Json> {
+    let v = <FlagVariations as prost::Message>::decode(raw.clone()).ok()?;
+    variation_from_proto(v.variations.get(index)?).ok()
+}
+
 /// The key of an encoded `Flag`, without decoding the rest: what a cold
 /// start from the cache needs to index raw flags. Encoders write fields in
 /// tag order, so the key (tag 1, length-delimited) normally comes first and

@@ -84,8 +84,9 @@ pub(crate) struct FlagCell {
     /// The flag's encoding (`flagstream.v1.Flag`): the bytes the stream
     /// and the cache carry, shared with whoever handed them in.
     raw: Bytes,
-    /// Set with the cell for a flag compiled from its model, else when it
-    /// is first compiled.
+    /// Set with the cell for a flag written as a model (compiled now or on
+    /// use); for one that arrived in wire form, when it is compiled or its
+    /// facts are first asked for.
     facts: OnceLock<Facts>,
     /// What the flag adds to its environment's totals, kept so a change
     /// to the environment validates only what changed
@@ -193,16 +194,11 @@ impl FlagCell {
         decode(&self.key, &self.raw).unwrap_or_else(|| Flag::placeholder(&self.key))
     }
 
-    /// What is known of the flag without its model (compiling a flag that
-    /// arrived in wire form, which sets them).
+    /// What is known of the flag without its model: for a flag that arrived
+    /// in wire form and is not compiled yet, read from its bytes once (a
+    /// decode, not a compile).
     pub(crate) fn facts(&self) -> &Facts {
-        match self.facts.get() {
-            Some(facts) => facts,
-            None => {
-                self.get();
-                self.facts.get().expect("compiling sets the facts first")
-            }
-        }
+        self.facts.get_or_init(|| Facts::of(&self.model()))
     }
 
     /// What the checks that cross items read of the flag.

@@ -573,10 +573,18 @@ fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
     let deferred = Snapshot::empty().compiling_on_use().apply(&set, &[], &[], &limits).unwrap();
     assert!(deferred.flags.iter().all(|f| f.get_now().is_none()), "nothing compiled when written");
     assert!(eager.flags.iter().all(|f| f.get_now().is_some()));
+    // Flags in wire form (a cache, a fallback build) too.
+    let wire = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
     for f in &set.flags {
         assert_eq!(deferred.info(&f.key), eager.info(&f.key));
+        assert_eq!(wire.info(&f.key), eager.info(&f.key));
+        for i in 0..3 {
+            assert_eq!(deferred.variation(&f.key, i), eager.variation(&f.key, i));
+        }
     }
-    assert!(deferred.flags.iter().all(|f| f.get_now().is_none()), "facts are read without compiling");
+    for snap in [&deferred, &wire] {
+        assert!(snap.flags.iter().all(|f| f.get_now().is_none()), "facts and values read without compiling");
+    }
     // The same verdicts, compiled or not: a deleted segment still named,
     // a prerequisite out of range, a valid toggle.
     let mut bad = FlagSet::default();
