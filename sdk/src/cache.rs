@@ -1,8 +1,10 @@
 //! The last-known-good cache: the applied snapshot (raw items, cursor,
-//! checksum) in sled, as a header value and the items in parts of about
-//! 1 MiB (so sled never serialises a copy of the whole snapshot at once).
-//! Written from the sync side only, debounced, as one atomic batch followed
-//! by a flush, so a crash leaves the old or the new snapshot, never a torn
+//! checksum) as a header value in sled and the items in part files of
+//! about 1 MiB beside it (`parts/`, named by the header's generation), so
+//! a write never holds a copy of the whole snapshot, and nothing keeps one
+//! after. Written from the sync side only, debounced: the new generation's
+//! files (synced), the header (flushed), then the other generations' files
+//! removed, so a crash leaves the old or the new snapshot, never a torn
 //! one. Loaded at `build()` before any
 //! network; whatever fails to decode or verify is reported and ignored,
 //! never trusted. Compiled with the `cache` feature (on by default) only;
@@ -18,7 +20,7 @@ use crate::clock::now_ms;
 use crate::error::CacheError;
 use crate::held::{CachedHeld, Held};
 use crate::private_dir::make_private;
-use crate::raw::{CACHE_FORMAT, CACHE_PART_BYTES, CacheBlob, CachePart};
+use crate::raw::{CACHE_FORMAT, CACHE_FORMAT_PARTS, CACHE_PART_BYTES, CacheBlob, CachePart};
 use flagstream_core::{Limits, Snapshot};
 
 /// How long opening waits for a cache directory locked by a client that
@@ -36,16 +38,36 @@ const CACHE_CAPACITY: u64 = 4 << 20;
 /// sled key of the snapshot's header ([`CacheBlob`]).
 pub(crate) const KEY: &[u8] = b"snapshot";
 
-/// Prefix of the parts' keys.
+/// Prefix of format 2's parts' keys in sled.
 const PART_PREFIX: &[u8] = b"part/";
 
-/// Most parts a write removes by the previous header's count (a header
-/// that decodes with a larger count names parts no write made: 2^16 parts
-/// are 64 GiB of items).
-const MAX_PARTS: u32 = 1 << 16;
+/// The directory of the part files, inside the cache directory.
+const PARTS_DIR: &str = "parts";
 
-/// sled key of the snapshot's part `i` ([`CachePart`]): `part/` and `i`
-/// as 4 big-endian bytes.
+/// The file name of part `i` ([`CachePart`]) of generation `generation`
+/// (format 3).
+fn part_file(generation: u64, i: u32) -> String {
+    format!("{generation:016x}-{i:08x}")
+}
+
+/// Writes `bytes` to a new file at `path` (readable by this user only)
+/// and syncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut f = options.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn part_error(path: &Path, source: std::io::Error) -> CacheError {
+    CacheError::PartFile { path: path.display().to_string(), source }
+}
+
+/// Format 2's sled key of part `i`: `part/` and `i` as 4 big-endian bytes.
 fn part_key(i: u32) -> [u8; 9] {
     let mut key = *b"part/\0\0\0\0";
     key[PART_PREFIX.len()..].copy_from_slice(&i.to_be_bytes());
@@ -71,6 +93,8 @@ pub(crate) struct Cache {
 struct State {
     /// `None` once closed: sled (and its directory lock) is released.
     db: Option<sled::Db>,
+    /// Where the part files are (`parts/` in the cache directory).
+    parts_dir: std::path::PathBuf,
     /// The held state last stored (compared by pointer).
     last: Option<Arc<Held>>,
 }
@@ -89,36 +113,43 @@ impl State {
             CACHE_PART_BYTES,
         );
         blob.parts = parts.len() as u32;
-        // Parts beyond the new count go in the same batch: those the
-        // previous header names (at most MAX_PARTS), or, without a readable
-        // format-2 header (a format-1 cache, one that does not decode, one
-        // an older SDK rewrote after a newer one), whatever parts are stored.
         let previous = db.get(KEY)?.and_then(|v| CacheBlob::decode(bytes::Bytes::from_owner(v)).ok());
-        let mut batch = sled::Batch::default();
-        match previous {
-            Some(h) if h.format == CACHE_FORMAT => {
-                for i in blob.parts..h.parts.min(MAX_PARTS) {
-                    batch.remove(&part_key(i)[..]);
-                }
-            }
-            _ => {
-                for key in db.scan_prefix(PART_PREFIX).keys() {
-                    let key = key?;
-                    let index = key.get(PART_PREFIX.len()..).and_then(|i| <[u8; 4]>::try_from(i).ok());
-                    if index.is_none_or(|i| u32::from_be_bytes(i) >= blob.parts) {
-                        batch.remove(key);
-                    }
-                }
-            }
-        }
+        blob.generation = match previous {
+            Some(h) if h.format == CACHE_FORMAT => h.generation.wrapping_add(1),
+            _ => 1,
+        };
+        // The new generation's part files first, one part encoded at a time,
+        // each synced, then their directory: durable before the header that
+        // names them. (Not sled values: sled keeps every value it writes in
+        // its page cache, whatever the capacity, so a 50 MiB snapshot cost
+        // 50 MiB more of the client's memory after each write.)
+        let dir = &self.parts_dir;
+        make_private(dir).map_err(|e| part_error(dir, e))?;
         for (i, part) in parts.iter().enumerate() {
-            batch.insert(&part_key(i as u32)[..], part.encode_to_vec());
+            let path = dir.join(part_file(blob.generation, i as u32));
+            write_synced(&path, &part.encode_to_vec()).map_err(|e| part_error(&path, e))?;
         }
-        batch.insert(KEY, blob.encode_to_vec());
-        // One atomic batch: a crash leaves the old header with its parts or
-        // the new one with its parts.
-        db.apply_batch(batch)?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| part_error(dir, e))?;
+        // Then the header, one key replaced atomically: a crash leaves the
+        // old header with its files or the new one with its files.
+        db.insert(KEY, blob.encode_to_vec())?;
         db.flush()?;
+        // Then what the new header does not name: other generations' files
+        // (the previous one's, a crashed write's) and format 2's parts in
+        // sled. One left by a crash here goes with the next write.
+        for entry in std::fs::read_dir(dir).map_err(|e| part_error(dir, e))? {
+            let path = entry.map_err(|e| part_error(dir, e))?.path();
+            let named =
+                (0..blob.parts).any(|i| path.file_name() == Some(part_file(blob.generation, i).as_ref()));
+            if !named {
+                std::fs::remove_file(&path).map_err(|e| part_error(&path, e))?;
+            }
+        }
+        let mut stale = sled::Batch::default();
+        for key in db.scan_prefix(PART_PREFIX).keys() {
+            stale.remove(key?);
+        }
+        db.apply_batch(stale)?;
         self.last = Some(held.clone());
         Ok(true)
     }
@@ -151,7 +182,11 @@ impl Cache {
                 Ok(db) => {
                     make_private(dir).map_err(private)?;
                     return Ok(Cache {
-                        state: Arc::new(std::sync::Mutex::new(State { db: Some(db), last: None })),
+                        state: Arc::new(std::sync::Mutex::new(State {
+                            db: Some(db),
+                            parts_dir: dir.join(PARTS_DIR),
+                            last: None,
+                        })),
                     });
                 }
                 Err(sled::Error::Io(e))
@@ -183,11 +218,24 @@ impl Cache {
         let mut blob = CacheBlob::decode(bytes::Bytes::from_owner(value))?;
         // Parts are read only for a header this client can use: another
         // key's or format's cache is refused by `from_blob` unread.
-        if blob.format == CACHE_FORMAT && blob.key_fingerprint == key_fingerprint {
+        let missing = |part| CacheError::MissingPart { part, parts: blob.parts };
+        if blob.key_fingerprint == key_fingerprint {
             for i in 0..blob.parts {
-                let value =
-                    db.get(part_key(i))?.ok_or(CacheError::MissingPart { part: i, parts: blob.parts })?;
-                let part = CachePart::decode(bytes::Bytes::from_owner(value))?;
+                let value = match blob.format {
+                    CACHE_FORMAT => {
+                        let path = state.parts_dir.join(part_file(blob.generation, i));
+                        match std::fs::read(&path) {
+                            Ok(v) => bytes::Bytes::from(v),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing(i)),
+                            Err(e) => return Err(part_error(&path, e)),
+                        }
+                    }
+                    CACHE_FORMAT_PARTS => {
+                        bytes::Bytes::from_owner(db.get(part_key(i))?.ok_or_else(|| missing(i))?)
+                    }
+                    _ => break, // format 1: the items are inline
+                };
+                let part = CachePart::decode(value)?;
                 blob.flags.extend(part.flags);
                 blob.segments.extend(part.segments);
             }
@@ -247,8 +295,72 @@ mod tests {
         Arc::new(held)
     }
 
-    fn stored_parts(db: &sled::Db) -> usize {
-        db.scan_prefix(PART_PREFIX).count()
+    /// Part files, and format 2's parts in sled.
+    fn stored_parts(cache: &Cache) -> usize {
+        let state = cache.state();
+        let files = std::fs::read_dir(&state.parts_dir).map_or(0, |d| d.count());
+        files + state.db.as_ref().unwrap().scan_prefix(PART_PREFIX).count()
+    }
+
+    fn header(cache: &Cache) -> CacheBlob {
+        let state = cache.state();
+        CacheBlob::decode(&state.db.as_ref().unwrap().get(KEY).unwrap().expect("a header")[..]).unwrap()
+    }
+
+    /// A write cut short before its header (part files of the next
+    /// generation written, the header not) leaves the previous snapshot
+    /// served; the next write replaces the stray files.
+    #[test]
+    fn a_write_cut_short_before_its_header_leaves_the_previous_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let first = held(3_000, 1_000);
+        assert!(cache.store(&first, 9).unwrap());
+        let h = header(&cache);
+        assert!(h.parts >= 3 && stored_parts(&cache) == h.parts as usize);
+        let parts_dir = cache.state().parts_dir.clone();
+        for i in 0..=h.parts {
+            std::fs::write(parts_dir.join(part_file(h.generation + 1, i)), b"\x0a\x01x").unwrap();
+        }
+        let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("served");
+        assert_eq!((loaded.checksum, snap.len()), (first.checksum, 3_000), "the previous snapshot");
+
+        let second = held(2_000, 1_000);
+        assert!(cache.store(&second, 9).unwrap());
+        let next = header(&cache);
+        assert_eq!(next.generation, h.generation + 1);
+        assert_eq!(stored_parts(&cache), next.parts as usize, "only the files the header names are left");
+        let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("served");
+        assert_eq!((loaded.checksum, snap.len()), (second.checksum, 2_000));
+    }
+
+    /// A cache of format 2 (the parts as sled values, as SDKs before format
+    /// 3 wrote it) is still served, and the next write removes its parts.
+    #[test]
+    fn format_2_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let h = held(3_000, 1_000);
+        let mut blob = h.to_blob(1, 9);
+        let parts = CachePart::split(
+            std::mem::take(&mut blob.flags),
+            std::mem::take(&mut blob.segments),
+            CACHE_PART_BYTES,
+        );
+        blob.format = CACHE_FORMAT_PARTS;
+        blob.parts = parts.len() as u32;
+        let db = cache.state().db.clone().unwrap();
+        for (i, part) in parts.iter().enumerate() {
+            db.insert(part_key(i as u32), part.encode_to_vec()).unwrap();
+        }
+        db.insert(KEY, blob.encode_to_vec()).unwrap();
+        let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("served");
+        assert_eq!((loaded.checksum, snap.len()), (h.checksum, 3_000));
+
+        assert!(cache.store(&held(10, 10), 9).unwrap());
+        assert_eq!(db.scan_prefix(PART_PREFIX).count(), 0, "format 2's parts were removed");
+        assert_eq!(stored_parts(&cache), 1);
+        assert_eq!(cache.load(9, &Limits::default()).unwrap().expect("stored").1.len(), 10);
     }
 
     /// A snapshot larger than a part is stored in parts and loads back
@@ -259,14 +371,13 @@ mod tests {
         let cache = Cache::open(dir.path()).unwrap();
         let big = held(3_000, 1_000); // ~3 MiB
         assert!(cache.store(&big, 9).unwrap());
-        let db = cache.state().db.clone().unwrap();
-        assert!(stored_parts(&db) >= 3, "{} parts", stored_parts(&db));
+        assert!(stored_parts(&cache) >= 3, "{} parts", stored_parts(&cache));
         let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("stored");
         assert_eq!((loaded.revision, loaded.checksum, snap.len()), (7, big.checksum, 3_000));
 
         let small = held(10, 10);
         assert!(cache.store(&small, 9).unwrap());
-        assert_eq!(stored_parts(&db), 1, "the parts beyond the new count were removed");
+        assert_eq!(stored_parts(&cache), 1, "the parts beyond the new count were removed");
         let (_, snap) = cache.load(9, &Limits::default()).unwrap().expect("stored");
         assert_eq!(snap.len(), 10);
     }
@@ -282,7 +393,7 @@ mod tests {
         db.insert(KEY, b"\x0a\xff not a header".to_vec()).unwrap();
         let small = held(10, 10);
         assert!(cache.store(&small, 9).unwrap());
-        assert_eq!(stored_parts(&db), 1, "only the new part is left");
+        assert_eq!(stored_parts(&cache), 1, "only the new part is left");
         assert_eq!(cache.load(9, &Limits::default()).unwrap().expect("stored").1.len(), 10);
     }
 
@@ -292,8 +403,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         assert!(cache.store(&held(3_000, 1_000), 9).unwrap());
-        let db = cache.state().db.clone().unwrap();
-        db.remove(part_key(1)).unwrap();
+        let h = header(&cache);
+        std::fs::remove_file(cache.state().parts_dir.join(part_file(h.generation, 1))).unwrap();
         let Err(err) = cache.load(9, &Limits::default()) else { panic!("a cache missing a part was served") };
         assert!(matches!(err, CacheError::MissingPart { part: 1, .. }), "{err}");
     }

@@ -89,7 +89,7 @@ pub enum ApplyError {
     #[error("cache belongs to another SDK key")]
     OtherKey,
     /// A cache of another format version.
-    #[error("cache format {0} is not {CACHE_FORMAT} (or 1, still read)")]
+    #[error("cache format {0} is not {CACHE_FORMAT} (or 1 or 2, still read)")]
     Format(u32),
     /// The receiver could not store what it received (a replica relay's
     /// database failed).
@@ -155,6 +155,15 @@ pub enum CacheError {
     /// The stored value does not decode.
     #[error("cache is corrupt or truncated")]
     Corrupt(#[from] prost::DecodeError),
+    /// A part file could not be written, synced, read or removed.
+    #[error("cache part file {path}")]
+    PartFile {
+        /// The file.
+        path: String,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
     /// The header names a part that is not stored.
     #[error("cache is missing part {part} of {parts}")]
     MissingPart {

@@ -15,7 +15,7 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 
 use crate::error::ApplyError;
-use crate::raw::{CACHE_FORMAT, CACHE_FORMAT_INLINE, CacheBlob, RawChunk, RawDelta};
+use crate::raw::{CACHE_FORMAT, CACHE_FORMAT_INLINE, CACHE_FORMAT_PARTS, CacheBlob, RawChunk, RawDelta};
 use flagstream_core::checksum::{FLAG, SEGMENT, item_hash};
 use flagstream_core::model::FlagSet;
 use flagstream_core::wire::flag_key;
@@ -275,6 +275,7 @@ impl Held {
             segments: self.segments.values().map(|i| i.bytes.clone()).collect(),
             written_unix_ms: now_ms,
             parts: 0,
+            generation: 0,
         }
     }
 
@@ -287,7 +288,7 @@ impl Held {
         key_fingerprint: u64,
         limits: &Limits,
     ) -> Result<(CachedHeld, Arc<Snapshot>), ApplyError> {
-        if blob.format != CACHE_FORMAT && blob.format != CACHE_FORMAT_INLINE {
+        if ![CACHE_FORMAT, CACHE_FORMAT_PARTS, CACHE_FORMAT_INLINE].contains(&blob.format) {
             return Err(ApplyError::Format(blob.format));
         }
         if blob.key_fingerprint != key_fingerprint {

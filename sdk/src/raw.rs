@@ -137,10 +137,14 @@ fn compact<const N: usize>(lists: [&mut Vec<Bytes>; N]) {
     }
 }
 
-/// Version of [`CacheBlob`]'s layout this SDK writes: 2, the items in
-/// [`CachePart`]s under keys of their own. Version 1 (the items inline in
-/// the one value) is still read.
-pub(crate) const CACHE_FORMAT: u32 = 2;
+/// Version of [`CacheBlob`]'s layout this SDK writes: 3, the items in
+/// [`CachePart`]s in files of their own beside sled's, named by the
+/// header's generation. Versions 1 (the items inline in the one value) and
+/// 2 (the parts as sled values) are still read.
+pub(crate) const CACHE_FORMAT: u32 = 3;
+
+/// The layout with the parts as sled values.
+pub(crate) const CACHE_FORMAT_PARTS: u32 = 2;
 
 /// The layout with every item inline in the [`CacheBlob`].
 pub(crate) const CACHE_FORMAT_INLINE: u32 = 1;
@@ -169,12 +173,16 @@ pub(crate) struct CacheBlob {
     /// served to a client of another environment.
     #[prost(fixed64, tag = "8")]
     pub(crate) key_fingerprint: u64,
-    /// Format 2: how many [`CachePart`]s hold the items.
+    /// Formats 2 and 3: how many [`CachePart`]s hold the items.
     #[prost(uint32, tag = "9")]
     pub(crate) parts: u32,
+    /// Format 3: the generation the part files are named by (one more than
+    /// the header's it replaced).
+    #[prost(uint64, tag = "10")]
+    pub(crate) generation: u64,
 }
 
-/// Format 2: a run of the cached items, at most about
+/// Formats 2 and 3: a run of the cached items, at most about
 /// [`CACHE_PART_BYTES`], in snapshot order (flags, then segments).
 #[cfg(feature = "cache")]
 #[derive(Clone, PartialEq, prost::Message)]
@@ -186,9 +194,8 @@ pub(crate) struct CachePart {
 }
 
 /// Item bytes per [`CachePart`] (an item larger than that is alone in
-/// its part). sled serialises each value it writes into a buffer of its
-/// own, so a write costs about one part of memory on top of the values,
-/// not a copy of the whole snapshot.
+/// its part): a write encodes one part at a time, so it costs about one
+/// part of memory on top of the items.
 #[cfg(feature = "cache")]
 pub(crate) const CACHE_PART_BYTES: usize = 1 << 20;
 
