@@ -31,8 +31,8 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// sled's page cache for the client's cache (sled's default is 1 GiB).
-/// The client reads its cache once, at start, and only writes it after:
-/// sled's copy of the written parts is of no use in memory.
+/// The client reads its cache once, at start, and only writes the header
+/// to sled after (the parts are files).
 const CACHE_CAPACITY: u64 = 4 << 20;
 
 /// sled key of the snapshot's header ([`CacheBlob`]).
@@ -48,6 +48,21 @@ const PARTS_DIR: &str = "parts";
 /// (format 3).
 fn part_file(generation: u64, i: u32) -> String {
     format!("{generation:016x}-{i:08x}")
+}
+
+/// The generation and index a part file's name carries, if it is one.
+fn parse_part_file(name: &str) -> Option<(u64, u32)> {
+    let (generation, i) = name.split_once('-')?;
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(generation, 16) || !hex(i, 8) {
+        return None;
+    }
+    Some((u64::from_str_radix(generation, 16).ok()?, u32::from_str_radix(i, 16).ok()?))
+}
+
+/// Syncs a directory's entries to disk.
+fn sync_dir(dir: &Path) -> Result<(), CacheError> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| part_error(dir, e))
 }
 
 /// Writes `bytes` to a new file at `path` (readable by this user only)
@@ -114,35 +129,52 @@ impl State {
         );
         blob.parts = parts.len() as u32;
         let previous = db.get(KEY)?.and_then(|v| CacheBlob::decode(bytes::Bytes::from_owner(v)).ok());
-        blob.generation = match previous {
-            Some(h) if h.format == CACHE_FORMAT => h.generation.wrapping_add(1),
-            _ => 1,
-        };
+        // One more than any header's that decodes (formats 1 and 2 carry
+        // 0), so a live header's files are never overwritten.
+        blob.generation = previous.map_or(1, |h| h.generation.wrapping_add(1));
         // The new generation's part files first, one part encoded at a time,
         // each synced, then their directory: durable before the header that
         // names them. (Not sled values: sled keeps every value it writes in
         // its page cache, whatever the capacity, so a 50 MiB snapshot cost
         // 50 MiB more of the client's memory after each write.)
         let dir = &self.parts_dir;
-        make_private(dir).map_err(|e| part_error(dir, e))?;
+        let created = !dir.exists();
+        make_private(dir).map_err(|e| CacheError::Private { path: dir.display().to_string(), source: e })?;
         for (i, part) in parts.iter().enumerate() {
             let path = dir.join(part_file(blob.generation, i as u32));
             write_synced(&path, &part.encode_to_vec()).map_err(|e| part_error(&path, e))?;
         }
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| part_error(dir, e))?;
+        sync_dir(dir)?;
+        if created && let Some(parent) = dir.parent() {
+            sync_dir(parent)?; // the new directory's own entry
+        }
         // Then the header, one key replaced atomically: a crash leaves the
         // old header with its files or the new one with its files.
         db.insert(KEY, blob.encode_to_vec())?;
         db.flush()?;
-        // Then what the new header does not name: other generations' files
-        // (the previous one's, a crashed write's) and format 2's parts in
-        // sled. One left by a crash here goes with the next write.
+        self.last = Some(held.clone());
+        // Then what the new header does not name: other generations' part
+        // files (the previous one's, a crashed write's; nothing else in the
+        // directory is touched) and format 2's parts in sled. The snapshot
+        // is stored whatever happens here: a failure is logged, and the
+        // next write removes what this one left.
+        if let Err(e) = self.remove_stale(db, blob.generation, blob.parts) {
+            tracing::warn!(error = %e, "removing the cache's old parts failed; the next write tries again");
+        }
+        Ok(true)
+    }
+
+    /// Removes the part files of generations other than `generation` (and
+    /// its files past `parts`), and format 2's part values.
+    fn remove_stale(&self, db: &sled::Db, generation: u64, parts: u32) -> Result<(), CacheError> {
+        let dir = &self.parts_dir;
         for entry in std::fs::read_dir(dir).map_err(|e| part_error(dir, e))? {
-            let path = entry.map_err(|e| part_error(dir, e))?.path();
-            let named =
-                (0..blob.parts).any(|i| path.file_name() == Some(part_file(blob.generation, i).as_ref()));
-            if !named {
-                std::fs::remove_file(&path).map_err(|e| part_error(&path, e))?;
+            let entry = entry.map_err(|e| part_error(dir, e))?;
+            let Some((g, i)) = entry.file_name().to_str().and_then(parse_part_file) else {
+                continue; // not a part file: not ours to remove
+            };
+            if (g != generation || i >= parts) && entry.file_type().is_ok_and(|t| t.is_file()) {
+                std::fs::remove_file(entry.path()).map_err(|e| part_error(&entry.path(), e))?;
             }
         }
         let mut stale = sled::Batch::default();
@@ -150,15 +182,15 @@ impl State {
             stale.remove(key?);
         }
         db.apply_batch(stale)?;
-        self.last = Some(held.clone());
-        Ok(true)
+        Ok(())
     }
 }
 
 impl Cache {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic mid-write leaves sled consistent (atomic insert); the
-        // bookkeeping here is two plain fields.
+        // A panic mid-write leaves sled consistent (atomic insert) and at
+        // worst stray part files the next write removes; the bookkeeping
+        // here is plain fields.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -212,9 +244,10 @@ impl Cache {
         let state = self.state();
         let Some(db) = &state.db else { return Ok(None) };
         let Some(value) = db.get(KEY)? else { return Ok(None) };
-        // No copy: every item decodes as a slice of sled's own buffer
-        // rather than an allocation of its own (a 50 MiB cache is not
-        // held twice while the client starts).
+        // No copy: every item decodes as a slice of the buffer it was read
+        // into (sled's for the header, a part file's, or a format 2 part
+        // value's) rather than an allocation of its own (a 50 MiB cache is
+        // not held twice while the client starts).
         let mut blob = CacheBlob::decode(bytes::Bytes::from_owner(value))?;
         // Parts are read only for a header this client can use: another
         // key's or format's cache is refused by `from_blob` unread.
@@ -332,6 +365,23 @@ mod tests {
         assert_eq!(stored_parts(&cache), next.parts as usize, "only the files the header names are left");
         let (loaded, snap) = cache.load(9, &Limits::default()).unwrap().expect("served");
         assert_eq!((loaded.checksum, snap.len()), (second.checksum, 2_000));
+    }
+
+    /// Only part files are removed from `parts/`: another file or a
+    /// directory there is left alone and does not fail the write.
+    #[test]
+    fn only_part_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        assert!(cache.store(&held(3_000, 1_000), 9).unwrap());
+        let parts_dir = cache.state().parts_dir.clone();
+        std::fs::write(parts_dir.join("notes.txt"), b"mine").unwrap();
+        std::fs::create_dir(parts_dir.join(part_file(1, 99))).unwrap();
+        assert!(cache.store(&held(10, 10), 9).unwrap());
+        assert!(parts_dir.join("notes.txt").exists() && parts_dir.join(part_file(1, 99)).is_dir());
+        assert_eq!(parse_part_file("notes.txt"), None);
+        assert_eq!(parse_part_file(&part_file(7, 3)), Some((7, 3)));
+        assert_eq!(cache.load(9, &Limits::default()).unwrap().expect("stored").1.len(), 10);
     }
 
     /// A cache of format 2 (the parts as sled values, as SDKs before format

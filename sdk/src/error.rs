@@ -156,7 +156,7 @@ pub enum CacheError {
     #[error("cache is corrupt or truncated")]
     Corrupt(#[from] prost::DecodeError),
     /// A part file could not be written, synced, read or removed.
-    #[error("cache part file {path}")]
+    #[error("cache part file {path}: {source}")]
     PartFile {
         /// The file.
         path: String,

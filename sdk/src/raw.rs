@@ -161,10 +161,10 @@ pub(crate) struct CacheBlob {
     pub(crate) revision: u64,
     #[prost(fixed64, tag = "4")]
     pub(crate) checksum: u64,
-    /// Format 1 only: the flags (format 2: in the parts).
+    /// Format 1 only: the flags (formats 2 and 3: in the parts).
     #[prost(bytes = "bytes", repeated, tag = "5")]
     pub(crate) flags: Vec<Bytes>,
-    /// Format 1 only: the segments (format 2: in the parts).
+    /// Format 1 only: the segments (formats 2 and 3: in the parts).
     #[prost(bytes = "bytes", repeated, tag = "6")]
     pub(crate) segments: Vec<Bytes>,
     #[prost(uint64, tag = "7")]
