@@ -138,8 +138,14 @@ impl State {
         // its page cache, whatever the capacity, so a 50 MiB snapshot cost
         // 50 MiB more of the client's memory after each write.)
         let dir = &self.parts_dir;
+        // Made private once, when created (opening the cache made the whole
+        // directory private; the files are written 0600): not a walk of
+        // every part file on every write.
         let created = !dir.exists();
-        make_private(dir).map_err(|e| CacheError::Private { path: dir.display().to_string(), source: e })?;
+        if created {
+            make_private(dir)
+                .map_err(|e| CacheError::Private { path: dir.display().to_string(), source: e })?;
+        }
         for (i, part) in parts.iter().enumerate() {
             let path = dir.join(part_file(blob.generation, i as u32));
             write_synced(&path, &part.encode_to_vec()).map_err(|e| part_error(&path, e))?;
