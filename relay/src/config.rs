@@ -161,10 +161,14 @@ pub struct ListenSettings {
     pub backlog: u32,
     /// TCP_USER_TIMEOUT.
     pub tcp_user_timeout: Duration,
-    /// HTTP/2 keepalive interval.
-    pub keepalive_interval: Duration,
+    /// HTTP/2 keepalive interval; `None`: no PINGs (each stream's
+    /// heartbeat with `TCP_USER_TIMEOUT`, and TCP keepalive, find a dead
+    /// peer).
+    pub keepalive_interval: Option<Duration>,
     /// HTTP/2 keepalive timeout.
     pub keepalive_timeout: Duration,
+    /// TCP keepalive idle time of accepted sockets.
+    pub tcp_keepalive_idle: Duration,
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
     /// Connection caps of each gRPC listener.
@@ -360,6 +364,23 @@ mod tests {
         let demo =
             Cli::try_parse_from(["flagstream-relay", "demo"]).expect("parses").options().resolve().unwrap();
         assert!(demo.demo, "the demo command seeds the demo environment");
+    }
+
+    /// The relay sends no HTTP/2 PINGs unless told (each stream's
+    /// heartbeat finds a dead peer); set, they are checked against the
+    /// timeout, and they set the TCP keepalive idle time too.
+    #[test]
+    fn keepalive_pings_are_off_unless_set() {
+        let c = parse(&["flagstream-relay"]).unwrap();
+        assert_eq!(c.listen.keepalive_interval, None);
+        assert_eq!(c.listen.tcp_keepalive_idle, Duration::from_secs(20));
+        let c = parse(&["flagstream-relay", "--keepalive-interval", "0s"]).unwrap();
+        assert_eq!(c.listen.keepalive_interval, None);
+        let c = parse(&["flagstream-relay", "--keepalive-interval", "30s"]).unwrap();
+        assert_eq!(c.listen.keepalive_interval, Some(Duration::from_secs(30)));
+        assert_eq!(c.listen.tcp_keepalive_idle, Duration::from_secs(30));
+        let e = parse(&["flagstream-relay", "--keepalive-interval", "5s"]).unwrap_err();
+        assert_eq!(e.to_string(), "keepalive-timeout: must be shorter than keepalive-interval");
     }
 
     /// Bad values name the option and the allowed range.

@@ -346,9 +346,9 @@ fn serve_grpc(
         AdminAuth { tokens: tokens.clone() },
     );
     let refusals = RefusalLayer::new(metrics.clone());
-    let main = listen::grpc_server(cfg, &refusals)?
+    let sync = SyncRoute::new(services.sync.clone(), crate::stream::subscribe::MAX_HELLO_BYTES);
+    let main = listen::grpc_server(cfg, &refusals, Some(sync))?
         .add_service(health_service.clone())
-        .add_service(SyncRoute::new(services.sync.clone(), crate::stream::subscribe::MAX_HELLO_BYTES))
         .add_service(replication);
     let stop = CancellationToken::new();
     let incoming =
@@ -364,7 +364,7 @@ fn serve_grpc(
                 main.serve_with_incoming_shutdown(incoming(grpc, "grpc"), stop.clone().cancelled_owned()),
             ));
             tasks.push(tokio::spawn(
-                listen::grpc_server(cfg, &refusals)?
+                listen::grpc_server(cfg, &refusals, None)?
                     .add_service(health_service)
                     .add_service(admin_service)
                     .serve_with_incoming_shutdown(incoming(admin, "admin"), stop.clone().cancelled_owned()),

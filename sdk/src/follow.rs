@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::error::ApplyError;
 
+mod ack;
 mod config;
 mod end;
 mod plan;

@@ -99,6 +99,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                     epoch: "e".into(),
                     revision: 4,
                     apply_duration_us: 9,
+                    held_us: 0,
                 })),
             }
             .encode_to_vec(),

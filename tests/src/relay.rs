@@ -69,6 +69,21 @@ impl tonic::service::Interceptor for Token {
 /// An authenticated admin client.
 pub type Admin = AdminClient<InterceptedService<Channel, Token>>;
 
+/// The `RUST_LOG` filter of the relays tests start: the relay's own
+/// streams at debug, what a failing test's log needs.
+const TEST_LOG: &str = "info,flagstream_relay=debug";
+
+/// The `RUST_LOG` filter of every relay [`Relay::start_on`] starts from
+/// now on, instead of the tests' debug filter (set once; `false` if it
+/// was set before). The load tool sets the relay's own default, `info`:
+/// logging every delivery at debug costs more than a delivery.
+static DEFAULT_LOG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the filter of [`DEFAULT_LOG`].
+pub fn set_default_log(filter: &str) -> bool {
+    DEFAULT_LOG.set(filter.to_owned()).is_ok()
+}
+
 impl Relay {
     /// Starts a relay with its data in `dir` and extra command-line
     /// arguments (after `serve`).
@@ -76,9 +91,11 @@ impl Relay {
         Relay::start_on(dir, "127.0.0.1:0", args).await
     }
 
-    /// Starts a relay listening on `listen` (to restart on the same port).
+    /// Starts a relay listening on `listen` (to restart on the same port),
+    /// logging at the [default filter](set_default_log).
     pub async fn start_on(dir: &Path, listen: &str, args: &[&str]) -> Relay {
-        Relay::start_logged(dir, listen, args, "info,flagstream_relay=debug").await
+        let log = DEFAULT_LOG.get().map_or(TEST_LOG, String::as_str);
+        Relay::start_logged(dir, listen, args, log).await
     }
 
     /// [`Relay::start_on`] with its `RUST_LOG` filter.

@@ -264,7 +264,7 @@ impl Subscriber {
 
     /// Acks the applied revision.
     pub async fn ack(&self) {
-        let ack = pb::Ack { epoch: self.epoch.clone(), revision: self.revision, apply_duration_us: 0 };
+        let ack = pb::Ack { epoch: self.epoch.clone(), revision: self.revision, ..Default::default() };
         // The relay may already have closed the stream; an ack is advisory.
         if self
             .tx

@@ -462,11 +462,13 @@ pub struct Options {
     #[arg(long, env = "FLAGSTREAM_DRAIN_SPREAD")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_spread: Option<Dur>,
-    /// HTTP/2 keepalive ping interval [default: 20s].
+    /// HTTP/2 keepalive PING interval on accepted connections; also the
+    /// TCP keepalive idle time [default: no PINGs (0s), TCP keepalive
+    /// after 20s: each stream's heartbeat finds a dead peer].
     #[arg(long, env = "FLAGSTREAM_KEEPALIVE_INTERVAL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive_interval: Option<Dur>,
-    /// HTTP/2 keepalive ping timeout [default: 10s].
+    /// HTTP/2 keepalive PING answer deadline, when PINGs are on [default: 10s].
     #[arg(long, env = "FLAGSTREAM_KEEPALIVE_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive_timeout: Option<Dur>,

@@ -205,6 +205,8 @@ impl Options {
             (None, None) => None,
             _ => return Err(ConfigError("tls-cert and tls-key: set both or neither".into())),
         };
+        // `0s` or unset: no HTTP/2 PINGs.
+        let pings = self.keepalive_interval.map(|d| d.0).filter(|d| !d.is_zero());
         let l = ListenSettings {
             grpc: self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7070))),
             admin: self.admin_listen,
@@ -214,8 +216,9 @@ impl Options {
             tls,
             backlog: self.backlog.unwrap_or(4096),
             tcp_user_timeout: secs(self.tcp_user_timeout, 30),
-            keepalive_interval: secs(self.keepalive_interval, 20),
+            keepalive_interval: pings,
             keepalive_timeout: secs(self.keepalive_timeout, 10),
+            tcp_keepalive_idle: pings.unwrap_or(Duration::from_secs(20)),
             max_concurrent_streams: self.max_concurrent_streams.unwrap_or(256),
             connections: ConnCaps {
                 total: self.max_connections.unwrap_or(60_000),
@@ -236,7 +239,7 @@ impl Options {
         )?;
         check(l.connections.per_address >= 1, "max-connections-per-address: must be at least 1")?;
         check(
-            l.keepalive_timeout < l.keepalive_interval,
+            l.keepalive_interval.is_none_or(|i| l.keepalive_timeout < i),
             "keepalive-timeout: must be shorter than keepalive-interval",
         )?;
         check(l.grpc != l.metrics || l.grpc.port() == 0, "metrics-listen: must differ from listen")?;

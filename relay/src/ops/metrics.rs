@@ -212,7 +212,7 @@ impl Metrics {
         );
         r.register(
             "ack_latency_seconds",
-            "Commit to subscriber acknowledgement latency",
+            "Commit to a subscriber applying the revision (an ack's arrival less its held time)",
             m.ack_latency.clone(),
         );
         r.register(

@@ -12,6 +12,7 @@ use tonic::transport::Server;
 
 use crate::config::Config;
 use crate::ops::metrics::Metrics;
+use crate::stream::grpc::{SyncFirstLayer, SyncRoute};
 use crate::stream::refusal::RefusalLayer;
 use crate::stream::transport::{self, SocketOptions};
 
@@ -44,7 +45,7 @@ impl Listeners {
         let options = SocketOptions {
             backlog: cfg.listen.backlog,
             tcp_user_timeout: cfg.listen.tcp_user_timeout,
-            keepalive_idle: cfg.listen.keepalive_interval,
+            keepalive_idle: cfg.listen.tcp_keepalive_idle,
             keepalive_interval: Duration::from_secs(5),
             keepalive_retries: 3,
         };
@@ -73,13 +74,21 @@ impl Listeners {
     }
 }
 
+/// The relay's layers around tonic's router, outermost first: every
+/// response's status counted, then the Sync service served ahead of the
+/// router.
+pub(super) type GrpcLayers =
+    tower_layer::Stack<SyncFirstLayer, tower_layer::Stack<RefusalLayer, tower_layer::Identity>>;
+
 /// A tonic server with the relay's settings for both gRPC listeners: TLS
-/// (mutual when a client CA is set), the refusal layer, HTTP/2 keepalive,
+/// (mutual when a client CA is set), the refusal layer, HTTP/2 keepalive
+/// (when set),
 /// the stream cap, `TCP_NODELAY`.
 pub(super) fn grpc_server(
     cfg: &Config,
     refusals: &RefusalLayer,
-) -> anyhow::Result<Server<tower_layer::Stack<RefusalLayer, tower_layer::Identity>>> {
+    sync: Option<SyncRoute>,
+) -> anyhow::Result<Server<GrpcLayers>> {
     let mut builder = Server::builder();
     if let Some(tls) = &cfg.listen.tls {
         let mut t = tonic::transport::ServerTlsConfig::new()
@@ -91,7 +100,12 @@ pub(super) fn grpc_server(
     }
     Ok(builder
         .layer(refusals.clone())
-        .http2_keepalive_interval(Some(cfg.listen.keepalive_interval))
+        .layer(SyncFirstLayer::new(sync))
+        // Off unless set: each stream's heartbeat (every 15 s) with
+        // TCP_USER_TIMEOUT, and TCP keepalive, fail a dead peer's
+        // connection; a wedged one stops taking data and the behind
+        // deadline closes it.
+        .http2_keepalive_interval(cfg.listen.keepalive_interval)
         .http2_keepalive_timeout(Some(cfg.listen.keepalive_timeout))
         .max_concurrent_streams(Some(cfg.listen.max_concurrent_streams))
         .tcp_nodelay(true))

@@ -198,7 +198,7 @@ mod tests {
     }
 
     fn ack(revision: u64) -> pb::SubscribeRequest {
-        let ack = pb::Ack { epoch: "e".into(), revision, apply_duration_us: 0 };
+        let ack = pb::Ack { epoch: "e".into(), revision, ..Default::default() };
         pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) }
     }
 

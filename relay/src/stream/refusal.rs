@@ -243,10 +243,11 @@ pub(crate) struct Refusals<S> {
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-impl<S> tower_service::Service<http::Request<Body>> for Refusals<S>
+impl<S, B> tower_service::Service<http::Request<Body>> for Refusals<S>
 where
-    S: tower_service::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S: tower_service::Service<http::Request<Body>, Response = http::Response<B>>,
     S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes, Error = Status> + Unpin + Send + 'static,
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
@@ -316,14 +317,14 @@ impl Watch {
 }
 
 /// A response body whose trailers are looked at on their way out.
-struct Observed {
-    body: Body,
+struct Observed<B> {
+    body: B,
     watch: Option<Watch>,
     /// The request counted open on its connection until the body is done.
     _open: Option<crate::stream::transport::Request>,
 }
 
-impl http_body::Body for Observed {
+impl<B: http_body::Body<Data = Bytes, Error = Status> + Unpin> http_body::Body for Observed<B> {
     type Data = Bytes;
     type Error = Status;
 

@@ -5,7 +5,9 @@
 //! reconnect request) is worked out only when the transport asks for one.
 //! Lag therefore coalesces by itself and there is no per-subscriber queue;
 //! snapshot chunks and deltas are shared, pre-encoded bytes. Acks arrive on
-//! the request stream and are read by a small task per subscriber.
+//! the request stream and are read on the stream's own task, each time the
+//! transport asks for the next message or a request wakes it
+//! ([`Subscription`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -150,7 +152,7 @@ impl SyncService {
         &self,
         extensions: &http::Extensions,
         mut inbound: Inbound,
-    ) -> Result<Outgoing, Status> {
+    ) -> Result<Subscription, Status> {
         // Plain TCP: our ConnInfo; over TLS, tonic wraps it.
         let conn = extensions.get::<ConnInfo>().cloned().or_else(|| {
             extensions
@@ -266,20 +268,94 @@ impl SyncService {
             cursor = cursor.revision,
             end = tracing::field::Empty,
         );
-        tokio::spawn(tracing::Instrument::instrument(
-            read_acks(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone(), instance),
+        let requests = Box::pin(tracing::Instrument::instrument(
+            read_requests(inbound, env.clone(), self.store.clone(), self.hub.clone(), sub.clone(), instance),
             span.clone(),
         ));
 
         let start = outbound::Start { cursor, features: hello.features };
-        Ok(outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, start, sub, span))
+        let outgoing =
+            outbound::stream(self.store.clone(), self.hub.clone(), self.cfg.clone(), env, start, sub, span);
+        Ok(Subscription::new(outgoing, requests))
     }
 }
 
-/// Reads acks (and reports, usage summaries) until the client goes away;
-/// then ends the outgoing stream too. `instance`: the client's
+/// An admitted subscriber's two halves, driven by one task (the response
+/// body's: `crate::stream::grpc`): its outgoing messages and the reader of
+/// its requests. Reading requests on the stream's own task instead of a
+/// second one saves a task wake-up per ack and a task per stream; the
+/// reader is polled only when a request (or the end of the request
+/// stream) woke it, so working out the next outgoing message does not
+/// touch the connection's receive side.
+pub(crate) struct Subscription {
+    /// The messages to send; an error ends the stream with that status.
+    outgoing: Outgoing,
+    /// Reads acks, reports, usage summaries and the Goodbye until the
+    /// client half-closes or goes; `None` once it has.
+    requests: Option<Requests>,
+    /// Set when the request reader was woken; wakes the task.
+    woken: Arc<RequestsWoken>,
+}
+
+/// The request reader of a [`Subscription`].
+type Requests = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The request reader's waker: marks it woken, then wakes the stream's task.
+#[derive(Default)]
+struct RequestsWoken {
+    woken: std::sync::atomic::AtomicBool,
+    task: futures_util::task::AtomicWaker,
+}
+
+impl std::task::Wake for RequestsWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Subscription {
+    fn new(outgoing: Outgoing, requests: Requests) -> Subscription {
+        let woken = Arc::new(RequestsWoken::default());
+        // Polled once at the start, to register its waker.
+        woken.woken.store(true, Ordering::Relaxed);
+        Subscription { outgoing, requests: Some(requests), woken }
+    }
+
+    /// Reads whatever requests have arrived (if any woke the reader: a
+    /// ready request is handled before the next outgoing message is worked
+    /// out), then polls for the next outgoing message; both wake the
+    /// calling task.
+    pub(crate) fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Encoded, Status>>> {
+        if let Some(requests) = &mut self.requests
+            && self.woken.woken.swap(false, Ordering::AcqRel)
+        {
+            {
+                // The body is polled by its one task: the waker is
+                // registered when the reader is polled, not on every poll.
+                self.woken.task.register(cx.waker());
+                let waker = std::task::Waker::from(self.woken.clone());
+                if requests.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_ready() {
+                    self.requests = None;
+                }
+            }
+        }
+        self.outgoing.as_mut().poll_next(cx)
+    }
+}
+
+/// Reads acks (and reports, usage summaries, the Goodbye) until the client
+/// half-closes or goes away (a failed request stream, a second Hello or a
+/// Goodbye also ends the outgoing one). `instance`: the client's
 /// `Hello.instance_id`, what its usage is counted under.
-async fn read_acks(
+async fn read_requests(
     mut inbound: Inbound,
     env: Arc<Env>,
     store: Store,
@@ -299,7 +375,7 @@ async fn read_acks(
         }
         match msg {
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) })) => {
-                hub.ack(&env, &sub, &ack.epoch, ack.revision);
+                hub.ack(&env, &sub, &ack.epoch, ack.revision, ack.held_us / 1_000);
             }
             Ok(Some(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Report(report)) })) => {
                 hub.report(&sub, &report);

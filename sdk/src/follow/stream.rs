@@ -1,6 +1,6 @@
 //! One stream, from connecting to its end: the Hello, the watchdog, chunk
 //! checks as chunks arrive (order, one snapshot, size limit), applying off
-//! the runtime, acks and reports towards the relay, and a heartbeat that
+//! the runtime, acks (coalesced: `ack.rs`) and reports towards the relay, and a heartbeat that
 //! names the sink's cursor with another checksum (a restored upstream).
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::ack::{ACK_INTERVAL, Acks};
 use super::config::FollowConfig;
 use super::end::{End, ended, reconnect_delay, silent_break};
 use super::sink::{Event, Sink};
@@ -86,6 +87,11 @@ fn offer(
     }
 }
 
+/// `ack` as a request.
+fn ack_request(ack: pb::Ack) -> pb::SubscribeRequest {
+    pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) }
+}
+
 /// Moves usage summaries from `backlog` (sent from its end) into free room
 /// of the request queue, always leaving one slot for acks and reports: a
 /// relay slow to read requests delays usage, never the stream, and the
@@ -124,7 +130,7 @@ impl<S: Sink> Follower<S> {
     async fn goodbye(
         &self,
         tx: &mpsc::Sender<pb::SubscribeRequest>,
-        pending: Option<pb::SubscribeRequest>,
+        pending: Vec<pb::SubscribeRequest>,
         backlog: &mut Vec<pb::UsageSummary>,
         stream: &mut tonic::Streaming<RawResponse>,
     ) -> End {
@@ -140,12 +146,12 @@ impl<S: Sink> Follower<S> {
     async fn goodbye_unbounded(
         &self,
         tx: &mpsc::Sender<pb::SubscribeRequest>,
-        pending: Option<pb::SubscribeRequest>,
+        pending: Vec<pb::SubscribeRequest>,
         backlog: &mut Vec<pb::UsageSummary>,
         stream: &mut tonic::Streaming<RawResponse>,
     ) -> End {
         use pb::subscribe_request::Kind;
-        let mut last: Vec<pb::SubscribeRequest> = pending.into_iter().collect();
+        let mut last = pending;
         // `backlog` is sent from its end.
         last.extend(backlog.drain(..).rev().map(|u| pb::SubscribeRequest { kind: Some(Kind::Usage(u)) }));
         last.extend(
@@ -237,6 +243,7 @@ impl<S: Sink> Follower<S> {
         let mut chunks: Vec<RawChunk> = Vec::new();
         let mut chunk_bytes = 0usize;
         let mut pending: Option<pb::SubscribeRequest> = None;
+        let mut acks = Acks::new(ACK_INTERVAL);
         let mut usage_backlog: Vec<pb::UsageSummary> = Vec::new();
         let relay = cfg.subscriber_kind == pb::SubscriberKind::Relay;
         let mut reports = tokio::time::interval(cfg.report_interval.max(Duration::from_millis(10)));
@@ -261,7 +268,18 @@ impl<S: Sink> Follower<S> {
                 m = stream.message() => m,
                 // A closed sender closes too (the owner is gone).
                 () = closed(closing) => {
-                    return self.goodbye(&tx, pending.take(), &mut usage_backlog, &mut stream).await;
+                    // The queued request, then the newest applied revision.
+                    let held = acks.take(Instant::now()).map(ack_request);
+                    let last = pending.take().into_iter().chain(held).collect();
+                    return self.goodbye(&tx, last, &mut usage_backlog, &mut stream).await;
+                }
+                _ = tokio::time::sleep_until(acks.due().unwrap_or(deadline)), if acks.due().is_some() => {
+                    if let Some(ack) = acks.take(Instant::now())
+                        && let Err(end) = offer(&tx, &mut pending, ack_request(ack))
+                    {
+                        return end;
+                    }
+                    continue;
                 }
                 _ = tokio::time::sleep_until(deadline) => return End::Stalled(watchdog, None),
                 _ = reports.tick(), if relay => {
@@ -390,9 +408,9 @@ impl<S: Sink> Follower<S> {
             if let Some((cursor, snapshot)) = applied {
                 progress.applied += 1;
                 self.sink.event(Event::Applied { snapshot });
-                let ack = pb::Ack { epoch: cursor.epoch, revision: cursor.revision, apply_duration_us: 0 };
-                let msg = pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) };
-                if let Err(end) = offer(&tx, &mut pending, msg) {
+                if let Some(ack) = acks.applied(cursor, Instant::now())
+                    && let Err(end) = offer(&tx, &mut pending, ack_request(ack))
+                {
                     return end;
                 }
             }

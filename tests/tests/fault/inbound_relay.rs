@@ -55,10 +55,8 @@ fn request(key: String) -> impl Strategy<Value = pb::SubscribeRequest> {
             sdk_name,
             ..Default::default()
         });
-    let ack = (text(40), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us)| pb::Ack {
-        epoch,
-        revision,
-        apply_duration_us: us,
+    let ack = (text(40), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us, held)| {
+        pb::Ack { epoch, revision, apply_duration_us: us, held_us: held }
     });
     prop_oneof![
         3 => hello.prop_map(|h| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(h)) }),
@@ -87,10 +85,8 @@ fn admitted_hello(key: String, epoch: String) -> impl Strategy<Value = pb::Subsc
 /// A message after the Hello that does not end the stream by itself: an
 /// arbitrary ack, or an empty message.
 fn follow_up() -> impl Strategy<Value = pb::SubscribeRequest> {
-    let ack = (text(40), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us)| pb::Ack {
-        epoch,
-        revision,
-        apply_duration_us: us,
+    let ack = (text(40), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(epoch, revision, us, held)| {
+        pb::Ack { epoch, revision, apply_duration_us: us, held_us: held }
     });
     prop_oneof![
         ack.prop_map(|a| pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(a)) }),

@@ -8,6 +8,7 @@ mod evaluation_properties;
 mod evaluation_reference;
 mod mirror_checksum;
 mod regex_budget_order;
+mod sdk_acks;
 mod sdk_cache;
 mod sdk_failover;
 mod sdk_offline;

@@ -13,6 +13,11 @@ use crate::stream::hub::propagation::{Histogram, REPORTED_REVISIONS, Report};
 
 use super::{Hub, Subscriber};
 
+/// The longest an ack's `held_us` may move the time its revision was
+/// reached back, ms: a client's claim is bounded (the Rust SDK holds an ack
+/// at most a second).
+pub(crate) const MAX_ACK_HELD_MS: u64 = 60_000;
+
 /// Latency percentiles of one revision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Propagation {
@@ -57,8 +62,12 @@ impl Hub {
     }
 
     /// Records an ack of `revision` by `sub` (it has applied everything up
-    /// to it). Latency is measured from the revision's commit time.
-    pub(crate) fn ack(&self, env: &Env, sub: &Subscriber, epoch: &str, revision: u64) {
+    /// to it), which its client held `held_ms` after applying it (a client
+    /// coalescing acks; at most [`MAX_ACK_HELD_MS`] counts). Latency is
+    /// measured from the revision's commit time to when it was applied:
+    /// the ack's arrival less `held_ms`. The earlier revisions it covers are
+    /// recorded as reached then too: never earlier than they were.
+    pub(crate) fn ack(&self, env: &Env, sub: &Subscriber, epoch: &str, revision: u64, held_ms: u64) {
         let state = env.state.load();
         if epoch != state.epoch || revision > state.revision {
             return; // not data this relay sent: ignored
@@ -69,7 +78,7 @@ impl Hub {
         if revision <= prev || sub.relay {
             return;
         }
-        let now = now_ms();
+        let now = now_ms().saturating_sub(held_ms.min(MAX_ACK_HELD_MS));
         // Only revisions still in the change log (ordered by revision) have
         // a commit time: those after `prev`, up to `revision`.
         let log = &state.log;

@@ -48,14 +48,16 @@ pub(super) fn stream(
     let jitter = rand::rng().random_range(0.9..=1.1);
     let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=cfg.heartbeat);
     let age_deadline = Instant::now() + cfg.max_stream_age.mul_f64(jitter);
-    let out = Outbound {
+    let out = Box::new(Outbound {
         store,
         hub: hub.clone(),
         cfg: cfg.clone(),
         head: env.head.subscribe(),
         env,
         cursor: (cursor.epoch, cursor.revision),
-        features,
+        // A subscriber with every feature this relay knows lacks none.
+        features: (!flagstream::feature::IMPLEMENTED.iter().all(|f| features.iter().any(|h| h == f)))
+            .then_some(features),
         pending: None,
         heartbeat: {
             let mut i = tokio::time::interval_at(Instant::now() + heartbeat_phase, cfg.heartbeat);
@@ -70,7 +72,9 @@ pub(super) fn stream(
         guard: Leave { hub: hub.clone(), sub, reason: "client_gone", span: span.clone() },
         done: false,
         span,
-    };
+    });
+    // Boxed: each message moves the state into the next future and back,
+    // a pointer rather than the whole state.
     let stream = futures_util::stream::unfold(out, |mut o| async move {
         let item = o.next().await?;
         if let Ok(msg) = &item {
@@ -122,8 +126,9 @@ struct Outbound {
     env: Arc<Env>,
     head: tokio::sync::watch::Receiver<u64>,
     cursor: (String, u64),
-    /// The evaluation features the subscriber announced.
-    features: Vec<String>,
+    /// The evaluation features the subscriber announced; `None` when it
+    /// has every one this relay implements (nothing to check per message).
+    features: Option<Vec<String>>,
     pending: Option<Pending>,
     heartbeat: Interval,
     age_deadline: Instant,
@@ -257,7 +262,9 @@ impl Outbound {
             let state = self.env.state.load();
             // Data the subscriber would misread (a write after it
             // subscribed started using a feature it lacks): ended, not sent.
-            if let Some(feature) = state.missing_feature(&self.features) {
+            if let Some(features) = &self.features
+                && let Some(feature) = state.missing_feature(features)
+            {
                 self.done = true;
                 let env = state.name.clone();
                 return Some(Err(Refusal::MissingFeature { env, feature }.into()));

@@ -172,7 +172,7 @@ pub(super) async fn run(args: &Args) -> anyhow::Result<Option<Summary>> {
     }
 
     // Revisions: the demo seed's few, one per bulk flag, one per write.
-    let rec = Arc::new(Recorder::new(args.flags + args.writes + 64, !args.no_ack));
+    let rec = Arc::new(Recorder::new(args.flags + args.writes + 64, Acking::of(args)));
     let urls: Vec<String> = serving.iter().map(|r| r.url()).collect();
     let threads = client_threads(args);
     let loops = EventLoops::start(threads)?;

@@ -17,7 +17,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::{Args, EventLoops, Recorder, Summary, connection, grpc_frame, now_ms, proc_stats};
+use super::{Acking, Args, EventLoops, Recorder, Summary, connection, grpc_frame, now_ms, proc_stats};
 
 /// The epoch the floor states.
 const EPOCH: &str = "floor";
@@ -191,7 +191,7 @@ pub(super) async fn measure(args: &Args, threads: usize) -> anyhow::Result<Summa
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, rss_before) = proc_stats(pid);
 
-    let rec = Arc::new(Recorder::new(args.writes + 1, !args.no_ack));
+    let rec = Arc::new(Recorder::new(args.writes + 1, Acking::of(args)));
     let loops = EventLoops::start(threads)?;
     let (ready_tx, mut ready_rx) = mpsc::channel(args.subscribers.max(1));
     let connections = args.connections.max(1);

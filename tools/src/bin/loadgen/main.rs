@@ -7,8 +7,10 @@
 //!
 //! The tool shares the machine with the relay, so each simulated subscriber
 //! does the least a subscriber must on the wire, on `h2` directly: the same
-//! gRPC request and frames as the SDK (Hello, then one Ack per applied
-//! revision on the request stream), without tonic's per-message channel,
+//! gRPC request and frames as the SDK (Hello, then acks of the applied
+//! revisions on the request stream, coalesced as the SDK does: at most one
+//! per second per stream; `--ack-each` acks every revision), without
+//! tonic's per-message channel,
 //! encoder task and body layers. It decodes the response envelope (cursor
 //! and commit time; flag bodies are skipped, not decoded), records the
 //! latency in its own buffer, and acks. What an SDK does after that
@@ -65,9 +67,20 @@ struct Args {
     /// subscribers, so a delivery never crosses threads inside the tool.
     #[arg(long, default_value_t = 0)]
     client_threads: usize,
+    /// `RUST_LOG` of the relays the tool starts: the relay's own default
+    /// unless told (the test suite's `info,flagstream_relay=debug` logs
+    /// every delivery, which costs more than the delivery).
+    #[arg(long, default_value = "info")]
+    relay_log: String,
     /// Do not acknowledge deltas (isolates the cost of acks).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ack_each")]
     no_ack: bool,
+    /// Acknowledge every applied revision at once, as SDKs before
+    /// coalesced acks did (the SDK's way, the default: the first revision
+    /// after a quiet second at once, then at most one ack per second
+    /// naming the newest and how long it was held).
+    #[arg(long)]
+    ack_each: bool,
     /// Heavy writes to another environment during the second half of the
     /// measured writes: a 50,000-flag environment rewritten 10,000 flags
     /// per batch, alternating with 100,000-key segment patches. The first
@@ -163,6 +176,8 @@ fn main() -> anyhow::Result<()> {
     if args.serve_floor {
         return floor::serve(args.floor_streams);
     }
+    // Set once, first: nothing was started yet.
+    let _first = flagstream_tests::relay::set_default_log(&args.relay_log);
     // The coordinator (relay process, writes, reports) mostly sleeps.
     tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async move {
         if args.ofrep_bulk {

@@ -1,6 +1,6 @@
 //! The subscriber side on the wire: each simulated subscriber on `h2`
-//! directly (Hello, envelope decoding, one ack per revision), the latency
-//! recorder and process statistics.
+//! directly (Hello, envelope decoding, acks coalesced as the SDK does), the
+//! latency recorder and process statistics.
 
 use super::*;
 
@@ -23,6 +23,33 @@ pub(super) fn proc_stats(pid: u32) -> (u64, u64) {
     (ticks, rss)
 }
 
+/// How simulated subscribers acknowledge what they applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Acking {
+    /// Never (`--no-ack`).
+    Never,
+    /// Every revision at once (`--ack-each`: SDKs before coalesced acks).
+    Each,
+    /// As the SDK does: the first revision after a quiet [`ACK_INTERVAL`]
+    /// at once, later ones held until the interval since the last ack is
+    /// over, the newest replacing the older, with `held_us` set.
+    Coalesced,
+}
+
+/// The SDK's shortest time between two acks of one stream
+/// (`sdk/src/follow/ack.rs`).
+const ACK_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Acking {
+    pub(super) fn of(args: &Args) -> Acking {
+        match (args.no_ack, args.ack_each) {
+            (true, _) => Acking::Never,
+            (false, true) => Acking::Each,
+            (false, false) => Acking::Coalesced,
+        }
+    }
+}
+
 /// What the subscribers report. Per-delivery updates are relaxed atomics;
 /// each subscriber keeps its latency samples and hands them over once,
 /// when its stream ends.
@@ -42,13 +69,13 @@ pub(super) struct Recorder {
     pub(super) committed_ms: Vec<AtomicU64>,
     pub(super) snapshots: AtomicU64,
     pub(super) errors: AtomicU64,
-    pub(super) ack: bool,
+    pub(super) ack: Acking,
     /// Set when the tool stops the relay: stream errors are expected then.
     pub(super) stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Recorder {
-    pub(super) fn new(max_revision: usize, ack: bool) -> Recorder {
+    pub(super) fn new(max_revision: usize, ack: Acking) -> Recorder {
         let zeros = || (0..=max_revision).map(|_| AtomicU64::new(0)).collect();
         Recorder {
             latencies_ms: Mutex::default(),
@@ -178,7 +205,9 @@ pub(super) async fn subscribe(
         .body(())?;
     let mut h2 = h2.ready().await?;
     let (response, mut send) = h2.send_request(request, false)?;
-    let hello = pb::Hello { sdk_key: key, sdk_name: "loadgen".into(), ..Default::default() };
+    // The SDK's Hello: it announces every evaluation feature it implements.
+    let features = flagstream::feature::IMPLEMENTED.iter().map(|f| (*f).to_owned()).collect();
+    let hello = pb::Hello { sdk_key: key, sdk_name: "loadgen".into(), features, ..Default::default() };
     send.send_data(
         grpc_frame(&pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Hello(hello)) }),
         false,
@@ -200,8 +229,25 @@ pub(super) async fn subscribe(
     // in small batches (fewer h2 locks), small enough that thousands of
     // streams on one connection never hold its window.
     let mut unreleased = 0;
-    while let Some(data) = body.data().await {
-        let data = data?;
+    // The last ack sent, and the newest applied revision held for the next.
+    let mut last_ack: Option<Instant> = None;
+    let mut held: Option<(u64, Instant)> = None;
+    loop {
+        let due = last_ack.map_or_else(Instant::now, |at| at + ACK_INTERVAL);
+        let data = tokio::select! {
+            biased;
+            data = body.data() => match data {
+                Some(data) => data?,
+                None => break,
+            },
+            () = tokio::time::sleep_until(due.into()), if held.is_some() => {
+                if let Some((revision, applied)) = held.take() {
+                    last_ack = Some(Instant::now());
+                    send_ack(&mut send, &epoch, revision, applied.elapsed())?;
+                }
+                continue;
+            }
+        };
         unreleased += data.len();
         if unreleased >= 4 << 10 {
             body.flow_control().release_capacity(unreleased)?;
@@ -243,14 +289,15 @@ pub(super) async fn subscribe(
                 _ => None,
             };
             if let Some(revision) = applied {
-                if rec.ack {
-                    let ack = pb::Ack { epoch: epoch.clone(), revision, apply_duration_us: 0 };
-                    send.send_data(
-                        grpc_frame(&pb::SubscribeRequest {
-                            kind: Some(pb::subscribe_request::Kind::Ack(ack)),
-                        }),
-                        false,
-                    )?;
+                match rec.ack {
+                    Acking::Never => {}
+                    Acking::Each => send_ack(&mut send, &epoch, revision, Duration::ZERO)?,
+                    Acking::Coalesced if last_ack.is_none_or(|at| at.elapsed() >= ACK_INTERVAL) => {
+                        held = None;
+                        last_ack = Some(Instant::now());
+                        send_ack(&mut send, &epoch, revision, Duration::ZERO)?;
+                    }
+                    Acking::Coalesced => held = Some((revision, Instant::now())),
                 }
                 if !*signalled {
                     *signalled = true;
@@ -264,6 +311,22 @@ pub(super) async fn subscribe(
         Some(trailers) => grpc_ok(&trailers),
         None => anyhow::bail!("stream ended without a status"),
     }
+}
+
+/// Sends an ack of `revision`, held `held` since it was applied.
+fn send_ack(
+    send: &mut h2::SendStream<Bytes>,
+    epoch: &str,
+    revision: u64,
+    held: Duration,
+) -> anyhow::Result<()> {
+    let ack =
+        pb::Ack { epoch: epoch.to_owned(), revision, apply_duration_us: 0, held_us: held.as_micros() as u64 };
+    send.send_data(
+        grpc_frame(&pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) }),
+        false,
+    )?;
+    Ok(())
 }
 
 /// `Err` unless `grpc-status` is absent (more to come) or 0.
