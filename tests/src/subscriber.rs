@@ -68,6 +68,9 @@ pub struct Subscriber {
     pub opening_heartbeat: Option<u64>,
     /// The latest heartbeat received (the opening one included).
     pub heartbeat: Option<pb::Heartbeat>,
+    /// Whether each applied snapshot or delta is acked at once (as every
+    /// test but the ack tests wants); else [`Subscriber::send`] acks.
+    pub auto_ack: bool,
 }
 
 /// Checksum of a state, by PROTOCOL.md §3.1, over re-encoded items (the
@@ -131,6 +134,7 @@ impl Subscriber {
             history: Vec::new(),
             opening_heartbeat: None,
             heartbeat: None,
+            auto_ack: true,
         })
     }
 
@@ -230,7 +234,7 @@ impl Subscriber {
                 },
                 None => continue,
             };
-            if matches!(update, Update::Snapshot { .. } | Update::Delta { .. }) {
+            if self.auto_ack && matches!(update, Update::Snapshot { .. } | Update::Delta { .. }) {
                 self.ack().await;
             }
             self.history.push(update.clone());

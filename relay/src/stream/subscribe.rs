@@ -286,7 +286,10 @@ impl SyncService {
 /// second one saves a task wake-up per ack and a task per stream; the
 /// reader is polled only when a request (or the end of the request
 /// stream) woke it, so working out the next outgoing message does not
-/// touch the connection's receive side.
+/// touch the connection's receive side. While hyper waits for the
+/// stream's send capacity it does not poll the body, and requests wait
+/// unread: until the client takes data again, or until the hub cuts the
+/// stream for taking nothing for heartbeat + send deadline.
 pub(crate) struct Subscription {
     /// The messages to send; an error ends the stream with that status.
     outgoing: Outgoing,

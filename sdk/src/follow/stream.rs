@@ -398,6 +398,14 @@ impl<S: Sink> Follower<S> {
                     None
                 }
                 Some(RawKind::Reconnect(r)) => {
+                    // The stream is still open: the held ack goes first
+                    // (best effort: a full queue drops it, as the relay
+                    // is about to end the stream anyway).
+                    if let Some(ack) = acks.take(Instant::now())
+                        && tx.try_send(ack_request(ack)).is_err()
+                    {
+                        tracing::debug!("the held ack was not sent before reconnecting");
+                    }
                     return End::Reconnect(reconnect_delay(&r), r.message);
                 }
                 // A kind this client does not know: ignore (PROTOCOL.md §8);

@@ -225,6 +225,15 @@ async fn propagation_counts_sdks_behind_replicas() {
     assert_eq!(p.subscribers_acked, 5, "{p:?}");
     assert_eq!((p.relays_total, p.relays_reporting), (2, 2), "{p:?}");
     assert!(p.latency_max_ms >= p.latency_p99_ms);
+    // A replica's own ack may be held up to a second (acks are coalesced)
+    // after the reports that ended the watch.
+    let acked = |s: &pb::StatusResponse| {
+        let demo = s.environments.iter().find(|e| e.name == "demo");
+        demo.is_some_and(|d| {
+            d.replicas.len() == 2 && d.replicas.iter().all(|r| r.applied_revision == revision)
+        })
+    };
+    c.primary.wait_status("both replicas acked the revision", acked).await;
     let s = c.primary.status().await;
     let demo = s.environments.iter().find(|e| e.name == "demo").unwrap();
     assert_eq!(demo.replicas.len(), 2, "{demo:?}");
