@@ -48,7 +48,7 @@ pub(super) fn stream(
     let jitter = rand::rng().random_range(0.9..=1.1);
     let heartbeat_phase = rand::rng().random_range(Duration::ZERO..=cfg.heartbeat);
     let age_deadline = Instant::now() + cfg.max_stream_age.mul_f64(jitter);
-    let out = Box::new(Outbound {
+    let out = Outbound {
         store,
         hub: hub.clone(),
         cfg: cfg.clone(),
@@ -72,9 +72,7 @@ pub(super) fn stream(
         guard: Leave { hub: hub.clone(), sub, reason: "client_gone", span: span.clone() },
         done: false,
         span,
-    });
-    // Boxed: each message moves the state into the next future and back,
-    // a pointer rather than the whole state.
+    };
     let stream = futures_util::stream::unfold(out, |mut o| async move {
         let item = o.next().await?;
         if let Ok(msg) = &item {
