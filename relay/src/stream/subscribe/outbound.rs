@@ -12,7 +12,7 @@ use std::time::Duration;
 use flagstream_proto::v1 as pb;
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::{Instant, Interval};
+use tokio::time::Instant;
 use tonic::Status;
 
 use crate::error::Refusal;
@@ -59,14 +59,9 @@ pub(super) fn stream(
         features: (!flagstream::feature::IMPLEMENTED.iter().all(|f| features.iter().any(|h| h == f)))
             .then_some(features),
         pending: None,
-        heartbeat: {
-            let mut i = tokio::time::interval_at(Instant::now() + heartbeat_phase, cfg.heartbeat);
-            // After a long send, one heartbeat, not a burst of overdue ones.
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            i
-        },
+        next_heartbeat: Instant::now() + heartbeat_phase,
         age_deadline,
-        age: Box::pin(tokio::time::sleep_until(age_deadline)),
+        timer: Box::pin(tokio::time::sleep_until(Instant::now() + heartbeat_phase)),
         ahead_until: None,
         first: true,
         guard: Leave { hub: hub.clone(), sub, reason: "client_gone", span: span.clone() },
@@ -84,6 +79,16 @@ pub(super) fn stream(
         Some((item, o))
     });
     Box::pin(stream)
+}
+
+/// Sets a stream's timer to the earlier of `at` (its next heartbeat or its
+/// age deadline) and `hold` (the end of an ahead hold); the timer entry is
+/// touched only when that moves.
+fn arm(timer: &mut Pin<Box<tokio::time::Sleep>>, at: Instant, hold: Option<Instant>) {
+    let at = hold.map_or(at, |hold| at.min(hold));
+    if timer.deadline() != at {
+        timer.as_mut().reset(at);
+    }
 }
 
 /// Removes the subscriber from the hub when the stream is dropped.
@@ -128,11 +133,14 @@ struct Outbound {
     /// has every one this relay implements (nothing to check per message).
     features: Option<Vec<String>>,
     pending: Option<Pending>,
-    heartbeat: Interval,
+    /// When the next heartbeat is due (a stream opens with one; then every
+    /// `cfg.heartbeat` after a random phase, whatever else was sent).
+    next_heartbeat: Instant,
     age_deadline: Instant,
-    /// Fires at `age_deadline`; kept across waits so the timer is
-    /// registered once per stream, not once per wait.
-    age: Pin<Box<tokio::time::Sleep>>,
+    /// The stream's one timer: set to the earliest of the next heartbeat,
+    /// the age deadline and the end of an ahead hold, and kept across waits
+    /// (one timer entry per stream, reset only when its deadline moves).
+    timer: Pin<Box<tokio::time::Sleep>>,
     /// Set when the cursor was first seen ahead of the head: the stream
     /// is held with heartbeats until then, then asked to go elsewhere.
     ahead_until: Option<Instant>,
@@ -306,7 +314,7 @@ impl Outbound {
                     if hold.is_some_and(|until| Instant::now() >= until) {
                         return Some(Ok(self.cursor_ahead()));
                     }
-                    let far = self.age_deadline;
+                    arm(&mut self.timer, self.next_heartbeat.min(self.age_deadline), hold);
                     tokio::select! {
                         // Head first: the common wake-up polls one future.
                         biased;
@@ -315,10 +323,13 @@ impl Outbound {
                                 return Some(Err(self.deleted()));
                             }
                         }
-                        _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
                         _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => {}
-                        _ = self.age.as_mut() => {}
-                        _ = tokio::time::sleep_until(hold.unwrap_or(far)), if hold.is_some() => {}
+                        // A heartbeat, or the age or hold is over (seen above).
+                        () = self.timer.as_mut() => {
+                            if let Some(beat) = self.heartbeat_due() {
+                                return Some(Ok(beat));
+                            }
+                        }
                     }
                 }
                 Catchup::Delta(delta) => {
@@ -338,6 +349,7 @@ impl Outbound {
                             // Held back by the relay's own budget: not
                             // counted as behind (cleared once it has one).
                             self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
+                            arm(&mut self.timer, self.next_heartbeat.min(self.age_deadline), None);
                             tokio::select! {
                                 p = self.hub.snapshot_permits.clone().acquire_owned() => match p {
                                     Ok(p) => p,
@@ -345,7 +357,11 @@ impl Outbound {
                                 },
                                 // Keep the stream alive while waiting; the
                                 // snapshot is retried on the next pull.
-                                _ = self.heartbeat.tick() => return Some(Ok(self.heartbeat_msg(&self.env.state.load()))),
+                                () = self.timer.as_mut() => match self.heartbeat_due() {
+                                    Some(beat) => return Some(Ok(beat)),
+                                    // The age is over: seen above, on the next pull.
+                                    None => continue,
+                                },
                                 // A new head: recompute (a newer snapshot),
                                 // or end if the environment was deleted.
                                 changed = self.head.changed() => {
@@ -376,6 +392,19 @@ impl Outbound {
                 }
             }
         }
+    }
+
+    /// The heartbeat, if one is due now; the next is due a heartbeat
+    /// interval later (after a long wait, one heartbeat, not a burst of
+    /// overdue ones).
+    fn heartbeat_due(&mut self) -> Option<Encoded> {
+        let now = Instant::now();
+        if now < self.next_heartbeat {
+            return None;
+        }
+        let next = self.next_heartbeat + self.cfg.heartbeat;
+        self.next_heartbeat = if next > now { next } else { now + self.cfg.heartbeat };
+        Some(self.heartbeat_msg(&self.env.state.load()))
     }
 
     /// Ends the stream: its cursor stayed ahead of this relay's head for
