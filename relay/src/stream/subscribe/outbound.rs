@@ -81,6 +81,15 @@ pub(super) fn stream(
     Box::pin(stream)
 }
 
+/// When the heartbeat after one due at `due` and sent at `now` is due: on
+/// schedule (sent within 5 ms), a whole interval after `due`; later (a
+/// long snapshot send, a transport that did not pull), a whole interval
+/// after `now`, so never two in quick succession (tokio's
+/// `MissedTickBehavior::Delay`, which the stream's `Interval` used).
+fn next_beat(due: Instant, now: Instant, every: Duration) -> Instant {
+    if now > due + Duration::from_millis(5) { now + every } else { due + every }
+}
+
 /// Sets a stream's timer to the earlier of `at` (its next heartbeat or its
 /// age deadline) and `hold` (the end of an ahead hold); the timer entry is
 /// touched only when that moves.
@@ -402,8 +411,7 @@ impl Outbound {
         if now < self.next_heartbeat {
             return None;
         }
-        let next = self.next_heartbeat + self.cfg.heartbeat;
-        self.next_heartbeat = if next > now { next } else { now + self.cfg.heartbeat };
+        self.next_heartbeat = next_beat(self.next_heartbeat, now, self.cfg.heartbeat);
         Some(self.heartbeat_msg(&self.env.state.load()))
     }
 
@@ -435,5 +443,23 @@ impl Drop for Pending {
         if self.next < self.chunks.len() {
             tracing::debug!(sent = self.next, total = self.chunks.len(), "snapshot send abandoned");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_heartbeat_is_followed_by_a_whole_interval_not_a_quick_second_one() {
+        let t0 = Instant::now();
+        let every = Duration::from_secs(15);
+        // On time (or within 5 ms): the schedule holds.
+        assert_eq!(next_beat(t0, t0, every), t0 + every);
+        assert_eq!(next_beat(t0, t0 + Duration::from_millis(5), every), t0 + every);
+        // 14.9 s late (a long snapshot send): the next a whole interval
+        // after it was sent, not 0.1 s later.
+        let late = t0 + Duration::from_millis(14_900);
+        assert_eq!(next_beat(t0, late, every), late + every);
     }
 }
