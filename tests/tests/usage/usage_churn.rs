@@ -115,8 +115,12 @@ async fn usage_stays_bounded_under_churn_and_goes_with_its_environment() {
     // each; 64 MiB with the allocator's noise), over the same churn without reports (a
     // leak of the churned keys' usage would add ~5,000 keys' windows, ~15
     // MiB, a round).
-    let (with, base) = (*rss.last().unwrap(), *without.last().unwrap());
-    assert!(with <= base + 64 * 1024, "RSS {with} KiB with usage reports, {base} KiB without");
+    // The highest of each run, not the last: the allocator hands memory
+    // back at moments of its own (a run without reports measured 235 MiB
+    // in one round and 213 MiB two rounds later), while a leak grows to
+    // the end.
+    let (with, base) = (*rss.iter().max().unwrap(), *without.iter().max().unwrap());
+    assert!(with <= base + 64 * 1024, "peak RSS {with} KiB with usage reports, {base} KiB without");
 
     // A default passed for a deleted environment's flags is not shown to
     // a new environment of the same name, and its series are gone.
