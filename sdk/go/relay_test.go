@@ -293,13 +293,17 @@ func TestRelayUseAfterClose(t *testing.T) {
 // after the client's still runs.
 func TestRelayFinalizerNeverWaitsOnAFullChannel(t *testing.T) {
 	a := startRelay(t, filepath.Join(t.TempDir(), "a"))
-	changes, arrived := abandonedClient(t, a)
+	changes, arrived, client := abandonedClient(t, a)
 	a.flagctl("flag", "create", "gc-flag", "--on", "--yes")
 	select {
 	case <-arrived:
 	case <-time.After(step):
 		t.Fatalf("the change did not arrive within %s", step)
 	}
+	// Reachable until the change arrived (a collection before that would
+	// finalize it, and the change would never arrive); unreachable from
+	// here on.
+	runtime.KeepAlive(client)
 	// Gives the send time to block (what the test is about); were it not
 	// blocked yet, the finalizer's run below is checked all the same.
 	time.Sleep(100 * time.Millisecond)
@@ -341,8 +345,9 @@ func TestRelayFinalizerNeverWaitsOnAFullChannel(t *testing.T) {
 
 // abandonedClient makes a client of a with an unread, unbuffered Changes
 // channel and a callback that says when a change names gc-flag, and keeps
-// no reference to the client (no Close, no unsubscribe function).
-func abandonedClient(t *testing.T, a *relay) (<-chan flagstream.Change, <-chan struct{}) {
+// no reference to the client (no Close, no unsubscribe function); the
+// caller gets it only to keep it reachable until the change arrived.
+func abandonedClient(t *testing.T, a *relay) (<-chan flagstream.Change, <-chan struct{}, *flagstream.Client) {
 	t.Helper()
 	c, err := flagstream.NewClient(flagstream.Options{Endpoints: []string{a.url()}, SDKKey: a.sdkKey()})
 	if err != nil {
@@ -361,7 +366,7 @@ func abandonedClient(t *testing.T, a *relay) (<-chan flagstream.Change, <-chan s
 		t.Fatal(err)
 	}
 	changes, _ := c.Changes(0)
-	return changes, arrived
+	return changes, arrived, c
 }
 
 // TestCloseLetsTheProcessExit runs internal/closeexit (a program with a
