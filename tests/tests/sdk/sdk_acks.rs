@@ -108,6 +108,17 @@ async fn a_held_ack_is_timed_when_its_revision_was_applied() {
         .propagation
         .unwrap();
     assert_eq!((p.subscribers_acked, p.latency_max_ms), (1, 0), "{p:?}");
+    assert_eq!(relay.metric_or_zero("flagstream_limit_hits_total{limit=\"ack_held\"}").await, 0.0);
+
+    // A claim past the 60 s bound is taken as the bound, and counted.
+    let long = put(&mut admin, "demo", bool_flag("long", true)).await.unwrap();
+    sub.wait_revision(long, STEP).await.unwrap();
+    let ack = pb::Ack { epoch: epoch.clone(), revision: long, held_us: 3_600_000_000, ..Default::default() };
+    sub.send(pb::SubscribeRequest { kind: Some(pb::subscribe_request::Kind::Ack(ack)) }).await.unwrap();
+    flagstream_tests::cluster::eventually_async("the over-long hold counted", || async {
+        relay.metric_or_zero("flagstream_limit_hits_total{limit=\"ack_held\"}").await == 1.0
+    })
+    .await;
 
     // The same, not held: timed at its arrival, after this test's reads
     // and scrapes since the commit, so more than 0.

@@ -78,6 +78,10 @@ impl Hub {
         if revision <= prev || sub.relay {
             return;
         }
+        if held_ms > MAX_ACK_HELD_MS {
+            // A client's claim past the bound: counted, and taken as the bound.
+            self.metrics.limit_hit("ack_held");
+        }
         let now = now_ms().saturating_sub(held_ms.min(MAX_ACK_HELD_MS));
         // Only revisions still in the change log (ordered by revision) have
         // a commit time: those after `prev`, up to `revision`.
