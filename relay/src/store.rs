@@ -34,6 +34,8 @@ pub(crate) mod received;
 pub(crate) mod sled;
 pub(crate) mod state;
 mod task;
+#[cfg(test)]
+mod tests;
 pub(crate) mod token;
 mod write;
 
@@ -44,7 +46,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use flagstream::{FlagSet, Limits, Snapshot, wire};
+use flagstream::{Flag, FlagSet, Limits, Segment, Snapshot, wire};
 use flagstream_proto::v1 as pb;
 use prost::Message;
 use tokio::sync::{Mutex, watch};
@@ -239,21 +241,33 @@ pub(crate) fn now_ms() -> u64 {
 fn decode_item(kind: Kind, bytes: &Bytes, set: &mut DecodedItems) -> Result<(String, u64), String> {
     match kind {
         Kind::Flag => {
-            let p = pb::Flag::decode(bytes.clone()).map_err(|e| e.to_string())?;
-            let f = wire::flag_from_proto(&p).map_err(|e| e.to_string())?;
-            let v = (p.key, f.version);
+            let (key, f) = decode_flag(bytes)?;
+            let v = (key, f.version);
             set.set.flags.push(f);
             set.flag_bytes.push(bytes.clone());
             Ok(v)
         }
         Kind::Segment => {
-            let p = pb::Segment::decode(bytes.clone()).map_err(|e| e.to_string())?;
-            let s = wire::segment_from_proto(&p).map_err(|e| e.to_string())?;
-            let v = (p.key, s.version);
+            let (key, s) = decode_segment(bytes)?;
+            let v = (key, s.version);
             set.set.segments.push(s);
             Ok(v)
         }
     }
+}
+
+/// A flag's key and model from its bytes.
+fn decode_flag(bytes: &Bytes) -> Result<(String, Flag), String> {
+    let p = pb::Flag::decode(bytes.clone()).map_err(|e| e.to_string())?;
+    let f = wire::flag_from_proto(&p).map_err(|e| e.to_string())?;
+    Ok((p.key, f))
+}
+
+/// A segment's key and model from its bytes.
+fn decode_segment(bytes: &Bytes) -> Result<(String, Segment), String> {
+    let p = pb::Segment::decode(bytes.clone()).map_err(|e| e.to_string())?;
+    let s = wire::segment_from_proto(&p).map_err(|e| e.to_string())?;
+    Ok((p.key, s))
 }
 
 /// Decoded items with the flags' encodings (`flag_bytes[i]` is
@@ -275,30 +289,46 @@ pub(crate) fn build_items(
     limits: &Limits,
     metrics: &Metrics,
 ) -> Result<(Items, Snapshot), String> {
-    let mut set = DecodedItems::default();
+    // The bytes are shared, not copied: the list costs a pointer or four
+    // per item, and lets the segments be decoded before the flags.
+    let raw: Vec<(Kind, Bytes)> = raw.into_iter().collect();
     let mut items = Items::new();
-    for (kind, bytes) in raw {
-        let (key, version) =
-            decode_item(kind, &bytes, &mut set).map_err(|e| format!("{} {e}", kind.name()))?;
-        let hash = item_hash(kind, &key, &bytes);
-        items.insert((kind, key), Item { bytes, hash, version });
+    let mut segments = Vec::new();
+    for (_, bytes) in raw.iter().filter(|(k, _)| *k == Kind::Segment) {
+        let (key, s) = decode_segment(bytes).map_err(|e| format!("segment {e}"))?;
+        let hash = item_hash(Kind::Segment, &key, bytes);
+        items.insert((Kind::Segment, key), Item { bytes: bytes.clone(), hash, version: s.version });
+        segments.push(s);
     }
-    // Validated whole, as one change to an empty snapshot that compiles
-    // each flag when it is first evaluated (the relay's snapshots do).
-    let snapshot = match Snapshot::empty().compiling_on_use().apply_encoded(
-        &set.set,
-        &set.flag_bytes,
-        &[],
-        &[],
-        limits,
-    ) {
+    let flag_bytes = || raw.iter().filter(|(k, _)| *k == Kind::Flag).map(|(_, b)| b);
+    // Validated whole, one flag's model at a time (50,000 models at once
+    // would double the relay's memory while it loads), into a snapshot
+    // that compiles each flag when it is first evaluated (the relay's
+    // snapshots do).
+    let mut undecodable = None;
+    let flags = flag_bytes().map_while(|bytes| match decode_flag(bytes) {
+        Ok((key, f)) => {
+            let hash = item_hash(Kind::Flag, &key, bytes);
+            items.insert((Kind::Flag, key), Item { bytes: bytes.clone(), hash, version: f.version });
+            Some((f, bytes.clone()))
+        }
+        Err(e) => {
+            undecodable = Some(format!("flag {e}"));
+            None
+        }
+    });
+    let built = Snapshot::compile_each(flags, segments.clone(), limits, true);
+    if let Some(e) = undecodable {
+        return Err(e);
+    }
+    let snapshot = match built {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(env, error = %e, "flags fail validation under this relay's limits; serving them anyway");
             metrics.limit_hit("stored_data_invalid");
             // Each flag compiled on first use; one that cannot be
             // evaluates to MALFORMED_FLAG.
-            Snapshot::from_encoded(set.flag_bytes, set.set.segments, limits)
+            Snapshot::from_encoded(flag_bytes().cloned(), segments, limits)
                 .map_err(|e| format!("flag {e}"))?
                 .compiling_on_use()
         }

@@ -105,29 +105,38 @@ impl Held {
         limits: &Limits,
     ) -> Result<(Held, Snapshot), ApplyError> {
         let mut r = Held { epoch, revision, ..Held::default() };
-        let mut set = FlagSet::default();
-        let flags = flags.into_iter();
-        // Sized once: grown by doubling, a 50,000-flag set would pass
-        // through 1.5× its models' array on the way.
-        set.flags.reserve(flags.size_hint().0);
-        let mut raw = Vec::with_capacity(flags.size_hint().0);
-        for bytes in flags {
-            let p = decode_flag(&bytes)?;
-            let hash = item_hash(FLAG, &p.key, &bytes);
-            set.flags.push(wire::flag_from_proto(&p)?);
-            raw.push(bytes.clone());
-            r.flags.insert(p.key.into(), Item { bytes, hash });
-        }
+        let mut models = Vec::new();
         for bytes in segments {
             let p = decode_segment(&bytes)?;
             let hash = item_hash(SEGMENT, &p.key, &bytes);
-            set.segments.push(wire::segment_from_proto(&p)?);
+            models.push(wire::segment_from_proto(&p)?);
             r.segments.insert(p.key.into(), Item { bytes, hash });
         }
+        // One flag's model at a time: each is validated on its own and
+        // compiled, then dropped (50,000 models at once would be the first
+        // sync's peak); the snapshot shares the held items' bytes.
+        let mut failed = None;
+        let held = &mut r.flags;
+        let flags = flags.into_iter().map_while(|bytes| {
+            let decoded = decode_flag(&bytes).and_then(|p| Ok((wire::flag_from_proto(&p)?, p.key)));
+            match decoded {
+                Ok((f, key)) => {
+                    let hash = item_hash(FLAG, &key, &bytes);
+                    held.insert(key.into(), Item { bytes: bytes.clone(), hash });
+                    Some((f, bytes))
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            }
+        });
+        let built = Snapshot::compile_each(flags, models, limits, false);
+        if let Some(e) = failed {
+            return Err(e);
+        }
         r.checksum = r.sum();
-        // By value, with the bytes held: each model is dropped once
-        // compiled, and the snapshot shares the held items' bytes.
-        let snapshot = Snapshot::compile_encoded(set, raw, limits)?.with_cursor(&r.epoch, r.revision);
+        let snapshot = built?.with_cursor(&r.epoch, r.revision);
         Ok((r, snapshot))
     }
 

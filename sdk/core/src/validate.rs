@@ -57,6 +57,15 @@ pub fn items(flags: &[&Flag], segments: &[&Segment], limits: &Limits) -> Result<
     change(&[], flags, segments, limits).map(drop)
 }
 
+/// One flag validated on its own, as [`change`] validates a fresh flag
+/// before the checks that cross items: its [`ItemCost`] (what validating
+/// it charged) and its problems, each with its path (`flags["key"]...`).
+pub(crate) fn own(f: &Flag, limits: &Limits) -> (ItemCost, Vec<ValidationError>) {
+    let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits), item: "flag" };
+    let size = flag(&mut r, &format!("flags[{:?}]", f.key), f, limits);
+    (ItemCost::new(size, r.regex.charged), r.errors)
+}
+
 /// A change of flags judged by its own items ([`delta::judge`]): `Some`
 /// when the environment with `prior` totals, valid under `limits`, is
 /// certainly valid with `fresh` written and the `deleted` flags gone;
@@ -72,9 +81,8 @@ pub(crate) fn delta<'a>(
     limits: &Limits,
 ) -> Option<Passed> {
     let check = |f: &Flag| {
-        let mut r = Report { errors: Vec::new(), regex: RegexBudget::item(limits), item: "flag" };
-        let size = flag(&mut r, &format!("flags[{:?}]", f.key), f, limits);
-        r.errors.is_empty().then(|| ItemCost::new(size, r.regex.charged))
+        let (cost, problems) = own(f, limits);
+        problems.is_empty().then_some(cost)
     };
     delta::judge(&delta::Env { prior, old, has_segment, check: &check }, fresh, deleted, limits)
 }

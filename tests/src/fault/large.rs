@@ -24,6 +24,10 @@ pub struct LargeReport {
     pub chunks: u32,
     /// Relay peak resident memory, KiB.
     pub relay_peak_rss_kib: u64,
+    /// The relay's peak resident memory, KiB, restarted on its data
+    /// directory: loading the environment from its store (sled) until it
+    /// serves.
+    pub relay_restart_peak_rss_kib: u64,
     /// The SDK's first sync from the relay, then its cold start from the
     /// cache with the relay down, each in a process of its own.
     pub sdk: [SdkPeak; 2],
@@ -143,7 +147,23 @@ pub async fn run(
     relay.kill9();
     relay.wait(guard).await;
     let cold = sdk_child(sdk_bin, &relay.url(), &key, &cache, true).await;
-    LargeReport { flags, snapshot_bytes, chunks, relay_peak_rss_kib, sdk: [first, cold] }
+    // Restarted: the environment loaded from the store, every flag served.
+    let mut restarted = Relay::start(&dir.join("relay"), &["--quota-flags", &quota]).await;
+    let mut raw = Subscriber::connect(restarted.channel().await, &key, None).await.expect("subscribe");
+    raw.next_change(guard).await.expect("the restarted relay serves the snapshot");
+    assert_eq!(raw.flags.len(), flags, "every flag loaded");
+    drop(raw);
+    let relay_restart_peak_rss_kib = restarted.rss_kib().1;
+    restarted.kill9();
+    restarted.wait(guard).await;
+    LargeReport {
+        flags,
+        snapshot_bytes,
+        chunks,
+        relay_peak_rss_kib,
+        relay_restart_peak_rss_kib,
+        sdk: [first, cold],
+    }
 }
 
 /// This process's VmHWM, KiB.

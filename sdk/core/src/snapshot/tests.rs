@@ -606,3 +606,97 @@ fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
     }
     assert_eq!(next.flags.iter().filter(|f| f.get_now().is_some()).count(), set.flags.len());
 }
+
+/// A set built one flag at a time (`compile_each`: each model validated on
+/// its own and dropped, then the checks across items on the kept facts) is
+/// judged exactly as the whole set is: random sets with prerequisites
+/// (unknown keys, variations out of range, cycles, chains too deep), segment
+/// references (some unknown), keys twice, too many flags and a regex budget
+/// the set overruns; the same problems (in another order: each flag's own
+/// first), and a passing set answers like `compile`'s, with its totals, its
+/// flags compiled now or on first use as asked.
+#[test]
+fn a_set_built_one_flag_at_a_time_is_judged_like_the_whole_set() {
+    let crossing: FlagSet = serde_yaml_ng::from_str(CROSSING).unwrap();
+    let regex_flag = crossing.flags.iter().find(|f| f.key == "d").unwrap().clone();
+    let used = validated_costs(&crossing, &Limits::default())["d"].regex_bytes as usize;
+    let limits = Limits {
+        max_prerequisite_depth: 3,
+        max_flags: 20,
+        max_regex_env_compiled: used * 2 + 16,
+        ..Limits::default()
+    };
+    let segments: Vec<Segment> = vec![serde_yaml_ng::from_str("{key: s0, included: [u1]}").unwrap()];
+    let sorted = |e: ValidationErrors| {
+        let mut v: Vec<String> = e.0.iter().map(ToString::to_string).collect();
+        v.sort();
+        v
+    };
+    let mut rng = Lcg(11);
+    let (mut passed, mut refused) = (0, 0);
+    for round in 0..300 {
+        let n = 2 + rng.below(20);
+        let mut flags = Vec::new();
+        for i in 0..n {
+            let pre: Vec<(String, u32)> = match rng.below(6) {
+                0 => vec![(format!("f{}", rng.below(n + 2)), rng.below(3) as u32)],
+                1 if i > 0 => vec![(format!("f{}", i - 1), 0)],
+                _ => Vec::new(),
+            };
+            let seg = match rng.below(12) {
+                0 => Some("s0"),
+                1 => Some("nope"),
+                _ => None,
+            };
+            let key = if rng.below(40) == 0 { "f0".to_owned() } else { format!("f{i}") };
+            let mut f = linked(&key, 1 + rng.below(3), true, &pre, seg);
+            if rng.below(15) == 0 {
+                f = regex_flag.clone();
+                f.key = format!("f{i}");
+            }
+            if rng.below(25) == 0 {
+                f.off_variation = 9; // a problem of the flag's own
+            }
+            flags.push(f);
+        }
+        let set = FlagSet { flags, segments: segments.clone() };
+        let raw = encoded(&set);
+        let on_use = round % 2 == 0;
+        let want = Snapshot::compile_encoded(set.clone(), raw.clone(), &limits);
+        let got =
+            Snapshot::compile_each(set.flags.iter().cloned().zip(raw), set.segments.clone(), &limits, on_use);
+        match (got, want) {
+            (Ok(got), Ok(want)) => {
+                passed += 1;
+                assert_eq!(got.checked.as_ref().unwrap().totals, want.checked.as_ref().unwrap().totals);
+                assert_eq!(got.flags.iter().all(|f| f.get_now().is_none()), on_use, "compiled as asked");
+                let ctx = Context::new("u1");
+                for f in &set.flags {
+                    assert_eq!(got.detail(&f.key, &ctx, "?"), want.detail(&f.key, &ctx, "?"), "{}", f.key);
+                    assert_eq!(got.flag(&f.key), want.flag(&f.key));
+                }
+                // Changes to it are judged by their own items, as to `compile`'s.
+                let mut f0 = got.flag(&set.flags[0].key).unwrap();
+                f0.on = !f0.on;
+                let toggle = FlagSet { flags: vec![f0], segments: Vec::new() };
+                let by_change = got.judge_by_change(
+                    &Change { set: &toggle, raw: None, deleted_flags: &[], deleted_segments: &[] },
+                    &limits,
+                );
+                assert!(by_change.is_some(), "a toggle is judged by the change alone");
+                assert_eq!(
+                    got.apply(&toggle, &[], &[], &limits).map(drop),
+                    want.apply(&toggle, &[], &[], &limits).map(drop)
+                );
+            }
+            (Err(got), Err(want)) => {
+                refused += 1;
+                assert_eq!(sorted(got), sorted(want), "round {round}");
+            }
+            (got, want) => {
+                panic!("round {round}: built one at a time {:?}, whole {:?}", got.map(drop), want.map(drop))
+            }
+        }
+    }
+    assert!(passed > 30 && refused > 30, "both verdicts exercised ({passed} passed, {refused} refused)");
+}
