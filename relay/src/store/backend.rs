@@ -27,6 +27,21 @@ pub(crate) struct ItemChange {
     pub key: ItemKey,
     /// The canonical encoding after the revision; `None`: deleted.
     pub bytes: Option<Bytes>,
+    /// The buffer `bytes` reads, when the write made it with
+    /// [`shared_encoding`]: the embedded backend stores it as it is, so the
+    /// item is held once, not by the state and again in sled's cache.
+    /// `None`: a backend copies `bytes`.
+    pub shared: Option<sled::IVec>,
+}
+
+/// An item's encoding in one buffer for the relay's state (the `Bytes`)
+/// and the embedded backend (the `IVec`, which sled stores and caches
+/// without a copy). sled keeps what it writes in its page cache, whatever
+/// `sled-cache-bytes` says: with a copy, an environment written whole was
+/// held twice.
+pub(crate) fn shared_encoding(encoding: Vec<u8>) -> (Bytes, sled::IVec) {
+    let stored = sled::IVec::from(encoding);
+    (Bytes::from_owner(stored.clone()), stored)
 }
 
 /// One revision to make durable, whole or not at all.

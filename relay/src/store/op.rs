@@ -11,6 +11,7 @@ use flagstream_proto::v1 as pb;
 use prost::Message;
 
 use super::StoreError;
+use super::backend::shared_encoding;
 use super::state::{EnvState, ItemKey, Kind};
 
 /// One requested change.
@@ -92,6 +93,9 @@ pub(crate) struct Change {
     pub(crate) key: ItemKey,
     /// New encoding; `None` for a delete.
     pub(crate) bytes: Option<Bytes>,
+    /// The buffer `bytes` reads, for the embedded backend to store as it
+    /// is ([`shared_encoding`]).
+    pub(crate) shared: Option<sled::IVec>,
     pub(crate) version_before: u64,
     pub(crate) version_after: u64,
 }
@@ -230,12 +234,15 @@ pub(crate) fn plan(
             }
             None => version_before,
         };
-        let bytes = after.as_ref().map(|m| -> Bytes {
-            match m {
-                Model::Flag(f) => wire::flag_to_proto(f).encode_to_vec().into(),
-                Model::Segment(s) => wire::segment_to_proto(s).encode_to_vec().into(),
-            }
-        });
+        let (bytes, shared) = after
+            .as_ref()
+            .map(|m| {
+                shared_encoding(match m {
+                    Model::Flag(f) => wire::flag_to_proto(f).encode_to_vec(),
+                    Model::Segment(s) => wire::segment_to_proto(s).encode_to_vec(),
+                })
+            })
+            .unzip();
         match after {
             Some(Model::Flag(f)) => {
                 upserts.flags.push(f);
@@ -251,7 +258,7 @@ pub(crate) fn plan(
             version: version_after,
             deleted: bytes.is_none(),
         });
-        changes.push(Change { key, bytes, version_before, version_after });
+        changes.push(Change { key, bytes, shared, version_before, version_after });
     }
     let snapshot = if changes.is_empty() {
         Snapshot::empty()

@@ -126,15 +126,13 @@ impl Store {
         let mut changes: Vec<ItemChange> = items
             .iter()
             .filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes))
-            .map(|(k, i)| ItemChange { key: k.clone(), bytes: Some(i.bytes.clone()) })
+            .map(|(k, i)| ItemChange { key: k.clone(), bytes: Some(i.bytes.clone()), shared: None })
             .collect();
-        changes.extend(
-            state
-                .items
-                .keys()
-                .filter(|k| !items.contains_key(*k))
-                .map(|k| ItemChange { key: k.clone(), bytes: None }),
-        );
+        changes.extend(state.items.keys().filter(|k| !items.contains_key(*k)).map(|k| ItemChange {
+            key: k.clone(),
+            bytes: None,
+            shared: None,
+        }));
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
         let log = (same_epoch && !diverged).then(|| (state.log.clone(), Some(state.revision)));
@@ -175,7 +173,7 @@ impl Store {
                 .map_err(|e| ApplyError::Protocol(format!("undecodable {}: {e}", kind.name())))?;
             let hash = item_hash(kind, &key, &bytes);
             let k: ItemKey = (kind, key);
-            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()) });
+            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()), shared: None });
             totals.put(&mut items, k, Some(Item { bytes, hash, version }));
         }
         let deletes = d
@@ -186,7 +184,7 @@ impl Store {
         for (kind, key) in deletes {
             let k: ItemKey = (kind, key.clone());
             if totals.put(&mut items, k.clone(), None).is_some() {
-                changes.push(ItemChange { key: k, bytes: None });
+                changes.push(ItemChange { key: k, bytes: None, shared: None });
             }
         }
         if totals.checksum != d.checksum {

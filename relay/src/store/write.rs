@@ -373,7 +373,7 @@ impl Store {
             items: plan
                 .changes
                 .iter()
-                .map(|c| ItemChange { key: c.key.clone(), bytes: c.bytes.clone() })
+                .map(|c| ItemChange { key: c.key.clone(), bytes: c.bytes.clone(), shared: c.shared.clone() })
                 .collect(),
             entry: Some(entry),
             trimmed,
