@@ -20,7 +20,7 @@ use crate::reference::KindSel;
 use crate::result::{Detail, Evaluation, Reason};
 use crate::schedule::Clock;
 use crate::short::Name;
-use crate::snapshot::{FlagCell, Head, Slot, Snapshot};
+use crate::snapshot::{Cell, Head, Slot, Snapshot};
 use crate::usage::FlagUsage;
 use crate::value::FromValue;
 
@@ -287,7 +287,7 @@ impl Snapshot {
         ctx: &Context<'_>,
         default: T,
     ) -> Detail<'s, T> {
-        slot.cell.usage.note_default(&default);
+        slot.cell.usage().note_default(&default);
         self.detail_slot_as::<T, true>(slot, ctx, default, &Clock::system())
     }
 
@@ -300,18 +300,20 @@ impl Snapshot {
         default: T,
     ) -> Detail<'s, T> {
         let cell = self.flags.get(i as usize);
-        cell.usage.note_default(&default);
+        cell.usage().note_default(&default);
         self.detail_cell_as::<T, true>(cell, ctx, default, &Clock::system())
     }
 
-    /// The usage counters of the flag with this key, if it is here.
+    /// The usage counters of the flag with this key, if it is here (on a
+    /// snapshot compiling on use, asking compiles the flag).
     pub fn flag_usage(&self, key: &str) -> Option<&FlagUsage> {
-        self.index.get(key).map(|slot| &slot.cell.usage)
+        self.index.get(key).map(|slot| slot.cell.usage())
     }
 
-    /// Every flag's key and usage counters.
+    /// Every flag's key and usage counters (on a snapshot compiling on use,
+    /// asking compiles every flag).
     pub fn usage(&self) -> impl Iterator<Item = (&str, &FlagUsage)> {
-        self.flags.iter().map(|f| (f.key(), &f.usage))
+        self.flags.iter().map(|f| (f.key(), f.usage()))
     }
 
     /// [`Snapshot::detail`] for the flag at a resolved index.
@@ -329,7 +331,7 @@ impl Snapshot {
     #[inline]
     fn detail_cell<'s, T: FromValue<'s>>(
         &'s self,
-        cell: &'s FlagCell,
+        cell: &'s Cell,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
@@ -340,7 +342,7 @@ impl Snapshot {
     #[inline]
     fn detail_cell_as<'s, T: FromValue<'s>, const COUNT: bool>(
         &'s self,
-        cell: &'s FlagCell,
+        cell: &'s Cell,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
@@ -365,7 +367,7 @@ impl Snapshot {
         flag_type: FlagType,
         version: u64,
         constant: Option<&'s Constant>,
-        cell: &'s FlagCell,
+        cell: &'s Cell,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
@@ -374,7 +376,7 @@ impl Snapshot {
         // of the returned `Detail` costs a store-forwarding round trip).
         let fail = |kind: ErrorKind| {
             if COUNT {
-                cell.usage.fallback(kind);
+                cell.usage().fallback(kind);
             }
             kind
         };
@@ -402,7 +404,7 @@ impl Snapshot {
         match T::from_value(value) {
             Some(value) => {
                 if COUNT {
-                    cell.usage.served(variation, || cell.get().variations.len());
+                    cell.usage().served(variation, || cell.get().variations.len());
                 }
                 Detail {
                     value,

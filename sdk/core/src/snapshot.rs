@@ -25,7 +25,7 @@ use crate::limit::Limits;
 use crate::model::{Flag, FlagSet, Segment};
 use crate::validate::{self, ItemCost, Links, Passed, Totals};
 use crate::wire;
-pub(crate) use cell::{FlagCell, Head, Slot};
+pub(crate) use cell::{Cell, Head, Slot};
 use index::{Cells, Index};
 
 /// Keys asked of every flag and segment on the whole-set path: not std's
@@ -44,7 +44,7 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 /// change copies what it touches.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub(crate) flags: Cells<Arc<FlagCell>>,
+    pub(crate) flags: Cells<Cell>,
     pub(crate) index: Index<Slot>,
     pub(crate) segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
     pub(crate) max_depth: usize,
@@ -143,12 +143,12 @@ impl Snapshot {
     ) -> Result<Snapshot, ValidationErrors> {
         let shared = Arc::new(limits.clone());
         let mut errors = Vec::new();
-        let flags: Cells<Arc<FlagCell>> = flags
+        let flags: Cells<Cell> = flags
             .into_iter()
             .map(|(f, raw)| {
                 let (cost, mut problems) = validate::own(&f, limits);
                 errors.append(&mut problems);
-                Arc::new(FlagCell::of(&f, Some(raw), &shared, Some(cost), on_use))
+                Cell::of(&f, Some(raw), &shared, Some(cost), on_use)
             })
             .collect();
         let across = {
@@ -200,7 +200,7 @@ impl Snapshot {
             .into_iter()
             .zip(raw)
             .zip(costs)
-            .map(|((f, raw), cost)| Arc::new(FlagCell::of(&f, raw, &shared, cost, false)))
+            .map(|((f, raw), cost)| Cell::of(&f, raw, &shared, cost, false))
             .collect();
         Snapshot::assemble(flags, segments, limits)
     }
@@ -232,8 +232,7 @@ impl Snapshot {
     /// SDK's cache). See [`Snapshot::from_encoded`] and [`Snapshot::warm_up`].
     pub fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
         let shared = Arc::new(limits.clone());
-        let flags =
-            flags.into_iter().map(|(key, raw)| Arc::new(FlagCell::lazy(key, raw, shared.clone()))).collect();
+        let flags = flags.into_iter().map(|(key, raw)| Cell::lazy(key, raw, shared.clone())).collect();
         Snapshot::assemble(flags, compile_segments(segments, limits), limits)
     }
 
@@ -256,7 +255,7 @@ impl Snapshot {
 
     /// A snapshot of `flags` in this order, with an index built for them.
     fn assemble(
-        flags: Cells<Arc<FlagCell>>,
+        flags: Cells<Cell>,
         segments: FastMap<Box<str>, Arc<CompiledSegment>>,
         limits: &Limits,
     ) -> Snapshot {
@@ -269,7 +268,7 @@ impl Snapshot {
     }
 
     fn with_index(
-        flags: Cells<Arc<FlagCell>>,
+        flags: Cells<Cell>,
         index: Index<Slot>,
         segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
         heads: bool,
@@ -538,7 +537,7 @@ impl Snapshot {
         }
         let shared = Arc::new(limits.clone());
         for (i, (f, cost)) in change.set.flags.iter().zip(costs).enumerate() {
-            let cell = Arc::new(FlagCell::of(f, change.raw(i), &shared, Some(cost), self.defer));
+            let cell = Cell::of(f, change.raw(i), &shared, Some(cost), self.defer);
             match index.get_mut(&f.key) {
                 Some(slot) => {
                     flags.set(slot.index as usize, cell.clone());
@@ -578,7 +577,7 @@ impl Snapshot {
         let kept = self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned();
         let shared = Arc::new(limits.clone());
         let fresh = (change.set.flags.iter().zip(costs).enumerate())
-            .map(|(i, (f, cost))| Arc::new(FlagCell::of(f, change.raw(i), &shared, Some(cost), self.defer)));
+            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer));
         let segments = self.next_segments(change, limits);
         let mut next = Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits);
         next.segments = segments;

@@ -1,7 +1,9 @@
-//! One flag of a snapshot ([`FlagCell`]: its key and bytes and its
-//! compiled form, made now or on first use, with its usage counters and its
-//! cost; no model) and its entry in the key index ([`Slot`], with the constant facts
-//! ([`Head`]) that answer a constant flag from the index alone).
+//! One flag of a snapshot ([`Cell`]: its key and bytes and its compiled
+//! form, made now or on first use, with its usage counters and its cost; no
+//! model; [`FlagCell`] with the compiled form inline, [`ColdCell`] with it
+//! in an allocation of its own made on first use) and its entry in the key
+//! index ([`Slot`], with the constant facts ([`Head`]) that answer a
+//! constant flag from the index alone).
 
 use std::sync::{Arc, OnceLock};
 
@@ -32,7 +34,7 @@ pub(crate) struct Slot {
     pub(crate) index: u32,
     /// The flag at that position, held here too: a lookup by key reaches the
     /// flag without a read of the flags array (one cache miss fewer).
-    pub(crate) cell: Arc<FlagCell>,
+    pub(crate) cell: Cell,
     /// `None` for a flag that was still in wire form (see [`FlagCell`]).
     pub(crate) head: Option<Head>,
 }
@@ -51,14 +53,197 @@ impl Head {
     }
 }
 
+/// A flag of a snapshot as its key index and flag list hold it: a
+/// [`FlagCell`] (compiled when written, or on first use from the SDK's
+/// cache; its compiled form and usage counters inline, so evaluation
+/// follows one pointer), or a [`ColdCell`] (a snapshot
+/// [compiling on use](super::Snapshot::compiling_on_use), the relay's: its
+/// compiled form and counters made on first evaluation in an allocation of
+/// their own, so a flag never evaluated costs its bytes and facts, ~150
+/// bytes, instead of ~600).
+#[derive(Debug, Clone)]
+pub(crate) enum Cell {
+    Hot(Arc<FlagCell>),
+    Cold(Arc<ColdCell>),
+}
+
+impl Cell {
+    /// `flag` compiled now, or (`defer`) a [`ColdCell`] compiled on first
+    /// use under `limits`; held with `raw`, its encoding (encoded here when
+    /// `None`).
+    pub(super) fn of(
+        flag: &Flag,
+        raw: Option<Bytes>,
+        limits: &Arc<Limits>,
+        cost: Option<ItemCost>,
+        defer: bool,
+    ) -> Cell {
+        let raw =
+            raw.unwrap_or_else(|| Bytes::from(prost::Message::encode_to_vec(&wire::flag_to_proto(flag))));
+        if defer {
+            return Cell::Cold(Arc::new(ColdCell {
+                key: Arc::from(flag.key.as_str()),
+                raw,
+                limits: limits.clone(),
+                facts: OnceLock::from(Facts::of(flag)),
+                cost: cost.map_or_else(OnceLock::new, OnceLock::from),
+                warm: OnceBox::new(),
+            }));
+        }
+        Cell::Hot(Arc::new(FlagCell {
+            usage: FlagUsage::default(),
+            key: Arc::from(flag.key.as_str()),
+            raw,
+            form: Form::Compiled(compile_flag(flag, limits)),
+            facts: OnceLock::from(Facts::of(flag)),
+            cost: cost.map_or_else(OnceLock::new, OnceLock::from),
+        }))
+    }
+
+    /// A flag in wire form (its key already read), compiled under
+    /// `limits` on first use, with its counters inline (the SDK's cold
+    /// start from its cache, whose warm-up compiles every flag).
+    pub(super) fn lazy(key: Arc<str>, raw: Bytes, limits: Arc<Limits>) -> Cell {
+        Cell::Hot(Arc::new(FlagCell {
+            usage: FlagUsage::default(),
+            key,
+            raw,
+            form: Form::Lazy { limits, compiled: OnceBox::new() },
+            facts: OnceLock::new(),
+            cost: OnceLock::new(),
+        }))
+    }
+
+    /// The compiled flag, compiling it now if it is not yet.
+    #[inline]
+    pub(crate) fn get(&self) -> &CompiledFlag {
+        match self {
+            Cell::Hot(c) => c.get(),
+            Cell::Cold(c) => &c.warm().flag,
+        }
+    }
+
+    /// The compiled flag if it is compiled already.
+    pub(super) fn get_now(&self) -> Option<&CompiledFlag> {
+        match self {
+            Cell::Hot(c) => c.get_now(),
+            Cell::Cold(c) => c.warm.get().map(|w| &w.flag),
+        }
+    }
+
+    /// The flag's usage counters (a [`ColdCell`]'s are made with its
+    /// compiled form: asking compiles it).
+    #[inline]
+    pub(crate) fn usage(&self) -> &FlagUsage {
+        match self {
+            Cell::Hot(c) => &c.usage,
+            Cell::Cold(c) => &c.warm().usage,
+        }
+    }
+
+    /// The flag key, without compiling.
+    pub(crate) fn key(&self) -> &str {
+        self.key_arc()
+    }
+
+    fn key_arc(&self) -> &Arc<str> {
+        match self {
+            Cell::Hot(c) => &c.key,
+            Cell::Cold(c) => &c.key,
+        }
+    }
+
+    /// The flag's encoding.
+    pub(super) fn raw(&self) -> &Bytes {
+        match self {
+            Cell::Hot(c) => &c.raw,
+            Cell::Cold(c) => &c.raw,
+        }
+    }
+
+    /// The flag's model, decoded from its bytes (see [`FlagCell::model`]).
+    pub(super) fn model(&self) -> Flag {
+        decode(self.key(), self.raw()).unwrap_or_else(|| Flag::placeholder(self.key()))
+    }
+
+    /// The flag's [`ItemCost`] (see [`FlagCell::cost`]).
+    pub(super) fn cost(&self) -> ItemCost {
+        match self {
+            Cell::Hot(c) => c.cost(),
+            Cell::Cold(c) => *c.cost.get_or_init(|| ItemCost::new(c.raw.len(), c.warm().flag.regex_bytes)),
+        }
+    }
+
+    /// The cost as validation found it, if it did.
+    #[cfg(test)]
+    pub(super) fn cost_now(&self) -> Option<ItemCost> {
+        match self {
+            Cell::Hot(c) => c.cost.get().copied(),
+            Cell::Cold(c) => c.cost.get().copied(),
+        }
+    }
+
+    /// What is known of the flag without its model (see
+    /// [`FlagCell::facts`]).
+    pub(crate) fn facts(&self) -> &Facts {
+        match self {
+            Cell::Hot(c) => c.facts(),
+            Cell::Cold(c) => c.facts.get_or_init(|| Facts::of(&self.model())),
+        }
+    }
+
+    /// What the checks that cross items read of the flag.
+    pub(super) fn links(&self) -> Links<'_> {
+        Links::Held { key: self.key_arc(), facts: self.facts() }
+    }
+}
+
+/// A flag of a snapshot that compiles on use: its key, bytes, facts and
+/// cost, and once it is first evaluated its compiled form and usage
+/// counters ([`Warm`], one allocation; racing readers may both compile, one
+/// result is kept).
+#[derive(Debug)]
+pub(crate) struct ColdCell {
+    key: Arc<str>,
+    raw: Bytes,
+    limits: Arc<Limits>,
+    /// Set from the model when the cell is made (or read from the bytes
+    /// once, for one made otherwise).
+    facts: OnceLock<Facts>,
+    cost: OnceLock<ItemCost>,
+    warm: OnceBox<Warm>,
+}
+
+/// A [`ColdCell`]'s compiled form and counters.
+#[derive(Debug)]
+struct Warm {
+    usage: FlagUsage,
+    flag: CompiledFlag,
+}
+
+impl ColdCell {
+    #[inline]
+    fn warm(&self) -> &Warm {
+        self.warm.get_or_init(|| self.compile())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn compile(&self) -> Box<Warm> {
+        let (flag, facts) = compile_raw(&self.key, &self.raw, &self.limits);
+        self.facts.get_or_init(|| facts);
+        Box::new(Warm { usage: FlagUsage::default(), flag })
+    }
+}
+
 /// One flag of a snapshot: its key and protobuf encoding, its [`Facts`],
 /// and its evaluation form, compiled already or on first use. No model is
 /// kept: a model is decoded from the bytes when a listener, an export or an
-/// admin read asks for one ([`FlagCell::model`]), and the checks that cross
-/// items read the facts ([`FlagCell::links`]), so a snapshot holds each flag
-/// as its bytes and its compiled form, not also as a model; a snapshot that
-/// compiles on use (the relay's) holds the compiled form only of the flags
-/// it evaluated.
+/// admin read asks for one ([`Cell::model`]), and the checks that cross
+/// items read the facts ([`Cell::links`]), so a snapshot holds each flag
+/// as its bytes and its compiled form, not also as a model (a snapshot that
+/// compiles on use, the relay's, holds [`ColdCell`]s instead: the compiled
+/// form only of the flags it evaluated, and no room kept for the others').
 ///
 /// The lazy form exists for cold starts from the cache: decoding, converting
 /// and compiling 10,000 flags takes tens of milliseconds, so a client built
@@ -108,45 +293,6 @@ enum Form {
 }
 
 impl FlagCell {
-    /// `flag` compiled now (`defer`: on first use, under `limits`), held
-    /// with `raw`, its encoding (encoded here when `None`).
-    pub(super) fn of(
-        flag: &Flag,
-        raw: Option<Bytes>,
-        limits: &Arc<Limits>,
-        cost: Option<ItemCost>,
-        defer: bool,
-    ) -> FlagCell {
-        let raw =
-            raw.unwrap_or_else(|| Bytes::from(prost::Message::encode_to_vec(&wire::flag_to_proto(flag))));
-        let form = if defer {
-            Form::Lazy { limits: limits.clone(), compiled: OnceBox::new() }
-        } else {
-            Form::Compiled(compile_flag(flag, limits))
-        };
-        FlagCell {
-            usage: FlagUsage::default(),
-            key: Arc::from(flag.key.as_str()),
-            raw,
-            form,
-            facts: OnceLock::from(Facts::of(flag)),
-            cost: cost.map_or_else(OnceLock::new, OnceLock::from),
-        }
-    }
-
-    /// A flag in wire form (its key already read), compiled under
-    /// `limits` on first use.
-    pub(super) fn lazy(key: Arc<str>, raw: Bytes, limits: Arc<Limits>) -> FlagCell {
-        FlagCell {
-            usage: FlagUsage::default(),
-            key,
-            raw,
-            form: Form::Lazy { limits, compiled: OnceBox::new() },
-            facts: OnceLock::new(),
-            cost: OnceLock::new(),
-        }
-    }
-
     /// The flag's [`ItemCost`]: as validation found it, else from the
     /// compiled form (compiling the flag if it is still in wire form, as
     /// the warm-up does anyway): its regex bytes as compiling charged
@@ -177,20 +323,10 @@ impl FlagCell {
         }
     }
 
-    /// The flag key, without compiling.
-    pub(crate) fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The flag's encoding.
-    pub(super) fn raw(&self) -> &Bytes {
-        &self.raw
-    }
-
     /// The flag's model, decoded from its bytes; for bytes that do not
     /// decode (unvalidated data only), a flag with no variations, as the
     /// compiled form treats it (`MALFORMED_FLAG`).
-    pub(super) fn model(&self) -> Flag {
+    fn model(&self) -> Flag {
         decode(&self.key, &self.raw).unwrap_or_else(|| Flag::placeholder(&self.key))
     }
 
@@ -200,18 +336,13 @@ impl FlagCell {
     pub(crate) fn facts(&self) -> &Facts {
         self.facts.get_or_init(|| Facts::of(&self.model()))
     }
-
-    /// What the checks that cross items read of the flag.
-    pub(super) fn links(&self) -> Links<'_> {
-        Links::Held { key: &self.key, facts: self.facts() }
-    }
 }
 
 impl Slot {
     /// The index entry of the flag in `cell`, at position `index`.
-    pub(super) fn of(cell: &Arc<FlagCell>, index: usize) -> Slot {
+    pub(super) fn of(cell: &Cell, index: usize) -> Slot {
         Slot {
-            key: SmolStr::from(cell.key.clone()),
+            key: SmolStr::from(cell.key_arc().clone()),
             index: index as u32,
             cell: cell.clone(),
             head: cell.get_now().map(Head::of),

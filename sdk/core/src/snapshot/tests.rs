@@ -220,7 +220,7 @@ fn a_change_is_judged_exactly_like_the_whole_would_be_set() {
 /// Each flag's cost as validating `set` whole finds it, by key.
 fn validated_costs(set: &FlagSet, limits: &Limits) -> HashMap<String, ItemCost> {
     let snap = Snapshot::compile(set, limits).unwrap();
-    snap.flags.iter().map(|c| (c.key().to_owned(), *c.cost.get().expect("validated"))).collect()
+    snap.flags.iter().map(|c| (c.key().to_owned(), c.cost_now().expect("validated"))).collect()
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn a_flag_costs_the_same_validated_or_read_from_its_compiled_form() {
     let unvalidated = Snapshot::compile_unvalidated(&set, &limits);
     for snap in [&lazy, &unvalidated] {
         for cell in snap.flags.iter() {
-            assert!(cell.cost.get().is_none());
+            assert!(cell.cost_now().is_none());
             assert_eq!(cell.cost(), validated[cell.key()], "{}", cell.key());
         }
     }
@@ -572,6 +572,9 @@ fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
     let eager = Snapshot::empty().apply(&set, &[], &[], &limits).unwrap();
     let deferred = Snapshot::empty().compiling_on_use().apply(&set, &[], &[], &limits).unwrap();
     assert!(deferred.flags.iter().all(|f| f.get_now().is_none()), "nothing compiled when written");
+    // Without room for a compiled form or counters until evaluated.
+    assert!(deferred.flags.iter().all(|f| matches!(f, Cell::Cold(_))));
+    assert!(std::mem::size_of::<cell::ColdCell>() * 3 < std::mem::size_of::<cell::FlagCell>());
     assert!(eager.flags.iter().all(|f| f.get_now().is_some()));
     // Flags in wire form (a cache, a fallback build) too.
     let wire = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
@@ -605,6 +608,10 @@ fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
         );
     }
     assert_eq!(next.flags.iter().filter(|f| f.get_now().is_some()).count(), set.flags.len());
+    // Counted evaluations count there too, once compiled.
+    next.detail_counted("a", &u1, false);
+    next.detail_counted("a", &u1, true);
+    assert_eq!(next.flag_usage("a").unwrap().take().variations, [0, 2]);
 }
 
 /// A set built one flag at a time (`compile_each`: each model validated on
