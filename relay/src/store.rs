@@ -278,8 +278,10 @@ pub(crate) struct DecodedItems {
     pub(crate) flag_bytes: Vec<Bytes>,
 }
 
-/// Items, their model and compiled snapshot, from stored or received
-/// bytes. Data that fails validation under this relay's limits (stored
+/// Items and their snapshot (compiling on use), from stored or received
+/// bytes: each flag's model decoded, validated on its own and dropped
+/// ([`Snapshot::compile_each`]), so loading 50,000 flags holds one model
+/// at a time. Data that fails validation under this relay's limits (stored
 /// under older limits, or sent by a newer upstream) is still served and
 /// forwarded, loudly: it evaluates with errors here, and the bytes travel
 /// on unchanged.
@@ -317,7 +319,7 @@ pub(crate) fn build_items(
             None
         }
     });
-    let built = Snapshot::compile_each(flags, segments.clone(), limits, true);
+    let built = Snapshot::compile_each(flags, segments, limits, true);
     if let Some(e) = undecodable {
         return Err(e);
     }
@@ -327,10 +329,17 @@ pub(crate) fn build_items(
             tracing::error!(env, error = %e, "flags fail validation under this relay's limits; serving them anyway");
             metrics.limit_hit("stored_data_invalid");
             // Each flag compiled on first use; one that cannot be
-            // evaluates to MALFORMED_FLAG.
-            Snapshot::from_encoded(flag_bytes().cloned(), segments, limits)
+            // evaluates to MALFORMED_FLAG. The segments decoded again
+            // (they decoded above): keeping a copy for this rare path
+            // would cost every load.
+            let segments = raw
+                .iter()
+                .filter(|(k, _)| *k == Kind::Segment)
+                .map(|(_, b)| decode_segment(b).map(|(_, s)| s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("segment {e}"))?;
+            Snapshot::from_encoded_on_use(flag_bytes().cloned(), segments, limits)
                 .map_err(|e| format!("flag {e}"))?
-                .compiling_on_use()
         }
     };
     Ok((items, snapshot))

@@ -85,11 +85,22 @@ fn stored_items_that_fail_validation_are_served_and_counted() {
     }
 }
 
-/// Bytes that do not decode are an error naming the item, not a guess.
+/// Bytes that do not decode are an error naming the item, not a guess:
+/// a flag's (also after flags that fail validation), a segment's.
 #[test]
 fn undecodable_stored_bytes_are_refused() {
-    let mut raw = items(VALID);
-    raw[1].1 = Bytes::from_static(b"\xff\xff\xff");
-    let Err(err) = build_items("e", raw, &Limits::default(), &Metrics::new()) else { panic!("accepted") };
-    assert!(err.starts_with("flag "), "{err}");
+    let across = VALID
+        .replace("prerequisites: [{key: a, variation: 0}]", "prerequisites: [{key: gone, variation: 0}]");
+    for (what, yaml, at, kind) in [
+        ("a flag", VALID, 1, "flag "),
+        ("a flag after an invalid one", &across, 2, "flag "),
+        ("a segment", VALID, 3, "segment "),
+    ] {
+        let mut raw = items(yaml);
+        raw[at].1 = Bytes::from_static(b"\xff\xff\xff");
+        let m = Metrics::new();
+        let Err(err) = build_items("e", raw, &Limits::default(), &m) else { panic!("{what}: accepted") };
+        assert!(err.starts_with(kind), "{what}: {err}");
+        assert_eq!(invalid_data_hits(&m), 0, "{what}: refused, not served");
+    }
 }

@@ -132,9 +132,12 @@ impl Snapshot {
     /// the next one is taken; then the checks that cross items
     /// (prerequisites, segment references, totals, the environment's
     /// regex budget) run over the kept facts, as for a change's kept flags.
-    /// The same verdict as [`Snapshot::compile_encoded`], each flag's own
-    /// problems listed before those across items. Building 50,000 flags
-    /// this way holds one model at a time instead of 50,000.
+    /// The same verdict and problems as [`Snapshot::compile_encoded`], in
+    /// another order: every flag's own problems first, then the
+    /// segments', then those across items. Building 50,000 flags this way
+    /// holds one model at a time instead of 50,000; with `on_use` false
+    /// each flag is compiled as it passes, before the set's verdict (a set
+    /// refused pays for compiling its flags).
     pub fn compile_each(
         flags: impl IntoIterator<Item = (Flag, Bytes)>,
         segments: Vec<Segment>,
@@ -223,6 +226,26 @@ impl Snapshot {
             .map(|raw| Ok((Arc::from(wire::flag_key(&raw)?), raw)))
             .collect::<Result<_, prost::DecodeError>>()?;
         Ok(Snapshot::lazy(flags, segments, limits))
+    }
+
+    /// [`Snapshot::from_encoded`] for a process that rarely evaluates (the
+    /// relay, serving stored data that fails its limits): compiling on use
+    /// ([`Snapshot::compiling_on_use`]), each flag held as its bytes until
+    /// first evaluated, with no room kept for its compiled form (a cold
+    /// cell, ~150 bytes instead of ~600). Not validated.
+    pub fn from_encoded_on_use(
+        flags: impl IntoIterator<Item = Bytes>,
+        segments: Vec<Segment>,
+        limits: &Limits,
+    ) -> Result<Snapshot, prost::DecodeError> {
+        let shared = Arc::new(limits.clone());
+        let flags = flags
+            .into_iter()
+            .map(|raw| Ok(Cell::cold(Arc::from(wire::flag_key(&raw)?), raw, shared.clone())))
+            .collect::<Result<_, prost::DecodeError>>()?;
+        let mut snapshot = Snapshot::assemble(flags, compile_segments(segments, limits), limits);
+        snapshot.defer = true;
+        Ok(snapshot)
     }
 
     /// A snapshot of flags still in wire form (`(key, protobuf bytes)`,

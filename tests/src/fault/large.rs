@@ -25,8 +25,8 @@ pub struct LargeReport {
     /// Relay peak resident memory, KiB.
     pub relay_peak_rss_kib: u64,
     /// The relay's peak resident memory, KiB, restarted on its data
-    /// directory: loading the environment from its store (sled) until it
-    /// serves.
+    /// directory: loading the environment from its store (sled), then
+    /// sending one subscriber the whole snapshot.
     pub relay_restart_peak_rss_kib: u64,
     /// The SDK's first sync from the relay, then its cold start from the
     /// cache with the relay down, each in a process of its own.

@@ -35,7 +35,9 @@ pub(crate) struct Slot {
     /// The flag at that position, held here too: a lookup by key reaches the
     /// flag without a read of the flags array (one cache miss fewer).
     pub(crate) cell: Cell,
-    /// `None` for a flag that was still in wire form (see [`FlagCell`]).
+    /// `None` for a flag that was still in wire form (see [`FlagCell`]),
+    /// and for every flag of a snapshot compiling on use (its evaluations
+    /// take the cell).
     pub(crate) head: Option<Head>,
 }
 
@@ -97,6 +99,20 @@ impl Cell {
             form: Form::Compiled(compile_flag(flag, limits)),
             facts: OnceLock::from(Facts::of(flag)),
             cost: cost.map_or_else(OnceLock::new, OnceLock::from),
+        }))
+    }
+
+    /// A flag in wire form (its key already read) compiled on first use
+    /// under `limits`, a [`ColdCell`]: its facts and cost read from its
+    /// bytes when first asked for.
+    pub(super) fn cold(key: Arc<str>, raw: Bytes, limits: Arc<Limits>) -> Cell {
+        Cell::Cold(Arc::new(ColdCell {
+            key,
+            raw,
+            limits,
+            facts: OnceLock::new(),
+            cost: OnceLock::new(),
+            warm: OnceBox::new(),
         }))
     }
 
