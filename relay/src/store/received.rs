@@ -15,6 +15,7 @@
 //! These run on tokio's blocking pool (the follow engine calls its sink
 //! there) and block on the backend.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -23,7 +24,7 @@ use flagstream::follow::{RawChunk, RawDelta};
 use flagstream::{ApplyError, Snapshot};
 use flagstream_proto::v1 as pb;
 
-use super::backend::{Commit, ItemChange};
+use super::backend::{Commit, ItemChange, shared_encoding};
 use super::meta::EnvMeta;
 use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
 use super::{DecodedItems, Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
@@ -84,12 +85,26 @@ impl Store {
         if h.epoch.is_empty() {
             return Err(ApplyError::Protocol("a snapshot without an epoch".into()));
         }
-        let raw = chunks.into_iter().flat_map(|c| {
-            c.flags
-                .into_iter()
-                .map(|b| (Kind::Flag, b))
-                .chain(c.segments.into_iter().map(|b| (Kind::Segment, b)))
-        });
+        // Each item to be stored copied once into the buffer the backend
+        // stores as it is, found again by its address for the commit: held
+        // once, and the network's buffers (often a whole chunk) let go.
+        let mut stored: HashMap<usize, sled::IVec> = HashMap::new();
+        let raw = chunks
+            .into_iter()
+            .flat_map(|c| {
+                c.flags
+                    .into_iter()
+                    .map(|b| (Kind::Flag, b))
+                    .chain(c.segments.into_iter().map(|b| (Kind::Segment, b)))
+            })
+            .map(|(kind, b)| {
+                if !persist {
+                    return (kind, b);
+                }
+                let (bytes, ivec) = shared_encoding(b.to_vec());
+                stored.insert(bytes.as_ptr() as usize, ivec);
+                (kind, bytes)
+            });
         let name = env.meta.load().name.clone();
         let (items, snapshot) = build_items(&name, raw, &self.inner.limits, &self.inner.metrics)
             .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
@@ -126,7 +141,11 @@ impl Store {
         let mut changes: Vec<ItemChange> = items
             .iter()
             .filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes))
-            .map(|(k, i)| ItemChange { key: k.clone(), bytes: Some(i.bytes.clone()), shared: None })
+            .map(|(k, i)| ItemChange {
+                key: k.clone(),
+                bytes: Some(i.bytes.clone()),
+                shared: stored.get(&(i.bytes.as_ptr() as usize)).cloned(),
+            })
             .collect();
         changes.extend(state.items.keys().filter(|k| !items.contains_key(*k)).map(|k| ItemChange {
             key: k.clone(),
@@ -169,11 +188,19 @@ impl Store {
             .map(|b| (Kind::Flag, b))
             .chain(d.upserted_segments.into_iter().map(|b| (Kind::Segment, b)));
         for (kind, bytes) in upserts {
+            // Stored: held in the buffer the backend stores as it is.
+            let (bytes, shared) = match persist {
+                true => {
+                    let (bytes, ivec) = shared_encoding(bytes.to_vec());
+                    (bytes, Some(ivec))
+                }
+                false => (bytes, None),
+            };
             let (key, version) = decode_item(kind, &bytes, &mut change)
                 .map_err(|e| ApplyError::Protocol(format!("undecodable {}: {e}", kind.name())))?;
             let hash = item_hash(kind, &key, &bytes);
             let k: ItemKey = (kind, key);
-            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()), shared: None });
+            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()), shared });
             totals.put(&mut items, k, Some(Item { bytes, hash, version }));
         }
         let deletes = d

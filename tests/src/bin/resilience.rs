@@ -164,14 +164,15 @@ fn main() -> anyhow::Result<()> {
                 let snapshot_mib = r.snapshot_bytes as f64 / (1 << 20) as f64;
                 let times = |kib: u64| kib as f64 / 1024.0 / snapshot_mib;
                 let [first, cold] = r.sdk;
-                println!("| flags | snapshot | chunks | relay peak RSS | relay restarted: peak RSS | SDK first sync | SDK first-sync process: serving / peak | SDK cold start (cache) | SDK cold-start process: serving / peak |");
-                println!("|---|---|---|---|---|---|---|---|---|");
+                println!("| flags | snapshot | chunks | relay peak RSS | relay restarted: peak RSS | replica: peak RSS | SDK first sync | SDK first-sync process: serving / peak | SDK cold start (cache) | SDK cold-start process: serving / peak |");
+                println!("|---|---|---|---|---|---|---|---|---|---|");
                 println!(
-                    "| {} | {snapshot_mib:.1} MiB | {} | {} MiB | {} MiB | {} | {} / {} MiB (from {} MiB) | {} ({} flags) | {} / {} MiB (from {} MiB) |",
+                    "| {} | {snapshot_mib:.1} MiB | {} | {} MiB | {} MiB | {} MiB | {} | {} / {} MiB (from {} MiB) | {} ({} flags) | {} / {} MiB (from {} MiB) |",
                     r.flags,
                     r.chunks,
                     r.relay_peak_rss_kib / 1024,
                     r.relay_restart_peak_rss_kib / 1024,
+                    r.replica_peak_rss_kib / 1024,
                     ms(first.elapsed),
                     first.held_kib / 1024,
                     first.peak_kib / 1024,
@@ -184,11 +185,13 @@ fn main() -> anyhow::Result<()> {
                 );
                 println!();
                 println!(
-                    "relay peak {} MiB = {:.1}× the snapshot, restarted {} MiB = {:.1}×; SDK peak {} MiB = {:.1}× (first sync), {} MiB = {:.1}× (cold start)",
+                    "relay peak {} MiB = {:.1}× the snapshot, restarted {} MiB = {:.1}×, replica {} MiB = {:.1}×; SDK peak {} MiB = {:.1}× (first sync), {} MiB = {:.1}× (cold start)",
                     r.relay_peak_rss_kib / 1024,
                     times(r.relay_peak_rss_kib),
                     r.relay_restart_peak_rss_kib / 1024,
                     times(r.relay_restart_peak_rss_kib),
+                    r.replica_peak_rss_kib / 1024,
+                    times(r.replica_peak_rss_kib),
                     first.peak_kib / 1024,
                     times(first.peak_kib),
                     cold.peak_kib / 1024,

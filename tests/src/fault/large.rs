@@ -28,6 +28,9 @@ pub struct LargeReport {
     /// directory: loading the environment from its store (sled), then
     /// sending one subscriber the whole snapshot.
     pub relay_restart_peak_rss_kib: u64,
+    /// A replica's peak resident memory, KiB: started empty beside the
+    /// primary, taking the environment whole from it and storing it.
+    pub replica_peak_rss_kib: u64,
     /// The SDK's first sync from the relay, then its cold start from the
     /// cache with the relay down, each in a process of its own.
     pub sdk: [SdkPeak; 2],
@@ -144,6 +147,18 @@ pub async fn run(
     let first = sdk_child(sdk_bin, &relay.url(), &key, &cache, false).await;
     assert_eq!(first.flags, flags, "the SDK holds every flag");
     let relay_peak_rss_kib = relay.rss_kib().1;
+    // A replica takes the environment whole from the primary.
+    let token = crate::cluster::replicate_token(&relay, dir, "replica").await;
+    let revision =
+        relay.status().await.environments.iter().find(|e| e.name == "big").expect("big").head_revision;
+    let mut replica =
+        Relay::start_replica(&dir.join("replica"), &[relay.url()], &token, &["--quota-flags", &quota]).await;
+    // A replica's admin tokens are the primary's.
+    replica.admin_secret = Some(relay.admin_token());
+    replica.wait_head("big", revision).await;
+    let replica_peak_rss_kib = replica.rss_kib().1;
+    replica.kill9();
+    replica.wait(guard).await;
     relay.kill9();
     relay.wait(guard).await;
     let cold = sdk_child(sdk_bin, &relay.url(), &key, &cache, true).await;
@@ -162,6 +177,7 @@ pub async fn run(
         chunks,
         relay_peak_rss_kib,
         relay_restart_peak_rss_kib,
+        replica_peak_rss_kib,
         sdk: [first, cold],
     }
 }
