@@ -10,7 +10,9 @@
 //! in `meta` at `archive/{archive}`. A commit writes all four in one sled
 //! transaction and
 //! flushes before it returns, so a crash leaves either the old revision or
-//! the new one, never a mix. sled is synchronous: every call runs on
+//! the new one, never a mix; one that changes many items writes them as a
+//! new generation of the items tree first (`items/{name}#{n}`, named in
+//! `meta` at `items-gen/{name}`; `generation.rs`). sled is synchronous: every call runs on
 //! tokio's blocking pool.
 
 use std::collections::BTreeMap;
@@ -28,6 +30,9 @@ use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, Log, LogEntry};
 use super::token::{BOOTSTRAP, Role, TokenRecord};
 use super::{Retention, StoreError, corrupt, to_json, trim_log};
+
+mod generation;
+use generation::{BULK_ITEMS, gen_key};
 
 /// Prefix of token records in the `meta` tree.
 const TOKEN_PREFIX: &str = "token/";
@@ -119,7 +124,14 @@ impl SledBackend {
         meta.migrate_keys();
         let name = meta.name.clone();
         let mut items = BTreeMap::new();
-        for r in self.db.open_tree(format!("items/{name}"))?.iter() {
+        let (generation, tree) = self.items_tree(&name)?;
+        // A commit that failed or crashed before it made its generation
+        // current left it behind.
+        let orphans = self.drop_generations(&name, Some(generation))?;
+        if orphans > 0 {
+            tracing::info!(env = %name, orphans, "dropped items trees of commits that did not complete");
+        }
+        for r in tree.iter() {
             let (k, v) = r?;
             let key = String::from_utf8(k[1..].to_vec())
                 .map_err(|e| corrupt(format!("item key in {name:?}"), e))?;
@@ -170,7 +182,14 @@ impl SledBackend {
 
     fn commit_now(&self, c: Commit) -> Result<Committed, StoreError> {
         let name = c.meta.name.clone();
-        let items = self.db.open_tree(format!("items/{name}"))?;
+        let (generation, mut items) = self.items_tree(&name)?;
+        // Many items: a new generation, written in batches before the
+        // transaction makes it current (see `generation.rs`).
+        let next = (c.items.len() >= BULK_ITEMS).then_some(generation + 1);
+        if let Some(next) = next {
+            items = self.write_generation(&name, &items, next, &c.items)?;
+            self.db.flush()?;
+        }
         let log = self.db.open_tree(format!("log/{name}"))?;
         let audit = self.db.open_tree(format!("audit/{name}"))?;
         // Audit records past the retention: normally one revision's worth.
@@ -189,7 +208,10 @@ impl SledBackend {
             .collect::<Result<Vec<_>, StoreError>>()?;
         (&self.meta, &items, &log, &audit)
             .transaction(|(m, i, l, a)| {
-                for change in &c.items {
+                if let Some(next) = next {
+                    m.insert(gen_key(&name).as_bytes(), &next.to_be_bytes())?;
+                }
+                for change in c.items.iter().filter(|_| next.is_none()) {
                     match (&change.shared, &change.bytes) {
                         // The state's own buffer: held once, in both.
                         (Some(shared), Some(_)) => i.insert(item_key(&change.key), shared.clone())?,
@@ -219,6 +241,13 @@ impl SledBackend {
         // Durable before anyone is told.
         self.db.flush()?;
         self.marks.set(&name, &c.meta.epoch, c.meta.revision);
+        if next.is_some() {
+            // Committed: the old generation goes (or, if this fails, at the
+            // environment's next load).
+            if let Err(e) = self.drop_generations(&name, next) {
+                tracing::warn!(env = %name, error = %e, "dropping the previous items tree failed; it is dropped at the next start");
+            }
+        }
         Ok(Committed { audit_trimmed: expired.len() })
     }
 }
@@ -369,9 +398,11 @@ impl Backend for SledBackend {
                     b.meta.remove(meta_key(&name))?;
                 }
             }
-            for prefix in ["items", "log", "audit"] {
+            for prefix in ["log", "audit"] {
                 b.db.drop_tree(format!("{prefix}/{name}"))?;
             }
+            b.drop_generations(&name, None)?;
+            b.meta.remove(gen_key(&name))?;
             b.db.flush()?;
             Ok(())
         })
