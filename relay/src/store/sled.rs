@@ -212,6 +212,10 @@ impl SledBackend {
                     m.insert(gen_key(&name).as_bytes(), &next.to_be_bytes())?;
                 }
                 for change in c.items.iter().filter(|_| next.is_none()) {
+                    debug_assert!(
+                        change.shared.as_deref().is_none_or(|s| Some(s) == change.bytes.as_deref()),
+                        "a shared buffer holds its item's bytes"
+                    );
                     match (&change.shared, &change.bytes) {
                         // The state's own buffer: held once, in both.
                         (Some(shared), Some(_)) => i.insert(item_key(&change.key), shared.clone())?,

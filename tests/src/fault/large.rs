@@ -161,6 +161,17 @@ pub async fn run(
     replica.wait(guard).await;
     relay.kill9();
     relay.wait(guard).await;
+    // The replica restarted with its upstream down serves what it stored
+    // (loaded and checksummed), whole.
+    let mut replica =
+        Relay::start_replica(&dir.join("replica"), &[relay.url()], &token, &["--quota-flags", &quota]).await;
+    let mut raw =
+        Subscriber::connect(replica.channel().await, &key, None).await.expect("subscribe to the replica");
+    raw.next_change(guard).await.expect("the restarted replica serves what it stored");
+    assert_eq!(raw.flags.len(), flags, "the replica stored every flag");
+    drop(raw);
+    replica.kill9();
+    replica.wait(guard).await;
     let cold = sdk_child(sdk_bin, &relay.url(), &key, &cache, true).await;
     // Restarted: the environment loaded from the store, every flag served.
     let mut restarted = Relay::start(&dir.join("relay"), &["--quota-flags", &quota]).await;

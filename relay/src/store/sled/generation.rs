@@ -75,27 +75,33 @@ impl SledBackend {
         let changed: HashSet<Vec<u8>> = changes.iter().map(|c| item_key(&c.key)).collect();
         let mut batch = sled::Batch::default();
         let mut in_batch = 0;
-        let mut put = |batch: &mut sled::Batch, k: sled::IVec, v: sled::IVec| -> Result<(), StoreError> {
-            batch.insert(k, v);
-            in_batch += 1;
-            if in_batch == BATCH {
-                next.apply_batch(std::mem::take(batch))?;
-                in_batch = 0;
-            }
-            Ok(())
-        };
+        let mut put =
+            |batch: &mut sled::Batch, k: sled::IVec, v: Option<sled::IVec>| -> Result<(), StoreError> {
+                match v {
+                    Some(v) => batch.insert(k, v),
+                    None => batch.remove(k),
+                }
+                in_batch += 1;
+                if in_batch == BATCH {
+                    next.apply_batch(std::mem::take(batch))?;
+                    in_batch = 0;
+                }
+                Ok(())
+            };
         for r in old.iter() {
             let (k, v) = r?;
             if !changed.contains(k.as_ref()) {
-                put(&mut batch, k, v)?;
+                put(&mut batch, k, Some(v))?;
             }
         }
+        // In order, a deletion too: a key written and then deleted by one
+        // change ends deleted, as the transaction would leave it.
         for c in changes {
             let value = match (&c.shared, &c.bytes) {
                 // The state's own buffer: held once, in both.
-                (Some(shared), Some(_)) => shared.clone(),
-                (_, Some(b)) => sled::IVec::from(b.as_ref()),
-                (_, None) => continue,
+                (Some(shared), Some(_)) => Some(shared.clone()),
+                (_, Some(b)) => Some(sled::IVec::from(b.as_ref())),
+                (_, None) => None,
             };
             put(&mut batch, item_key(&c.key).into(), value)?;
         }
@@ -218,12 +224,15 @@ mod tests {
             // Many again, with deletions: the kept items carried over.
             let mut changes: Vec<ItemChange> = (0..1000).map(delete).collect();
             changes.extend((n..n + super::BULK_ITEMS).map(|i| put(i, "c")));
+            // Written and deleted by the same change: deleted.
+            changes.extend([put(n + super::BULK_ITEMS, "x"), delete(n + super::BULK_ITEMS)]);
             b.commit_now(commit(3, changes)).unwrap();
             assert_eq!(b.items_tree(ENV).unwrap().0, 2);
             assert_eq!(items_trees(&b), ["items/big#2"]);
             let got = loaded(&b);
             assert_eq!(got.len(), n - 1000 + super::BULK_ITEMS);
             assert!(!got.contains_key("f7") && !got.contains_key("f999"), "deleted");
+            assert!(!got.contains_key(&format!("f{}", n + super::BULK_ITEMS)), "written, then deleted");
             assert_eq!((got["f1000"].as_str(), got[&format!("f{n}")].as_str()), ("a1000", &*format!("c{n}")));
             // A generation written and never made current.
             let (_, current) = b.items_tree(ENV).unwrap();
