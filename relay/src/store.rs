@@ -17,6 +17,7 @@
 pub(crate) mod audit;
 pub(crate) mod backend;
 mod budget;
+mod build;
 mod chain;
 pub(crate) mod encoded;
 mod environment;
@@ -45,21 +46,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use flagstream::{Flag, FlagSet, Limits, Segment, Snapshot, wire};
-use flagstream_proto::v1 as pb;
-use prost::Message;
+use flagstream::Limits;
 use tokio::sync::{Mutex, watch};
 
 use crate::ops::limit::SizeQuota;
 use crate::ops::metrics::Metrics;
 pub(crate) use audit::{Access, Who};
 pub(crate) use backend::Backend;
+use build::{DecodedItems, build_items, decode_item};
 pub(crate) use error::{StoreError, corrupt, to_json};
 pub(crate) use freshness::Freshness;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
 pub(crate) use op::{Op, WriteResult};
-use state::{EnvState, Item, Items, Kind, Log, item_hash};
+use state::{EnvState, Log, item_hash};
 
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]
@@ -235,114 +234,6 @@ pub(crate) fn archived_env(name: &str) -> Option<&str> {
 /// Unix time in ms.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// An item's bytes decoded for the model and its version.
-fn decode_item(kind: Kind, bytes: &Bytes, set: &mut DecodedItems) -> Result<(String, u64), String> {
-    match kind {
-        Kind::Flag => {
-            let (key, f) = decode_flag(bytes)?;
-            let v = (key, f.version);
-            set.set.flags.push(f);
-            set.flag_bytes.push(bytes.clone());
-            Ok(v)
-        }
-        Kind::Segment => {
-            let (key, s) = decode_segment(bytes)?;
-            let v = (key, s.version);
-            set.set.segments.push(s);
-            Ok(v)
-        }
-    }
-}
-
-/// A flag's key and model from its bytes.
-fn decode_flag(bytes: &Bytes) -> Result<(String, Flag), String> {
-    let p = pb::Flag::decode(bytes.clone()).map_err(|e| e.to_string())?;
-    let f = wire::flag_from_proto(&p).map_err(|e| e.to_string())?;
-    Ok((p.key, f))
-}
-
-/// A segment's key and model from its bytes.
-fn decode_segment(bytes: &Bytes) -> Result<(String, Segment), String> {
-    let p = pb::Segment::decode(bytes.clone()).map_err(|e| e.to_string())?;
-    let s = wire::segment_from_proto(&p).map_err(|e| e.to_string())?;
-    Ok((p.key, s))
-}
-
-/// Decoded items with the flags' encodings (`flag_bytes[i]` is
-/// `set.flags[i]`'s), for a snapshot that keeps the bytes the state holds.
-#[derive(Default)]
-pub(crate) struct DecodedItems {
-    pub(crate) set: FlagSet,
-    pub(crate) flag_bytes: Vec<Bytes>,
-}
-
-/// Items and their snapshot (compiling on use), from stored or received
-/// bytes: each flag's model decoded, validated on its own and dropped
-/// ([`Snapshot::compile_each`]), so loading 50,000 flags holds one model
-/// at a time. Data that fails validation under this relay's limits (stored
-/// under older limits, or sent by a newer upstream) is still served and
-/// forwarded, loudly: it evaluates with errors here, and the bytes travel
-/// on unchanged.
-pub(crate) fn build_items(
-    env: &str,
-    raw: impl IntoIterator<Item = (Kind, Bytes)>,
-    limits: &Limits,
-    metrics: &Metrics,
-) -> Result<(Items, Snapshot), String> {
-    // The bytes are shared, not copied: the list costs a pointer or four
-    // per item, and lets the segments be decoded before the flags.
-    let raw: Vec<(Kind, Bytes)> = raw.into_iter().collect();
-    let mut items = Items::new();
-    let mut segments = Vec::new();
-    for (_, bytes) in raw.iter().filter(|(k, _)| *k == Kind::Segment) {
-        let (key, s) = decode_segment(bytes).map_err(|e| format!("segment {e}"))?;
-        let hash = item_hash(Kind::Segment, &key, bytes);
-        items.insert((Kind::Segment, key), Item { bytes: bytes.clone(), hash, version: s.version });
-        segments.push(s);
-    }
-    let flag_bytes = || raw.iter().filter(|(k, _)| *k == Kind::Flag).map(|(_, b)| b);
-    // Validated whole, one flag's model at a time (50,000 models at once
-    // would double the relay's memory while it loads), into a snapshot
-    // that compiles each flag when it is first evaluated (the relay's
-    // snapshots do).
-    let mut undecodable = None;
-    let flags = flag_bytes().map_while(|bytes| match decode_flag(bytes) {
-        Ok((key, f)) => {
-            let hash = item_hash(Kind::Flag, &key, bytes);
-            items.insert((Kind::Flag, key), Item { bytes: bytes.clone(), hash, version: f.version });
-            Some((f, bytes.clone()))
-        }
-        Err(e) => {
-            undecodable = Some(format!("flag {e}"));
-            None
-        }
-    });
-    let built = Snapshot::compile_each(flags, segments, limits, true);
-    if let Some(e) = undecodable {
-        return Err(e);
-    }
-    let snapshot = match built {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(env, error = %e, "flags fail validation under this relay's limits; serving them anyway");
-            metrics.limit_hit("stored_data_invalid");
-            // Each flag compiled on first use; one that cannot be
-            // evaluates to MALFORMED_FLAG. The segments decoded again
-            // (they decoded above): keeping a copy for this rare path
-            // would cost every load.
-            let segments = raw
-                .iter()
-                .filter(|(k, _)| *k == Kind::Segment)
-                .map(|(_, b)| decode_segment(b).map(|(_, s)| s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("segment {e}"))?;
-            Snapshot::from_encoded_on_use(flag_bytes().cloned(), segments, limits)
-                .map_err(|e| format!("flag {e}"))?
-        }
-    };
-    Ok((items, snapshot))
 }
 
 impl Store {
