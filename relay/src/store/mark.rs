@@ -188,21 +188,7 @@ mod tests {
     use super::*;
 
     fn meta(name: &str, epoch: &str, revision: u64) -> EnvMeta {
-        EnvMeta {
-            name: name.into(),
-            description: String::new(),
-            epoch: epoch.into(),
-            revision,
-            checksum: 0,
-            committed_unix_ms: 0,
-            created_unix_ms: 0,
-            sdk_key_hash: String::new(),
-            sdk_keys: Vec::new(),
-            keys_made: 0,
-            audit_head: String::new(),
-            confirmed_unix_ms: 0,
-            cors_origins: Vec::new(),
-        }
+        EnvMeta::for_tests(name, epoch, revision)
     }
 
     /// A missing file is what makes a primary renew its epochs

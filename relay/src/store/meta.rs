@@ -197,6 +197,29 @@ fn is_zero(v: &u64) -> bool {
 }
 
 #[cfg(test)]
+impl EnvMeta {
+    /// An environment's record with nothing but its name, epoch and head
+    /// revision set (tests of the layers below the store).
+    pub(crate) fn for_tests(name: &str, epoch: &str, revision: u64) -> EnvMeta {
+        EnvMeta {
+            name: name.into(),
+            description: String::new(),
+            epoch: epoch.into(),
+            revision,
+            checksum: 0,
+            committed_unix_ms: 0,
+            created_unix_ms: 0,
+            sdk_key_hash: String::new(),
+            sdk_keys: Vec::new(),
+            keys_made: 0,
+            audit_head: String::new(),
+            confirmed_unix_ms: 0,
+            cors_origins: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -216,19 +239,10 @@ mod tests {
     #[test]
     fn client_keys_are_stored_apart() {
         let meta = EnvMeta {
-            name: "e".into(),
-            description: String::new(),
-            epoch: "ep".into(),
-            revision: 3,
-            checksum: 0,
-            committed_unix_ms: 0,
-            created_unix_ms: 0,
-            sdk_key_hash: String::new(),
             sdk_keys: vec![key("k1", false), key("k2", true)],
             keys_made: 2,
-            audit_head: String::new(),
-            confirmed_unix_ms: 0,
             cors_origins: vec!["https://a.example".into()],
+            ..EnvMeta::for_tests("e", "ep", 3)
         };
         let doc = serde_json::to_value(&meta).unwrap();
         let ids = |field: &str| -> Vec<String> {

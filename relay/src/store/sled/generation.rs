@@ -135,21 +135,7 @@ mod tests {
     const ENV: &str = "big";
 
     fn meta(revision: u64) -> EnvMeta {
-        EnvMeta {
-            name: ENV.into(),
-            description: String::new(),
-            epoch: "e".into(),
-            revision,
-            checksum: 0,
-            committed_unix_ms: 0,
-            created_unix_ms: 0,
-            sdk_key_hash: String::new(),
-            sdk_keys: Vec::new(),
-            keys_made: 0,
-            audit_head: String::new(),
-            confirmed_unix_ms: 0,
-            cors_origins: Vec::new(),
-        }
+        EnvMeta::for_tests(ENV, "e", revision)
     }
 
     fn commit(revision: u64, items: Vec<ItemChange>) -> Commit {
