@@ -39,7 +39,7 @@ pub(crate) struct ItemChange {
 /// without a copy). sled keeps what it writes in its page cache, whatever
 /// `sled-cache-bytes` says: with a copy, an environment written whole was
 /// held twice.
-pub(crate) fn shared_encoding(encoding: Vec<u8>) -> (Bytes, sled::IVec) {
+pub(crate) fn shared_encoding(encoding: &[u8]) -> (Bytes, sled::IVec) {
     let stored = sled::IVec::from(encoding);
     (Bytes::from_owner(stored.clone()), stored)
 }

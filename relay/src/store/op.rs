@@ -237,7 +237,7 @@ pub(crate) fn plan(
         let (bytes, shared) = after
             .as_ref()
             .map(|m| {
-                shared_encoding(match m {
+                shared_encoding(&match m {
                     Model::Flag(f) => wire::flag_to_proto(f).encode_to_vec(),
                     Model::Segment(s) => wire::segment_to_proto(s).encode_to_vec(),
                 })

@@ -101,7 +101,7 @@ impl Store {
                 if !persist {
                     return (kind, b);
                 }
-                let (bytes, ivec) = shared_encoding(b.to_vec());
+                let (bytes, ivec) = shared_encoding(&b);
                 stored.insert(bytes.as_ptr() as usize, ivec);
                 (kind, bytes)
             });
@@ -191,7 +191,7 @@ impl Store {
             // Stored: held in the buffer the backend stores as it is.
             let (bytes, shared) = match persist {
                 true => {
-                    let (bytes, ivec) = shared_encoding(bytes.to_vec());
+                    let (bytes, ivec) = shared_encoding(&bytes);
                     (bytes, Some(ivec))
                 }
                 false => (bytes, None),
