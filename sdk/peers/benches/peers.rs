@@ -12,7 +12,14 @@
 //! - LaunchDarkly: the store's `ArcSwap` load, the flag looked up by key in
 //!   a map, then `evaluate` (value, variation, reason);
 //! - floor: `ArcSwap<HashMap<String, bool>>` load + `get` (foldhash, the
-//!   hasher of flagstream's index), and the map's `get` alone.
+//!   hasher of flagstream's index), and the map's `get` alone;
+//! - the rule cases' floor: the same load and `get` of a flag that is
+//!   only its two clauses (attribute name, values) and its two answers,
+//!   matched against a context that is only its attributes (name, value)
+//!   by a plain scan: the least any keyed engine does for that rule, with
+//!   nothing for reasons, versions, kinds or other operators. With it, the
+//!   budget the 3× target leaves (the fastest peer's time / 3) is
+//!   compared with what no engine can go below on this machine.
 //!
 //! Rounds interleave the engines (the order rotates each round), so the
 //! machine's drifts hit all alike; a case's ratio is the median over the
@@ -184,6 +191,36 @@ fn ld_context(country: &str) -> ld::Context {
         .expect("LaunchDarkly context")
 }
 
+/// The rule floor's flag: its clauses (attribute, values), all of which
+/// must hold for `matched`, else `otherwise`.
+struct FloorRule {
+    clauses: Vec<(String, Vec<String>)>,
+    matched: bool,
+    otherwise: bool,
+}
+
+impl FloorRule {
+    /// The answer for a context given as its attributes (name, value).
+    #[inline]
+    fn eval(&self, ctx: &[(String, String)]) -> bool {
+        for (attr, values) in &self.clauses {
+            let found = ctx.iter().find(|(name, _)| name == attr);
+            if !found.is_some_and(|(_, v)| values.iter().any(|x| x == v)) {
+                return self.otherwise;
+            }
+        }
+        self.matched
+    }
+}
+
+/// A rule case's extra rows, per round (ratios of the same round).
+#[derive(Default)]
+struct RuleRounds {
+    floor: Vec<f64>,
+    budget: Vec<f64>,
+    over_floor: Vec<f64>,
+}
+
 /// One case: which flag each iteration asks for, and with which context.
 struct Case {
     name: &'static str,
@@ -254,6 +291,32 @@ fn main() {
     let floor_eval: Eval<'_> = Box::new(|key, _| floor.load().get(key).copied().unwrap_or(false));
     let held = floor.load_full();
     let map_eval: Eval<'_> = Box::new(|key, _| held.get(key).copied().unwrap_or(false));
+    let rule_floor: ArcSwap<HashMap<String, FloorRule, foldhash::fast::RandomState>> = ArcSwap::from_pointee(
+        [(
+            "two-clause".to_owned(),
+            FloorRule {
+                clauses: vec![
+                    ("country".to_owned(), vec!["US".to_owned(), "CA".to_owned()]),
+                    ("plan".to_owned(), vec!["enterprise".to_owned()]),
+                ],
+                matched: true,
+                otherwise: false,
+            },
+        )]
+        .into_iter()
+        .collect(),
+    );
+    let floor_ctx = |country: &str| -> Vec<(String, String)> {
+        vec![
+            ("key".to_owned(), "user-42".to_owned()),
+            ("country".to_owned(), country.to_owned()),
+            ("plan".to_owned(), "enterprise".to_owned()),
+        ]
+    };
+    let (f_hit, f_miss) = (floor_ctx("US"), floor_ctx("FR"));
+    let rule_floor_eval: Eval<'_> = Box::new(|key, m| {
+        rule_floor.load().get(key).is_some_and(|r| r.eval(if m { &f_hit } else { &f_miss }))
+    });
 
     let random_keys: Vec<String> = {
         // The same fixed pseudo-random order (LCG) as sdk/benches/eval.rs.
@@ -290,7 +353,20 @@ fn main() {
         let mut ratios = Vec::new();
         let (mut floor_times, mut map_times) = (Vec::new(), Vec::new());
         let mut floor_ratios = Vec::new();
+        let rule = case.name.starts_with("2-clause");
+        // The rule cases' floor, per round: its time, the target's budget
+        // and flagstream / floor.
+        let mut rule_rounds = RuleRounds::default();
+        if rule {
+            assert_eq!(
+                rule_floor_eval(&case.keys[0], case.matching),
+                engines[0].1(&case.keys[0], case.matching)
+            );
+        }
         for round in 0..ROUNDS {
+            // The rule's floor first or last, in turn.
+            let rules = || rule.then(|| time(&rule_floor_eval, case));
+            let early_rule = if round % 2 == 0 { rules() } else { None };
             // The floors before the engines, then after them, in turn.
             let floors = || (time(&floor_eval, case), time(&map_eval, case));
             let early = (round % 2 == 1).then(floors);
@@ -300,8 +376,13 @@ fn main() {
                 this[e] = time(&engines[e].1, case);
             }
             let (floor_ns, map_ns) = early.unwrap_or_else(floors);
-            map_times.push(map_ns);
             let fastest_peer = this[PEERS].iter().copied().fold(f64::INFINITY, f64::min);
+            if let Some(f) = early_rule.or_else(|| if round % 2 == 1 { rules() } else { None }) {
+                rule_rounds.floor.push(f);
+                rule_rounds.over_floor.push(this[0] / f);
+                rule_rounds.budget.push(fastest_peer / 3.0);
+            }
+            map_times.push(map_ns);
             ratios.push(fastest_peer / this[0]);
             floor_times.push(floor_ns);
             floor_ratios.push(this[0] / floor_ns);
@@ -321,6 +402,15 @@ fn main() {
             median(&mut ratios),
             allocs.join(", ")
         );
+        if rule {
+            let r = &mut rule_rounds;
+            println!(
+                "| floor of this rule: `ArcSwap` load + map `get` + the clauses scanned | {:.1} ns; the 3× target's budget (fastest peer / 3): {:.1} ns | | | flagstream / floor: {:.2}× | |",
+                median(&mut r.floor),
+                median(&mut r.budget),
+                median(&mut r.over_floor),
+            );
+        }
         if case.keys.len() > 1 || case.name.starts_with("on/off") {
             println!(
                 "| floor: `ArcSwap` load + map `get` | {:.1} ns (the `get` alone {:.1} ns) | | | flagstream / floor (median of per-round ratios): {:.2}× | |",
