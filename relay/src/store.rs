@@ -38,6 +38,7 @@ mod task;
 #[cfg(test)]
 mod tests;
 pub(crate) mod token;
+pub(crate) mod waiter;
 mod write;
 
 use std::collections::HashMap;
@@ -65,8 +66,11 @@ use state::{EnvState, Log, item_hash};
 pub(crate) struct Env {
     /// The current state; replaced whole on every commit.
     pub state: ArcSwap<EnvState>,
-    /// Head revision, for subscribers to wait on (`u64::MAX`: deleted).
+    /// Head revision, for tasks to wait on (`u64::MAX`: deleted).
     pub head: watch::Sender<u64>,
+    /// The subscribers' streams waiting on the head: woken on every
+    /// publish and on deletion, registered once per stream.
+    pub waiters: waiter::Waiters,
     /// Serialises writers of this environment (one writer at a time keeps
     /// revisions gapless and versions consistent): admin writes, received
     /// revisions, a shared database's feed.
@@ -91,6 +95,7 @@ impl Env {
     pub(crate) fn new(state: EnvState, meta: EnvMeta) -> Env {
         Env {
             head: watch::channel(state.revision).0,
+            waiters: waiter::Waiters::default(),
             state: ArcSwap::from_pointee(state),
             write: Mutex::new(()),
             meta: ArcSwap::from_pointee(meta),

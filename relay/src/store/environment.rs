@@ -197,6 +197,7 @@ impl Store {
         self.inner.envs.store(Arc::new(all));
         // Wake subscribers so they notice the environment is gone.
         env.head.send_modify(|h| *h = u64::MAX);
+        env.waiters.wake_all();
         let labels = vec![("env", name.to_owned())];
         let m = &self.inner.metrics;
         m.store_items.remove(&labels);

@@ -284,6 +284,7 @@ impl Store {
         env.meta.store(Arc::new(meta));
         let old = env.state.swap(Arc::new(state));
         env.head.send_replace(revision);
+        env.waiters.wake_all();
         self.update_env_gauges(env);
         tokio::task::spawn_blocking(move || drop(old));
     }

@@ -65,9 +65,10 @@ pub(crate) struct Subscriber {
     behind: Mutex<Option<Behind>>,
     /// When the stream started, Unix ms (compared with commit times).
     pub started_unix_ms: u64,
-    /// The stream's task while it waits: woken on stop and on drain.
-    /// (Registering is a compare-and-swap; a cancellation token would take
-    /// a mutex on every wait, i.e. on every delivery.)
+    /// The stream's task: woken on stop and on drain (either ends the
+    /// stream, so the stream registers once: `subscribe/outbound.rs`; a
+    /// cancellation token would take a mutex on every wait, i.e. on every
+    /// delivery).
     pub wake: AtomicWaker,
     /// Set by [`Subscriber::stop`].
     pub stopped: AtomicBool,
@@ -109,21 +110,6 @@ impl Subscriber {
     #[inline]
     pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
-    }
-
-    /// Ready once this subscriber is stopped or the relay drains; registers
-    /// the waiting task first, so a stop or drain in between is not missed.
-    pub(crate) fn poll_stop_or_drain(
-        &self,
-        cx: &mut std::task::Context<'_>,
-        hub: &Hub,
-    ) -> std::task::Poll<()> {
-        self.wake.register(cx.waker());
-        if self.is_stopped() || hub.is_draining() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
     }
 }
 

@@ -17,6 +17,7 @@ mod ofrep_limits;
 mod refusals;
 mod restart_resume;
 mod sigterm_drain;
+mod snapshot_permits;
 mod stream_limits;
 mod stream_memory;
 mod subscribe_ahead;

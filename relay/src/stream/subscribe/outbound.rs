@@ -3,22 +3,35 @@
 //! a reconnect request) worked out when the transport asks for one, the
 //! stream's age, its cursor held while ahead of the head, and the guard
 //! that removes the subscriber from the hub when the stream goes.
+//!
+//! A hand-written `poll_next`, its state in one allocation: a stream
+//! waiting for the next revision is woken through the environment's
+//! [`Waiters`](crate::store::waiter::Waiters) (registered once, not per
+//! revision), its stop or the relay's drain through the subscriber's
+//! waker (registered once too: either ends the stream), and its one timer.
+//! With 50,000 streams on a relay each wake-up touches memory no cache
+//! holds, so what one delivery touches is kept to the state itself.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use flagstream_proto::v1 as pb;
+use futures_util::Stream;
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
+use tokio_util::sync::PollSemaphore;
 use tonic::Status;
 
 use crate::error::Refusal;
 use crate::ops::metrics::SentKind;
 use crate::store::encoded::{self, Encoded, SnapshotChunks};
 use crate::store::state::{Bounds, Catchup, EnvState};
+use crate::store::waiter::Registration;
 use crate::store::{Env, Store, now_ms};
 use crate::stream::hub::{Hub, Subscriber};
 
@@ -52,8 +65,10 @@ pub(super) fn stream(
         store,
         hub: hub.clone(),
         cfg: cfg.clone(),
-        head: env.head.subscribe(),
         env,
+        waiting: None,
+        woken_by: None,
+        permit_wait: None,
         cursor: (cursor.epoch, cursor.revision),
         // A subscriber with every feature this relay knows lacks none.
         features: (!flagstream::feature::IMPLEMENTED.iter().all(|f| features.iter().any(|h| h == f)))
@@ -68,17 +83,7 @@ pub(super) fn stream(
         done: false,
         span,
     };
-    let stream = futures_util::stream::unfold(out, |mut o| async move {
-        let item = o.next().await?;
-        if let Ok(msg) = &item {
-            let sub = &o.guard.sub;
-            sub.last_progress_ms.store(o.hub.mono_ms(), Ordering::Relaxed);
-            sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
-            o.hub_sent(msg);
-        }
-        Some((item, o))
-    });
-    Box::pin(stream)
+    Box::pin(out)
 }
 
 /// When the heartbeat after one due at `due` and sent at `now` is due: on
@@ -136,7 +141,15 @@ struct Outbound {
     hub: Arc<Hub>,
     cfg: Arc<StreamConfig>,
     env: Arc<Env>,
-    head: tokio::sync::watch::Receiver<u64>,
+    /// This stream's place among the environment's waiters (woken on every
+    /// publish and on deletion); `None` until first polled.
+    waiting: Option<Registration>,
+    /// The waker registered for the subscriber's stop and the relay's
+    /// drain (either ends the stream, so once is enough while it is the
+    /// same).
+    woken_by: Option<Waker>,
+    /// Waiting for a snapshot-send permit (made when one was refused).
+    permit_wait: Option<PollSemaphore>,
     cursor: (String, u64),
     /// The evaluation features the subscriber announced; `None` when it
     /// has every one this relay implements (nothing to check per message).
@@ -222,15 +235,45 @@ impl Outbound {
         }))
     }
 
-    /// The next message, computed now; `None` ends the stream.
-    async fn next(&mut self) -> Option<Result<Encoded, Status>> {
-        if self.done {
-            return None;
+    /// Registers the task to be woken by the next publish, by a stop and
+    /// by the drain: before anything is read, so none of them is missed
+    /// between the reading and the wait. Cheap when the waker is the same
+    /// (a pointer comparison each).
+    #[inline]
+    fn register(&mut self, cx: &Context<'_>) {
+        self.env.waiters.register(&mut self.waiting, cx.waker());
+        if !self.woken_by.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.guard.sub.wake.register(cx.waker());
+            self.woken_by = Some(cx.waker().clone());
         }
-        // Set only while it waits below for a snapshot permit.
-        if self.guard.sub.waiting_permit.load(Ordering::Relaxed) {
+    }
+
+    /// Waits on the timer (the next heartbeat, the age, the end of an ahead
+    /// hold: whichever is first); publishes, stops and the drain wake the
+    /// task through [`Outbound::register`]. `Ready(Some)`: a heartbeat to
+    /// send; `Ready(None)`: the timer fired with nothing due, look again.
+    fn wait(&mut self, cx: &mut Context<'_>, hold: Option<Instant>) -> Poll<Option<Encoded>> {
+        arm(&mut self.timer, self.next_heartbeat.min(self.age_deadline), hold);
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(self.heartbeat_due()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Stops waiting for a snapshot-send permit (the stream no longer needs
+    /// one, or has it).
+    fn forget_permit_wait(&mut self) {
+        if self.permit_wait.take().is_some() {
             self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// The next message, computed now; `Ready(None)` ends the stream.
+    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Encoded, Status>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        self.register(cx);
         if let Some(p) = &mut self.pending {
             let chunk = p.chunks.chunk(p.next, || self.store.metrics().chunk_assembled());
             p.next += 1;
@@ -240,40 +283,38 @@ impl Outbound {
                 self.guard.sub.sent_revision.store(self.cursor.1, Ordering::Relaxed);
                 self.guard.sub.snapshot_revision.store(0, Ordering::Relaxed);
             }
-            return Some(Ok(chunk));
+            return Poll::Ready(Some(Ok(chunk)));
         }
         loop {
             if self.hub.is_draining() {
                 let spread = self.cfg.drain_spread.as_millis().max(1) as u64;
                 let delay = Duration::from_millis(rand::rng().random_range(0..spread));
-                return Some(Ok(self.reconnect(
+                return Poll::Ready(Some(Ok(self.reconnect(
                     pb::ReconnectReason::Drain,
                     delay,
                     "drain",
                     "relay is shutting down",
-                )));
+                ))));
             }
             if self.guard.sub.is_stopped() {
                 self.done = true;
-                return self.guard.sub.take_failure().map(Err);
+                return Poll::Ready(self.guard.sub.take_failure().map(Err));
             }
             if Instant::now() >= self.age_deadline {
                 let delay = Duration::from_millis(rand::rng().random_range(0..1_000));
-                return Some(Ok(self.reconnect(
+                return Poll::Ready(Some(Ok(self.reconnect(
                     pb::ReconnectReason::MaxStreamAge,
                     delay,
                     "max_stream_age",
                     "stream reached its maximum age; reconnect (possibly elsewhere)",
-                )));
+                ))));
             }
-            // `Store::delete_env` marks the head as u64::MAX (and a waiting
-            // stream learns of it from `changed`); checked here once, for a
-            // deletion that raced with this stream's start.
-            if self.first && *self.head.borrow() == u64::MAX {
-                return Some(Err(self.deleted()));
+            // `Store::forget_env` sets this, then wakes every waiter.
+            if self.env.deleted.load(Ordering::Acquire) {
+                return Poll::Ready(Some(Err(self.deleted())));
             }
             // A guard, not an `Arc` clone: no shared reference count touched
-            // per delivery. Never held across an await (reloaded after).
+            // per delivery. Never held across a wait (reloaded after).
             let state = self.env.state.load();
             // Data the subscriber would misread (a write after it
             // subscribed started using a feature it lacks): ended, not sent.
@@ -282,19 +323,22 @@ impl Outbound {
             {
                 self.done = true;
                 let env = state.name.clone();
-                return Some(Err(Refusal::MissingFeature { env, feature }.into()));
+                return Poll::Ready(Some(Err(Refusal::MissingFeature { env, feature }.into())));
             }
             if std::mem::take(&mut self.first) {
                 // Every stream opens with a heartbeat: the client learns the
                 // interval (to size its watchdog) and the head revision
                 // before any data, and its first-message deadline holds
                 // even while a snapshot waits for a send permit.
-                return Some(Ok(self.heartbeat_msg(&state)));
+                return Poll::Ready(Some(Ok(self.heartbeat_msg(&state))));
             }
-            let metrics = self.store.metrics();
             let bounds =
                 Bounds { chunk_bytes: self.cfg.chunk_bytes, delta_cache_bytes: self.cfg.delta_cache_bytes };
-            match state.catchup(&self.cursor.0, self.cursor.1, bounds, metrics) {
+            let catchup = state.catchup(&self.cursor.0, self.cursor.1, bounds, self.store.metrics());
+            if !matches!(catchup, Catchup::Snapshot(_)) {
+                self.forget_permit_wait();
+            }
+            match catchup {
                 c @ (Catchup::Current | Catchup::Ahead) => {
                     drop(state);
                     let ahead = matches!(c, Catchup::Ahead);
@@ -307,7 +351,7 @@ impl Outbound {
                         // checksum tells a client holding other content
                         // under this revision (a restored store) at once.
                         let state = self.env.state.load();
-                        return Some(Ok(self.heartbeat_msg(&state)));
+                        return Poll::Ready(Some(Ok(self.heartbeat_msg(&state))));
                     }
                     let hold = match (ahead, self.ahead_until) {
                         (false, _) => None,
@@ -321,24 +365,13 @@ impl Outbound {
                         }
                     };
                     if hold.is_some_and(|until| Instant::now() >= until) {
-                        return Some(Ok(self.cursor_ahead()));
+                        return Poll::Ready(Some(Ok(self.cursor_ahead())));
                     }
-                    arm(&mut self.timer, self.next_heartbeat.min(self.age_deadline), hold);
-                    tokio::select! {
-                        // Head first: the common wake-up polls one future.
-                        biased;
-                        changed = self.head.changed() => {
-                            if changed.is_err() || *self.head.borrow() == u64::MAX {
-                                return Some(Err(self.deleted()));
-                            }
-                        }
-                        _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => {}
-                        // A heartbeat, or the age or hold is over (seen above).
-                        () = self.timer.as_mut() => {
-                            if let Some(beat) = self.heartbeat_due() {
-                                return Some(Ok(beat));
-                            }
-                        }
+                    match self.wait(cx, hold) {
+                        Poll::Ready(Some(beat)) => return Poll::Ready(Some(Ok(beat))),
+                        // The age or the hold is over: seen above.
+                        Poll::Ready(None) => continue,
+                        Poll::Pending => return Poll::Pending,
                     }
                 }
                 Catchup::Delta(delta) => {
@@ -346,44 +379,24 @@ impl Outbound {
                     // A delta never changes the epoch: no copy of it per send.
                     self.cursor.1 = state.revision;
                     self.guard.sub.sent_revision.store(state.revision, Ordering::Relaxed);
-                    return Some(Ok(delta));
+                    return Poll::Ready(Some(Ok(delta)));
                 }
                 Catchup::Snapshot(chunks) => {
                     let cursor = (state.epoch.clone(), state.revision);
                     drop(state);
-                    let permit = match self.hub.snapshot_permits.clone().try_acquire_owned() {
-                        Ok(p) => p,
-                        Err(_) => {
-                            metrics.limit_hit("snapshot_concurrency");
-                            // Held back by the relay's own budget: not
-                            // counted as behind (cleared once it has one).
-                            self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
-                            arm(&mut self.timer, self.next_heartbeat.min(self.age_deadline), None);
-                            tokio::select! {
-                                p = self.hub.snapshot_permits.clone().acquire_owned() => match p {
-                                    Ok(p) => p,
-                                    Err(_) => return None, // semaphore closed: shutting down
-                                },
-                                // Keep the stream alive while waiting; the
-                                // snapshot is retried on the next pull.
-                                () = self.timer.as_mut() => match self.heartbeat_due() {
-                                    Some(beat) => return Some(Ok(beat)),
-                                    // The age is over: seen above, on the next pull.
-                                    None => continue,
-                                },
-                                // A new head: recompute (a newer snapshot),
-                                // or end if the environment was deleted.
-                                changed = self.head.changed() => {
-                                    if changed.is_err() || *self.head.borrow() == u64::MAX {
-                                        return Some(Err(self.deleted()));
-                                    }
-                                    continue;
-                                }
-                                _ = std::future::poll_fn(|cx| self.guard.sub.poll_stop_or_drain(cx, &self.hub)) => continue,
-                            }
-                        }
+                    let permit = match self.permit(cx) {
+                        Poll::Ready(Some(p)) => p,
+                        // The semaphore closed: shutting down.
+                        Poll::Ready(None) => return Poll::Ready(None),
+                        // Kept alive while it waits; the snapshot is worked
+                        // out again once a permit (or a new head) wakes it.
+                        Poll::Pending => match self.wait(cx, None) {
+                            Poll::Ready(Some(beat)) => return Poll::Ready(Some(Ok(beat))),
+                            // The age is over: seen above.
+                            Poll::Ready(None) => continue,
+                            Poll::Pending => return Poll::Pending,
+                        },
                     };
-                    self.guard.sub.waiting_permit.store(false, Ordering::Relaxed);
                     // The stream has this snapshot's revision once its last
                     // chunk is handed over.
                     let whole = if chunks.len() > 1 { 0 } else { cursor.1 };
@@ -391,16 +404,37 @@ impl Outbound {
                     let on_its_way = if chunks.len() > 1 { cursor.1 } else { 0 };
                     self.guard.sub.snapshot_revision.store(on_its_way, Ordering::Relaxed);
                     self.cursor = cursor;
+                    let metrics = self.store.metrics();
                     let first = chunks.chunk(0, || metrics.chunk_assembled());
                     if chunks.len() > 1 {
                         metrics.snapshot_sends.inc();
                         let gauge = metrics.snapshot_sends.clone();
                         self.pending = Some(Pending { chunks, next: 1, _permit: permit, gauge });
                     }
-                    return Some(Ok(first));
+                    return Poll::Ready(Some(Ok(first)));
                 }
             }
         }
+    }
+
+    /// A snapshot-send permit: at once if one is free; else the stream
+    /// waits in the semaphore's queue (counted once per wait, and not as
+    /// behind meanwhile: the relay's own budget holds it back).
+    fn permit(&mut self, cx: &mut Context<'_>) -> Poll<Option<OwnedSemaphorePermit>> {
+        if self.permit_wait.is_none() {
+            match self.hub.snapshot_permits.clone().try_acquire_owned() {
+                Ok(p) => return Poll::Ready(Some(p)),
+                Err(_) => {
+                    self.store.metrics().limit_hit("snapshot_concurrency");
+                    self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
+                    self.permit_wait = Some(PollSemaphore::new(self.hub.snapshot_permits.clone()));
+                }
+            }
+        }
+        let Some(wait) = &mut self.permit_wait else { unreachable!("set above") };
+        let permit = std::task::ready!(wait.poll_acquire(cx));
+        self.forget_permit_wait();
+        Poll::Ready(permit)
     }
 
     /// The heartbeat, if one is due now; the next is due a heartbeat
@@ -434,6 +468,30 @@ impl Outbound {
         self.done = true;
         self.guard.reason = "environment_deleted";
         Refusal::EnvDeleted(self.guard.sub.env.to_string()).into()
+    }
+}
+
+impl Stream for Outbound {
+    type Item = Result<Encoded, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let item = std::task::ready!(this.poll_message(cx));
+        if let Some(Ok(msg)) = &item {
+            let sub = &this.guard.sub;
+            sub.last_progress_ms.store(this.hub.mono_ms(), Ordering::Relaxed);
+            sub.sent_bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
+            this.hub_sent(msg);
+        }
+        Poll::Ready(item)
+    }
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        if let Some(reg) = self.waiting.take() {
+            self.env.waiters.remove(reg);
+        }
     }
 }
 
