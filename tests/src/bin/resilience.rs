@@ -11,6 +11,7 @@
 //! target/release/resilience storm --streams 10000
 //! target/release/resilience slow-reader
 //! target/release/resilience large --flags 50000
+//! target/release/resilience sled-floor --flags 20000
 //! target/release/resilience ping-cost
 //! tests/side-by-side.sh        # installs redis-server, then runs `side-by-side`
 //! ```
@@ -82,6 +83,20 @@ enum Cmd {
         /// white space (e.g. `heaptrack -o /tmp/sdk` for a heap profile).
         #[arg(long, env = "FLAGSTREAM_SDK_WRAP", default_value = "")]
         sdk_wrap: String,
+    },
+    /// Scenario 5's floor: sled alone, written as a relay fills an
+    /// environment (batches of 1,000 flags with their audit records), in
+    /// this process; its memory.
+    SledFloor {
+        /// Flags.
+        #[arg(long, default_value_t = 20_000)]
+        flags: usize,
+        /// Description bytes per flag.
+        #[arg(long, default_value_t = 1_024)]
+        bytes: usize,
+        /// sled's page cache, bytes (the relay's default).
+        #[arg(long, default_value_t = 16 << 20)]
+        cache_bytes: u64,
     },
     /// (Run by `large`.) One SDK client in this process: syncs from `url`
     /// (or, with `--cold`, starts from its cache), then prints its figures.
@@ -196,6 +211,23 @@ fn main() -> anyhow::Result<()> {
                     times(first.peak_kib),
                     cold.peak_kib / 1024,
                     times(cold.peak_kib),
+                );
+            }
+            Cmd::SledFloor { flags, bytes, cache_bytes } => {
+                let r = fault::large::sled_floor(dir.path(), flags, bytes, cache_bytes);
+                let mib = |kib: u64| kib as f64 / 1024.0;
+                println!("| flags | items written | anonymous memory before → peak (growth) | peak RSS | code (file-backed) |");
+                println!("|---|---|---|---|---|");
+                println!(
+                    "| {} | {:.1} MiB | {:.1} → {:.1} MiB ({:.1} MiB = {:.2}× the items) | {:.1} MiB | {:.1} MiB |",
+                    r.flags,
+                    mib(r.data_kib),
+                    mib(r.start_anon_kib),
+                    mib(r.peak_anon_kib),
+                    mib(r.peak_anon_kib - r.start_anon_kib),
+                    (r.peak_anon_kib - r.start_anon_kib) as f64 / r.data_kib as f64,
+                    mib(r.peak_kib),
+                    mib(r.file_kib),
                 );
             }
             Cmd::SdkPeak { url, key, cache, cold } => fault::large::sdk_peak(&url, &key, &cache, cold, guard).await,

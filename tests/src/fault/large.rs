@@ -193,6 +193,86 @@ pub async fn run(
     }
 }
 
+/// What sled alone holds while it is written as a relay fills an
+/// environment ([`sled_floor`]).
+#[derive(Debug, Clone)]
+pub struct SledFloor {
+    /// Items written.
+    pub flags: usize,
+    /// Their encoded bytes, KiB.
+    pub data_kib: u64,
+    /// This process's anonymous memory before sled was opened, KiB.
+    pub start_anon_kib: u64,
+    /// Its anonymous memory at the largest, sampled after every commit, KiB.
+    pub peak_anon_kib: u64,
+    /// Its peak resident memory (`VmHWM`), KiB.
+    pub peak_kib: u64,
+    /// Its file-backed resident memory (its code) at the end, KiB.
+    pub file_kib: u64,
+}
+
+/// Bytes of one audit record as the relay writes it for a created flag
+/// (serialised JSON: the record, its YAML diff summarised, two hashes):
+/// the average of a filling relay's heap profile, 20,000 records in
+/// 8.3 MiB (docs/RESILIENCE.md §5).
+const AUDIT_RECORD_BYTES: usize = 435;
+
+/// `resilience sled-floor`: sled alone, in this process, written the way a
+/// relay fills an environment (`Relay::create_filled_env`: batches of
+/// 1,000 flags, each batch one transaction of its items under the relay's
+/// keys, one audit record per item under its revision and sequence, and
+/// the environment's metadata), with the relay's default page cache
+/// (16 MiB), keeping nothing itself. What it holds is what a relay's sled
+/// store holds on the same writes, before any of the relay's own memory.
+pub fn sled_floor(dir: &Path, flags: usize, description_bytes: usize, cache_bytes: u64) -> SledFloor {
+    use prost::Message;
+    use sled::Transactional;
+    let start_anon_kib = self_status_kib("RssAnon:");
+    let db = sled::Config::new()
+        .path(dir.join("sled-floor"))
+        .cache_capacity(cache_bytes)
+        .open()
+        .expect("sled opens");
+    let tree = |name: &str| db.open_tree(name).expect("tree opens");
+    let (meta, items, audit) = (tree("meta"), tree("items/big"), tree("audit/big"));
+    let (mut data, mut peak_anon_kib) = (0u64, start_anon_kib);
+    for (batch, start) in (0..flags).step_by(1_000).enumerate() {
+        let revision = batch as u64 + 1;
+        let encoded: Vec<(Vec<u8>, Vec<u8>)> = (start..(start + 1_000).min(flags))
+            .map(|i| {
+                let mut f = crate::relay::bool_flag(&format!("f-{i}"), true);
+                f.description = "d".repeat(description_bytes);
+                let mut key = vec![1u8];
+                key.extend_from_slice(f.key.as_bytes());
+                (key, f.encode_to_vec())
+            })
+            .collect();
+        data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+        (&meta, &items, &audit)
+            .transaction(|(m, it, au)| {
+                for (seq, (key, value)) in encoded.iter().enumerate() {
+                    it.insert(key.as_slice(), value.as_slice())?;
+                    let mut pos = revision.to_be_bytes().to_vec();
+                    pos.extend_from_slice(&(seq as u32).to_be_bytes());
+                    au.insert(pos, vec![b'a'; AUDIT_RECORD_BYTES])?;
+                }
+                m.insert("env/big", revision.to_be_bytes().to_vec())?;
+                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .expect("sled commits");
+        db.flush().expect("sled flushes");
+        peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
+    }
+    SledFloor {
+        flags,
+        data_kib: data / 1024,
+        start_anon_kib,
+        peak_anon_kib,
+        peak_kib: self_peak_rss_kib(),
+        file_kib: self_status_kib("RssFile:"),
+    }
+}
+
 /// This process's VmHWM, KiB.
 pub fn self_peak_rss_kib() -> u64 {
     self_status_kib("VmHWM:")
