@@ -263,6 +263,9 @@ pub fn sled_floor(dir: &Path, flags: usize, description_bytes: usize, cache_byte
         db.flush().expect("sled flushes");
         peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
     }
+    // The floor is only a floor if everything was written.
+    assert_eq!(items.len(), flags, "sled holds every item");
+    assert_eq!(audit.len(), flags, "sled holds every audit record");
     SledFloor {
         flags,
         data_kib: data / 1024,

@@ -5,7 +5,7 @@
 //! (the `resilience` binary's `sdk-peak`).
 
 use flagstream_tests::STEP;
-use flagstream_tests::fault::large::{SdkBin, run};
+use flagstream_tests::fault::large::{SdkBin, run, sled_floor};
 
 #[tokio::test]
 async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
@@ -20,4 +20,15 @@ async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
     assert_eq!(r.sdk[0].flags, 5_000, "the first sync holds every flag: {r:?}");
     assert_eq!(r.sdk[1].flags, 5_000, "the cold start serves every flag: {r:?}");
     assert!(r.sdk.iter().all(|s| s.peak_kib >= s.start_kib && s.start_kib > 0), "{r:?}");
+}
+
+#[test]
+fn the_sled_floor_writes_every_item_and_audit_record() {
+    // `resilience sled-floor` at CI size: 3,000 flags in three
+    // transactions, each item and record read back by count.
+    let dir = tempfile::tempdir().unwrap();
+    let r = sled_floor(dir.path(), 3_000, 1_024, 16 << 20);
+    assert_eq!(r.flags, 3_000);
+    assert!(r.data_kib >= 3_000 * 1_024 / 1024, "every item's description written: {r:?}");
+    assert!(r.peak_anon_kib >= r.start_anon_kib && r.peak_kib > 0, "{r:?}");
 }
