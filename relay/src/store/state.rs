@@ -211,8 +211,9 @@ pub(crate) enum Catchup {
     Current,
     /// One delta to head.
     Delta(Encoded),
-    /// A full snapshot (cursor empty, foreign or too old).
-    Snapshot(Arc<SnapshotChunks>),
+    /// A full snapshot (cursor empty, foreign or too old), and why: the
+    /// `cause` of `resyncs_total`, counted by the stream when it sends it.
+    Snapshot(Arc<SnapshotChunks>, &'static str),
     /// The cursor is ahead of this head (same epoch): nothing may be sent
     /// until the head reaches it (PROTOCOL.md §2.2).
     Ahead,
@@ -309,8 +310,7 @@ impl EnvState {
                 None => "delta_too_large",
             }
         };
-        metrics.resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc();
-        Catchup::Snapshot(self.chunks(bounds.chunk_bytes, metrics))
+        Catchup::Snapshot(self.chunks(bounds.chunk_bytes, metrics), cause)
     }
 
     /// The snapshot at this revision, planned once.
@@ -503,12 +503,11 @@ mod tests {
     fn deltas_over_the_delta_bound_become_snapshots_and_are_not_cached() {
         let (s, m) = (state(), Metrics::new());
         let bounds = Bounds { chunk_bytes: 4 << 10, delta_cache_bytes: 1 << 20 };
-        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(_)));
+        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(_, "delta_too_large")));
         assert_eq!(s.delta_cache_bytes(), 0);
-        assert_eq!(m.resyncs.get_or_create(&vec![("cause", "delta_too_large".to_owned())]).get(), 1);
         // Remembered as too large: not encoded again.
         let before = delta_encodes(&m);
-        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(_)));
+        assert!(matches!(s.catchup("E", 2, bounds, &m), Catchup::Snapshot(..)));
         assert_eq!(delta_encodes(&m), before);
         // Small ones still come as deltas; cursors ahead are held.
         assert!(matches!(s.catchup("E", 19, bounds, &m), Catchup::Delta(_)));

@@ -36,10 +36,11 @@ impl Waiters {
         match reg {
             Some(r) if r.waker.will_wake(waker) => {}
             Some(r) => {
-                r.waker = waker.clone();
-                if let Some(w) = self.lock().get_mut(r.slot) {
-                    *w = waker.clone();
-                }
+                let old = std::mem::replace(&mut r.waker, waker.clone());
+                let replaced = self.lock().get_mut(r.slot).map(|w| std::mem::replace(w, waker.clone()));
+                // Dropped after the lock: a waker's drop runs its
+                // executor's code, which must not find the lock held.
+                drop((old, replaced));
             }
             None => {
                 let slot = self.lock().insert(waker.clone());
@@ -50,10 +51,15 @@ impl Waiters {
 
     /// Forgets a task's registration (its stream ended).
     pub(crate) fn remove(&self, reg: Registration) {
-        self.lock().try_remove(reg.slot);
+        let removed = self.lock().try_remove(reg.slot);
+        // Dropped after the lock (see `register`).
+        drop(removed);
     }
 
-    /// Wakes every registered task (they stay registered).
+    /// Wakes every registered task (they stay registered), under the lock:
+    /// cloning 50,000 wakers out first would cost more than the wakes. A
+    /// waker's `wake_by_ref` must only schedule its task, never poll or
+    /// drop anything that could come back here (tokio's do just that).
     pub(crate) fn wake_all(&self) {
         for (_, w) in self.lock().iter() {
             w.wake_by_ref();

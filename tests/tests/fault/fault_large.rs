@@ -26,9 +26,11 @@ async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
 fn the_sled_floor_writes_every_item_and_audit_record() {
     // `resilience sled-floor` at CI size: 3,000 flags in three
     // transactions, each item and record read back by count.
+    // Alone in this binary: see `flagstream_tests::serial`.
+    let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
     let r = sled_floor(dir.path(), 3_000, 1_024, 16 << 20);
     assert_eq!(r.flags, 3_000);
     assert!(r.data_kib >= 3_000 * 1_024 / 1024, "every item's description written: {r:?}");
-    assert!(r.peak_anon_kib >= r.start_anon_kib && r.peak_kib > 0, "{r:?}");
+    assert!(r.peak_kib >= r.peak_anon_kib, "the peak counts the anonymous memory: {r:?}");
 }

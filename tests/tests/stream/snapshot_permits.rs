@@ -14,8 +14,7 @@ const WAITS: &str = "flagstream_limit_hits_total{limit=\"snapshot_concurrency\"}
 #[tokio::test]
 async fn a_snapshot_waits_for_a_free_permit_then_is_sent_whole() {
     let dir = tempfile::tempdir().unwrap();
-    // One permit; a 3,000-flag snapshot (~3.2 MiB) in 256 KiB chunks, past
-    // the 2 MiB a client's stream may have unread (hyper's window).
+    // One permit; a 3,000-flag snapshot (~3 MiB) in 256 KiB chunks.
     let relay = Relay::start(
         dir.path(),
         &[
@@ -33,8 +32,15 @@ async fn a_snapshot_waits_for_a_free_permit_then_is_sent_whole() {
     let key = relay.create_filled_env("big", 3_000, 1_000).await;
 
     // The first subscriber reads nothing yet: its send stalls on the
-    // window, holding the one permit.
-    let mut first = Subscriber::connect(relay.channel().await, &key, None).await.unwrap();
+    // window (1 MiB for this stream, set here so no client default
+    // decides), holding the one permit.
+    let narrow = tonic::transport::Endpoint::from_shared(relay.url())
+        .unwrap()
+        .initial_stream_window_size(1 << 20)
+        .connect()
+        .await
+        .unwrap();
+    let mut first = Subscriber::connect(narrow, &key, None).await.unwrap();
     eventually_async("the first snapshot send holds the permit", || async {
         relay.metric("flagstream_snapshot_sends").await == 1.0
     })
@@ -66,4 +72,6 @@ async fn a_snapshot_waits_for_a_free_permit_then_is_sent_whole() {
     assert_eq!(second.flags.len(), 3_001, "every flag, the late one too");
     assert!(second.flags.contains_key("late"));
     assert_eq!(relay.metric(WAITS).await, 1.0);
+    // Two snapshots sent, each counted once, however long one waited.
+    assert_eq!(relay.metric("flagstream_resyncs_total{cause=\"empty_cursor\"}").await, 2.0);
 }

@@ -224,7 +224,7 @@ impl Outbound {
         why: &'static str,
         message: &str,
     ) -> Encoded {
-        self.done = true;
+        self.finish();
         self.guard.reason = why;
         encoded::message(pb::subscribe_response::Kind::Reconnect(pb::Reconnect {
             reason: reason as i32,
@@ -257,6 +257,19 @@ impl Outbound {
         match self.timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(self.heartbeat_due()),
             Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The stream has sent (or is sending) its last message: it waits for
+    /// nothing more, so it leaves the environment's waiters (no wake-up on
+    /// every publish while its last message waits for the transport) and
+    /// the permit queue (a permit freed meanwhile goes to a stream that
+    /// will use it).
+    fn finish(&mut self) {
+        self.done = true;
+        self.forget_permit_wait();
+        if let Some(reg) = self.waiting.take() {
+            self.env.waiters.remove(reg);
         }
     }
 
@@ -297,7 +310,7 @@ impl Outbound {
                 ))));
             }
             if self.guard.sub.is_stopped() {
-                self.done = true;
+                self.finish();
                 return Poll::Ready(self.guard.sub.take_failure().map(Err));
             }
             if Instant::now() >= self.age_deadline {
@@ -321,7 +334,7 @@ impl Outbound {
             if let Some(features) = &self.features
                 && let Some(feature) = state.missing_feature(features)
             {
-                self.done = true;
+                self.finish();
                 let env = state.name.clone();
                 return Poll::Ready(Some(Err(Refusal::MissingFeature { env, feature }.into())));
             }
@@ -335,7 +348,7 @@ impl Outbound {
             let bounds =
                 Bounds { chunk_bytes: self.cfg.chunk_bytes, delta_cache_bytes: self.cfg.delta_cache_bytes };
             let catchup = state.catchup(&self.cursor.0, self.cursor.1, bounds, self.store.metrics());
-            if !matches!(catchup, Catchup::Snapshot(_)) {
+            if !matches!(catchup, Catchup::Snapshot(..)) {
                 self.forget_permit_wait();
             }
             match catchup {
@@ -381,13 +394,16 @@ impl Outbound {
                     self.guard.sub.sent_revision.store(state.revision, Ordering::Relaxed);
                     return Poll::Ready(Some(Ok(delta)));
                 }
-                Catchup::Snapshot(chunks) => {
+                Catchup::Snapshot(chunks, cause) => {
                     let cursor = (state.epoch.clone(), state.revision);
                     drop(state);
                     let permit = match self.permit(cx) {
                         Poll::Ready(Some(p)) => p,
                         // The semaphore closed: shutting down.
-                        Poll::Ready(None) => return Poll::Ready(None),
+                        Poll::Ready(None) => {
+                            self.finish();
+                            return Poll::Ready(None);
+                        }
                         // Kept alive while it waits; the snapshot is worked
                         // out again once a permit (or a new head) wakes it.
                         Poll::Pending => match self.wait(cx, None) {
@@ -397,6 +413,9 @@ impl Outbound {
                             Poll::Pending => return Poll::Pending,
                         },
                     };
+                    // Counted when sent, not each time a waiting stream
+                    // worked it out again.
+                    self.store.metrics().resyncs.get_or_create(&vec![("cause", cause.to_owned())]).inc();
                     // The stream has this snapshot's revision once its last
                     // chunk is handed over.
                     let whole = if chunks.len() > 1 { 0 } else { cursor.1 };
@@ -465,7 +484,7 @@ impl Outbound {
 
     /// Ends the stream: the environment was deleted.
     fn deleted(&mut self) -> Status {
-        self.done = true;
+        self.finish();
         self.guard.reason = "environment_deleted";
         Refusal::EnvDeleted(self.guard.sub.env.to_string()).into()
     }
