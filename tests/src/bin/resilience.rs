@@ -11,7 +11,7 @@
 //! target/release/resilience storm --streams 10000
 //! target/release/resilience slow-reader
 //! target/release/resilience large --flags 50000
-//! target/release/resilience sled-floor --flags 20000
+//! target/release/resilience sled-floor --flags 20000 [--replica]
 //! target/release/resilience ping-cost
 //! tests/side-by-side.sh        # installs redis-server, then runs `side-by-side`
 //! ```
@@ -97,6 +97,10 @@ enum Cmd {
         /// sled's page cache, bytes (the relay's default).
         #[arg(long, default_value_t = 16 << 20)]
         cache_bytes: u64,
+        /// Write as a replica taking the environment whole (a new
+        /// generation in batches, no audit records) instead.
+        #[arg(long)]
+        replica: bool,
     },
     /// (Run by `large`.) One SDK client in this process: syncs from `url`
     /// (or, with `--cold`, starts from its cache), then prints its figures.
@@ -213,8 +217,10 @@ fn main() -> anyhow::Result<()> {
                     times(cold.peak_kib),
                 );
             }
-            Cmd::SledFloor { flags, bytes, cache_bytes } => {
-                let r = fault::large::sled_floor(dir.path(), flags, bytes, cache_bytes);
+            Cmd::SledFloor { flags, bytes, cache_bytes, replica } => {
+                let writes =
+                    if replica { fault::large::FloorWrites::Replica } else { fault::large::FloorWrites::Fill };
+                let r = fault::large::sled_floor(dir.path(), flags, bytes, cache_bytes, writes);
                 let mib = |kib: u64| kib as f64 / 1024.0;
                 println!("| flags | items written | anonymous memory before → peak (growth) | peak RSS | code (file-backed) |");
                 println!("|---|---|---|---|---|");

@@ -193,8 +193,22 @@ pub async fn run(
     }
 }
 
+/// How [`sled_floor`] writes: as a relay filling an environment, or as a
+/// replica taking it whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorWrites {
+    /// Batches of 1,000 flags, each one transaction of its items, an audit
+    /// record per item and the metadata (`Relay::create_filled_env`).
+    Fill,
+    /// A received snapshot of 4,096 items or more (`store/sled/generation.rs`):
+    /// the items in unsynchronised batches of 1,000 into a new generation of
+    /// the items tree, then one transaction of the metadata; no audit
+    /// records (a replica writes none for a received snapshot).
+    Replica,
+}
+
 /// What sled alone holds while it is written as a relay fills an
-/// environment ([`sled_floor`]).
+/// environment, or a replica takes one ([`sled_floor`]).
 #[derive(Debug, Clone)]
 pub struct SledFloor {
     /// Items written.
@@ -224,7 +238,13 @@ const AUDIT_RECORD_BYTES: usize = 435;
 /// the environment's metadata), with the relay's default page cache
 /// (16 MiB), keeping nothing itself. What it holds is what a relay's sled
 /// store holds on the same writes, before any of the relay's own memory.
-pub fn sled_floor(dir: &Path, flags: usize, description_bytes: usize, cache_bytes: u64) -> SledFloor {
+pub fn sled_floor(
+    dir: &Path,
+    flags: usize,
+    description_bytes: usize,
+    cache_bytes: u64,
+    writes: FloorWrites,
+) -> SledFloor {
     use prost::Message;
     use sled::Transactional;
     let start_anon_kib = self_status_kib("RssAnon:");
@@ -248,6 +268,15 @@ pub fn sled_floor(dir: &Path, flags: usize, description_bytes: usize, cache_byte
             })
             .collect();
         data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
+        if writes == FloorWrites::Replica {
+            let mut b = sled::Batch::default();
+            for (key, value) in &encoded {
+                b.insert(key.as_slice(), value.as_slice());
+            }
+            items.apply_batch(b).expect("sled applies the batch");
+            peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
+            continue;
+        }
         (&meta, &items, &audit)
             .transaction(|(m, it, au)| {
                 for (seq, (key, value)) in encoded.iter().enumerate() {
@@ -263,9 +292,21 @@ pub fn sled_floor(dir: &Path, flags: usize, description_bytes: usize, cache_byte
         db.flush().expect("sled flushes");
         peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
     }
+    if writes == FloorWrites::Replica {
+        // The generation made current, with the metadata.
+        meta.transaction(|m| {
+            m.insert("items-gen/big", 1u64.to_be_bytes().to_vec())?;
+            m.insert("env/big", 1u64.to_be_bytes().to_vec())?;
+            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+        })
+        .expect("sled commits");
+        db.flush().expect("sled flushes");
+        peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
+    }
     // The floor is only a floor if everything was written.
     assert_eq!(items.len(), flags, "sled holds every item");
-    assert_eq!(audit.len(), flags, "sled holds every audit record");
+    let records = if writes == FloorWrites::Fill { flags } else { 0 };
+    assert_eq!(audit.len(), records, "sled holds every audit record");
     SledFloor {
         flags,
         data_kib: data / 1024,

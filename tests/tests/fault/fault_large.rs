@@ -5,7 +5,7 @@
 //! (the `resilience` binary's `sdk-peak`).
 
 use flagstream_tests::STEP;
-use flagstream_tests::fault::large::{SdkBin, run, sled_floor};
+use flagstream_tests::fault::large::{FloorWrites, SdkBin, run, sled_floor};
 
 #[tokio::test]
 async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
@@ -29,8 +29,10 @@ fn the_sled_floor_writes_every_item_and_audit_record() {
     // Alone in this binary: see `flagstream_tests::serial`.
     let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();
-    let r = sled_floor(dir.path(), 3_000, 1_024, 16 << 20);
-    assert_eq!(r.flags, 3_000);
-    assert!(r.data_kib >= 3_000 * 1_024 / 1024, "every item's description written: {r:?}");
-    assert!(r.peak_kib >= r.peak_anon_kib, "the peak counts the anonymous memory: {r:?}");
+    for writes in [FloorWrites::Fill, FloorWrites::Replica] {
+        let r = sled_floor(&dir.path().join(format!("{writes:?}")), 3_000, 1_024, 16 << 20, writes);
+        assert_eq!(r.flags, 3_000);
+        assert!(r.data_kib >= 3_000 * 1_024 / 1024, "every item's description written: {r:?}");
+        assert!(r.peak_kib >= r.peak_anon_kib, "the peak counts the anonymous memory: {r:?}");
+    }
 }
