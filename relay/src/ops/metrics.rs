@@ -384,6 +384,7 @@ impl Metrics {
             "feed_step_timeout",
             "feed_silent",
             "memory_budget",
+            "status_message_bytes",
         ] {
             m.limit_hits.get_or_create(&vec![("limit", limit.to_owned())]).inc_by(0);
         }

@@ -36,8 +36,30 @@ use crate::stream::transport::ConnInfo;
 /// Log lines about refusals per second (bursts up to twice that).
 const LOG_PER_SECOND: u32 = 20;
 
-/// Longest cause logged, bytes (the status message itself is not cut).
+/// Longest cause logged, bytes.
 const MAX_CAUSE: usize = 512;
+
+/// Longest status message sent, bytes; a longer one (a refusal quoting a
+/// huge field) is cut here, marked, and counted in
+/// `limit_hits{limit="status_message_bytes"}`. Percent-encoded in
+/// `grpc-message` a byte may take three, and a client refuses a header
+/// block past its limit (16 KiB by default in h2 and hyper) as a protocol
+/// error: the caller would get `INTERNAL` instead of the refusal.
+pub(crate) const MAX_MESSAGE: usize = 2048;
+
+/// `status` with its message cut to [`MAX_MESSAGE`] (code, details and
+/// metadata kept), or `None` if it is short enough.
+fn bounded(status: &Status) -> Option<Status> {
+    if status.message().len() <= MAX_MESSAGE {
+        return None;
+    }
+    Some(Status::with_details_and_metadata(
+        status.code(),
+        truncate(status.message(), MAX_MESSAGE).into_owned(),
+        status.details().to_vec().into(),
+        status.metadata().clone(),
+    ))
+}
 
 /// `s` cut to at most `max` bytes on a character boundary, marked if cut.
 fn truncate(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
@@ -288,6 +310,7 @@ where
                         None => status,
                     };
                     watch.see(&status);
+                    watch.bound(&status, &mut parts.headers);
                     None
                 }
                 None => Some(watch),
@@ -314,6 +337,18 @@ impl Watch {
     fn see(&self, status: &Status) {
         self.recorder.record(status, self.service, self.method, self.peer);
     }
+
+    /// Cuts `status`'s message in `headers` (the response's headers or
+    /// trailers) to [`MAX_MESSAGE`] if it is longer; counted.
+    fn bound(&self, status: &Status, headers: &mut http::HeaderMap) {
+        if let Some(cut) = bounded(status) {
+            self.recorder.metrics.limit_hit("status_message_bytes");
+            if let Err(e) = cut.add_header(headers) {
+                // The cut message was part of a header value already.
+                tracing::warn!(error = %e, "a cut status message could not be set; the original stands");
+            }
+        }
+    }
 }
 
 /// A response body whose trailers are looked at on their way out.
@@ -332,13 +367,14 @@ impl<B: http_body::Body<Data = Bytes, Error = Status> + Unpin> http_body::Body f
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        if let Some(Ok(f)) = &frame
-            && let Some(trailers) = f.trailers_ref()
+        let mut frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if let Some(Ok(f)) = &mut frame
+            && let Some(trailers) = f.trailers_mut()
             && let Some(watch) = self.watch.take()
             && let Some(status) = Status::from_header_map(trailers)
         {
             watch.see(&status);
+            watch.bound(&status, trailers);
         }
         Poll::Ready(frame)
     }
@@ -355,6 +391,24 @@ impl<B: http_body::Body<Data = Bytes, Error = Status> + Unpin> http_body::Body f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_status_message_is_cut_keeping_code_and_metadata() {
+        let mut long =
+            Status::invalid_argument(format!("flags[{:?}]: too long", "\u{9c835}\n\0".repeat(2_000)));
+        long.metadata_mut().insert("retry-after-ms", "100".parse().unwrap());
+        let cut = bounded(&long).expect("cut");
+        assert_eq!(cut.code(), Code::InvalidArgument);
+        assert!(cut.message().len() <= MAX_MESSAGE + 32, "{}", cut.message().len());
+        assert!(cut.message().ends_with(&format!("… ({} bytes)", long.message().len())));
+        assert!(cut.message().starts_with("flags["), "the start, which names the field, is kept");
+        assert_eq!(cut.metadata().get("retry-after-ms").unwrap(), "100");
+        // Set as a response's headers, the status reads back cut.
+        let mut headers = http::HeaderMap::new();
+        cut.add_header(&mut headers).unwrap();
+        assert_eq!(Status::from_header_map(&headers).unwrap().message(), cut.message());
+        assert!(bounded(&Status::invalid_argument("short")).is_none());
+    }
 
     #[test]
     fn only_tonics_decode_failures_become_the_clients_error() {
