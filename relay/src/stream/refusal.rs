@@ -40,12 +40,13 @@ const LOG_PER_SECOND: u32 = 20;
 const MAX_CAUSE: usize = 512;
 
 /// Longest status message sent, bytes; a longer one (a refusal quoting a
-/// huge field) is cut here, marked, and counted in
-/// `limit_hits{limit="status_message_bytes"}`. Percent-encoded in
-/// `grpc-message` a byte may take three, and a client refuses a header
-/// block past its limit (16 KiB by default in h2 and hyper) as a protocol
-/// error: the caller would get `INTERNAL` instead of the refusal.
-pub(crate) const MAX_MESSAGE: usize = 2048;
+/// huge field) is cut here, marked, counted in
+/// `limit_hits{limit="status_message_bytes"}`, and logged whole at debug.
+/// Percent-encoded in `grpc-message` a byte may take three (12 KiB at
+/// most here), and a client refuses a header block past its limit (16 KiB
+/// by default in hyper's client, which tonic's uses) as a protocol error:
+/// the caller would get `INTERNAL` instead of the refusal.
+pub(crate) const MAX_MESSAGE: usize = 4096;
 
 /// `status` with its message cut to [`MAX_MESSAGE`] (code, details and
 /// metadata kept), or `None` if it is short enough.
@@ -343,6 +344,12 @@ impl Watch {
     fn bound(&self, status: &Status, headers: &mut http::HeaderMap) {
         if let Some(cut) = bounded(status) {
             self.recorder.metrics.limit_hit("status_message_bytes");
+            tracing::debug!(
+                service = self.service,
+                method = self.method,
+                message = status.message(),
+                "a status message over {MAX_MESSAGE} bytes was cut before it was sent"
+            );
             if let Err(e) = cut.add_header(headers) {
                 // The cut message was part of a header value already.
                 tracing::warn!(error = %e, "a cut status message could not be set; the original stands");
@@ -403,10 +410,23 @@ mod tests {
         assert!(cut.message().ends_with(&format!("… ({} bytes)", long.message().len())));
         assert!(cut.message().starts_with("flags["), "the start, which names the field, is kept");
         assert_eq!(cut.metadata().get("retry-after-ms").unwrap(), "100");
-        // Set as a response's headers, the status reads back cut.
+        // Set over the original's headers (as the layer does), the status
+        // reads back cut, one value per header.
         let mut headers = http::HeaderMap::new();
+        long.add_header(&mut headers).unwrap();
         cut.add_header(&mut headers).unwrap();
         assert_eq!(Status::from_header_map(&headers).unwrap().message(), cut.message());
+        assert_eq!(headers.get_all("grpc-message").iter().count(), 1);
+        assert_eq!(headers.get_all("retry-after-ms").iter().count(), 1);
+        // Raw multi-byte text is cut on a character boundary, within the
+        // bound once percent-encoded three bytes a byte.
+        let wide = Status::invalid_argument("é".repeat(MAX_MESSAGE));
+        let cut = bounded(&wide).expect("cut");
+        assert!(cut.message().starts_with("éé"));
+        assert!(cut.message().len() <= MAX_MESSAGE + 32);
+        let mut headers = http::HeaderMap::new();
+        cut.add_header(&mut headers).unwrap();
+        assert!(headers["grpc-message"].len() <= 3 * (MAX_MESSAGE + 32), "{}", headers["grpc-message"].len());
         assert!(bounded(&Status::invalid_argument("short")).is_none());
     }
 

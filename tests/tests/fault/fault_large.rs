@@ -24,8 +24,9 @@ async fn five_thousand_flags_are_chunked_synced_and_cold_started() {
 
 #[test]
 fn the_sled_floor_writes_every_item_and_audit_record() {
-    // `resilience sled-floor` at CI size: 3,000 flags in three
-    // transactions, each item and record read back by count.
+    // `resilience sled-floor` at CI size: 3,000 flags in batches of 1,000
+    // (as a fill: transactions with their audit records; as a replica:
+    // batches, then the metadata), each item and record counted after.
     // Alone in this binary: see `flagstream_tests::serial`.
     let _serial = flagstream_tests::serial();
     let dir = tempfile::tempdir().unwrap();

@@ -22,7 +22,7 @@ use std::time::Duration;
 use flagstream_proto::v1 as pb;
 use futures_util::Stream;
 use rand::Rng;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use tokio::time::Instant;
 use tokio_util::sync::PollSemaphore;
 use tonic::Status;
@@ -443,7 +443,9 @@ impl Outbound {
         if self.permit_wait.is_none() {
             match self.hub.snapshot_permits.clone().try_acquire_owned() {
                 Ok(p) => return Poll::Ready(Some(p)),
-                Err(_) => {
+                // Shutting down: no wait, nothing counted.
+                Err(TryAcquireError::Closed) => return Poll::Ready(None),
+                Err(TryAcquireError::NoPermits) => {
                     self.store.metrics().limit_hit("snapshot_concurrency");
                     self.guard.sub.waiting_permit.store(true, Ordering::Relaxed);
                     self.permit_wait = Some(PollSemaphore::new(self.hub.snapshot_permits.clone()));
