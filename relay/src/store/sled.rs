@@ -24,7 +24,7 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use super::audit::{AuditPos, AuditRecord};
-use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, Revoked};
+use super::backend::{AuditRows, Backend, Commit, Committed, ItemChange, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, Log, LogEntry};
@@ -208,10 +208,16 @@ impl SledBackend {
             .collect::<Result<Vec<_>, StoreError>>()?;
         (&self.meta, &items, &log, &audit)
             .transaction(|(m, i, l, a)| {
-                if let Some(next) = next {
-                    m.insert(gen_key(&name).as_bytes(), &next.to_be_bytes())?;
-                }
-                for change in c.items.iter().filter(|_| next.is_none()) {
+                // A new generation holds the items already: the
+                // transaction only makes it current.
+                let in_place: &[ItemChange] = match next {
+                    Some(next) => {
+                        m.insert(gen_key(&name).as_bytes(), &next.to_be_bytes())?;
+                        &[]
+                    }
+                    None => &c.items,
+                };
+                for change in in_place {
                     debug_assert!(
                         change.shared.as_deref().is_none_or(|s| Some(s) == change.bytes.as_deref()),
                         "a shared buffer holds its item's bytes"
