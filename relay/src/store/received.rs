@@ -15,7 +15,6 @@
 //! These run on tokio's blocking pool (the follow engine calls its sink
 //! there) and block on the backend.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -87,8 +86,11 @@ impl Store {
         }
         // Each item to be stored copied once into the buffer the backend
         // stores as it is, found again by its address for the commit: held
-        // once, and the network's buffers (often a whole chunk) let go.
-        let mut stored: HashMap<usize, sled::IVec> = HashMap::new();
+        // once, and the network's buffers (often a whole chunk) let go. A
+        // list of exactly the items' count, sorted once: a pointer and a
+        // buffer handle per item, not a hash table grown by doubling.
+        let count = chunks.iter().map(|c| c.flags.len() + c.segments.len()).sum();
+        let mut stored: Vec<(usize, sled::IVec)> = Vec::with_capacity(if persist { count } else { 0 });
         let raw = chunks
             .into_iter()
             .flat_map(|c| {
@@ -102,7 +104,7 @@ impl Store {
                     return (kind, b);
                 }
                 let (bytes, ivec) = shared_encoding(&b);
-                stored.insert(bytes.as_ptr() as usize, ivec);
+                stored.push((bytes.as_ptr() as usize, ivec));
                 (kind, bytes)
             });
         let name = env.meta.load().name.clone();
@@ -137,16 +139,27 @@ impl Store {
             tracing::warn!(env = %name, revision = h.revision, ours = state.checksum(), theirs = h.checksum,
                 "the upstream holds other content under this relay's revision: replaced by its snapshot, the change log restarts");
         }
-        // What changed: upserts of new or different items, deletes of the rest.
-        let mut changes: Vec<ItemChange> = items
-            .iter()
-            .filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes))
-            .map(|(k, i)| ItemChange {
-                key: k.clone(),
-                bytes: Some(i.bytes.clone()),
-                shared: stored.get(&(i.bytes.as_ptr() as usize)).cloned(),
-            })
-            .collect();
+        // What changed: upserts of new or different items, deletes of the
+        // rest. Every item when this relay held none (its first sync): the
+        // list made at its size, not grown by doubling.
+        stored.sort_unstable_by_key(|(at, _)| *at);
+        let shared = |b: &Bytes| {
+            let at = b.as_ptr() as usize;
+            stored.binary_search_by_key(&at, |(a, _)| *a).ok().map(|i| stored[i].1.clone())
+        };
+        let mut changes = Vec::with_capacity(if state.items.is_empty() { items.len() } else { 0 });
+        changes.extend(
+            items.iter().filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes)).map(
+                |(k, i)| ItemChange {
+                    key: k.clone(),
+                    bytes: Some(i.bytes.clone()),
+                    shared: shared(&i.bytes),
+                },
+            ),
+        );
+        // The changes hold the buffers they store; the list is not kept
+        // through the commit.
+        drop(stored);
         changes.extend(state.items.keys().filter(|k| !items.contains_key(*k)).map(|k| ItemChange {
             key: k.clone(),
             bytes: None,

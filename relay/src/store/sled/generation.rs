@@ -22,8 +22,13 @@ use crate::store::{StoreError, corrupt};
 /// A commit changing at least this many items writes a new generation.
 pub(super) const BULK_ITEMS: usize = 4096;
 
-/// Items per batch when a generation is written.
+/// Items per batch when a generation is written (a batch also ends at
+/// [`FLUSH_BYTES`]).
 const BATCH: usize = 1000;
+
+/// A generation being written is flushed to disk after each this many
+/// bytes of keys and values.
+const FLUSH_BYTES: usize = 1 << 20;
 
 /// The `meta` key naming an environment's current generation.
 pub(super) fn gen_key(name: &str) -> String {
@@ -72,19 +77,35 @@ impl SledBackend {
     ) -> Result<sled::Tree, StoreError> {
         let next = self.db.open_tree(tree_name(name, generation))?;
         next.clear()?; // what an attempt that failed left
-        let changed: HashSet<Vec<u8>> = changes.iter().map(|c| item_key(&c.key)).collect();
+        // The keys the change replaces; none to look up when the old
+        // generation is empty (a replica's first sync writes every item).
+        let changed: HashSet<Vec<u8>> = match old.is_empty() {
+            true => HashSet::new(),
+            false => changes.iter().map(|c| item_key(&c.key)).collect(),
+        };
         let mut batch = sled::Batch::default();
-        let mut in_batch = 0;
+        let (mut in_batch, mut batch_bytes, mut unflushed) = (0, 0, 0);
         let mut put =
             |batch: &mut sled::Batch, k: sled::IVec, v: Option<sled::IVec>| -> Result<(), StoreError> {
+                batch_bytes += k.len() + v.as_ref().map_or(0, |v| v.len());
                 match v {
                     Some(v) => batch.insert(k, v),
                     None => batch.remove(k),
                 }
                 in_batch += 1;
-                if in_batch == BATCH {
+                if in_batch == BATCH || batch_bytes >= FLUSH_BYTES {
                     next.apply_batch(std::mem::take(batch))?;
+                    unflushed += std::mem::take(&mut batch_bytes);
                     in_batch = 0;
+                }
+                // Written out as it goes: sled seals a log buffer per
+                // 512 KiB and writes them on its own threads, and a
+                // generation written faster than that held ~5 MiB of
+                // them at once (a replica taking 20,000 flags peaked 7 MiB
+                // higher, docs/RESILIENCE.md §5).
+                if unflushed >= FLUSH_BYTES {
+                    self.db.flush()?;
+                    unflushed = 0;
                 }
                 Ok(())
             };
@@ -233,6 +254,28 @@ mod tests {
         crate::store::backend::Backend::delete_env(&b, ENV.into(), None).await.unwrap();
         assert!(items_trees(&b).is_empty());
         assert!(b.items_tree(ENV).unwrap().0 == 0, "a new environment of the name starts again");
+    }
+
+    /// Values large enough that batches end at `FLUSH_BYTES`, not at
+    /// `BATCH` items, and the generation is flushed as it is written: every
+    /// item loads whole, in place of the old generation's.
+    #[tokio::test]
+    async fn a_generation_of_large_values_is_written_in_byte_bounded_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SledBackend::open(dir.path()).unwrap();
+        b.put_meta_now(&meta(0)).unwrap();
+        let n = super::BULK_ITEMS + 10;
+        let large = "v".repeat(2048);
+        assert!(super::BATCH * large.len() > super::FLUSH_BYTES, "batches end by bytes");
+        b.commit_now(commit(1, (0..n).map(|i| put(i, "a")).collect())).unwrap();
+        b.commit_now(commit(2, (0..n).map(|i| put(i, &large)).collect())).unwrap();
+        assert_eq!(items_trees(&b), ["items/big#2"]);
+        let got = loaded(&b);
+        assert_eq!(got.len(), n);
+        assert!(
+            got.iter()
+                .all(|(k, v)| v.len() > large.len() && v.starts_with(&large) && k[1..] == v[large.len()..])
+        );
     }
 
     #[test]
