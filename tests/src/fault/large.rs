@@ -201,9 +201,10 @@ pub enum FloorWrites {
     /// record per item and the metadata (`Relay::create_filled_env`).
     Fill,
     /// A received snapshot of 4,096 items or more (`store/sled/generation.rs`):
-    /// the items in unsynchronised batches of 1,000 into a new generation of
-    /// the items tree, flushed, then one transaction of the metadata; no
-    /// audit records (a replica writes none for a received snapshot).
+    /// the items in batches of 1,000 into a new generation of the items
+    /// tree, flushed after each MiB of them and at the end, then one
+    /// transaction of the metadata; no audit records (a replica writes
+    /// none for a received snapshot).
     /// Below 4,096 items a replica commits in one transaction instead:
     /// this mode measures the bulk path only.
     Replica,
@@ -258,7 +259,7 @@ pub fn sled_floor(
         .expect("sled opens");
     let tree = |name: &str| db.open_tree(name).expect("tree opens");
     let (meta, items, audit) = (tree("meta"), tree("items/big"), tree("audit/big"));
-    let (mut data, mut peak_anon_kib) = (0u64, start_anon_kib);
+    let (mut data, mut peak_anon_kib, mut unflushed) = (0u64, start_anon_kib, 0u64);
     for (batch, start) in (0..flags).step_by(1_000).enumerate() {
         let revision = batch as u64 + 1;
         let encoded: Vec<(Vec<u8>, Vec<u8>)> = (start..(start + 1_000).min(flags))
@@ -270,6 +271,7 @@ pub fn sled_floor(
                 (key, f.encode_to_vec())
             })
             .collect();
+        let bytes = encoded.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
         data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         if writes == FloorWrites::Replica {
             let mut b = sled::Batch::default();
@@ -277,11 +279,14 @@ pub fn sled_floor(
                 b.insert(key.as_slice(), value.as_slice());
             }
             items.apply_batch(b).expect("sled applies the batch");
-            peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
-            if start + 1_000 >= flags {
-                // Flushed before the transaction that makes it current.
+            unflushed += bytes;
+            // As the relay does: each MiB as it is written, and the rest
+            // before the transaction that makes the generation current.
+            if unflushed >= 1 << 20 || start + 1_000 >= flags {
                 db.flush().expect("sled flushes");
+                unflushed = 0;
             }
+            peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
             continue;
         }
         (&meta, &items, &audit)

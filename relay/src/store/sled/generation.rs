@@ -3,9 +3,11 @@
 //! named in the `meta` tree at `items-gen/{name}` (absent: 0).
 //!
 //! A commit that changes many items (a replica taking an environment
-//! whole) writes a new generation in batches of its own, then one
-//! transaction makes it current with the metadata, the change-log entry
-//! and the audit records; the old generation is dropped after. One sled
+//! whole) writes a new generation in batches of its own (1,000 items or
+//! 1 MiB, flushed to disk each MiB so sled's log buffers do not pile up
+//! behind its writer), then one transaction makes it current with the
+//! metadata, the change-log entry and the audit records; the old
+//! generation is dropped after. One sled
 //! transaction of 50,000 inserts kept every node version sled made until
 //! it ended (a replica taking a 50 MiB environment peaked at 600 MiB); a
 //! batch pins sled's epoch for its own inserts only. A crash before the
