@@ -143,9 +143,12 @@ impl Store {
         // rest. Every item when this relay held none (its first sync): the
         // list made at its size, not grown by doubling.
         stored.sort_unstable_by_key(|(at, _)| *at);
+        // Only a buffer holding the item's own bytes: should two entries
+        // ever share an address, the item is copied, never given another's.
         let shared = |b: &Bytes| {
             let at = b.as_ptr() as usize;
-            stored.binary_search_by_key(&at, |(a, _)| *a).ok().map(|i| stored[i].1.clone())
+            let i = stored.binary_search_by_key(&at, |(a, _)| *a).ok()?;
+            (stored[i].1 == b.as_ref()).then(|| stored[i].1.clone())
         };
         let mut changes = Vec::with_capacity(if state.items.is_empty() { items.len() } else { 0 });
         changes.extend(

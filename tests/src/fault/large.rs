@@ -279,6 +279,8 @@ pub fn sled_floor(
                 b.insert(key.as_slice(), value.as_slice());
             }
             items.apply_batch(b).expect("sled applies the batch");
+            // Sampled before the flush and after it.
+            peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
             unflushed += bytes;
             // As the relay does: each MiB as it is written, and the rest
             // before the transaction that makes the generation current.
