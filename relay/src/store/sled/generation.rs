@@ -4,8 +4,8 @@
 //!
 //! A commit that changes many items (a replica taking an environment
 //! whole) writes a new generation in batches of its own (1,000 items or
-//! 1 MiB, flushed to disk each MiB so sled's log buffers do not pile up
-//! behind its writer), then one transaction makes it current with the
+//! 1 MiB, flushed to disk each MiB so sled's writes do not trail the
+//! batches), then one transaction makes it current with the
 //! metadata, the change-log entry and the audit records; the old
 //! generation is dropped after. One sled
 //! transaction of 50,000 inserts kept every node version sled made until
@@ -101,9 +101,9 @@ impl SledBackend {
                     in_batch = 0;
                 }
                 // Written out as it goes: sled seals a log buffer per
-                // 512 KiB and writes them on its own threads, and a
-                // generation written faster than those threads write held
-                // several at once, more the slower the disk
+                // 512 KiB and writes them on its own threads; unflushed,
+                // the batches ran ahead of those writes and a replica
+                // held more memory the slower the disk
                 // (docs/RESILIENCE.md §5).
                 if unflushed >= FLUSH_BYTES {
                     self.db.flush()?;
