@@ -73,11 +73,56 @@ pub(crate) fn build_items(
     // per item, and lets the segments be decoded before the flags.
     let raw: Vec<(Kind, Bytes)> = raw.into_iter().collect();
     let mut items = Items::new();
+    let snapshot = compile(env, &raw, Some(&mut items), limits, metrics)?;
+    Ok((items, snapshot))
+}
+
+/// Items from received bytes, each decoded (bytes that do not decode are
+/// refused here, as [`build_items`] refuses them) and its model dropped:
+/// what a commit needs. The snapshot is built from them once they are
+/// stored ([`build_snapshot`]), so it is not held through the commit.
+pub(crate) fn decode_items(raw: impl IntoIterator<Item = (Kind, Bytes)>) -> Result<Items, String> {
+    let mut items = Items::new();
+    for (kind, bytes) in raw {
+        let (key, version) = match kind {
+            Kind::Segment => decode_segment(&bytes).map(|(k, s)| (k, s.version)),
+            Kind::Flag => decode_flag(&bytes).map(|(k, f)| (k, f.version)),
+        }
+        .map_err(|e| format!("{} {e}", kind.name()))?;
+        let hash = item_hash(kind, &key, &bytes);
+        items.insert((kind, key), Item { bytes, hash, version });
+    }
+    Ok(items)
+}
+
+/// The snapshot of items [`decode_items`] accepted, as [`build_items`]
+/// builds it (each flag decoded again, one model at a time).
+pub(crate) fn build_snapshot(
+    env: &str,
+    items: &Items,
+    limits: &Limits,
+    metrics: &Metrics,
+) -> Result<Snapshot, String> {
+    let raw: Vec<(Kind, Bytes)> = items.iter().map(|((kind, _), item)| (*kind, item.bytes.clone())).collect();
+    compile(env, &raw, None, limits, metrics)
+}
+
+/// [`build_items`]' snapshot of `raw`, inserting each item into `items`
+/// when given.
+fn compile(
+    env: &str,
+    raw: &[(Kind, Bytes)],
+    mut items: Option<&mut Items>,
+    limits: &Limits,
+    metrics: &Metrics,
+) -> Result<Snapshot, String> {
     let mut segments = Vec::new();
     for (_, bytes) in raw.iter().filter(|(k, _)| *k == Kind::Segment) {
         let (key, s) = decode_segment(bytes).map_err(|e| format!("segment {e}"))?;
-        let hash = item_hash(Kind::Segment, &key, bytes);
-        items.insert((Kind::Segment, key), Item { bytes: bytes.clone(), hash, version: s.version });
+        if let Some(items) = items.as_deref_mut() {
+            let hash = item_hash(Kind::Segment, &key, bytes);
+            items.insert((Kind::Segment, key), Item { bytes: bytes.clone(), hash, version: s.version });
+        }
         segments.push(s);
     }
     let flag_bytes = || raw.iter().filter(|(k, _)| *k == Kind::Flag).map(|(_, b)| b);
@@ -88,8 +133,10 @@ pub(crate) fn build_items(
     let mut undecodable = None;
     let flags = flag_bytes().map_while(|bytes| match decode_flag(bytes) {
         Ok((key, f)) => {
-            let hash = item_hash(Kind::Flag, &key, bytes);
-            items.insert((Kind::Flag, key), Item { bytes: bytes.clone(), hash, version: f.version });
+            if let Some(items) = items.as_deref_mut() {
+                let hash = item_hash(Kind::Flag, &key, bytes);
+                items.insert((Kind::Flag, key), Item { bytes: bytes.clone(), hash, version: f.version });
+            }
             Some((f, bytes.clone()))
         }
         Err(e) => {
@@ -120,5 +167,5 @@ pub(crate) fn build_items(
                 .map_err(|e| format!("flag {e}"))?
         }
     };
-    Ok((items, snapshot))
+    Ok(snapshot)
 }

@@ -24,6 +24,7 @@ use flagstream::{ApplyError, Snapshot};
 use flagstream_proto::v1 as pb;
 
 use super::backend::{Commit, ItemChange, shared_encoding};
+use super::build::{build_snapshot, decode_items};
 use super::meta::EnvMeta;
 use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
 use super::{DecodedItems, Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
@@ -107,10 +108,13 @@ impl Store {
                 stored.push((bytes.as_ptr() as usize, ivec));
                 (kind, bytes)
             });
-        let name = env.meta.load().name.clone();
-        let (items, snapshot) = build_items(&name, raw, &self.inner.limits, &self.inner.metrics)
-            .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
+        // Decoded (what does not decode is refused before anything is
+        // stored), the snapshot built once they are stored: it is not held
+        // through the commit, whose writes are the largest part of this
+        // step's memory (docs/RESILIENCE.md §5).
+        let items = decode_items(raw).map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
         let totals = Totals::of(&items);
+        let name = env.meta.load().name.clone();
         if totals.checksum != h.checksum {
             return Err(ApplyError::Checksum {
                 revision: h.revision,
@@ -171,6 +175,10 @@ impl Store {
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
         let log = (same_epoch && !diverged).then(|| (state.log.clone(), Some(state.revision)));
+        let snapshot = |items: &Items| {
+            build_snapshot(&name, items, &self.inner.limits, &self.inner.metrics)
+                .map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))
+        };
         self.commit_received(env, h, (items, totals), snapshot, changes, log, persist, commit_id)
     }
 
@@ -268,7 +276,7 @@ impl Store {
             env,
             h,
             (items, totals),
-            snapshot,
+            |_: &Items| Ok(snapshot),
             changes,
             Some((log, None)),
             persist,
@@ -283,8 +291,9 @@ impl Store {
         self.check_committing(env, &name).map_err(stored)
     }
 
-    /// Persists and publishes one received revision. `log`: the change
-    /// log to extend, and for a diffed snapshot the revision it was diffed
+    /// Persists and publishes one received revision. `snapshot`: the
+    /// items' snapshot, made once they are stored; `log`: the change log
+    /// to extend, and for a diffed snapshot the revision it was diffed
     /// from; `None`: the log restarts empty (a new epoch).
     #[allow(clippy::too_many_arguments)]
     fn commit_received(
@@ -292,7 +301,7 @@ impl Store {
         env: &Env,
         h: Header,
         (items, totals): (Items, Totals),
-        snapshot: Snapshot,
+        snapshot: impl FnOnce(&Items) -> Result<Snapshot, ApplyError>,
         changes: Vec<ItemChange>,
         log: Option<(Log, Option<u64>)>,
         persist: bool,
@@ -319,16 +328,6 @@ impl Store {
         // how old the upstream's own data was); from a shared database's
         // feed it is the truth, not a copy.
         meta.confirmed_unix_ms = if persist { super::now_ms() } else { 0 };
-        let state = EnvState::with_totals(
-            meta.name.clone(),
-            h.epoch.clone(),
-            h.revision,
-            h.committed_unix_ms,
-            items,
-            totals,
-            log,
-            Arc::new(snapshot.with_cursor(&h.epoch, h.revision)),
-        );
         let commit = Commit {
             meta: meta.clone(),
             base: env.state.load().revision,
@@ -348,6 +347,29 @@ impl Store {
                 return Err(stored(e));
             }
         }
+        // Every item decoded above: a snapshot that still fails leaves
+        // stored what memory does not hold, so the environment is fenced
+        // off as after a failed commit.
+        let snapshot = match snapshot(&items) {
+            Ok(s) => s,
+            Err(e) => {
+                if persist {
+                    self.poison(env, &meta.name, &e);
+                }
+                env.committing.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
+        let state = EnvState::with_totals(
+            meta.name.clone(),
+            h.epoch.clone(),
+            h.revision,
+            h.committed_unix_ms,
+            items,
+            totals,
+            log,
+            Arc::new(snapshot.with_cursor(&h.epoch, h.revision)),
+        );
         let c = cursor(&state);
         self.publish(env, meta, state);
         env.committing.store(false, Ordering::Release);

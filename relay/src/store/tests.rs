@@ -6,6 +6,7 @@ use bytes::Bytes;
 use flagstream::{Context, FlagSet, Limits, Reason};
 use prost::Message;
 
+use super::build::{build_snapshot, decode_items};
 use super::build_items;
 use super::state::Kind;
 use crate::ops::metrics::Metrics;
@@ -99,8 +100,54 @@ fn undecodable_stored_bytes_are_refused() {
         let mut raw = items(yaml);
         raw[at].1 = Bytes::from_static(b"\xff\xff\xff");
         let m = Metrics::new();
-        let Err(err) = build_items("e", raw, &Limits::default(), &m) else { panic!("{what}: accepted") };
+        let Err(err) = build_items("e", raw.clone(), &Limits::default(), &m) else {
+            panic!("{what}: accepted")
+        };
         assert!(err.starts_with(kind), "{what}: {err}");
         assert_eq!(invalid_data_hits(&m), 0, "{what}: refused, not served");
+        // A received snapshot's items, decoded before they are stored:
+        // refused the same way, before anything is stored.
+        let Err(err) = decode_items(raw) else { panic!("{what}: decoded") };
+        assert!(err.starts_with(kind), "{what}: {err}");
+    }
+}
+
+/// A received snapshot's items decoded first and its snapshot built from
+/// them once stored (`decode_items`, then `build_snapshot`) are what
+/// `build_items` makes of the same bytes: the same items, the same
+/// answers, data that fails validation served and counted once.
+#[test]
+fn items_decoded_then_built_match_items_built_at_once() {
+    let across = VALID
+        .replace("prerequisites: [{key: a, variation: 0}]", "prerequisites: [{key: gone, variation: 0}]");
+    for (what, yaml, invalid) in [("valid", VALID, 0), ("failing validation", &across, 1)] {
+        let (m1, m2) = (Metrics::new(), Metrics::new());
+        let (whole, snap) = build_items("e", items(yaml), &Limits::default(), &m1).unwrap();
+        let decoded = decode_items(items(yaml)).unwrap();
+        assert_eq!(invalid_data_hits(&m2), 0, "{what}: decoding validates nothing");
+        let built = build_snapshot("e", &decoded, &Limits::default(), &m2).unwrap();
+        let listed = |items: &super::state::Items| {
+            items.iter().map(|(k, i)| (k.clone(), i.bytes.clone(), i.hash, i.version)).collect::<Vec<_>>()
+        };
+        assert_eq!(listed(&decoded), listed(&whole), "{what}: the same items");
+        let keys = |s: &flagstream::Snapshot| {
+            let mut k: Vec<String> = s.keys().map(str::to_owned).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&built), keys(&snap), "{what}");
+        for (flag, user) in [("a", "u1"), ("b", "u1"), ("c", "u1"), ("c", "u2")] {
+            let ctx = Context::new(user);
+            assert_eq!(
+                built.detail(flag, &ctx, false),
+                snap.detail(flag, &ctx, false),
+                "{what}: {flag} for {user}"
+            );
+        }
+        assert_eq!(
+            (invalid_data_hits(&m1), invalid_data_hits(&m2)),
+            (invalid, invalid),
+            "{what}: counted once"
+        );
     }
 }
