@@ -109,9 +109,10 @@ impl Store {
                 (kind, bytes)
             });
         // Decoded (what does not decode is refused before anything is
-        // stored), the snapshot built once they are stored: it is not held
-        // through the commit, whose writes are the largest part of this
-        // step's memory (docs/RESILIENCE.md §5).
+        // stored), the snapshot built after the commit (or, from a shared
+        // database's feed, after the checks): it is not held through the
+        // commit, whose writes are the largest part of this step's memory
+        // (docs/RESILIENCE.md §5).
         let items = decode_items(raw).map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
         let totals = Totals::of(&items);
         let name = env.meta.load().name.clone();
@@ -344,20 +345,26 @@ impl Store {
             let outcome = tokio::runtime::Handle::current().block_on(self.inner.backend.commit(commit));
             if let Err(e) = outcome {
                 self.poison(env, &meta.name, &e);
+                env.committing.store(false, Ordering::Release);
                 return Err(stored(e));
             }
         }
         // Every item decoded above: a snapshot that still fails leaves
         // stored what memory does not hold, so the environment is fenced
-        // off as after a failed commit.
+        // off as after a failed commit, and the failure is this relay's
+        // (a storage error), not the upstream's.
         let snapshot = match snapshot(&items) {
             Ok(s) => s,
             Err(e) => {
+                let e = StoreError::Storage(
+                    format!("revision {} was stored but its snapshot could not be built: {e}", h.revision)
+                        .into(),
+                );
                 if persist {
                     self.poison(env, &meta.name, &e);
                 }
                 env.committing.store(false, Ordering::Release);
-                return Err(e);
+                return Err(stored(e));
             }
         };
         let state = EnvState::with_totals(
@@ -379,4 +386,92 @@ impl Store {
 
 fn cursor(state: &EnvState) -> pb::Cursor {
     pb::Cursor { epoch: state.epoch.clone(), revision: state.revision }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use flagstream::follow::RawChunk;
+    use flagstream::{ApplyError, Context, Limits};
+    use prost::Message;
+
+    use crate::ops::metrics::Metrics;
+    use crate::store::backend::Backend;
+    use crate::store::build::decode_items;
+    use crate::store::meta::EnvMeta;
+    use crate::store::sled::SledBackend;
+    use crate::store::state::{Kind, Totals};
+    use crate::store::{Retention, Source, Store};
+
+    const ENV: &str = "r";
+
+    async fn open(dir: &std::path::Path) -> Store {
+        let backend: Arc<dyn Backend> = Arc::new(SledBackend::open(&dir.join("db")).unwrap());
+        let retention = Retention { revisions: 100, bytes: 1 << 20, audit_revisions: 100 };
+        let source = Source::Replica { upstream: "http://upstream".into() };
+        Store::open(backend, Limits::default(), retention, Metrics::new(), source).await.unwrap()
+    }
+
+    fn flag(key: &str) -> Bytes {
+        let yaml = format!(
+            "flags:\n  - {{key: {key}, type: bool, variations: [false, true], on: true, off_variation: 0, fallthrough: {{variation: 1}}}}\n"
+        );
+        let set: flagstream::FlagSet = serde_yaml_ng::from_str(&yaml).unwrap();
+        Bytes::from(flagstream::wire::flag_to_proto(&set.flags[0]).encode_to_vec())
+    }
+
+    /// One chunk holding `flags`, with their checksum when they decode.
+    fn chunk(revision: u64, flags: Vec<Bytes>) -> RawChunk {
+        let raw = flags.iter().map(|b| (Kind::Flag, b.clone()));
+        let checksum = decode_items(raw).map_or(0, |items| Totals::of(&items).checksum);
+        RawChunk {
+            epoch: "up".into(),
+            revision,
+            chunk_index: 0,
+            total_chunks: 1,
+            last_chunk: true,
+            flags,
+            segments: Vec::new(),
+            checksum,
+            ..Default::default()
+        }
+    }
+
+    async fn apply(store: &Store, c: RawChunk) -> Result<u64, ApplyError> {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.apply_snapshot_blocking(ENV, vec![c]))
+            .await
+            .unwrap()
+            .map(|cursor| cursor.revision)
+    }
+
+    /// A received snapshot is stored, then served: its flags answer, and a
+    /// restart loads them. One with an item that does not decode is
+    /// refused as the upstream's fault before anything is stored: memory
+    /// and disk keep the revision before it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_received_snapshot_is_stored_then_served_and_an_undecodable_one_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        store.add_env(EnvMeta::for_tests(ENV, "", 0)).await.unwrap();
+        assert_eq!(apply(&store, chunk(5, vec![flag("a"), flag("b")])).await.unwrap(), 5);
+        let served = |store: &Store| {
+            let state = store.env(ENV).unwrap().state.load_full();
+            let on = state.snapshot.detail("b", &Context::new("u"), false).value;
+            (state.revision, state.items.len(), on)
+        };
+        assert_eq!(served(&store), (5, 2, true));
+
+        let refused = apply(&store, chunk(6, vec![flag("a"), Bytes::from_static(b"\xff\xff\xff")])).await;
+        let Err(ApplyError::Protocol(msg)) = refused else {
+            panic!("not refused as a protocol error: {refused:?}")
+        };
+        assert!(msg.contains("undecodable item: flag"), "{msg}");
+        assert_eq!(served(&store), (5, 2, true), "memory unchanged");
+        drop(store);
+        let store = open(dir.path()).await;
+        assert_eq!(served(&store), (5, 2, true), "disk unchanged");
+    }
 }
