@@ -59,7 +59,7 @@ pub(crate) use error::{StoreError, corrupt, to_json};
 pub(crate) use freshness::Freshness;
 pub(crate) use meta::{EnvMeta, SdkKeyRecord};
 pub(crate) use op::{Op, WriteResult};
-use state::{EnvState, Log, item_hash};
+use state::{EnvState, Log};
 
 /// One environment: its current state and the means to change it.
 #[derive(Debug)]

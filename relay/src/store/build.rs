@@ -8,7 +8,7 @@ use flagstream::{Flag, FlagSet, Limits, Segment, Snapshot, wire};
 use flagstream_proto::v1 as pb;
 use prost::Message;
 
-use super::state::{Item, Items, Kind, item_hash};
+use super::state::{Item, Items, Kind};
 use crate::ops::metrics::Metrics;
 
 /// An item's bytes decoded for the model and its version.
@@ -89,8 +89,8 @@ pub(crate) fn decode_items(raw: impl IntoIterator<Item = (Kind, Bytes)>) -> Resu
             Kind::Flag => decode_flag(&bytes).map(|(k, f)| (k, f.version)),
         }
         .map_err(|e| format!("{} {e}", kind.name()))?;
-        let hash = item_hash(kind, &key, &bytes);
-        items.insert((kind, key), Item { bytes, hash, version });
+        let item = Item::new(kind, &key, bytes, version);
+        items.insert((kind, key), item);
     }
     Ok(items)
 }
@@ -120,8 +120,8 @@ fn compile(
     for (_, bytes) in raw.iter().filter(|(k, _)| *k == Kind::Segment) {
         let (key, s) = decode_segment(bytes).map_err(|e| format!("segment {e}"))?;
         if let Some(items) = items.as_deref_mut() {
-            let hash = item_hash(Kind::Segment, &key, bytes);
-            items.insert((Kind::Segment, key), Item { bytes: bytes.clone(), hash, version: s.version });
+            let item = Item::new(Kind::Segment, &key, bytes.clone(), s.version);
+            items.insert((Kind::Segment, key), item);
         }
         segments.push(s);
     }
@@ -134,8 +134,8 @@ fn compile(
     let flags = flag_bytes().map_while(|bytes| match decode_flag(bytes) {
         Ok((key, f)) => {
             if let Some(items) = items.as_deref_mut() {
-                let hash = item_hash(Kind::Flag, &key, bytes);
-                items.insert((Kind::Flag, key), Item { bytes: bytes.clone(), hash, version: f.version });
+                let item = Item::new(Kind::Flag, &key, bytes.clone(), f.version);
+                items.insert((Kind::Flag, key), item);
             }
             Some((f, bytes.clone()))
         }

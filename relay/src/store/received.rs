@@ -27,7 +27,7 @@ use super::backend::{Commit, ItemChange, shared_encoding};
 use super::build::{build_snapshot, decode_items};
 use super::meta::EnvMeta;
 use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
-use super::{DecodedItems, Env, Store, StoreError, build_items, decode_item, item_hash, trim_log};
+use super::{DecodedItems, Env, Store, StoreError, build_items, decode_item, trim_log};
 
 fn stored(e: StoreError) -> ApplyError {
     ApplyError::Store(Box::new(e))
@@ -223,10 +223,10 @@ impl Store {
             };
             let (key, version) = decode_item(kind, &bytes, &mut change)
                 .map_err(|e| ApplyError::Protocol(format!("undecodable {}: {e}", kind.name())))?;
-            let hash = item_hash(kind, &key, &bytes);
+            let item = Item::new(kind, &key, bytes.clone(), version);
             let k: ItemKey = (kind, key);
-            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes.clone()), shared });
-            totals.put(&mut items, k, Some(Item { bytes, hash, version }));
+            changes.push(ItemChange { key: k.clone(), bytes: Some(bytes), shared });
+            totals.put(&mut items, k, Some(item));
         }
         let deletes = d
             .deleted_flag_keys

@@ -116,6 +116,14 @@ pub(crate) struct Item {
     pub version: u64,
 }
 
+impl Item {
+    /// The item of `kind` and `key` encoded as `bytes`, its checksum
+    /// contribution worked out.
+    pub(crate) fn new(kind: Kind, key: &str, bytes: Bytes, version: u64) -> Item {
+        Item { hash: item_hash(kind, key, &bytes), bytes, version }
+    }
+}
+
 /// The checksum contribution of one item (PROTOCOL.md §3.1).
 pub(crate) fn item_hash(kind: Kind, key: &str, bytes: &[u8]) -> u64 {
     flagstream::checksum::item_hash(kind as u8, key, bytes)
@@ -443,7 +451,7 @@ mod tests {
             let key: ItemKey = (kind, format!("k{}", (x >> 8) % 64));
             let new = (!(x >> 20).is_multiple_of(3)).then(|| {
                 let bytes = Bytes::from(vec![b'v'; ((x >> 24) % 300) as usize]);
-                Item { hash: item_hash(kind, &key.1, &bytes), bytes, version: step }
+                Item::new(kind, &key.1, bytes, step)
             });
             totals.put(&mut items, key, new);
             assert_eq!(totals, Totals::of(&items), "step {step}");
@@ -459,8 +467,7 @@ mod tests {
         for r in 1..=20u64 {
             let key = (Kind::Flag, format!("f-{r}"));
             let bytes = Bytes::from(vec![b'x'; 1024]);
-            items
-                .insert(key.clone(), Item { hash: item_hash(Kind::Flag, &key.1, &bytes), bytes, version: 1 });
+            items.insert(key.clone(), Item::new(Kind::Flag, &key.1, bytes, 1));
             log.push_back(Arc::new(LogEntry {
                 revision: r,
                 changed: vec![key],

@@ -10,7 +10,7 @@ use super::backend::{Commit, ItemChange};
 use super::budget::{self, Reserved, Stage};
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
-use super::state::{EnvState, Item, ItemKey, LogEntry, Totals, item_hash};
+use super::state::{EnvState, Item, ItemKey, LogEntry, Totals};
 use super::{CatchUpOutcome, Env, Store, StoreError, Who, audit, blocking, now_ms, trim_log};
 
 /// Plans of one write against a shared database whose head kept moving
@@ -323,11 +323,8 @@ impl Store {
         let mut totals = state.totals();
         let mut entry_bytes = 0;
         for c in &plan.changes {
-            let new = c.bytes.as_ref().map(|bytes| Item {
-                bytes: bytes.clone(),
-                hash: item_hash(c.key.0, &c.key.1, bytes),
-                version: c.version_after,
-            });
+            let new =
+                c.bytes.as_ref().map(|bytes| Item::new(c.key.0, &c.key.1, bytes.clone(), c.version_after));
             entry_bytes += c.bytes.as_ref().map_or(c.key.1.len(), |b| b.len());
             totals.put(&mut items, c.key.clone(), new);
         }
