@@ -18,6 +18,7 @@ pub(crate) mod audit;
 pub(crate) mod backend;
 mod budget;
 mod build;
+mod bulk;
 mod chain;
 pub(crate) mod encoded;
 mod environment;

@@ -88,7 +88,7 @@ pub(crate) async fn new_epochs(backend: &dyn Backend, replica: bool) -> anyhow::
             .commit(Commit {
                 base: meta.revision,
                 meta,
-                items: Vec::new(),
+                items: Vec::new().into(),
                 entry: None,
                 trimmed: Vec::new(),
                 reset_log: true,

@@ -9,13 +9,14 @@
 //! store (Subscribe, Admin, limits, metrics) knows which backend runs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::audit::{AuditPos, AuditRecord};
 use super::meta::EnvMeta;
-use super::state::{ItemKey, Kind, Log, LogEntry};
+use super::state::{ItemKey, Items, Kind, Log, LogEntry};
 use super::{Retention, StoreError};
 pub(crate) use crate::store::token::Revoked;
 use crate::store::token::TokenRecord;
@@ -32,6 +33,91 @@ pub(crate) struct ItemChange {
     /// item is held once, not by the state and again in sled's cache.
     /// `None`: a backend copies `bytes`.
     pub shared: Option<sled::IVec>,
+}
+
+/// The items a revision writes.
+#[derive(Debug, Clone)]
+pub(crate) enum Changes {
+    /// These, in order.
+    Listed(Vec<ItemChange>),
+    /// Every item of `items` upserted, none deleted: a revision replacing
+    /// an environment that held no items (a replica's first sync). The map
+    /// the new state keeps, not a list made from it: a list cost ~100
+    /// bytes an item (2 MiB at 20,000 flags) at the replica's peak, the
+    /// commit (docs/RESILIENCE.md §5).
+    Whole {
+        /// The items, in key order.
+        items: Items,
+        /// The buffers they read, where made with [`shared_encoding`].
+        shared: Arc<SharedBuffers>,
+    },
+}
+
+/// One item a revision writes, as a backend reads it from [`Changes`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChangeRef<'a> {
+    /// Which item.
+    pub key: &'a ItemKey,
+    /// As [`ItemChange::bytes`].
+    pub bytes: Option<&'a Bytes>,
+    /// As [`ItemChange::shared`].
+    pub shared: Option<&'a sled::IVec>,
+}
+
+impl Changes {
+    /// How many items it writes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Changes::Listed(l) => l.len(),
+            Changes::Whole { items, .. } => items.len(),
+        }
+    }
+
+    /// Each item it writes, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = ChangeRef<'_>> {
+        let (listed, whole) = match self {
+            Changes::Listed(l) => (Some(l), None),
+            Changes::Whole { items, shared } => (None, Some((items, shared))),
+        };
+        let listed = listed.into_iter().flatten().map(|c| ChangeRef {
+            key: &c.key,
+            bytes: c.bytes.as_ref(),
+            shared: c.shared.as_ref(),
+        });
+        let whole = whole.into_iter().flat_map(|(items, shared)| {
+            items.iter().map(|(key, i)| ChangeRef { key, bytes: Some(&i.bytes), shared: shared.of(&i.bytes) })
+        });
+        listed.chain(whole)
+    }
+}
+
+impl From<Vec<ItemChange>> for Changes {
+    fn from(l: Vec<ItemChange>) -> Changes {
+        Changes::Listed(l)
+    }
+}
+
+/// Buffers made by [`shared_encoding`], each found by the address of the
+/// bytes that read it: a pointer and a buffer handle per item, sorted once.
+#[derive(Debug, Default)]
+pub(crate) struct SharedBuffers(Vec<(usize, sled::IVec)>);
+
+impl SharedBuffers {
+    /// `made`: each buffer with the address its `Bytes` reads.
+    pub(crate) fn new(mut made: Vec<(usize, sled::IVec)>) -> SharedBuffers {
+        made.sort_unstable_by_key(|(at, _)| *at);
+        SharedBuffers(made)
+    }
+
+    /// The buffer `bytes` reads. Only one holding the item's own bytes:
+    /// should two entries ever share an address, the item is copied by the
+    /// backend, never given another's.
+    pub(crate) fn of(&self, bytes: &Bytes) -> Option<&sled::IVec> {
+        let at = bytes.as_ptr() as usize;
+        let i = self.0.binary_search_by_key(&at, |(a, _)| *a).ok()?;
+        let found = &self.0[i].1;
+        (found == bytes.as_ref()).then_some(found)
+    }
 }
 
 /// An item's encoding in one buffer for the relay's state (the `Bytes`)
@@ -55,7 +141,7 @@ pub(crate) struct Commit {
     /// its head moved past it; the embedded backend has one writer.
     pub base: u64,
     /// The items it changes.
-    pub items: Vec<ItemChange>,
+    pub items: Changes,
     /// Its change-log entry; `None` when the log restarts empty at this
     /// revision (`reset_log`).
     pub entry: Option<LogEntry>,
@@ -239,4 +325,26 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Makes everything written so far durable (shutdown).
     async fn flush(&self) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::{SharedBuffers, shared_encoding};
+
+    /// A buffer is found from the bytes made with it, not from equal
+    /// bytes held elsewhere (the backend copies those).
+    #[test]
+    fn a_shared_buffer_is_found_from_its_own_bytes_only() {
+        let made: Vec<_> = (0..100).map(|i| shared_encoding(format!("item {i}").as_bytes())).collect();
+        let buffers =
+            SharedBuffers::new(made.iter().map(|(b, ivec)| (b.as_ptr() as usize, ivec.clone())).collect());
+        for (bytes, ivec) in &made {
+            assert_eq!(buffers.of(bytes), Some(ivec));
+        }
+        assert_eq!(buffers.of(&Bytes::from("item 7")), None, "equal bytes, another buffer");
+        assert_eq!(buffers.of(&made[7].0.slice(1..)), None, "not at a buffer's start");
+        assert_eq!(buffers.of(&made[7].0.slice(..3)), None, "at its start, not its bytes");
+    }
 }

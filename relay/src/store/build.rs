@@ -8,6 +8,7 @@ use flagstream::{Flag, FlagSet, Limits, Segment, Snapshot, wire};
 use flagstream_proto::v1 as pb;
 use prost::Message;
 
+use super::bulk::BulkItems;
 use super::state::{Item, Items, Kind};
 use crate::ops::metrics::Metrics;
 
@@ -72,17 +73,21 @@ pub(crate) fn build_items(
     // The bytes are shared, not copied: the list costs a pointer or four
     // per item, and lets the segments be decoded before the flags.
     let raw: Vec<(Kind, Bytes)> = raw.into_iter().collect();
-    let mut items = Items::new();
+    let mut items = BulkItems::with_capacity(raw.len());
     let snapshot = compile(env, &raw, Some(&mut items), limits, metrics)?;
-    Ok((items, snapshot))
+    Ok((items.finish(), snapshot))
 }
 
 /// Items from received bytes, each decoded (bytes that do not decode are
 /// refused here, as [`build_items`] refuses them) and its model dropped:
 /// what a commit needs. The snapshot is built from them once they are
 /// stored ([`build_snapshot`]), so it is not held through the commit.
-pub(crate) fn decode_items(raw: impl IntoIterator<Item = (Kind, Bytes)>) -> Result<Items, String> {
-    let mut items = Items::new();
+/// `expected`: how many there are (the map's build sized by it).
+pub(crate) fn decode_items(
+    raw: impl IntoIterator<Item = (Kind, Bytes)>,
+    expected: usize,
+) -> Result<Items, String> {
+    let mut items = BulkItems::with_capacity(expected);
     for (kind, bytes) in raw {
         let (key, version) = match kind {
             Kind::Segment => decode_segment(&bytes).map(|(k, s)| (k, s.version)),
@@ -90,9 +95,9 @@ pub(crate) fn decode_items(raw: impl IntoIterator<Item = (Kind, Bytes)>) -> Resu
         }
         .map_err(|e| format!("{} {e}", kind.name()))?;
         let item = Item::new(kind, &key, bytes, version);
-        items.insert((kind, key), item);
+        items.push((kind, key), item);
     }
-    Ok(items)
+    Ok(items.finish())
 }
 
 /// The snapshot of items [`decode_items`] accepted, as [`build_items`]
@@ -112,7 +117,7 @@ pub(crate) fn build_snapshot(
 fn compile(
     env: &str,
     raw: &[(Kind, Bytes)],
-    mut items: Option<&mut Items>,
+    mut items: Option<&mut BulkItems>,
     limits: &Limits,
     metrics: &Metrics,
 ) -> Result<Snapshot, String> {
@@ -121,7 +126,7 @@ fn compile(
         let (key, s) = decode_segment(bytes).map_err(|e| format!("segment {e}"))?;
         if let Some(items) = items.as_deref_mut() {
             let item = Item::new(Kind::Segment, &key, bytes.clone(), s.version);
-            items.insert((Kind::Segment, key), item);
+            items.push((Kind::Segment, key), item);
         }
         segments.push(s);
     }
@@ -135,7 +140,7 @@ fn compile(
         Ok((key, f)) => {
             if let Some(items) = items.as_deref_mut() {
                 let item = Item::new(Kind::Flag, &key, bytes.clone(), f.version);
-                items.insert((Kind::Flag, key), item);
+                items.push((Kind::Flag, key), item);
             }
             Some((f, bytes.clone()))
         }

@@ -23,7 +23,7 @@ use flagstream::follow::{RawChunk, RawDelta};
 use flagstream::{ApplyError, Snapshot};
 use flagstream_proto::v1 as pb;
 
-use super::backend::{Commit, ItemChange, shared_encoding};
+use super::backend::{Changes, Commit, ItemChange, SharedBuffers, shared_encoding};
 use super::build::{build_snapshot, decode_items};
 use super::meta::EnvMeta;
 use super::state::{EnvState, Item, ItemKey, Items, Kind, Log, LogEntry, Totals};
@@ -113,7 +113,8 @@ impl Store {
         // database's feed, after the checks): it is not held through the
         // commit, whose writes are the largest part of this step's memory
         // (docs/RESILIENCE.md §5).
-        let items = decode_items(raw).map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
+        let items =
+            decode_items(raw, count).map_err(|e| ApplyError::Protocol(format!("undecodable item: {e}")))?;
         let totals = Totals::of(&items);
         let name = env.meta.load().name.clone();
         if totals.checksum != h.checksum {
@@ -144,35 +145,34 @@ impl Store {
             tracing::warn!(env = %name, revision = h.revision, ours = state.checksum(), theirs = h.checksum,
                 "the upstream holds other content under this relay's revision: replaced by its snapshot, the change log restarts");
         }
-        // What changed: upserts of new or different items, deletes of the
-        // rest. Every item when this relay held none (its first sync): the
-        // list made at its size, not grown by doubling.
-        stored.sort_unstable_by_key(|(at, _)| *at);
-        // Only a buffer holding the item's own bytes: should two entries
-        // ever share an address, the item is copied, never given another's.
-        let shared = |b: &Bytes| {
-            let at = b.as_ptr() as usize;
-            let i = stored.binary_search_by_key(&at, |(a, _)| *a).ok()?;
-            (stored[i].1 == b.as_ref()).then(|| stored[i].1.clone())
-        };
-        let mut changes = Vec::with_capacity(if state.items.is_empty() { items.len() } else { 0 });
-        changes.extend(
-            items.iter().filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes)).map(
-                |(k, i)| ItemChange {
+        // What changed. When this relay held no items (its first sync):
+        // every item, the map itself (`Changes::Whole`). Otherwise the
+        // upserts of new or different items and the deletes of the rest,
+        // listed.
+        let shared = SharedBuffers::new(stored);
+        let changes = match state.items.is_empty() {
+            true => Changes::Whole { items: items.clone(), shared: Arc::new(shared) },
+            false => {
+                let mut changes: Vec<ItemChange> = items
+                    .iter()
+                    .filter(|(k, i)| state.items.get(*k).is_none_or(|old| old.bytes != i.bytes))
+                    .map(|(k, i)| ItemChange {
+                        key: k.clone(),
+                        bytes: Some(i.bytes.clone()),
+                        shared: shared.of(&i.bytes).cloned(),
+                    })
+                    .collect();
+                // The changes hold the buffers they store; the list is not
+                // kept through the commit.
+                drop(shared);
+                changes.extend(state.items.keys().filter(|k| !items.contains_key(*k)).map(|k| ItemChange {
                     key: k.clone(),
-                    bytes: Some(i.bytes.clone()),
-                    shared: shared(&i.bytes),
-                },
-            ),
-        );
-        // The changes hold the buffers they store; the list is not kept
-        // through the commit.
-        drop(stored);
-        changes.extend(state.items.keys().filter(|k| !items.contains_key(*k)).map(|k| ItemChange {
-            key: k.clone(),
-            bytes: None,
-            shared: None,
-        }));
+                    bytes: None,
+                    shared: None,
+                }));
+                Changes::Listed(changes)
+            }
+        };
         // Same epoch: the log goes on with one entry holding the net change
         // from our head. Another epoch: its history starts here, empty.
         let log = (same_epoch && !diverged).then(|| (state.log.clone(), Some(state.revision)));
@@ -278,7 +278,7 @@ impl Store {
             h,
             (items, totals),
             |_: &Items| Ok(snapshot),
-            changes,
+            changes.into(),
             Some((log, None)),
             persist,
             commit_id,
@@ -303,7 +303,7 @@ impl Store {
         h: Header,
         (items, totals): (Items, Totals),
         snapshot: impl FnOnce(&Items) -> Result<Snapshot, ApplyError>,
-        changes: Vec<ItemChange>,
+        changes: Changes,
         log: Option<(Log, Option<u64>)>,
         persist: bool,
         commit_id: String,
@@ -314,7 +314,7 @@ impl Store {
             revision: h.revision,
             changed: changes.iter().map(|c| c.key.clone()).collect(),
             committed_unix_ms: h.committed_unix_ms,
-            bytes: changes.iter().map(|c| c.bytes.as_ref().map_or(c.key.1.len(), Bytes::len)).sum(),
+            bytes: changes.iter().map(|c| c.bytes.map_or(c.key.1.len(), Bytes::len)).sum(),
             diffed_from,
             commit_id,
         });
@@ -425,7 +425,7 @@ mod tests {
     /// One chunk holding `flags`, with their checksum when they decode.
     fn chunk(revision: u64, flags: Vec<Bytes>) -> RawChunk {
         let raw = flags.iter().map(|b| (Kind::Flag, b.clone()));
-        let checksum = decode_items(raw).map_or(0, |items| Totals::of(&items).checksum);
+        let checksum = decode_items(raw, 0).map_or(0, |items| Totals::of(&items).checksum);
         RawChunk {
             epoch: "up".into(),
             revision,

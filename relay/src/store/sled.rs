@@ -24,7 +24,7 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use super::audit::{AuditPos, AuditRecord};
-use super::backend::{AuditRows, Backend, Commit, Committed, ItemChange, Loaded, Revoked};
+use super::backend::{AuditRows, Backend, ChangeRef, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, Log, LogEntry};
@@ -210,23 +210,17 @@ impl SledBackend {
             .transaction(|(m, i, l, a)| {
                 // A new generation holds the items already: the
                 // transaction only makes it current.
-                let in_place: &[ItemChange] = match next {
+                let in_place = match next {
                     Some(next) => {
                         m.insert(gen_key(&name).as_bytes(), &next.to_be_bytes())?;
-                        &[]
+                        None
                     }
-                    None => &c.items,
+                    None => Some(c.items.iter()),
                 };
-                for change in in_place {
-                    debug_assert!(
-                        change.shared.as_deref().is_none_or(|s| Some(s) == change.bytes.as_deref()),
-                        "a shared buffer holds its item's bytes"
-                    );
-                    match (&change.shared, &change.bytes) {
-                        // The state's own buffer: held once, in both.
-                        (Some(shared), Some(_)) => i.insert(item_key(&change.key), shared.clone())?,
-                        (_, Some(b)) => i.insert(item_key(&change.key), b.as_ref())?,
-                        (_, None) => i.remove(item_key(&change.key))?,
+                for change in in_place.into_iter().flatten() {
+                    match stored_value(change) {
+                        Some(v) => i.insert(item_key(change.key), v)?,
+                        None => i.remove(item_key(change.key))?,
                     };
                 }
                 for k in &old_log {
@@ -358,6 +352,21 @@ fn item_key(key: &ItemKey) -> Vec<u8> {
     k.push(key.0 as u8);
     k.extend_from_slice(key.1.as_bytes());
     k
+}
+
+/// What sled stores for a change: the state's own buffer where the change
+/// shares it (held once, in both), else a copy of its bytes; `None`: a
+/// delete.
+fn stored_value(change: ChangeRef<'_>) -> Option<sled::IVec> {
+    debug_assert!(
+        change.shared.zip(change.bytes).is_none_or(|(s, b)| s == b.as_ref()),
+        "a shared buffer holds its item's bytes"
+    );
+    match (change.shared, change.bytes) {
+        (Some(shared), Some(_)) => Some(shared.clone()),
+        (_, Some(b)) => Some(sled::IVec::from(b.as_ref())),
+        (_, None) => None,
+    }
 }
 
 fn key_of(pos: AuditPos) -> Vec<u8> {

@@ -107,7 +107,7 @@ fn undecodable_stored_bytes_are_refused() {
         assert_eq!(invalid_data_hits(&m), 0, "{what}: refused, not served");
         // A received snapshot's items, decoded before they are stored:
         // refused the same way, before anything is stored.
-        let Err(err) = decode_items(raw) else { panic!("{what}: decoded") };
+        let Err(err) = decode_items(raw, 0) else { panic!("{what}: decoded") };
         assert!(err.starts_with(kind), "{what}: {err}");
     }
     // Bytes protobuf reads but the model does not (an unknown flag type):
@@ -116,7 +116,7 @@ fn undecodable_stored_bytes_are_refused() {
     let mut p = flagstream_proto::v1::Flag::decode(raw[0].1.clone()).unwrap();
     p.r#type = 99;
     raw[0].1 = Bytes::from(p.encode_to_vec());
-    let Err(err) = decode_items(raw.clone()) else { panic!("an unknown flag type decoded") };
+    let Err(err) = decode_items(raw.clone(), 0) else { panic!("an unknown flag type decoded") };
     assert!(err.starts_with("flag ") && err.contains("unknown flag type 99"), "{err}");
     assert!(build_items("e", raw, &Limits::default(), &Metrics::new()).is_err());
 }
@@ -132,7 +132,7 @@ fn items_decoded_then_built_match_items_built_at_once() {
     for (what, yaml, invalid) in [("valid", VALID, 0), ("failing validation", &across, 1)] {
         let (m1, m2) = (Metrics::new(), Metrics::new());
         let (whole, snap) = build_items("e", items(yaml), &Limits::default(), &m1).unwrap();
-        let decoded = decode_items(items(yaml)).unwrap();
+        let decoded = decode_items(items(yaml), 0).unwrap();
         let built = build_snapshot("e", &decoded, &Limits::default(), &m2).unwrap();
         let listed = |items: &super::state::Items| {
             items.iter().map(|(k, i)| (k.clone(), i.bytes.clone(), i.hash, i.version)).collect::<Vec<_>>()

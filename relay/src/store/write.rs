@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::backend::{Commit, ItemChange};
 use super::budget::{self, Reserved, Stage};
+use super::bulk::filling_order;
 use super::meta::EnvMeta;
 use super::op::{self, Op, WriteResult};
 use super::state::{EnvState, Item, ItemKey, LogEntry, Totals};
@@ -318,11 +319,12 @@ impl Store {
         }
         let committed = now_ms();
         // A copy sharing every unchanged item, and the totals moved by the
-        // change alone.
+        // change alone. The keys are distinct: inserted in the order that
+        // leaves the map's leaves full (`bulk.rs`).
         let mut items = state.items.clone();
         let mut totals = state.totals();
         let mut entry_bytes = 0;
-        for c in &plan.changes {
+        for c in filling_order(&plan.changes, |c| &c.key) {
             let new =
                 c.bytes.as_ref().map(|bytes| Item::new(c.key.0, &c.key.1, bytes.clone(), c.version_after));
             entry_bytes += c.bytes.as_ref().map_or(c.key.1.len(), |b| b.len());
@@ -372,7 +374,8 @@ impl Store {
                 .changes
                 .iter()
                 .map(|c| ItemChange { key: c.key.clone(), bytes: c.bytes.clone(), shared: c.shared.clone() })
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
             entry: Some(entry),
             trimmed,
             reset_log: false,

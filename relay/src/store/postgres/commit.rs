@@ -236,11 +236,11 @@ impl Locked {
         let (mut up_kind, mut up_key, mut up_bytes, mut del_kind, mut del_key) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut h_kind, mut h_key, mut h_bytes) = (Vec::new(), Vec::new(), Vec::new());
-        for i in &c.items {
+        for i in c.items.iter() {
             h_kind.push(kind_code(i.key.0));
             h_key.push(i.key.1.clone());
-            h_bytes.push(i.bytes.as_ref().map(|b| b.to_vec()));
-            match &i.bytes {
+            h_bytes.push(i.bytes.map(|b| b.to_vec()));
+            match i.bytes {
                 Some(b) => {
                     up_kind.push(kind_code(i.key.0));
                     up_key.push(i.key.1.clone());
