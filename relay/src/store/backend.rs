@@ -64,6 +64,23 @@ pub(crate) struct ChangeRef<'a> {
     pub shared: Option<&'a sled::IVec>,
 }
 
+impl ChangeRef<'_> {
+    /// What the embedded backend stores: the state's own buffer where the
+    /// change shares it (held once, in both), else a copy of its bytes;
+    /// `None`: a delete.
+    pub(crate) fn stored_value(self) -> Option<sled::IVec> {
+        debug_assert!(
+            self.shared.zip(self.bytes).is_none_or(|(s, b)| s == b.as_ref()),
+            "a shared buffer holds its item's bytes"
+        );
+        match (self.shared, self.bytes) {
+            (Some(shared), Some(_)) => Some(shared.clone()),
+            (_, Some(b)) => Some(sled::IVec::from(b.as_ref())),
+            (_, None) => None,
+        }
+    }
+}
+
 impl Changes {
     /// How many items it writes.
     pub(crate) fn len(&self) -> usize {
@@ -99,7 +116,7 @@ impl From<Vec<ItemChange>> for Changes {
 
 /// Buffers made by [`shared_encoding`], each found by the address of the
 /// bytes that read it: a pointer and a buffer handle per item, sorted once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SharedBuffers(Vec<(usize, sled::IVec)>);
 
 impl SharedBuffers {
@@ -329,9 +346,65 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use bytes::Bytes;
 
-    use super::{SharedBuffers, shared_encoding};
+    use super::{Changes, ItemChange, SharedBuffers, shared_encoding};
+    use crate::store::state::{Item, Items, Kind};
+
+    /// A map committed whole reads each item's own buffer where one was
+    /// made, and none (a copy) for the others; a listed change as given;
+    /// and what the embedded backend stores is the buffer itself, or a
+    /// copy of the bytes, or nothing for a delete.
+    #[test]
+    fn a_whole_map_reads_each_items_own_buffer() {
+        let (mut items, mut made) = (Items::new(), Vec::new());
+        // Longer than sled keeps inline in an `IVec` (22 bytes), so a
+        // shared buffer is one allocation both read.
+        let value = |i: usize| format!("the value of item {i} in the map");
+        for i in 0..50 {
+            let value = value(i);
+            let bytes = match i % 2 {
+                0 => {
+                    let (bytes, ivec) = shared_encoding(value.as_bytes());
+                    made.push((bytes.as_ptr() as usize, ivec));
+                    bytes
+                }
+                _ => Bytes::from(value),
+            };
+            let key = format!("f{i:02}");
+            items.insert((Kind::Flag, key.clone()), Item::new(Kind::Flag, &key, bytes, 1));
+        }
+        let whole = Changes::Whole { items, shared: Arc::new(SharedBuffers::new(made)) };
+        assert_eq!(whole.len(), 50);
+        for (i, c) in whole.iter().enumerate() {
+            assert_eq!(c.key, &(Kind::Flag, format!("f{i:02}")));
+            let bytes = c.bytes.expect("an upsert");
+            assert_eq!(bytes.as_ref(), value(i).as_bytes());
+            match c.shared {
+                Some(shared) => {
+                    assert!(i % 2 == 0, "item {i} has no buffer of its own");
+                    assert_eq!(shared.as_ptr(), bytes.as_ptr(), "item {i}: its own buffer");
+                    assert_eq!(c.stored_value().unwrap().as_ptr(), bytes.as_ptr(), "stored as it is");
+                }
+                None => {
+                    assert!(i % 2 == 1, "item {i}'s buffer not found");
+                    let stored = c.stored_value().unwrap();
+                    assert_eq!((stored.as_ref(), stored.as_ptr() == bytes.as_ptr()), (bytes.as_ref(), false));
+                }
+            }
+        }
+        let listed = Changes::from(vec![
+            ItemChange { key: (Kind::Flag, "a".into()), bytes: Some(Bytes::from("x")), shared: None },
+            ItemChange { key: (Kind::Segment, "s".into()), bytes: None, shared: None },
+        ]);
+        let got: Vec<_> = listed.iter().map(|c| (c.key.clone(), c.stored_value())).collect();
+        assert_eq!(
+            got,
+            [((Kind::Flag, "a".into()), Some(sled::IVec::from("x"))), ((Kind::Segment, "s".into()), None)]
+        );
+    }
 
     /// A buffer is found from the bytes made with it, not from equal
     /// bytes held elsewhere (the backend copies those).

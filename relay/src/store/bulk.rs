@@ -101,9 +101,6 @@ mod tests {
         Item::new(Kind::Flag, "k", Bytes::from(version.to_string()), version)
     }
 
-    /// Each sequence makes the map that inserting its entries one by one
-    /// makes: in order, reversed, shuffled, with a key repeated (the later
-    /// entry wins), and with runs (segments pushed before flags).
     /// Every entry once: the even positions of key order, then the odd.
     #[test]
     fn the_filling_order_is_each_entry_once_evens_first() {
@@ -115,6 +112,9 @@ mod tests {
         assert_eq!(super::filling_order(&[] as &[ItemKey], |k| k).count(), 0);
     }
 
+    /// Each sequence makes the map that inserting its entries one by one
+    /// makes: in order, reversed, shuffled, with a key repeated (the later
+    /// entry wins), and with runs (segments pushed before flags).
     #[test]
     fn the_map_is_the_one_inserting_each_entry_makes() {
         let key = |kind: Kind, i: u64| -> ItemKey { (kind, format!("k{i:05}")) };

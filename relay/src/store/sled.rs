@@ -24,7 +24,7 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use super::audit::{AuditPos, AuditRecord};
-use super::backend::{AuditRows, Backend, ChangeRef, Commit, Committed, Loaded, Revoked};
+use super::backend::{AuditRows, Backend, Commit, Committed, Loaded, Revoked};
 use super::mark::Marks;
 use super::meta::EnvMeta;
 use super::state::{ItemKey, Kind, Log, LogEntry};
@@ -218,7 +218,7 @@ impl SledBackend {
                     None => Some(c.items.iter()),
                 };
                 for change in in_place.into_iter().flatten() {
-                    match stored_value(change) {
+                    match change.stored_value() {
                         Some(v) => i.insert(item_key(change.key), v)?,
                         None => i.remove(item_key(change.key))?,
                     };
@@ -352,21 +352,6 @@ fn item_key(key: &ItemKey) -> Vec<u8> {
     k.push(key.0 as u8);
     k.extend_from_slice(key.1.as_bytes());
     k
-}
-
-/// What sled stores for a change: the state's own buffer where the change
-/// shares it (held once, in both), else a copy of its bytes; `None`: a
-/// delete.
-fn stored_value(change: ChangeRef<'_>) -> Option<sled::IVec> {
-    debug_assert!(
-        change.shared.zip(change.bytes).is_none_or(|(s, b)| s == b.as_ref()),
-        "a shared buffer holds its item's bytes"
-    );
-    match (change.shared, change.bytes) {
-        (Some(shared), Some(_)) => Some(shared.clone()),
-        (_, Some(b)) => Some(sled::IVec::from(b.as_ref())),
-        (_, None) => None,
-    }
 }
 
 fn key_of(pos: AuditPos) -> Vec<u8> {

@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 
-use super::{SledBackend, item_key, stored_value};
+use super::{SledBackend, item_key};
 use crate::store::backend::Changes;
 use crate::store::{StoreError, corrupt};
 
@@ -28,7 +28,7 @@ pub(super) const BULK_ITEMS: usize = 4096;
 /// [`BATCH_BYTES`]). A batch pins sled's epoch while it inserts, and what
 /// sled replaces meanwhile (node versions, sealed log buffers) is freed
 /// only once the epoch moves on: batches of 100 items or 128 KiB took a
-/// replica's peak at 20,000 flags from 60 to 56–58 MiB, and its time to
+/// replica's peak at 20,000 flags from 60 to 57–58 MiB, and its time to
 /// apply a 50,000-flag snapshot from ~1.0 s to ~0.75 s, against 1,000
 /// items or 1 MiB (docs/RESILIENCE.md §5).
 const BATCH: usize = 100;
@@ -128,7 +128,7 @@ impl SledBackend {
         // In order, a deletion too: a key written and then deleted by one
         // change ends deleted, as the transaction would leave it.
         for c in changes.iter() {
-            put(&mut batch, item_key(c.key).into(), stored_value(c))?;
+            put(&mut batch, item_key(c.key).into(), c.stored_value())?;
         }
         next.apply_batch(batch)?;
         Ok(next)
@@ -149,12 +149,12 @@ impl SledBackend {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use bytes::Bytes;
 
     use super::{SledBackend, generation_of};
     use crate::store::Retention;
-    use std::sync::Arc;
-
     use crate::store::backend::{Changes, Commit, ItemChange, SharedBuffers, shared_encoding};
     use crate::store::meta::EnvMeta;
     use crate::store::state::{Item, Items, Kind};
@@ -288,8 +288,8 @@ mod tests {
 
     /// A revision given as the whole map (`Changes::Whole`: a replica's
     /// first sync) stores every item, as a new generation when many and in
-    /// place when few: an item with a buffer of its own stored from it,
-    /// the others copied.
+    /// place when few, whether or not the item has a buffer of its own
+    /// (which buffer is stored: `backend::tests`).
     #[test]
     fn a_whole_map_is_stored_item_by_item() {
         for n in [3, super::BULK_ITEMS + 10] {
