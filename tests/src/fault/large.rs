@@ -201,7 +201,7 @@ pub enum FloorWrites {
     /// record per item and the metadata (`Relay::create_filled_env`).
     Fill,
     /// A received snapshot of 4,096 items or more (`store/sled/generation.rs`):
-    /// the items in batches of 1,000 into a new generation of the items
+    /// the items in batches of 100 into a new generation of the items
     /// tree, flushed after each MiB of them and at the end, then one
     /// transaction of the metadata; no audit records (a replica writes
     /// none for a received snapshot).
@@ -274,13 +274,17 @@ pub fn sled_floor(
         let bytes = encoded.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
         data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         if writes == FloorWrites::Replica {
-            let mut b = sled::Batch::default();
-            for (key, value) in &encoded {
-                b.insert(key.as_slice(), value.as_slice());
+            // The relay's generation batches: 100 items (~100 KiB of
+            // these, under its 128 KiB).
+            for part in encoded.chunks(100) {
+                let mut b = sled::Batch::default();
+                for (key, value) in part {
+                    b.insert(key.as_slice(), value.as_slice());
+                }
+                items.apply_batch(b).expect("sled applies the batch");
+                peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
             }
-            items.apply_batch(b).expect("sled applies the batch");
             // Sampled before the flush and after it.
-            peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
             unflushed += bytes;
             // As the relay does: each MiB as it is written, and the rest
             // before the transaction that makes the generation current.
