@@ -201,7 +201,7 @@ pub enum FloorWrites {
     /// record per item and the metadata (`Relay::create_filled_env`).
     Fill,
     /// A received snapshot of 4,096 items or more (`store/sled/generation.rs`):
-    /// the items in batches of 100 into a new generation of the items
+    /// the items in batches of 100 (or 128 KiB) into a new generation of the items
     /// tree, flushed after each MiB of them and at the end, then one
     /// transaction of the metadata; no audit records (a replica writes
     /// none for a received snapshot).
@@ -220,7 +220,8 @@ pub struct SledFloor {
     pub data_kib: u64,
     /// This process's anonymous memory before sled was opened, KiB.
     pub start_anon_kib: u64,
-    /// Its anonymous memory at the largest, sampled after every commit, KiB.
+    /// Its anonymous memory at the largest, sampled after every commit (a
+    /// fill) or every batch and flush (a replica), KiB.
     pub peak_anon_kib: u64,
     /// Its peak resident memory (`VmHWM`), KiB.
     pub peak_kib: u64,
@@ -274,17 +275,23 @@ pub fn sled_floor(
         let bytes = encoded.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
         data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         if writes == FloorWrites::Replica {
-            // The relay's generation batches: 100 items (~100 KiB of
-            // these, under its 128 KiB).
-            for part in encoded.chunks(100) {
+            // The relay's generation batches: 100 items or 128 KiB of
+            // keys and values, whichever comes first; sampled after each.
+            let mut rest = encoded.as_slice();
+            while !rest.is_empty() {
+                let (mut n, mut size) = (0, 0);
+                while n < rest.len() && n < 100 && size < 128 << 10 {
+                    size += rest[n].0.len() + rest[n].1.len();
+                    n += 1;
+                }
                 let mut b = sled::Batch::default();
-                for (key, value) in part {
+                for (key, value) in &rest[..n] {
                     b.insert(key.as_slice(), value.as_slice());
                 }
                 items.apply_batch(b).expect("sled applies the batch");
                 peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
+                rest = &rest[n..];
             }
-            // Sampled before the flush and after it.
             unflushed += bytes;
             // As the relay does: each MiB as it is written, and the rest
             // before the transaction that makes the generation current.
@@ -292,6 +299,7 @@ pub fn sled_floor(
                 db.flush().expect("sled flushes");
                 unflushed = 0;
             }
+            // And after the flush.
             peak_anon_kib = peak_anon_kib.max(self_status_kib("RssAnon:"));
             continue;
         }

@@ -263,9 +263,11 @@ mod tests {
     }
 
     /// Values large enough that batches end at `BATCH_BYTES`, not at
-    /// `BATCH` items, and the generation is flushed as it is written: every
-    /// item loads whole, in place of the old generation's. (What the
-    /// flushes are for, memory, is measured by `resilience large`.)
+    /// `BATCH` items, and that the generation is flushed several times as
+    /// it is written: every item loads whole, in place of the old
+    /// generation's. (Only the outcome is checked, not where the batches
+    /// ended; what the batches and flushes are for, memory, is measured
+    /// by `resilience large`.)
     #[tokio::test]
     async fn a_generation_of_large_values_written_across_flushes_loads_whole() {
         let dir = tempfile::tempdir().unwrap();
