@@ -349,14 +349,37 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn flush(&self) -> Result<(), StoreError>;
 }
 
+/// For tests: `n` flags committed whole (`key(i)` → `value(i)`, in key
+/// order when `key` sorts as `i` does), the even ones in a buffer of their
+/// own ([`shared_encoding`]), the odd ones not.
+#[cfg(test)]
+pub(crate) fn whole_for_tests(
+    n: usize,
+    key: impl Fn(usize) -> String,
+    value: impl Fn(usize) -> String,
+) -> Changes {
+    let (mut items, mut made) = (Items::new(), Vec::new());
+    for i in 0..n {
+        let bytes = match i % 2 {
+            0 => {
+                let (bytes, ivec) = shared_encoding(value(i).as_bytes());
+                made.push((bytes.as_ptr() as usize, ivec));
+                bytes
+            }
+            _ => Bytes::from(value(i)),
+        };
+        let key = key(i);
+        items.insert((Kind::Flag, key.clone()), super::state::Item::new(Kind::Flag, &key, bytes, 1));
+    }
+    Changes::Whole { items, shared: Arc::new(SharedBuffers::new(made)) }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use bytes::Bytes;
 
-    use super::{Changes, ItemChange, SharedBuffers, shared_encoding};
-    use crate::store::state::{Item, Items, Kind};
+    use super::{Changes, ItemChange, SharedBuffers, shared_encoding, whole_for_tests};
+    use crate::store::state::Kind;
 
     /// A map committed whole reads each item's own buffer where one was
     /// made, and none (a copy) for the others; a listed change as given;
@@ -364,24 +387,10 @@ mod tests {
     /// copy of the bytes, or nothing for a delete.
     #[test]
     fn a_whole_map_reads_each_items_own_buffer() {
-        let (mut items, mut made) = (Items::new(), Vec::new());
         // Longer than sled keeps inline in an `IVec` (22 bytes), so a
         // shared buffer is one allocation both read.
         let value = |i: usize| format!("the value of item {i} in the map");
-        for i in 0..50 {
-            let value = value(i);
-            let bytes = match i % 2 {
-                0 => {
-                    let (bytes, ivec) = shared_encoding(value.as_bytes());
-                    made.push((bytes.as_ptr() as usize, ivec));
-                    bytes
-                }
-                _ => Bytes::from(value),
-            };
-            let key = format!("f{i:02}");
-            items.insert((Kind::Flag, key.clone()), Item::new(Kind::Flag, &key, bytes, 1));
-        }
-        let whole = Changes::Whole { items, shared: Arc::new(SharedBuffers::new(made)) };
+        let whole = whole_for_tests(50, |i| format!("f{i:02}"), value);
         assert_eq!(whole.len(), 50);
         for (i, c) in whole.iter().enumerate() {
             assert_eq!(c.key, &(Kind::Flag, format!("f{i:02}")));

@@ -106,8 +106,10 @@ mod tests {
     }
 
     fn count(delta: isize) {
-        // A thread being torn down has no counter left: not counted.
-        let _ = HELD.try_with(|h| h.set(h.get() + delta));
+        // `try_with` fails only on a thread whose locals are being torn
+        // down (its last frees): no test weighs such a thread, so those
+        // are left uncounted rather than panicking inside the allocator.
+        if HELD.try_with(|h| h.set(h.get() + delta)).is_err() {}
     }
 
     // SAFETY: the system allocator's calls, passed through unchanged;

@@ -149,15 +149,13 @@ impl SledBackend {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use bytes::Bytes;
 
     use super::{SledBackend, generation_of};
     use crate::store::Retention;
-    use crate::store::backend::{Changes, Commit, ItemChange, SharedBuffers, shared_encoding};
+    use crate::store::backend::{Commit, ItemChange, whole_for_tests};
     use crate::store::meta::EnvMeta;
-    use crate::store::state::{Item, Items, Kind};
+    use crate::store::state::Kind;
 
     const ENV: &str = "big";
 
@@ -223,7 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let n = super::BULK_ITEMS + 10;
         {
-            let b = SledBackend::open(dir.path()).unwrap();
+            let b = SledBackend::open(&dir.path().join("db")).unwrap();
             b.put_meta_now(&meta(0)).unwrap();
             b.commit_now(commit(1, (0..n).map(|i| put(i, "a")).collect())).unwrap();
             assert_eq!(b.items_tree(ENV).unwrap().0, 1);
@@ -252,7 +250,7 @@ mod tests {
             b.write_generation(ENV, &current, 3, &vec![put(1000, "lost")].into()).unwrap();
             b.db.flush().unwrap();
         }
-        let b = SledBackend::open(dir.path()).unwrap();
+        let b = SledBackend::open(&dir.path().join("db")).unwrap();
         let got = loaded(&b);
         assert_eq!(got["f1000"], "a1000", "the unswitched generation is not read");
         assert_eq!(items_trees(&b), ["items/big#2"], "and is dropped at load");
@@ -271,7 +269,7 @@ mod tests {
     #[tokio::test]
     async fn a_generation_of_large_values_written_across_flushes_loads_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let b = SledBackend::open(dir.path()).unwrap();
+        let b = SledBackend::open(&dir.path().join("db")).unwrap();
         b.put_meta_now(&meta(0)).unwrap();
         let n = super::BULK_ITEMS + 10;
         let large = "v".repeat(2048);
@@ -296,24 +294,10 @@ mod tests {
     fn a_whole_map_is_stored_item_by_item() {
         for n in [3, super::BULK_ITEMS + 10] {
             let dir = tempfile::tempdir().unwrap();
-            let b = SledBackend::open(dir.path()).unwrap();
+            let b = SledBackend::open(&dir.path().join("db")).unwrap();
             b.put_meta_now(&meta(0)).unwrap();
-            let (mut items, mut made) = (Items::new(), Vec::new());
-            for i in 0..n {
-                let value = format!("w{i}");
-                let bytes = match i % 2 {
-                    0 => {
-                        let (bytes, ivec) = shared_encoding(value.as_bytes());
-                        made.push((bytes.as_ptr() as usize, ivec));
-                        bytes
-                    }
-                    _ => Bytes::from(value),
-                };
-                let key = format!("f{i}");
-                items.insert((Kind::Flag, key.clone()), Item::new(Kind::Flag, &key, bytes, 1));
-            }
             let mut c = commit(1, Vec::new());
-            c.items = Changes::Whole { items, shared: Arc::new(SharedBuffers::new(made)) };
+            c.items = whole_for_tests(n, |i| format!("f{i}"), |i| format!("w{i}"));
             assert_eq!(c.items.len(), n);
             b.commit_now(c).unwrap();
             assert_eq!(b.items_tree(ENV).unwrap().0, u64::from(n > 3), "{n} items");
