@@ -20,7 +20,7 @@ use crate::reference::KindSel;
 use crate::result::{Detail, Evaluation, Reason};
 use crate::schedule::Clock;
 use crate::short::Name;
-use crate::snapshot::{Cell, Head, Slot, Snapshot};
+use crate::snapshot::{Cell, Found, Head, Snapshot};
 use crate::usage::FlagUsage;
 use crate::value::FromValue;
 
@@ -185,7 +185,7 @@ impl Snapshot {
     #[inline(always)]
     fn detail_slot<'s, T: FromValue<'s>>(
         &'s self,
-        slot: &'s Slot,
+        slot: Found<'s>,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
@@ -198,16 +198,16 @@ impl Snapshot {
     #[inline(always)]
     fn detail_slot_as<'s, T: FromValue<'s>, const COUNT: bool>(
         &'s self,
-        slot: &'s Slot,
+        slot: Found<'s>,
         ctx: &Context<'_>,
         default: T,
         clock: &Clock,
     ) -> Detail<'s, T> {
         match slot {
-            Slot { cell, head: Some(Head { flag_type, version, constant }), .. } => {
+            Found { cell, head: Some(Head { flag_type, version, constant }), .. } => {
                 self.detail_of::<T, COUNT>(*flag_type, *version, constant.as_ref(), cell, ctx, default, clock)
             }
-            Slot { cell, head: None, .. } => self.detail_cell_as::<T, COUNT>(cell, ctx, default, clock),
+            Found { cell, head: None, .. } => self.detail_cell_as::<T, COUNT>(cell, ctx, default, clock),
         }
     }
 
@@ -283,7 +283,7 @@ impl Snapshot {
     #[inline(always)]
     fn detail_slot_counted<'s, T: FromValue<'s>>(
         &'s self,
-        slot: &'s Slot,
+        slot: Found<'s>,
         ctx: &Context<'_>,
         default: T,
     ) -> Detail<'s, T> {

@@ -24,10 +24,11 @@ use crate::limit::Limits;
 use crate::model::{Flag, FlagSet, Segment};
 use crate::validate::{self, ItemCost, Links, Totals};
 use crate::wire;
-pub(crate) use cell::{Cell, Head, Slot};
+pub(crate) use cell::{Cell, Found, Head};
 #[cfg(test)]
 use change::Change;
-use index::{Cells, Index};
+use index::Cells;
+use keys::Keys;
 
 /// Source of [`Snapshot::generation`]: every snapshot built in this process
 /// gets a distinct number, so a [`crate::FlagHandle`] can tell whether its
@@ -42,7 +43,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub struct Snapshot {
     pub(crate) flags: Cells<Cell>,
-    pub(crate) index: Index<Slot>,
+    /// Headed for the SDK, bare for a snapshot compiling on use.
+    pub(crate) index: Keys,
     pub(crate) segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
     pub(crate) max_depth: usize,
     pub(crate) max_segment_depth: usize,
@@ -164,10 +166,8 @@ impl Snapshot {
                 return Err(ValidationErrors(errors));
             }
         };
-        let mut snapshot =
-            Snapshot::assemble(flags, compile_segments(segments, limits), limits).checked(limits, totals);
-        snapshot.defer = on_use;
-        Ok(snapshot)
+        Ok(Snapshot::assemble(flags, compile_segments(segments, limits), limits, on_use)
+            .checked(limits, totals))
     }
 
     /// Compiles without validating. Flags that cannot be compiled are kept
@@ -202,7 +202,7 @@ impl Snapshot {
             .zip(costs)
             .map(|((f, raw), cost)| Cell::of(&f, raw, &shared, cost, false))
             .collect();
-        Snapshot::assemble(flags, segments, limits)
+        Snapshot::assemble(flags, segments, limits, false)
     }
 
     /// A snapshot of protobuf-encoded flags (`flagstream.v1.Flag`, as the
@@ -240,9 +240,7 @@ impl Snapshot {
             .into_iter()
             .map(|raw| Ok(Cell::cold(Arc::from(wire::flag_key(&raw)?), raw, shared.clone())))
             .collect::<Result<_, prost::DecodeError>>()?;
-        let mut snapshot = Snapshot::assemble(flags, compile_segments(segments, limits), limits);
-        snapshot.defer = true;
-        Ok(snapshot)
+        Ok(Snapshot::assemble(flags, compile_segments(segments, limits), limits, true))
     }
 
     /// A snapshot of flags still in wire form (`(key, protobuf bytes)`,
@@ -253,7 +251,7 @@ impl Snapshot {
     pub fn lazy(flags: Vec<(Arc<str>, Bytes)>, segments: Vec<Segment>, limits: &Limits) -> Snapshot {
         let shared = Arc::new(limits.clone());
         let flags = flags.into_iter().map(|(key, raw)| Cell::lazy(key, raw, shared.clone())).collect();
-        Snapshot::assemble(flags, compile_segments(segments, limits), limits)
+        Snapshot::assemble(flags, compile_segments(segments, limits), limits, false)
     }
 
     /// Compiles every flag still in wire form; returns how many it compiled.
@@ -270,26 +268,27 @@ impl Snapshot {
 
     /// An empty snapshot: every evaluation answers `FLAG_NOT_FOUND`.
     pub fn empty() -> Snapshot {
-        Snapshot::assemble(Cells::new(), FastMap::default(), &Limits::default())
+        Snapshot::assemble(Cells::new(), FastMap::default(), &Limits::default(), false)
     }
 
-    /// A snapshot of `flags` in this order, with an index built for them.
+    /// A snapshot of `flags` in this order, with an index built for them;
+    /// compiling on use if `defer` (its index bare).
     fn assemble(
         flags: Cells<Cell>,
         segments: FastMap<Box<str>, Arc<CompiledSegment>>,
         limits: &Limits,
+        defer: bool,
     ) -> Snapshot {
-        let mut index = Index::with_capacity(flags.len());
-        for (i, f) in flags.iter().enumerate() {
-            index.insert_new(Slot::of(f, i));
-        }
-        let heads = index.values().all(|s| s.head.is_some());
-        Snapshot::with_index(flags, index, Arc::new(segments), heads, limits)
+        let index = Keys::of(&flags, defer);
+        let heads = index.all_headed();
+        let mut snapshot = Snapshot::with_index(flags, index, Arc::new(segments), heads, limits);
+        snapshot.defer = defer;
+        snapshot
     }
 
     fn with_index(
         flags: Cells<Cell>,
-        index: Index<Slot>,
+        index: Keys,
         segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
         heads: bool,
         limits: &Limits,
@@ -322,6 +321,11 @@ impl Snapshot {
     /// evaluations only) holds each flag as its bytes until it does.
     pub fn compiling_on_use(mut self) -> Snapshot {
         self.defer = true;
+        if let Keys::Headed(_) = self.index {
+            // Rebuilt bare: its slots will never get heads.
+            self.index = Keys::of(&self.flags, true);
+            self.heads = false;
+        }
         self
     }
 
@@ -444,5 +448,6 @@ impl Snapshot {
 mod cell;
 mod change;
 mod index;
+mod keys;
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,8 @@
 //! form, made now or on first use, with its usage counters and its cost; no
 //! model; [`FlagCell`] with the compiled form inline, [`ColdCell`] with it
 //! in an allocation of its own made on first use) and its entry in the key
-//! index ([`Slot`], with the constant facts ([`Head`]) that answer a
-//! constant flag from the index alone).
+//! index ([`Slot`], in the SDK's index with the constant facts ([`Head`])
+//! that answer a constant flag from the index alone).
 
 use std::sync::{Arc, OnceLock};
 
@@ -23,9 +23,12 @@ use crate::wire;
 /// What the key index holds per flag: its position, and for a flag compiled
 /// when the index was built, enough to answer a constant flag from the index
 /// entry alone without touching the compiled flag (one cache miss fewer on a
-/// random lookup).
+/// random lookup). `H` is the room for that: `Option<Head>` in the SDK's
+/// index (104 bytes a slot), `()` in a snapshot compiling on use (the
+/// relay's), whose evaluations take the cell (48 bytes a slot; see
+/// `snapshot/keys.rs`).
 #[derive(Debug, Clone)]
-pub(crate) struct Slot {
+pub(crate) struct Slot<H> {
     /// Short keys held in place: a lookup compares them without a
     /// pointer to follow (one cache miss fewer on a random key).
     pub(crate) key: SmolStr,
@@ -35,10 +38,46 @@ pub(crate) struct Slot {
     /// The flag at that position, held here too: a lookup by key reaches the
     /// flag without a read of the flags array (one cache miss fewer).
     pub(crate) cell: Cell,
-    /// `None` for a flag that was still in wire form (see [`FlagCell`]),
-    /// and for every flag of a snapshot compiling on use (its evaluations
-    /// take the cell).
-    pub(crate) head: Option<Head>,
+    /// In the SDK's index: `None` for a flag that was still in wire form
+    /// (see [`FlagCell`]).
+    pub(crate) head: H,
+}
+
+/// A slot's room for its flag's [`Head`].
+pub(crate) trait HeadRoom: Clone + std::fmt::Debug {
+    /// What a slot made for `cell` holds.
+    fn of(cell: &Cell) -> Self;
+    fn get(&self) -> Option<&Head>;
+}
+
+impl HeadRoom for Option<Head> {
+    fn of(cell: &Cell) -> Self {
+        cell.get_now().map(Head::of)
+    }
+
+    #[inline(always)]
+    fn get(&self) -> Option<&Head> {
+        self.as_ref()
+    }
+}
+
+/// No room: a slot of a snapshot compiling on use.
+impl HeadRoom for () {
+    fn of(_: &Cell) -> Self {}
+
+    #[inline(always)]
+    fn get(&self) -> Option<&Head> {
+        None
+    }
+}
+
+/// What a key lookup finds: a slot's position, cell and head, whichever
+/// index held it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub(crate) index: u32,
+    pub(crate) cell: &'a Cell,
+    pub(crate) head: Option<&'a Head>,
 }
 
 /// The context-independent facts of a compiled flag.
@@ -354,19 +393,24 @@ impl FlagCell {
     }
 }
 
-impl Slot {
+impl<H: HeadRoom> Slot<H> {
     /// The index entry of the flag in `cell`, at position `index`.
-    pub(super) fn of(cell: &Cell, index: usize) -> Slot {
+    pub(super) fn of(cell: &Cell, index: usize) -> Slot<H> {
         Slot {
             key: SmolStr::from(cell.key_arc().clone()),
             index: index as u32,
             cell: cell.clone(),
-            head: cell.get_now().map(Head::of),
+            head: H::of(cell),
         }
+    }
+
+    #[inline(always)]
+    pub(super) fn found(&self) -> Found<'_> {
+        Found { index: self.index, cell: &self.cell, head: self.head.get() }
     }
 }
 
-impl Keyed for Slot {
+impl<H: HeadRoom> Keyed for Slot<H> {
     #[inline]
     fn key(&self) -> &str {
         &self.key

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Cell, Head, Slot, Snapshot};
+use super::{Cell, Snapshot};
 use crate::compile::compile_segment;
 use crate::compiled::{CompiledSegment, FastMap};
 use crate::error::ValidationErrors;
@@ -128,47 +128,17 @@ impl Snapshot {
     fn moved(&self, change: &Change<'_>, costs: Vec<ItemCost>, limits: &Limits) -> Snapshot {
         let mut flags = self.flags.clone();
         let mut index = self.index.clone();
-        for key in change.deleted_flags {
-            let Some(gone) = index.remove(key) else {
-                continue; // not here, or deleted twice in one change
-            };
-            let at = gone.index as usize;
-            if flags.swap_remove(at).is_some() {
-                let moved = flags.get(at).clone();
-                if let Some(slot) = index.get_mut(moved.key()) {
-                    slot.index = at as u32;
-                }
-            }
-        }
         let shared = Arc::new(limits.clone());
-        for (i, (f, cost)) in change.set.flags.iter().zip(costs).enumerate() {
-            let cell = Cell::of(f, change.raw(i), &shared, Some(cost), self.defer);
-            match index.get_mut(&f.key) {
-                Some(slot) => {
-                    flags.set(slot.index as usize, cell.clone());
-                    slot.head = cell.get_now().map(Head::of);
-                    slot.cell = cell;
-                }
-                None => {
-                    index.insert_new(Slot::of(&cell, flags.len()));
-                    flags.push(cell);
-                }
-            }
-        }
-        index.rebalance();
+        let fresh = (change.set.flags.iter().zip(costs).enumerate())
+            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer));
+        index.replace(&mut flags, change.deleted_flags.iter().map(String::as_str), fresh);
         // Slots made while their flags were in wire form get their heads
         // once the flags are compiled, as a rebuilt index would have them:
         // once, on the first change after a start from the cache (whose
         // whole-set validation compiled every kept flag). A snapshot that
         // compiles on use keeps no heads (its evaluations take the cell):
         // looking for them would copy every shard on every change.
-        let mut heads = self.heads;
-        if !heads && !self.defer {
-            for slot in index.values_mut().filter(|s| s.head.is_none()) {
-                slot.head = slot.cell.get_now().map(Head::of);
-            }
-            heads = index.values().all(|s| s.head.is_some());
-        }
+        let heads = if !self.heads && !self.defer { index.fill_heads() } else { self.heads };
         let segments = self.next_segments(change, limits);
         let mut next = Snapshot::with_index(flags, index, segments, heads, limits);
         next.defer = self.defer;
@@ -184,9 +154,9 @@ impl Snapshot {
         let fresh = (change.set.flags.iter().zip(costs).enumerate())
             .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer));
         let segments = self.next_segments(change, limits);
-        let mut next = Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits);
+        let mut next =
+            Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits, self.defer);
         next.segments = segments;
-        next.defer = self.defer;
         next
     }
 

@@ -2,6 +2,7 @@ use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 
+use super::cell::Slot;
 use super::*;
 use crate::error::ErrorKind;
 use crate::{Context, Reason};
@@ -273,9 +274,19 @@ fn changes_find_every_flag_where_a_fresh_compile_does() {
     // Compiled, and as a client started from its cache holds it (wire
     // form, compiled by the warm-up: its slots made without a head).
     let cached = Snapshot::from_encoded(encoded(&start), Vec::new(), &limits).unwrap();
-    assert!(cached.index.values().all(|s| s.head.is_none()));
+    assert!(cached.index.values().iter().all(|s| s.head.is_none()));
     cached.warm_up();
-    for mut snap in [Snapshot::compile(&start, &limits).unwrap(), cached] {
+    // And as a relay holds it (compiling on use, its index bare): loaded,
+    // built from wire form, and written to an empty environment.
+    let loaded =
+        Snapshot::compile_each(start.flags.iter().cloned().zip(encoded(&start)), Vec::new(), &limits, true)
+            .unwrap();
+    let wire_cold = Snapshot::from_encoded_on_use(encoded(&start), Vec::new(), &limits).unwrap();
+    let written = Snapshot::empty().compiling_on_use().apply(&start, &[], &[], &limits).unwrap();
+    for snap in [&loaded, &wire_cold, &written] {
+        assert!(matches!(snap.index, Keys::Bare(_)), "a snapshot compiling on use has a bare index");
+    }
+    for mut snap in [Snapshot::compile(&start, &limits).unwrap(), cached, loaded, wire_cold, written] {
         changes_find_every_flag(&mut snap, start.clone(), &limits, &flag);
     }
 }
@@ -283,7 +294,8 @@ fn changes_find_every_flag_where_a_fresh_compile_does() {
 /// Deletes, changes and adds, twice over, each step against a fresh
 /// compile of the same flags: the index moved, not rebuilt, must find
 /// the same flag under every key, with every slot's head as a rebuilt
-/// index would have it.
+/// index would have it (a snapshot compiling on use: its index still
+/// bare, each answer the same).
 fn changes_find_every_flag(
     snap: &mut Snapshot,
     mut set: FlagSet,
@@ -304,7 +316,14 @@ fn changes_find_every_flag(
         };
         let gone: Vec<String> = deleted.iter().map(|i| format!("f{i}")).collect();
         *snap = snap.apply(&change, &gone, &[], &limits).unwrap();
-        assert!(snap.index.values().all(|s| s.head.is_some()), "every flag is compiled: a head each");
+        if snap.defer {
+            assert!(matches!(snap.index, Keys::Bare(_)), "still bare");
+        } else {
+            assert!(
+                snap.index.values().iter().all(|s| s.head.is_some()),
+                "every flag is compiled: a head each"
+            );
+        }
         set.flags.retain(|f| !gone.contains(&f.key) && !change.flags.iter().any(|c| c.key == f.key));
         set.flags.extend(change.flags.iter().cloned());
         let fresh = Snapshot::compile(&set, &limits).unwrap();

@@ -59,6 +59,9 @@ fn a_snapshot_compiling_on_use_compiles_a_flag_when_it_is_first_evaluated() {
     // Without room for a compiled form or counters until evaluated.
     assert!(deferred.flags.iter().all(|f| matches!(f, Cell::Cold(_))));
     assert!(std::mem::size_of::<cell::ColdCell>() * 3 < std::mem::size_of::<cell::FlagCell>());
+    // Nor in its index for a head it will never have.
+    assert!(matches!(deferred.index, Keys::Bare(_)));
+    assert!(std::mem::size_of::<Slot<()>>() * 2 < std::mem::size_of::<Slot<Option<Head>>>());
     assert!(eager.flags.iter().all(|f| f.get_now().is_some()));
     // Flags in wire form (a cache, a fallback build) too.
     let wire = Snapshot::from_encoded(encoded(&set), Vec::new(), &limits).unwrap();
