@@ -32,6 +32,8 @@ use super::token::{BOOTSTRAP, Role, TokenRecord};
 use super::{Retention, StoreError, corrupt, to_json, trim_log};
 
 mod generation;
+#[cfg(test)]
+mod tests;
 use generation::{BULK_ITEMS, gen_key};
 
 /// Prefix of token records in the `meta` tree.
@@ -201,11 +203,6 @@ impl SledBackend {
             if c.reset_log { log.iter().keys().collect::<Result<_, _>>()? } else { Vec::new() };
         let entry_json = c.entry.as_ref().map(|e| to_json("change-log entry", e)).transpose()?;
         let meta_json = to_json("environment metadata", &c.meta)?;
-        let records = c
-            .audit
-            .iter()
-            .map(|(pos, rec)| Ok((key_of(*pos), to_json("audit record", rec)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
         (&self.meta, &items, &log, &audit)
             .transaction(|(m, i, l, a)| {
                 // A new generation holds the items already: the
@@ -232,14 +229,18 @@ impl SledBackend {
                 for r in &c.trimmed {
                     l.remove(&r.to_be_bytes())?;
                 }
-                for (k, v) in &records {
-                    a.insert(k.as_slice(), v.as_slice())?;
+                // Each record encoded as it is inserted, not all of them
+                // first: sled copies the value, so a batch's encodings are
+                // not held twice (a 1,000-flag write's are ~3 MiB).
+                for (pos, rec) in &c.audit {
+                    let json = to_json("audit record", rec).map_err(ConflictableTransactionError::Abort)?;
+                    a.insert(key_of(*pos).as_slice(), json.as_slice())?;
                 }
                 for k in &expired {
                     a.remove(k)?;
                 }
                 m.insert(meta_key(&name).as_bytes(), meta_json.as_slice())?;
-                Ok::<(), ConflictableTransactionError<()>>(())
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
             })
             .map_err(abort_to_store)?;
         // Durable before anyone is told.
@@ -274,12 +275,10 @@ fn next_pos(audit: &sled::Tree, env: &str, revision: u64) -> Result<AuditPos, St
     }
 }
 
-fn abort_to_store(e: TransactionError<()>) -> StoreError {
+fn abort_to_store(e: TransactionError<StoreError>) -> StoreError {
     match e {
         TransactionError::Storage(e) => StoreError::from(e),
-        TransactionError::Abort(()) => {
-            StoreError::from(sled::Error::Unsupported("transaction aborted".into()))
-        }
+        TransactionError::Abort(e) => e,
     }
 }
 
@@ -299,7 +298,7 @@ impl SledBackend {
             .transaction(|(m, a)| {
                 a.insert(key.as_slice(), json.as_slice())?;
                 m.insert(meta_key(&meta.name).as_bytes(), meta_json.as_slice())?;
-                Ok::<(), ConflictableTransactionError<()>>(())
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
             })
             .map_err(abort_to_store)?;
         self.db.flush()?;
@@ -336,7 +335,7 @@ impl SledBackend {
                 a.insert(key.as_slice(), json.as_slice())?;
                 m.insert(format!("{ARCHIVE_PREFIX}{archive}").as_bytes(), head.as_slice())?;
                 m.remove(meta_key(name).as_bytes())?;
-                Ok::<(), ConflictableTransactionError<()>>(())
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
             })
             .map_err(abort_to_store)?;
         Ok(())
@@ -497,29 +496,27 @@ impl Backend for SledBackend {
                     let (revision, mut head) = match m.get(head_key.as_bytes())? {
                         Some(v) => match serde_json::from_slice::<ArchiveHead>(&v) {
                             Ok(h) => (h.revision, h.head),
-                            Err(_) => return Err(ConflictableTransactionError::Abort(())),
+                            Err(e) => {
+                                return Err(ConflictableTransactionError::Abort(corrupt(
+                                    "the relay's audit chain head".into(),
+                                    e,
+                                )));
+                            }
                         },
                         None => (0, String::new()),
                     };
                     let mut rec = record.clone();
                     let next = revision + 1;
                     super::audit::seal_onto(&mut rec, next, &mut head)
-                        .map_err(|_| ConflictableTransactionError::Abort(()))?;
-                    let json =
-                        serde_json::to_vec(&rec).map_err(|_| ConflictableTransactionError::Abort(()))?;
-                    let h = serde_json::to_vec(&ArchiveHead { revision: next, head })
-                        .map_err(|_| ConflictableTransactionError::Abort(()))?;
+                        .map_err(ConflictableTransactionError::Abort)?;
+                    let json = to_json("audit record", &rec).map_err(ConflictableTransactionError::Abort)?;
+                    let h = to_json("the relay's audit chain head", &ArchiveHead { revision: next, head })
+                        .map_err(ConflictableTransactionError::Abort)?;
                     a.insert(key_of((next, 0)), json)?;
                     m.insert(head_key.as_bytes(), h)?;
                     Ok(rec)
                 })
-                .map_err(|e: TransactionError<()>| match e {
-                    TransactionError::Abort(()) => corrupt(
-                        "the relay's audit chain head".into(),
-                        std::io::Error::other("unreadable, or a record could not be sealed"),
-                    ),
-                    TransactionError::Storage(e) => StoreError::from(e),
-                })?;
+                .map_err(abort_to_store)?;
             b.db.flush()?;
             Ok(sealed)
         })
