@@ -43,7 +43,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub struct Snapshot {
     pub(crate) flags: Cells<Cell>,
-    /// Headed for the SDK, bare for a snapshot compiling on use.
+    /// Headed for the SDK; bare for a snapshot compiling on use, which is
+    /// what makes it one (`Snapshot::defer`).
     pub(crate) index: Keys,
     pub(crate) segments: Arc<FastMap<Box<str>, Arc<CompiledSegment>>>,
     pub(crate) max_depth: usize,
@@ -58,10 +59,6 @@ pub struct Snapshot {
     /// from wire form, until a change finds the flags compiled; not kept
     /// up for a snapshot that compiles on use, whose slots get no heads).
     heads: bool,
-    /// Flags written to this snapshot, and to those applied from it, are
-    /// compiled when first evaluated, not when written
-    /// ([`Snapshot::compiling_on_use`]).
-    defer: bool,
     epoch: Box<str>,
     revision: u64,
     generation: u64,
@@ -281,9 +278,7 @@ impl Snapshot {
     ) -> Snapshot {
         let index = Keys::of(&flags, defer);
         let heads = index.all_headed();
-        let mut snapshot = Snapshot::with_index(flags, index, Arc::new(segments), heads, limits);
-        snapshot.defer = defer;
-        snapshot
+        Snapshot::with_index(flags, index, Arc::new(segments), heads, limits)
     }
 
     fn with_index(
@@ -301,11 +296,17 @@ impl Snapshot {
             max_segment_depth: limits.max_segment_depth,
             checked: None,
             heads,
-            defer: false,
             epoch: Box::from(""),
             revision: 0,
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Whether flags written to this snapshot, and to those applied from
+    /// it, are compiled when first evaluated, not when written
+    /// ([`Snapshot::compiling_on_use`]): its index is bare.
+    fn defer(&self) -> bool {
+        matches!(self.index, Keys::Bare(_))
     }
 
     /// Marks this snapshot as validated as a whole under `limits`.
@@ -320,7 +321,6 @@ impl Snapshot {
     /// a process that rarely evaluates (the relay: OFREP and admin
     /// evaluations only) holds each flag as its bytes until it does.
     pub fn compiling_on_use(mut self) -> Snapshot {
-        self.defer = true;
         if let Keys::Headed(_) = self.index {
             // Rebuilt bare: its slots will never get heads.
             self.index = Keys::of(&self.flags, true);

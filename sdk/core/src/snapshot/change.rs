@@ -130,7 +130,7 @@ impl Snapshot {
         let mut index = self.index.clone();
         let shared = Arc::new(limits.clone());
         let fresh = (change.set.flags.iter().zip(costs).enumerate())
-            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer));
+            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer()));
         index.replace(&mut flags, change.deleted_flags.iter().map(String::as_str), fresh);
         // Slots made while their flags were in wire form get their heads
         // once the flags are compiled, as a rebuilt index would have them:
@@ -138,11 +138,11 @@ impl Snapshot {
         // whole-set validation compiled every kept flag). A snapshot that
         // compiles on use keeps no heads (its evaluations take the cell):
         // looking for them would copy every shard on every change.
-        let heads = if !self.heads && !self.defer { index.fill_heads() } else { self.heads };
+        let heads = if !self.heads && !self.defer() { index.fill_heads() } else { self.heads };
         let segments = self.next_segments(change, limits);
-        let mut next = Snapshot::with_index(flags, index, segments, heads, limits);
-        next.defer = self.defer;
-        next
+        // The index keeps its form, so the next snapshot compiles on use
+        // if this one does.
+        Snapshot::with_index(flags, index, segments, heads, limits)
     }
 
     /// The next snapshot built anew from the flags this one keeps and the
@@ -152,10 +152,10 @@ impl Snapshot {
         let kept = self.flags.iter().filter(|f| !drop_flag.contains(f.key())).cloned();
         let shared = Arc::new(limits.clone());
         let fresh = (change.set.flags.iter().zip(costs).enumerate())
-            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer));
+            .map(|(i, (f, cost))| Cell::of(f, change.raw(i), &shared, Some(cost), self.defer()));
         let segments = self.next_segments(change, limits);
         let mut next =
-            Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits, self.defer);
+            Snapshot::assemble(kept.chain(fresh).collect(), FastMap::default(), limits, self.defer());
         next.segments = segments;
         next
     }

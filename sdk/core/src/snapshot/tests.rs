@@ -277,16 +277,28 @@ fn changes_find_every_flag_where_a_fresh_compile_does() {
     assert!(cached.index.values().iter().all(|s| s.head.is_none()));
     cached.warm_up();
     // And as a relay holds it (compiling on use, its index bare): loaded,
-    // built from wire form, and written to an empty environment.
+    // built from wire form, written to an empty environment, and a
+    // compiled snapshot turned into one (its headed index rebuilt bare).
     let loaded =
         Snapshot::compile_each(start.flags.iter().cloned().zip(encoded(&start)), Vec::new(), &limits, true)
             .unwrap();
     let wire_cold = Snapshot::from_encoded_on_use(encoded(&start), Vec::new(), &limits).unwrap();
     let written = Snapshot::empty().compiling_on_use().apply(&start, &[], &[], &limits).unwrap();
-    for snap in [&loaded, &wire_cold, &written] {
+    let turned = Snapshot::compile(&start, &limits).unwrap().compiling_on_use();
+    for snap in [&loaded, &wire_cold, &written, &turned] {
         assert!(matches!(snap.index, Keys::Bare(_)), "a snapshot compiling on use has a bare index");
+        assert_eq!(snap.index.len(), start.flags.len());
+        for f in &start.flags {
+            let found = snap.index.get(&f.key).unwrap();
+            assert_eq!(
+                snap.flags.get(found.index as usize).key(),
+                f.key,
+                "the slot's position holds its flag"
+            );
+        }
     }
-    for mut snap in [Snapshot::compile(&start, &limits).unwrap(), cached, loaded, wire_cold, written] {
+    for mut snap in [Snapshot::compile(&start, &limits).unwrap(), cached, loaded, wire_cold, written, turned]
+    {
         changes_find_every_flag(&mut snap, start.clone(), &limits, &flag);
     }
 }
@@ -316,7 +328,7 @@ fn changes_find_every_flag(
         };
         let gone: Vec<String> = deleted.iter().map(|i| format!("f{i}")).collect();
         *snap = snap.apply(&change, &gone, &[], &limits).unwrap();
-        if snap.defer {
+        if snap.defer() {
             assert!(matches!(snap.index, Keys::Bare(_)), "still bare");
         } else {
             assert!(
