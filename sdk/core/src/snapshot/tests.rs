@@ -542,16 +542,23 @@ fn a_key_held_twice_is_replaced_or_deleted_whole() {
         ],
         segments: Vec::new(),
     };
-    let snap = Snapshot::compile_unvalidated(&twice, &limits);
-    assert_eq!((snap.len(), snap.index.len()), (3, 2));
-    let new_a = linked("a", 2, false, &[], None);
-    let replaced =
-        snap.apply(&FlagSet { flags: vec![new_a.clone()], segments: Vec::new() }, &[], &[], &limits).unwrap();
-    assert_eq!(replaced.len(), 2);
-    assert_eq!(replaced.flag("a"), Some(new_a));
-    assert_eq!(replaced.flags().filter(|f| f.key == "a").count(), 1);
-    let deleted = snap.apply(&FlagSet::default(), &["a".to_owned()], &[], &limits).unwrap();
-    assert_eq!(deleted.keys().collect::<Vec<_>>(), ["b"]);
+    // As compiled, and turned into a snapshot compiling on use (its
+    // index rebuilt bare: the key indexed at its first position again).
+    let compiled = Snapshot::compile_unvalidated(&twice, &limits);
+    let turned = Snapshot::compile_unvalidated(&twice, &limits).compiling_on_use();
+    for snap in [compiled, turned] {
+        assert_eq!((snap.len(), snap.index.len()), (3, 2));
+        assert_eq!(snap.index.get("a").unwrap().index, 0, "the first of the two");
+        let new_a = linked("a", 2, false, &[], None);
+        let change = FlagSet { flags: vec![new_a.clone()], segments: Vec::new() };
+        let replaced = snap.apply(&change, &[], &[], &limits).unwrap();
+        assert_eq!(replaced.len(), 2);
+        assert_eq!(replaced.flag("a"), Some(new_a));
+        assert_eq!(replaced.flags().filter(|f| f.key == "a").count(), 1);
+        let deleted = snap.apply(&FlagSet::default(), &["a".to_owned()], &[], &limits).unwrap();
+        assert_eq!(deleted.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(deleted.defer(), snap.defer(), "the form kept through the rebuild");
+    }
 }
 
 mod held;
