@@ -193,6 +193,13 @@ pub async fn run(
     }
 }
 
+/// Items and bytes of keys and values per batch of a new generation, as
+/// the relay writes one (`BATCH` and `BATCH_BYTES` in
+/// `relay/src/store/sled/generation.rs`, private to the relay: keep the
+/// two in step).
+const RELAY_BATCH_ITEMS: usize = 100;
+const RELAY_BATCH_BYTES: usize = 128 << 10;
+
 /// How [`sled_floor`] writes: as a relay filling an environment, or as a
 /// replica taking it whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,12 +282,12 @@ pub fn sled_floor(
         let bytes = encoded.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
         data += encoded.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
         if writes == FloorWrites::Replica {
-            // The relay's generation batches: 100 items or 128 KiB of
-            // keys and values, whichever comes first; sampled after each.
+            // The relay's generation batches, whichever bound comes
+            // first; sampled after each.
             let mut rest = encoded.as_slice();
             while !rest.is_empty() {
                 let (mut n, mut size) = (0, 0);
-                while n < rest.len() && n < 100 && size < 128 << 10 {
+                while n < rest.len() && n < RELAY_BATCH_ITEMS && size < RELAY_BATCH_BYTES {
                     size += rest[n].0.len() + rest[n].1.len();
                     n += 1;
                 }

@@ -34,6 +34,8 @@ pub(super) const BULK_ITEMS: usize = 4096;
 const BATCH: usize = 100;
 
 /// Bytes of keys and values per batch, at most (or one item larger).
+/// `resilience sled-floor --replica` writes the same batches
+/// (`tests/src/fault/large.rs`): change both together.
 const BATCH_BYTES: usize = 128 << 10;
 
 /// A generation being written is flushed to disk after each this many
